@@ -1,0 +1,316 @@
+/**
+ * The error hierarchy shared by the engine and user code.
+ *
+ * Every error Palisade raises is a {@link PalisadeError} with a stable string `code`; the message starts
+ * with that code in brackets, so logs and tests can match on it without parsing prose. Errors that cross
+ * a process or database boundary are matched by `code` (or `name`), never by `instanceof` alone, because a
+ * failure read back from the database is rebuilt from its serialized form.
+ *
+ * @module
+ */
+
+/** Stable machine-readable error codes. */
+export type PalisadeErrorCode =
+  | 'LEASE_LOST'
+  | 'ATTEMPT_ABORTED'
+  | 'INVALID_OPTIONS'
+  | 'VALIDATION_FAILED'
+  | 'RUN_NOT_FOUND'
+  | 'RUN_FAILED'
+  | 'RUN_CANCELLED'
+  | 'RESULT_TIMEOUT'
+  | 'SCHEMA_TOO_NEW'
+  | 'NON_DETERMINISM'
+  | 'APPLICATION_FAILURE'
+  | 'ACTIVITY_FAILURE'
+  | 'CANCELLED'
+  | 'TIMED_OUT'
+  | 'DATABASE_UNAVAILABLE'
+  | 'ENGINE_CLOSED'
+  | 'NOT_REGISTERED';
+
+/** Context fields an error may carry; all optional, all readonly once set. */
+export interface PalisadeErrorContext {
+  readonly runId?: string | undefined;
+  readonly stepId?: string | undefined;
+  readonly attempt?: number | undefined;
+  readonly token?: bigint | undefined;
+}
+
+/** Options accepted by every {@link PalisadeError} constructor. */
+export interface PalisadeErrorOptions extends PalisadeErrorContext {
+  readonly cause?: unknown;
+}
+
+/**
+ * Root of every error Palisade raises.
+ *
+ * `message` always starts with `[CODE]`. Context fields (`runId`, `stepId`, `attempt`, `token`) are set when
+ * known.
+ */
+export class PalisadeError extends Error implements PalisadeErrorContext {
+  readonly code: PalisadeErrorCode;
+  readonly runId?: string | undefined;
+  readonly stepId?: string | undefined;
+  readonly attempt?: number | undefined;
+  readonly token?: bigint | undefined;
+
+  constructor(code: PalisadeErrorCode, message: string, options: PalisadeErrorOptions = {}) {
+    super(`[${code}] ${message}`, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.code = code;
+    if (options.runId !== undefined) this.runId = options.runId;
+    if (options.stepId !== undefined) this.stepId = options.stepId;
+    if (options.attempt !== undefined) this.attempt = options.attempt;
+    if (options.token !== undefined) this.token = options.token;
+  }
+}
+
+/** Which owner-side operation a fenced write was. */
+export type FencedOperation =
+  'heartbeat' | 'complete' | 'fail' | 'release' | 'cancel' | 'fenced-transaction' | 'fenced-resource';
+
+/** Fields of a {@link LeaseLostError}. */
+export interface LeaseLostDetails extends PalisadeErrorContext {
+  /** What the superseded attempt tried to do. */
+  readonly operation: FencedOperation;
+  /** Human name of the step, e.g. `charge#3` (activity name and position). */
+  readonly stepLabel: string;
+  /** The token the rejected writer held. */
+  readonly staleToken: bigint;
+  /** The step's token when the write was rejected; `null` if the step has no owner or no longer exists. */
+  readonly currentToken: bigint | null;
+  /** Why the write matched nothing, e.g. `superseded`, `expired`, `completed`, `cancelled`. */
+  readonly reason: string;
+}
+
+/**
+ * A fenced write matched nothing: the attempt no longer owns its lease (superseded by a newer token, expired,
+ * or the step already ended). Never retried in place; after it, the attempt context is poisoned and every
+ * later call throws this error again without touching the database.
+ */
+export class LeaseLostError extends PalisadeError {
+  readonly operation: FencedOperation;
+  readonly stepLabel: string;
+  readonly staleToken: bigint;
+  readonly currentToken: bigint | null;
+  readonly reason: string;
+
+  constructor(details: LeaseLostDetails, options: { cause?: unknown } = {}) {
+    const by =
+      details.currentToken !== null && details.currentToken !== details.staleToken
+        ? `was superseded by token ${details.currentToken}`
+        : `lost its lease (${details.reason})`;
+    super(
+      'LEASE_LOST',
+      `${details.operation} rejected: step ${details.stepLabel} attempt ${details.attempt ?? '?'} ` +
+        `(token ${details.staleToken}) ${by}. A newer attempt owns the step; stop work and discard results.`,
+      { ...details, token: details.staleToken, cause: options.cause },
+    );
+    this.operation = details.operation;
+    this.stepLabel = details.stepLabel;
+    this.staleToken = details.staleToken;
+    this.currentToken = details.currentToken;
+    this.reason = details.reason;
+  }
+}
+
+/** Why an attempt's `AbortSignal` fired. */
+export type AbortReason = 'lease-lost' | 'lease-expired-locally' | 'deadline' | 'cancelled' | 'shutdown';
+
+/**
+ * The `reason` of an attempt's `AbortSignal` (`ctx.signal.reason`). `reason` says why:
+ * - `lease-lost`: a heartbeat or fenced write was rejected (`cause` is the {@link LeaseLostError});
+ * - `lease-expired-locally`: the worker's conservative local lease estimate ran out (e.g. database unreachable);
+ * - `deadline`: the attempt's start-to-close timeout passed;
+ * - `cancelled`: the run or step was cancelled;
+ * - `shutdown`: the worker is stopping and its grace period ended.
+ */
+export class AttemptAbortedError extends PalisadeError {
+  readonly reason: AbortReason;
+  constructor(reason: AbortReason, message: string, options: PalisadeErrorOptions = {}) {
+    super('ATTEMPT_ABORTED', `${reason}: ${message}`, options);
+    this.reason = reason;
+  }
+}
+
+/** Options or parameters were refused; the message names each bad field, its value and the rule. */
+export class InvalidOptionsError extends PalisadeError {
+  /** One entry per problem: `path` like `worker.heartbeatIntervalMs`, and what is wrong with it. */
+  readonly issues: readonly { readonly path: string; readonly message: string }[];
+  constructor(where: string, issues: readonly { path: string; message: string }[]) {
+    super(
+      'INVALID_OPTIONS',
+      `invalid ${where}: ${issues.map((i) => (i.path ? `${i.path}: ${i.message}` : i.message)).join('; ')}`,
+    );
+    this.issues = issues;
+  }
+}
+
+/** A workflow or activity input or output failed its zod schema; names the definition, field path and problem. */
+export class ValidationError extends PalisadeError {
+  readonly issues: readonly { readonly path: string; readonly message: string }[];
+  constructor(
+    what: string,
+    issues: readonly { path: string; message: string }[],
+    context: PalisadeErrorContext = {},
+  ) {
+    super(
+      'VALIDATION_FAILED',
+      `${what} is invalid: ${issues.map((i) => `${i.path || '(root)'}: ${i.message}`).join('; ')}`,
+      context,
+    );
+    this.issues = issues;
+  }
+}
+
+/** Options of {@link ApplicationFailure}. */
+export interface ApplicationFailureOptions {
+  /** Error type, matched against `RetryPolicy.nonRetryableErrorTypes`. @defaultValue `'ApplicationFailure'` */
+  readonly type?: string;
+  /** When true the step fails at once, whatever the retry policy says. @defaultValue false */
+  readonly nonRetryable?: boolean;
+  /** JSON-serializable details stored with the failure. */
+  readonly details?: unknown;
+  readonly cause?: unknown;
+}
+
+/**
+ * Throw from an activity to fail the attempt with an explicit type and retryability.
+ *
+ * Any other thrown error converts by these rules: `type` is the error's `name` (or `'Error'` for a non-Error
+ * value), it is retryable, and its message and stack are kept.
+ */
+export class ApplicationFailure extends PalisadeError {
+  readonly type: string;
+  readonly nonRetryable: boolean;
+  readonly details: unknown;
+
+  constructor(message: string, options: ApplicationFailureOptions = {}) {
+    super('APPLICATION_FAILURE', message, { cause: options.cause });
+    this.type = options.type ?? 'ApplicationFailure';
+    this.nonRetryable = options.nonRetryable ?? false;
+    this.details = options.details;
+  }
+
+  /** A failure that the retry policy may retry. */
+  static retryable(message: string, type?: string, details?: unknown): ApplicationFailure {
+    return new ApplicationFailure(message, { type, details, nonRetryable: false });
+  }
+
+  /** A failure that ends the step at once. */
+  static nonRetryable(message: string, type?: string, details?: unknown): ApplicationFailure {
+    return new ApplicationFailure(message, { type, details, nonRetryable: true });
+  }
+}
+
+/** The JSON form of a failure as stored in the database (`steps.error`, `runs.error`, events). */
+export interface SerializedFailure {
+  readonly type: string;
+  readonly message: string;
+  readonly nonRetryable: boolean;
+  readonly code?: string | undefined;
+  readonly details?: unknown;
+  readonly stack?: string | undefined;
+}
+
+/** Convert anything thrown into its stored form, by the rules documented on {@link ApplicationFailure}. */
+export function serializeFailure(error: unknown): SerializedFailure {
+  if (error instanceof ApplicationFailure) {
+    return {
+      type: error.type,
+      message: error.message.replace(/^\[APPLICATION_FAILURE\] /, ''),
+      nonRetryable: error.nonRetryable,
+      code: error.code,
+      details: error.details,
+      stack: error.stack,
+    };
+  }
+  if (error instanceof PalisadeError) {
+    return {
+      type: error.name,
+      message: error.message,
+      nonRetryable: false,
+      code: error.code,
+      stack: error.stack,
+    };
+  }
+  if (error instanceof Error) {
+    return { type: error.name || 'Error', message: error.message, nonRetryable: false, stack: error.stack };
+  }
+  let text: string;
+  try {
+    text = typeof error === 'string' ? error : JSON.stringify(error);
+  } catch {
+    text = String(error);
+  }
+  return { type: 'Error', message: `non-Error value thrown: ${text}`, nonRetryable: false };
+}
+
+/**
+ * A step failed for good (its retries are exhausted or it was non-retryable). `failure` is the stored form of
+ * the last attempt's error.
+ */
+export class ActivityFailure extends PalisadeError {
+  readonly activityName: string;
+  readonly failure: SerializedFailure;
+  constructor(activityName: string, failure: SerializedFailure, context: PalisadeErrorContext = {}) {
+    super(
+      'ACTIVITY_FAILURE',
+      `activity ${activityName} failed: ${failure.type}: ${failure.message}`,
+      context,
+    );
+    this.activityName = activityName;
+    this.failure = failure;
+  }
+}
+
+/** A run or step was cancelled; thrown at the pending await in workflow code and by `handle.result()`. */
+export class CancelledFailure extends PalisadeError {
+  readonly reason: string;
+  constructor(reason: string, context: PalisadeErrorContext = {}) {
+    super('CANCELLED', `cancelled: ${reason}`, context);
+    this.reason = reason;
+  }
+}
+
+/** A run id, idempotency key or step does not exist. */
+export class RunNotFoundError extends PalisadeError {
+  constructor(what: string) {
+    super('RUN_NOT_FOUND', `${what} does not exist; check the id (runs list shows existing runs)`);
+  }
+}
+
+/** `handle.result()` found the run ended `failed`; `failure` is the run's stored error. */
+export class RunFailedError extends PalisadeError {
+  readonly failure: SerializedFailure;
+  constructor(runId: string, failure: SerializedFailure) {
+    super('RUN_FAILED', `run ${runId} failed: ${failure.type}: ${failure.message}`, { runId });
+    this.failure = failure;
+  }
+}
+
+/** Replay found recorded history that does not match the workflow code. */
+export class NonDeterminismError extends PalisadeError {
+  readonly position: number;
+  readonly recorded: string;
+  readonly current: string;
+  constructor(workflowName: string, position: number, recorded: string, current: string, runId?: string) {
+    super(
+      'NON_DETERMINISM',
+      `workflow ${workflowName} replayed step ${position} as ${current}, but history recorded ${recorded}; ` +
+        'the workflow code changed under an in-flight run. Deploy the old code to finish it, or cancel it.',
+      { runId },
+    );
+    this.position = position;
+    this.recorded = recorded;
+    this.current = current;
+  }
+}
+
+/** Convert zod issues to `{ path, message }` pairs with dotted paths (`items.3.amount`). */
+export function formatIssues(
+  issues: readonly { readonly path: readonly PropertyKey[]; readonly message: string }[],
+): { path: string; message: string }[] {
+  return issues.map((i) => ({ path: i.path.map((p) => String(p)).join('.'), message: i.message }));
+}
