@@ -1,4 +1,5 @@
-import { defaultServerConditions, defineConfig } from 'vite';
+import { defaultServerConditions } from 'vite';
+import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
   resolve: { conditions: ['@palisade/source', ...defaultServerConditions] },

@@ -1,0 +1,203 @@
+import {
+  bigint,
+  bigserial,
+  boolean,
+  index,
+  integer,
+  jsonb,
+  pgSchema,
+  text,
+  timestamp,
+  unique,
+  uniqueIndex,
+  uuid,
+} from 'drizzle-orm/pg-core';
+import { sql } from 'drizzle-orm';
+
+/** Name of the Postgres schema the migrations are generated for; replaced by the configured name when applied. */
+export const DEFAULT_SCHEMA = 'palisade';
+
+const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' });
+
+/**
+ * The engine's tables in Postgres schema `schemaName` (DESIGN.md §3). Column units are in their names
+ * (`*_ms` integers, `*_at` timestamptz); every lease and due-time comparison reads `<schema>.now()`.
+ */
+export function defineTables(schemaName: string) {
+  const schema = pgSchema(schemaName);
+
+  /** One global sequence for every fencing token: strictly increasing, never reused. */
+  const fencingTokenSeq = schema.sequence('fencing_token_seq', { startWith: 1, increment: 1 });
+
+  /** One execution of a workflow, or the envelope of a standalone activity (`kind = 'activity'`). */
+  const runs = schema.table(
+    'runs',
+    {
+      id: uuid('id').primaryKey().defaultRandom(),
+      kind: text('kind').notNull(), // 'workflow' | 'activity'
+      name: text('name').notNull(),
+      status: text('status').notNull(), // 'pending' | 'running' | 'completed' | 'failed' | 'cancelled'
+      input: jsonb('input'),
+      output: jsonb('output'),
+      error: jsonb('error'),
+      idempotencyKey: text('idempotency_key'),
+      parentRunId: uuid('parent_run_id'),
+      parentStepId: uuid('parent_step_id'),
+      queue: text('queue').notNull(),
+      priority: integer('priority').notNull().default(0),
+      cancelRequestedAt: ts('cancel_requested_at'),
+      cancelReason: text('cancel_reason'),
+      // The workflow turn's own lease: a turn is an attempt (DESIGN.md §4, last paragraph).
+      turnNextRunAt: ts('turn_next_run_at'),
+      turnAttempt: integer('turn_attempt').notNull().default(0),
+      turnEpoch: integer('turn_epoch').notNull().default(0),
+      turnToken: bigint('turn_token', { mode: 'bigint' }),
+      turnNonce: uuid('turn_nonce'),
+      turnWorkerId: text('turn_worker_id'),
+      turnLeaseExpiresAt: ts('turn_lease_expires_at'),
+      createdAt: ts('created_at').notNull().defaultNow(),
+      startedAt: ts('started_at'),
+      finishedAt: ts('finished_at'),
+    },
+    (t) => [
+      unique('runs_idempotency_key_unique').on(t.idempotencyKey),
+      index('runs_status_created_at_idx').on(t.status, t.createdAt),
+      index('runs_turn_due_idx')
+        .on(t.queue, t.turnNextRunAt)
+        .where(sql`${t.turnNextRunAt} IS NOT NULL`),
+      index('runs_parent_run_id_idx').on(t.parentRunId),
+    ],
+  );
+
+  /** One durable call of a run: an activity call, timer, signal wait or child run, at position `seq`. */
+  const steps = schema.table(
+    'steps',
+    {
+      id: uuid('id').primaryKey().defaultRandom(),
+      runId: uuid('run_id')
+        .notNull()
+        .references(() => runs.id, { onDelete: 'cascade' }),
+      seq: integer('seq').notNull(),
+      kind: text('kind').notNull(), // 'activity' | 'timer' | 'signal' | 'child'
+      name: text('name').notNull(),
+      status: text('status').notNull(), // 'scheduled' | 'running' | 'completed' | 'failed' | 'cancelled'
+      input: jsonb('input'),
+      output: jsonb('output'),
+      error: jsonb('error'),
+      queue: text('queue').notNull(),
+      priority: integer('priority').notNull().default(0),
+      /** Claims charged to the retry budget (a fenced release is not charged). */
+      attempt: integer('attempt').notNull().default(0),
+      /** Every claim, shown to humans; never decreases. */
+      epoch: integer('epoch').notNull().default(0),
+      fencingToken: bigint('fencing_token', { mode: 'bigint' }),
+      nonce: uuid('nonce'),
+      claimRequestId: uuid('claim_request_id'),
+      workerId: text('worker_id'),
+      retryPolicy: jsonb('retry_policy').notNull(),
+      leaseMs: integer('lease_ms').notNull(),
+      startToCloseTimeoutMs: integer('start_to_close_timeout_ms').notNull(),
+      /** Backoff before the step may be reclaimed after this attempt's lease expires; set at claim. */
+      reclaimDelayMs: integer('reclaim_delay_ms').notNull().default(0),
+      /** When the row next becomes claimable: due time when scheduled, lease expiry + reclaim delay when running. */
+      nextRunAt: ts('next_run_at'),
+      leaseExpiresAt: ts('lease_expires_at'),
+      attemptDeadlineAt: ts('attempt_deadline_at'),
+      heartbeatDetails: jsonb('heartbeat_details'),
+      lastHeartbeatAt: ts('last_heartbeat_at'),
+      lastFencedWriteAt: ts('last_fenced_write_at'),
+      /** Nonce of the attempt whose outcome was last recorded, so a retried completion or failure is recognised. */
+      endedNonce: uuid('ended_nonce'),
+      cancelRequestedAt: ts('cancel_requested_at'),
+      createdAt: ts('created_at').notNull().defaultNow(),
+      startedAt: ts('started_at'),
+      finishedAt: ts('finished_at'),
+    },
+    (t) => [
+      unique('steps_run_id_seq_unique').on(t.runId, t.seq),
+      index('steps_claimable_idx')
+        .on(t.queue, t.nextRunAt)
+        .where(sql`${t.status} IN ('scheduled', 'running')`),
+      index('steps_running_lease_idx')
+        .on(t.leaseExpiresAt)
+        .where(sql`${t.status} = 'running'`),
+      index('steps_run_id_idx').on(t.runId),
+    ],
+  );
+
+  /** One row per claim of a step or turn: who held which token, and how it ended. */
+  const attempts = schema.table(
+    'attempts',
+    {
+      id: bigserial('id', { mode: 'bigint' }).primaryKey(),
+      runId: uuid('run_id')
+        .notNull()
+        .references(() => runs.id, { onDelete: 'cascade' }),
+      stepId: uuid('step_id').references(() => steps.id, { onDelete: 'cascade' }),
+      kind: text('kind').notNull(), // 'activity' | 'turn'
+      attempt: integer('attempt').notNull(),
+      epoch: integer('epoch').notNull(),
+      fencingToken: bigint('fencing_token', { mode: 'bigint' }).notNull(),
+      nonce: uuid('nonce').notNull(),
+      workerId: text('worker_id').notNull(),
+      claimedAt: ts('claimed_at').notNull(),
+      endedAt: ts('ended_at'),
+      /** completed | failed | lease_expired | rejected_stale | cancelled | timed_out | released */
+      outcome: text('outcome'),
+      error: jsonb('error'),
+    },
+    (t) => [
+      index('attempts_step_id_idx').on(t.stepId, t.epoch),
+      index('attempts_run_id_idx').on(t.runId),
+      uniqueIndex('attempts_fencing_token_unique').on(t.fencingToken),
+    ],
+  );
+
+  /** Append-only history of each run, the source of `palisade runs show`. */
+  const events = schema.table(
+    'events',
+    {
+      id: bigserial('id', { mode: 'bigint' }).primaryKey(),
+      runId: uuid('run_id')
+        .notNull()
+        .references(() => runs.id, { onDelete: 'cascade' }),
+      stepId: uuid('step_id'),
+      type: text('type').notNull(), // colon-namespaced: 'attempt:claimed', 'attempt:stale-rejected', …
+      attempt: integer('attempt'),
+      epoch: integer('epoch'),
+      fencingToken: bigint('fencing_token', { mode: 'bigint' }),
+      workerId: text('worker_id'),
+      data: jsonb('data'),
+      /** True for a step's (or, with no step, the run's) single terminal event. */
+      terminal: boolean('terminal').notNull().default(false),
+      at: ts('at').notNull(),
+    },
+    (t) => [
+      index('events_run_id_idx').on(t.runId, t.id),
+      uniqueIndex('events_one_terminal_per_step')
+        .on(t.stepId)
+        .where(sql`${t.terminal} AND ${t.stepId} IS NOT NULL`),
+      uniqueIndex('events_one_terminal_per_run')
+        .on(t.runId)
+        .where(sql`${t.terminal} AND ${t.stepId} IS NULL`),
+    ],
+  );
+
+  /** For the fenced-resource helper: the highest token accepted per scope. */
+  const fences = schema.table('fences', {
+    scope: text('scope').primaryKey(),
+    token: bigint('token', { mode: 'bigint' }).notNull(),
+    updatedAt: ts('updated_at').notNull(),
+  });
+
+  /** Test-only offset of `<schema>.now()` (time travel); one row at most, absent in production. */
+  const clockOffset = schema.table('clock_offset', {
+    id: boolean('id').primaryKey().default(true),
+    offsetMs: bigint('offset_ms', { mode: 'number' }).notNull(),
+  });
+
+  return { schema, fencingTokenSeq, runs, steps, attempts, events, fences, clockOffset };
+}
+
+/** The engine's tables, typed; one instance per configured schema name. */
+export type Tables = ReturnType<typeof defineTables>;
