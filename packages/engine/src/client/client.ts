@@ -1,0 +1,130 @@
+import { randomUUID } from 'node:crypto';
+import { z } from 'zod';
+import {
+  InvalidOptionsError,
+  RunNotFoundError,
+  durationMs,
+  formatIssues,
+  mergeRetryPolicy,
+  validate,
+  type ActivityDefinition,
+  type Duration,
+  type RetryPolicy,
+} from '@palisade/sdk';
+import type { Database } from '../db/database.js';
+import type { NotificationHub } from '../db/notification-hub.js';
+import { withInfraRetry } from '../infra-retry.js';
+import { insertStandaloneRun } from '../queries/insert-standalone-run.js';
+import { listRuns, readRun, type ListRunsFilter, type RunRow } from '../queries/read-run.js';
+import { retryStandaloneRun } from '../queries/retry-run.js';
+import type { SchemaNames } from '../queries/schema-names.js';
+import { RunHandle } from './run-handle.js';
+
+/** Options of {@link Client.enqueue}. */
+export interface EnqueueOptions {
+  /** Idempotency key: enqueueing again with the same key returns the existing run. */
+  readonly key?: string;
+  /** @defaultValue the activity's queue */
+  readonly queue?: string;
+  /** Higher runs first. @defaultValue 0 */
+  readonly priority?: number;
+  /** Start no earlier than this long from now, by the database clock. @defaultValue 0 */
+  readonly delayMs?: Duration;
+  /** Overrides of the activity's retry policy, for this run. */
+  readonly retry?: RetryPolicy;
+  /** @defaultValue the activity's leaseMs */
+  readonly leaseMs?: Duration;
+  /** @defaultValue the activity's startToCloseTimeoutMs */
+  readonly startToCloseTimeoutMs?: Duration;
+}
+
+const enqueueSchema = z
+  .object({
+    key: z.string().min(1).max(512).optional(),
+    queue: z
+      .string()
+      .regex(/^[A-Za-z0-9_.:-]{1,128}$/, 'must be 1–128 letters, digits, _ . : -')
+      .optional(),
+    priority: z.number().int().min(-1000).max(1000).optional(),
+    delayMs: durationMs.optional(),
+    retry: z.any().optional(),
+    leaseMs: durationMs.optional(),
+    startToCloseTimeoutMs: durationMs.pipe(z.number().min(1)).optional(),
+  })
+  .strict();
+
+/** Starts work and looks it up. Obtain it as `engine.client`. */
+export class Client {
+  constructor(
+    private readonly db: Database,
+    private readonly names: SchemaNames,
+    private readonly hub: NotificationHub,
+  ) {}
+
+  /**
+   * Run one activity on its own, without a workflow (a fenced job queue): the activity is claimed by a worker
+   * serving it, with the same leases, fencing, retries and timeouts as inside a workflow.
+   * The input is checked against the activity's schema here, before anything is stored.
+   * @returns a handle to wait for the result (`handle.result()`), describe or cancel the run.
+   * @throws ValidationError naming the bad input field; InvalidOptionsError naming the bad option.
+   */
+
+  async enqueue<I extends z.ZodType, O extends z.ZodType>(
+    activity: ActivityDefinition<I, O>,
+    input: z.input<I>,
+    options: EnqueueOptions = {},
+  ): Promise<RunHandle<z.output<O>>> {
+    const parsed = enqueueSchema.safeParse(options);
+    if (!parsed.success) {
+      throw new InvalidOptionsError(`enqueue options of ${activity.name}`, formatIssues(parsed.error.issues));
+    }
+    const o = parsed.data;
+    const value = validate(activity.input, input, `input of activity ${activity.name}`);
+    const retryPolicy = mergeRetryPolicy(activity.retry, options.retry, `enqueue retry of ${activity.name}`);
+    const runId = randomUUID();
+    const { runId: id } = await withInfraRetry(() =>
+      insertStandaloneRun(this.db, this.names, {
+        runId,
+        activityName: activity.name,
+        input: value,
+        idempotencyKey: o.key ?? null,
+        queue: o.queue ?? activity.queue,
+        priority: o.priority ?? 0,
+        retryPolicy,
+        leaseMs: o.leaseMs ?? activity.leaseMs,
+        startToCloseTimeoutMs: o.startToCloseTimeoutMs ?? activity.startToCloseTimeoutMs,
+        delayMs: o.delayMs ?? 0,
+      }),
+    );
+    return new RunHandle<z.output<O>>(id, this.db, this.names, this.hub);
+  }
+
+  /** A handle to an existing run (not checked until used). */
+  getHandle<O = unknown>(runId: string): RunHandle<O> {
+    return new RunHandle<O>(runId, this.db, this.names, this.hub);
+  }
+
+  /** Runs, newest first. */
+  list(filter: ListRunsFilter = {}): Promise<RunRow[]> {
+    return listRuns(this.db, this.names, filter);
+  }
+
+  /**
+   * Retry a `failed` or `cancelled` run from its recorded history: failed steps are scheduled again with a fresh
+   * retry budget; tokens and epochs keep growing.
+   * @throws RunNotFoundError when there is no such run; InvalidOptionsError when it is not failed or cancelled.
+   */
+  async retry(runId: string): Promise<RunHandle> {
+    const run = await readRun(this.db, this.names, runId);
+    if (!run) throw new RunNotFoundError(`run ${runId}`);
+    if (!(await retryStandaloneRun(this.db, this.names, runId))) {
+      throw new InvalidOptionsError('retry', [
+        {
+          path: 'runId',
+          message: `run ${runId} is ${run.status}; only failed or cancelled runs can be retried`,
+        },
+      ]);
+    }
+    return this.getHandle(runId);
+  }
+}

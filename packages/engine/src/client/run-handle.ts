@@ -1,0 +1,124 @@
+import {
+  CancelledFailure,
+  PalisadeError,
+  RunFailedError,
+  RunNotFoundError,
+  type SerializedFailure,
+} from '@palisade/sdk';
+import type { Database } from '../db/database.js';
+import type { NotificationHub } from '../db/notification-hub.js';
+import {
+  readRun,
+  readRunHistory,
+  type AttemptRow,
+  type EventRow,
+  type RunRow,
+  type StepRow,
+} from '../queries/read-run.js';
+import { requestCancel } from '../queries/request-cancel.js';
+import type { SchemaNames } from '../queries/schema-names.js';
+
+/** Options of {@link RunHandle.result}. */
+export interface ResultOptions {
+  /** Give up after this long (ms). @defaultValue no limit */
+  readonly timeoutMs?: number;
+  /** Re-read the run at least this often in case a NOTIFY was missed (ms). @defaultValue 5_000 */
+  readonly pollIntervalMs?: number;
+}
+
+/** A run's current state with its steps, attempts and history, as `describe()` returns it. */
+export interface RunDescription {
+  readonly run: RunRow;
+  readonly steps: readonly (StepRow & { readonly attempts: readonly AttemptRow[] })[];
+  readonly events: readonly EventRow[];
+}
+
+/** A reference to one run: wait for its result, describe it, cancel it. Cheap to create; holds no resources. */
+export class RunHandle<O = unknown> {
+  constructor(
+    readonly runId: string,
+    private readonly db: Database,
+    private readonly names: SchemaNames,
+    private readonly hub: NotificationHub,
+  ) {}
+
+  /**
+   * Wait for the run to end and return its output. Wakes on the NOTIFY sent in the transaction that ends the
+   * run, re-reading at most every `pollIntervalMs` as a fallback.
+   * @throws RunFailedError when the run failed (its `failure` is the stored error).
+   * @throws CancelledFailure when the run was cancelled.
+   * @throws PalisadeError `RESULT_TIMEOUT` when `timeoutMs` passed first (the run goes on).
+   * @throws RunNotFoundError when there is no such run.
+   */
+  async result(options: ResultOptions = {}): Promise<O> {
+    const started = performance.now();
+    let wake: (() => void) | undefined;
+    let notified = false;
+    const unsubscribe = await this.hub.subscribe(`run:${this.runId}`, () => {
+      notified = true;
+      wake?.();
+    });
+    try {
+      for (;;) {
+        notified = false;
+        const run = await readRun(this.db, this.names, this.runId);
+        if (!run) throw new RunNotFoundError(`run ${this.runId}`);
+        if (run.status === 'completed') return run.output as O;
+        if (run.status === 'failed') throw new RunFailedError(this.runId, run.error as SerializedFailure);
+        if (run.status === 'cancelled') {
+          throw new CancelledFailure(run.cancel_reason ?? 'cancelled', { runId: this.runId });
+        }
+        const left =
+          options.timeoutMs === undefined ? Infinity : options.timeoutMs - (performance.now() - started);
+        if (left <= 0) {
+          throw new PalisadeError(
+            'RESULT_TIMEOUT',
+            `run ${this.runId} is still ${run.status} after ${options.timeoutMs} ms; it goes on (call result() again)`,
+            { runId: this.runId },
+          );
+        }
+        if (notified) continue;
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, Math.min(left, options.pollIntervalMs ?? 5_000));
+          wake = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        wake = undefined;
+      }
+    } finally {
+      unsubscribe();
+    }
+  }
+
+  /**
+   * The run, its steps (each with its attempts: epoch, token, worker, outcome, duration) and its events.
+   * @throws RunNotFoundError when there is no such run.
+   */
+  async describe(): Promise<RunDescription> {
+    const run = await readRun(this.db, this.names, this.runId);
+    if (!run) throw new RunNotFoundError(`run ${this.runId}`);
+    const history = await readRunHistory(this.db, this.names, this.runId);
+    return {
+      run,
+      steps: history.steps.map((s) => ({
+        ...s,
+        attempts: history.attempts.filter((a) => a.step_id === s.id),
+      })),
+      events: history.events,
+    };
+  }
+
+  /**
+   * Request cancellation. Scheduled steps end at once; a running activity learns at its next heartbeat (its
+   * signal fires with reason `cancelled`) and the step and run then end `cancelled`. Legal any time; a no-op
+   * on a run that already ended (its status is returned).
+   * @throws RunNotFoundError when there is no such run.
+   */
+  async cancel(reason = 'cancelled by request'): Promise<string> {
+    const status = await requestCancel(this.db, this.names, { runId: this.runId, reason });
+    if (status === undefined) throw new RunNotFoundError(`run ${this.runId}`);
+    return status;
+  }
+}

@@ -1,0 +1,148 @@
+import type { PGlite } from '@electric-sql/pglite';
+import { sql, type SQL } from 'drizzle-orm';
+import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import type { Sql } from 'postgres';
+
+/** Any drizzle Postgres database or transaction, whatever the driver. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
+
+/** A notification handler for LISTEN. */
+export type NotifyHandler = (payload: string) => void;
+
+/**
+ * The engine's view of one database, whatever the driver: every engine statement goes through drizzle's
+ * `sql` template and comes back as plain row objects. Implemented for postgres.js and PGlite.
+ */
+export interface Database {
+  readonly driver: 'postgres' | 'pglite';
+  /** The drizzle instance (or transaction) statements run on. */
+  readonly drizzle: AnyPgDatabase;
+  /** Run one statement and return its rows. */
+  rows<T>(query: SQL): Promise<T[]>;
+  /** Run `fn` in a READ COMMITTED transaction on one connection; commits if it resolves, rolls back if it throws. */
+  transaction<T>(fn: (tx: Database) => Promise<T>): Promise<T>;
+  /** LISTEN on `channel`; resolves to an unlisten function. */
+  listen(channel: string, handler: NotifyHandler): Promise<() => Promise<void>>;
+  /**
+   * A handle whose statements run on a connection reserved for lease renewal, so that a pool saturated by
+   * activity queries cannot starve heartbeats (DESIGN.md §4 invariant 7). PGlite has one connection: itself.
+   */
+  reserveHeartbeatConnection(): Promise<Database & { release(): Promise<void> }>;
+  /** Close what this handle opened (not a client the caller passed in). */
+  close(): Promise<void>;
+}
+
+function normalizeRows<T>(result: unknown): T[] {
+  if (Array.isArray(result)) return result as T[];
+  return (result as { rows?: T[] }).rows ?? [];
+}
+
+class DrizzleDatabase implements Database {
+  constructor(
+    readonly driver: 'postgres' | 'pglite',
+    readonly drizzle: AnyPgDatabase,
+    private readonly hooks: {
+      listen: Database['listen'];
+      reserve: Database['reserveHeartbeatConnection'];
+      close: () => Promise<void>;
+    },
+  ) {}
+
+  async rows<T>(query: SQL): Promise<T[]> {
+    return normalizeRows<T>(await this.drizzle.execute(query));
+  }
+
+  transaction<T>(fn: (tx: Database) => Promise<T>): Promise<T> {
+    return this.drizzle.transaction((tx) =>
+      fn(new DrizzleDatabase(this.driver, tx as AnyPgDatabase, this.hooks)),
+    );
+  }
+
+  listen(channel: string, handler: NotifyHandler): Promise<() => Promise<void>> {
+    return this.hooks.listen(channel, handler);
+  }
+
+  reserveHeartbeatConnection(): Promise<Database & { release(): Promise<void> }> {
+    return this.hooks.reserve();
+  }
+
+  close(): Promise<void> {
+    return this.hooks.close();
+  }
+}
+
+/**
+ * Wrap a postgres.js client. `owned` clients are ended by `close()`.
+ * Engine statements are bounded by the server-side `statement_timeout` / `lock_timeout` the caller configured
+ * on the connection (the engine's own clients set them, see `connectPostgres`).
+ */
+export async function fromPostgres(client: Sql, owned: boolean): Promise<Database> {
+  const { drizzle } = await import('drizzle-orm/postgres-js');
+  const db = drizzle(client) as unknown as AnyPgDatabase;
+  const wrap = (c: Sql, close: () => Promise<void>): Database =>
+    new DrizzleDatabase('postgres', drizzle(c), {
+      listen: async (channel, handler) => {
+        const sub = await client.listen(channel, handler);
+        return () => sub.unlisten();
+      },
+      reserve: () => reserve(),
+      close,
+    });
+  const reserve = async (): Promise<Database & { release(): Promise<void> }> => {
+    const reserved = await client.reserve();
+    // A reserved connection carries no `options`; drizzle's driver reads (and patches) the pool's parsers.
+    (reserved as unknown as { options: Sql['options'] }).options ??= client.options;
+    const handle = wrap(reserved, () => Promise.resolve()) as Database & {
+      release(): Promise<void>;
+    };
+    handle.release = () => {
+      reserved.release();
+      return Promise.resolve();
+    };
+    return handle;
+  };
+  return new DrizzleDatabase('postgres', db, {
+    listen: async (channel, handler) => {
+      const sub = await client.listen(channel, handler);
+      return () => sub.unlisten();
+    },
+    reserve,
+    close: async () => {
+      if (owned) await client.end({ timeout: 5 });
+    },
+  });
+}
+
+/** Wrap a PGlite instance (the embedded, single-process database). `owned` instances are closed by `close()`. */
+export async function fromPglite(client: PGlite, owned: boolean): Promise<Database> {
+  const { drizzle } = await import('drizzle-orm/pglite');
+  const db = drizzle(client) as unknown as AnyPgDatabase;
+  const holder: { self?: Database } = {};
+  const hooks = {
+    listen: async (channel: string, handler: NotifyHandler) => {
+      const unlisten = await client.listen(channel, handler);
+      return () => unlisten();
+    },
+    reserve: () => {
+      const handle = Object.create(holder.self as Database) as Database & { release(): Promise<void> };
+      handle.release = () => Promise.resolve();
+      return Promise.resolve(handle);
+    },
+    close: async () => {
+      if (owned && !client.closed) await client.close();
+    },
+  };
+  holder.self = new DrizzleDatabase('pglite', db, hooks);
+  return holder.self;
+}
+
+/** `"name"` quoted as a SQL identifier. */
+export function quoteIdent(name: string): string {
+  return `"${name.replace(/"/g, '""')}"`;
+}
+
+/** A SQL fragment naming `<schema>.<object>`, safely quoted. */
+export function qualified(schema: string, object: string): SQL {
+  return sql.raw(`${quoteIdent(schema)}.${quoteIdent(object)}`);
+}

@@ -1,0 +1,37 @@
+import type { AnyPgDatabase } from './db/database.js';
+
+declare module '@palisade/sdk' {
+  /** Inside `ctx.fencedTransaction(fn)`, `fn` receives the engine's drizzle transaction. */
+  interface FencedTransactionRegistry {
+    transaction: AnyPgDatabase;
+  }
+}
+
+export { Client, type EnqueueOptions } from './client/client.js';
+export { RunHandle, type ResultOptions, type RunDescription } from './client/run-handle.js';
+export type { AnyPgDatabase, Database } from './db/database.js';
+export { createEngine, type CreateEngineOptions, type Engine } from './engine.js';
+export {
+  createFencedResource,
+  type FencedResource,
+  type FencedResourceOptions,
+  type FencingToken,
+} from './fenced-resource.js';
+export {
+  classifyDatabaseError,
+  withInfraRetry,
+  type ErrorClass,
+  type InfraRetryOptions,
+} from './infra-retry.js';
+export { loadMigrations, migrate, type MigrateResult, type Migration } from './migrate.js';
+export {
+  ENGINE_DEFAULTS,
+  WORKER_DEFAULTS,
+  type EngineOptions,
+  type ResolvedEngineOptions,
+  type ResolvedWorkerOptions,
+  type WorkerOptions,
+} from './options.js';
+export type { AttemptRow, EventRow, ListRunsFilter, RunRow, StepRow } from './queries/read-run.js';
+export { Worker, type StopOptions } from './worker/worker.js';
+export { WorkerEvents, type WorkerEventMap } from './worker/worker-events.js';

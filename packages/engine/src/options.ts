@@ -1,0 +1,290 @@
+import type { PGlite } from '@electric-sql/pglite';
+import type { Sql } from 'postgres';
+import { z } from 'zod';
+import {
+  InvalidOptionsError,
+  durationMs,
+  formatIssues,
+  type ActivityDefinition,
+  type Duration,
+} from '@palisade/sdk';
+import type { AnyPgDatabase } from './db/database.js';
+import { MIN_LEASE_MS, MIN_TEST_LEASE_MS, allowsUnsafeTimings } from './internal/unsafe-timings.js';
+import { SCHEMA_NAME } from './queries/schema-names.js';
+
+/** Where the engine's database is. Give at most one of `databaseUrl`, `sql`, `pglite`, `db`. */
+export interface EngineOptions {
+  /** A PostgreSQL connection string; the engine opens (and closes) its own pools. */
+  readonly databaseUrl?: string;
+  /** A postgres.js client the host already has; the engine never ends it. */
+  readonly sql?: Sql;
+  /** A PGlite instance the host already has. */
+  readonly pglite?: PGlite;
+  /** A drizzle instance (postgres.js or PGlite driver) the host already has; its `$client` is used. */
+  readonly db?: AnyPgDatabase;
+  /**
+   * Embedded database directory when none of the above is given: a file-backed PGlite, single process.
+   * `'memory://'` keeps it in memory. @defaultValue `'.palisade/db'` (relative to the working directory)
+   */
+  readonly dataDir?: string;
+  /** Postgres schema holding the engine's tables; lowercase identifier. @defaultValue `'palisade'` */
+  readonly schema?: string;
+  /** Apply pending migrations when the engine is created. @defaultValue true */
+  readonly migrate?: boolean;
+  /** Size of the pool the engine opens for `databaseUrl`. @defaultValue 10 */
+  readonly poolSize?: number;
+  /** Server-side `statement_timeout` of engine connections it opens. @defaultValue 10_000 (ms) */
+  readonly statementTimeoutMs?: Duration;
+  /** Server-side `lock_timeout` of engine connections it opens. @defaultValue 5_000 (ms) */
+  readonly lockTimeoutMs?: Duration;
+}
+
+export const ENGINE_DEFAULTS = Object.freeze({
+  dataDir: '.palisade/db',
+  schema: 'palisade',
+  migrate: true,
+  poolSize: 10,
+  statementTimeoutMs: 10_000,
+  lockTimeoutMs: 5_000,
+});
+
+const engineSchema = z
+  .object({
+    databaseUrl: z
+      .string()
+      .regex(/^postgres(ql)?:\/\//, 'must start with postgres:// or postgresql://')
+      .optional(),
+    sql: z.any().optional(),
+    pglite: z.any().optional(),
+    db: z.any().optional(),
+    dataDir: z.string().min(1).optional(),
+    schema: z
+      .string()
+      .regex(SCHEMA_NAME, 'must be a lowercase identifier of at most 40 characters')
+      .optional(),
+    migrate: z.boolean().optional(),
+    poolSize: z.number().int().min(2, 'must be ≥ 2 (one connection is reserved for heartbeats)').optional(),
+    statementTimeoutMs: durationMs.pipe(z.number().min(100, 'must be ≥ 100 ms')).optional(),
+    lockTimeoutMs: durationMs.pipe(z.number().min(10, 'must be ≥ 10 ms')).optional(),
+  })
+  .strict()
+  .superRefine((o, ctx) => {
+    const given = (['databaseUrl', 'sql', 'pglite', 'db'] as const).filter((k) => o[k] !== undefined);
+    if (given.length > 1) {
+      ctx.addIssue({
+        code: 'custom',
+        path: [given[1] as string],
+        message: `give only one of ${given.join(', ')}`,
+      });
+    }
+  });
+
+/** {@link EngineOptions} with defaults filled. */
+export interface ResolvedEngineOptions {
+  readonly connection:
+    | { readonly kind: 'url'; readonly url: string }
+    | { readonly kind: 'sql'; readonly sql: Sql }
+    | { readonly kind: 'pglite'; readonly pglite: PGlite }
+    | { readonly kind: 'drizzle'; readonly db: AnyPgDatabase }
+    | { readonly kind: 'embedded'; readonly dataDir: string };
+  readonly schema: string;
+  readonly migrate: boolean;
+  readonly poolSize: number;
+  readonly statementTimeoutMs: number;
+  readonly lockTimeoutMs: number;
+}
+
+/** @throws InvalidOptionsError naming each bad option. */
+export function resolveEngineOptions(options: EngineOptions = {}): ResolvedEngineOptions {
+  const parsed = engineSchema.safeParse(options);
+  if (!parsed.success) throw new InvalidOptionsError('engine options', formatIssues(parsed.error.issues));
+  const o = parsed.data;
+  const connection: ResolvedEngineOptions['connection'] = o.databaseUrl
+    ? { kind: 'url', url: o.databaseUrl }
+    : options.sql
+      ? { kind: 'sql', sql: options.sql }
+      : options.pglite
+        ? { kind: 'pglite', pglite: options.pglite }
+        : options.db
+          ? { kind: 'drizzle', db: options.db }
+          : { kind: 'embedded', dataDir: o.dataDir ?? ENGINE_DEFAULTS.dataDir };
+  return Object.freeze({
+    connection,
+    schema: o.schema ?? ENGINE_DEFAULTS.schema,
+    migrate: o.migrate ?? ENGINE_DEFAULTS.migrate,
+    poolSize: o.poolSize ?? ENGINE_DEFAULTS.poolSize,
+    statementTimeoutMs: o.statementTimeoutMs ?? ENGINE_DEFAULTS.statementTimeoutMs,
+    lockTimeoutMs: o.lockTimeoutMs ?? ENGINE_DEFAULTS.lockTimeoutMs,
+  });
+}
+
+/** Options of `engine.worker(...)`. */
+export interface WorkerOptions {
+  /** Activities this worker serves (standalone or called by workflows). */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  readonly activities?: readonly ActivityDefinition<any, any>[];
+  /** Queues to claim from. @defaultValue `['default']` */
+  readonly queues?: readonly string[];
+  /** Activity attempts run at once. @defaultValue 10 */
+  readonly concurrency?: number;
+  /** Identifies this worker in attempts, events and logs. @defaultValue `<hostname>:<pid>:<random>` */
+  readonly workerId?: string;
+  /**
+   * How often all leases of this worker are renewed, in one statement. Must be ≤ leaseMs / 3 of every activity
+   * served. @defaultValue leaseMs / 3 of the activity with the shortest lease
+   */
+  readonly heartbeatIntervalMs?: Duration;
+  /** Client-side timeout of one heartbeat; must be ≤ heartbeatIntervalMs. @defaultValue heartbeatIntervalMs / 2 */
+  readonly heartbeatTimeoutMs?: Duration;
+  /**
+   * Safety margin M subtracted from the local lease deadline, so the worker aborts before the database lets
+   * another worker claim. Must be > 0 and < leaseMs / 3 of every activity. @defaultValue max(leaseMs / 10, 1 s)
+   * per activity, capped below leaseMs / 3
+   */
+  readonly leaseSafetyMarginMs?: Duration;
+  /** Assumed maximum clock-rate error between worker and database (ρ). @defaultValue 0.001 */
+  readonly clockRateError?: number;
+  /** A claim that arrives with less than this fraction of its lease left is released unstarted. @defaultValue 0.5 */
+  readonly minGrantFreshness?: number;
+  /** Polling fallback when no NOTIFY arrives; also the cadence of expiry maintenance. @defaultValue 1_000 (ms) */
+  readonly pollIntervalMs?: Duration;
+  /** Default grace period of `stop()`. @defaultValue 10_000 (ms) */
+  readonly shutdownGraceMs?: Duration;
+}
+
+export const WORKER_DEFAULTS = Object.freeze({
+  queues: ['default'] as readonly string[],
+  concurrency: 10,
+  clockRateError: 0.001,
+  minGrantFreshness: 0.5,
+  pollIntervalMs: 1_000,
+  shutdownGraceMs: 10_000,
+});
+
+/** Timing of one served activity, checked against the worker's heartbeat settings. */
+export interface ActivityTiming {
+  readonly leaseMs: number;
+  readonly startToCloseTimeoutMs: number;
+  /** M for this activity's attempts. */
+  readonly safetyMarginMs: number;
+}
+
+/** {@link WorkerOptions} with defaults filled and every timing constraint checked. */
+export interface ResolvedWorkerOptions {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  readonly activities: ReadonlyMap<string, ActivityDefinition<any, any>>;
+  readonly timings: ReadonlyMap<string, ActivityTiming>;
+  readonly queues: readonly string[];
+  readonly concurrency: number;
+  readonly workerId: string;
+  readonly heartbeatIntervalMs: number;
+  readonly heartbeatTimeoutMs: number;
+  readonly clockRateError: number;
+  readonly minGrantFreshness: number;
+  readonly pollIntervalMs: number;
+  readonly shutdownGraceMs: number;
+}
+
+const NAME = /^[A-Za-z0-9_.:-]{1,128}$/;
+
+const workerSchema = z
+  .object({
+    activities: z.array(z.any()).optional(),
+    workflows: z.array(z.any()).optional(),
+    queues: z
+      .array(z.string().regex(NAME, 'must be 1–128 letters, digits, _ . : -'))
+      .min(1, 'must name a queue')
+      .optional(),
+    concurrency: z
+      .number()
+      .int('must be a whole number')
+      .min(1, 'must be ≥ 1')
+      .max(1000, 'must be ≤ 1000')
+      .optional(),
+    workflowConcurrency: z.number().int().min(1).max(1000).optional(),
+    workerId: z.string().min(1).max(200).optional(),
+    heartbeatIntervalMs: durationMs.optional(),
+    heartbeatTimeoutMs: durationMs.optional(),
+    leaseSafetyMarginMs: durationMs.optional(),
+    clockRateError: z.number().min(0).max(0.1, 'must be ≤ 0.1').optional(),
+    minGrantFreshness: z.number().min(0).max(0.9, 'must be ≤ 0.9').optional(),
+    pollIntervalMs: durationMs.pipe(z.number().min(10, 'must be ≥ 10 ms')).optional(),
+    shutdownGraceMs: durationMs.optional(),
+  })
+  .strict();
+
+/**
+ * Validate worker options against the activities they serve (DESIGN.md §4 invariant 9; I13): lease ≥ 3 s,
+ * heartbeat interval ≤ lease / 3, heartbeat timeout ≤ heartbeat interval, 0 < margin < lease / 3. Tests may go
+ * lower only through `unsafeTestTimings()` of `@palisade/engine/testing`.
+ * @throws InvalidOptionsError naming every violated rule with the values involved.
+ */
+export function resolveWorkerOptions(options: WorkerOptions, defaultWorkerId: string): ResolvedWorkerOptions {
+  const parsed = workerSchema.safeParse(options);
+  if (!parsed.success) throw new InvalidOptionsError('worker options', formatIssues(parsed.error.issues));
+  const o = parsed.data;
+  const unsafe = allowsUnsafeTimings(options);
+  const minLeaseMs = unsafe ? MIN_TEST_LEASE_MS : MIN_LEASE_MS;
+  const issues: { path: string; message: string }[] = [];
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  const activities = new Map<string, ActivityDefinition<any, any>>();
+  for (const [i, a] of (options.activities ?? []).entries()) {
+    if (!a || a.kind !== 'activity') {
+      issues.push({ path: `activities.${i}`, message: 'is not an activity from defineActivity()' });
+    } else if (activities.has(a.name)) {
+      issues.push({ path: `activities.${i}`, message: `activity name ${a.name} is served twice` });
+    } else activities.set(a.name, a);
+  }
+  const leases = [...activities.values()].map((a) => a.leaseMs);
+  const shortestLeaseMs = leases.length > 0 ? Math.min(...leases) : 30_000;
+  const heartbeatIntervalMs = o.heartbeatIntervalMs ?? Math.max(1, Math.floor(shortestLeaseMs / 3));
+  const heartbeatTimeoutMs = o.heartbeatTimeoutMs ?? Math.max(1, Math.floor(heartbeatIntervalMs / 2));
+  if (heartbeatTimeoutMs > heartbeatIntervalMs) {
+    issues.push({
+      path: 'heartbeatTimeoutMs',
+      message: `must be ≤ heartbeatIntervalMs (${heartbeatIntervalMs} ms), got ${heartbeatTimeoutMs} ms`,
+    });
+  }
+  if (heartbeatIntervalMs <= 0) issues.push({ path: 'heartbeatIntervalMs', message: 'must be > 0' });
+  const timings = new Map<string, ActivityTiming>();
+  for (const a of activities.values()) {
+    if (a.leaseMs < minLeaseMs) {
+      issues.push({
+        path: `activities.${a.name}.leaseMs`,
+        message: `must be ≥ ${minLeaseMs} ms, got ${a.leaseMs} ms (shorter leases expire on ordinary pauses)`,
+      });
+    }
+    if (heartbeatIntervalMs * 3 > a.leaseMs) {
+      issues.push({
+        path: 'heartbeatIntervalMs',
+        message: `must be ≤ leaseMs / 3 of activity ${a.name} (${Math.floor(a.leaseMs / 3)} ms), got ${heartbeatIntervalMs} ms`,
+      });
+    }
+    const margin = o.leaseSafetyMarginMs ?? Math.min(Math.max(a.leaseMs / 10, 1_000), a.leaseMs / 3 - 1);
+    if (!(margin > 0) || margin >= a.leaseMs / 3) {
+      issues.push({
+        path: 'leaseSafetyMarginMs',
+        message: `must be > 0 and < leaseMs / 3 of activity ${a.name} (${Math.floor(a.leaseMs / 3)} ms), got ${margin} ms`,
+      });
+    }
+    timings.set(a.name, {
+      leaseMs: a.leaseMs,
+      startToCloseTimeoutMs: a.startToCloseTimeoutMs,
+      safetyMarginMs: margin,
+    });
+  }
+  if (issues.length > 0) throw new InvalidOptionsError('worker options', issues);
+  return Object.freeze({
+    activities,
+    timings,
+    queues: Object.freeze([...(o.queues ?? WORKER_DEFAULTS.queues)]),
+    concurrency: o.concurrency ?? WORKER_DEFAULTS.concurrency,
+    workerId: o.workerId ?? defaultWorkerId,
+    heartbeatIntervalMs,
+    heartbeatTimeoutMs,
+    clockRateError: o.clockRateError ?? WORKER_DEFAULTS.clockRateError,
+    minGrantFreshness: o.minGrantFreshness ?? WORKER_DEFAULTS.minGrantFreshness,
+    pollIntervalMs: o.pollIntervalMs ?? WORKER_DEFAULTS.pollIntervalMs,
+    shutdownGraceMs: o.shutdownGraceMs ?? WORKER_DEFAULTS.shutdownGraceMs,
+  });
+}

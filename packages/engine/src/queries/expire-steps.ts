@@ -1,0 +1,86 @@
+import { sql } from 'drizzle-orm';
+import type { Database } from '../db/database.js';
+import type { SchemaNames } from './schema-names.js';
+
+export interface ExpiredStepRow {
+  id: string;
+  run_id: string;
+  status: 'failed' | 'cancelled';
+}
+
+/**
+ * End the running steps whose lease expired and that must not be reclaimed: their retry budget is used up
+ * (attempts are counted at claim, so a job that kills its worker is not retried forever — case F08) or a
+ * cancel was requested while their owner was gone. The step ends `failed` with a reason that says the lease
+ * expired (or the start-to-close timeout passed), or `cancelled`.
+ *
+ * This is maintenance of running rows, so it is fenced like a claim (invariant 5; I8): `FOR UPDATE SKIP
+ * LOCKED`, the expiry re-checked on the locked version, and the token bumped from the global sequence in the
+ * same statement, so the zombie owner's later writes fail. The same statement ends the attempt row, appends
+ * the terminal events, ends a standalone run or wakes a workflow turn, and NOTIFYs result waiters.
+ */
+export async function expireSteps(db: Database, n: SchemaNames, limit = 100): Promise<ExpiredStepRow[]> {
+  const maxAttempts = sql`(s.retry_policy->>'maximumAttempts')::int`;
+  return db.rows<ExpiredStepRow>(sql`
+    WITH clock AS MATERIALIZED (SELECT ${n.now} AS t),
+    picked AS (
+      SELECT s.id, s.fencing_token AS prev_token, s.lease_expires_at AS prev_lease_expires_at,
+             s.lease_expires_at >= s.attempt_deadline_at AS timed_out,
+             s.cancel_requested_at IS NOT NULL AS cancel_requested, ${maxAttempts} AS max_attempts
+        FROM ${n.steps} s
+       WHERE s.status = 'running' AND s.lease_expires_at <= (SELECT t FROM clock)
+         AND (s.cancel_requested_at IS NOT NULL OR s.attempt >= ${maxAttempts})
+       LIMIT ${limit}
+       FOR UPDATE OF s SKIP LOCKED),
+    ended AS (
+      UPDATE ${n.steps} s
+         SET status = CASE WHEN p.cancel_requested THEN 'cancelled' ELSE 'failed' END,
+             fencing_token = ${n.nextToken},
+             next_run_at = NULL,
+             finished_at = ${n.now},
+             error = CASE WHEN p.cancel_requested THEN
+                       jsonb_build_object('type', 'CancelledFailure', 'nonRetryable', true,
+                         'message', format('cancelled; attempt %s (token %s) lost its lease before acknowledging the cancel',
+                                           s.attempt, p.prev_token))
+                     ELSE
+                       jsonb_build_object('type', CASE WHEN p.timed_out THEN 'StartToCloseTimeout' ELSE 'LeaseExpired' END,
+                         'nonRetryable', true,
+                         'message', format('attempt %s of %s (token %s) %s; no attempts left', s.attempt, p.max_attempts,
+                                           p.prev_token,
+                                           CASE WHEN p.timed_out THEN 'passed its start-to-close timeout'
+                                                ELSE 'lost its lease: the lease expired (worker lost or stalled)' END))
+                     END
+        FROM picked p
+       WHERE s.id = p.id AND s.status = 'running' AND s.lease_expires_at <= ${n.now}
+      RETURNING s.id, s.run_id, s.status, s.error, s.attempt, s.epoch, p.prev_token, p.prev_lease_expires_at, p.timed_out),
+    ended_attempts AS (
+      UPDATE ${n.attempts} a
+         SET outcome = CASE WHEN e.timed_out THEN 'timed_out' ELSE 'lease_expired' END, ended_at = e.prev_lease_expires_at
+        FROM ended e WHERE a.fencing_token = e.prev_token AND a.outcome IS NULL
+      RETURNING 1),
+    step_events AS (
+      INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
+      SELECT run_id, id, 'step:' || status, attempt, epoch, prev_token, jsonb_build_object('error', error), true, ${n.now}
+        FROM ended
+      RETURNING 1),
+    finished_runs AS (
+      UPDATE ${n.runs} r SET status = e.status, error = e.error, finished_at = ${n.now}
+        FROM ended e
+       WHERE r.id = e.run_id AND r.kind = 'activity' AND r.status IN ('pending', 'running')
+      RETURNING r.id, r.status, r.error),
+    run_events AS (
+      INSERT INTO ${n.events} (run_id, type, data, terminal, at)
+      SELECT id, 'run:' || status, jsonb_build_object('error', error), true, ${n.now} FROM finished_runs
+      RETURNING 1),
+    woken_runs AS (
+      UPDATE ${n.runs} r SET turn_next_run_at = least(coalesce(r.turn_next_run_at, ${n.now}), ${n.now})
+       WHERE r.id IN (SELECT run_id FROM ended) AND r.kind = 'workflow' AND r.status IN ('pending', 'running')
+      RETURNING r.id, r.queue),
+    notified AS (
+      SELECT pg_notify(${n.channel}, 'run:' || id::text) FROM finished_runs
+      UNION ALL SELECT pg_notify(${n.channel}, 'turn:' || queue) FROM woken_runs)
+    SELECT e.id::text, e.run_id::text, e.status,
+           (SELECT count(*) FROM ended_attempts) + (SELECT count(*) FROM step_events)
+             + (SELECT count(*) FROM run_events) + (SELECT count(*) FROM notified) AS effects
+      FROM ended e`);
+}

@@ -1,0 +1,82 @@
+import { sql } from 'drizzle-orm';
+import type { SerializedFailure } from '@palisade/sdk';
+import type { Database } from '../db/database.js';
+import {
+  fencedResultColumns,
+  rejectionCtes,
+  settleFencedResult,
+  stepFence,
+  type AttemptRef,
+  type FencedResultRow,
+} from './fenced-outcome.js';
+import { msInterval, type SchemaNames } from './schema-names.js';
+
+export interface FailStepParams extends AttemptRef {
+  readonly nonce: string;
+  readonly error: SerializedFailure;
+  /** Decided by the worker from the stored retry policy (`retryDecision`). */
+  readonly retry: boolean;
+  /** Attempt-row outcome: `failed`, `timed_out` (start-to-close passed) or `cancelled`. */
+  readonly outcome?: 'failed' | 'timed_out' | 'cancelled';
+}
+
+/**
+ * Record a failed attempt (I3, I7). Only if the fence holds: with `retry`, the step goes back to `scheduled`
+ * and `next_run_at = now + retry_delay_ms(policy, attempt)` — the backoff is persisted, so it survives worker
+ * restarts — and workers are NOTIFYed when it falls due; without, the step ends `failed` (or `cancelled`) with
+ * its terminal event, and a standalone run ends with it (NOTIFY for result waiters) or a workflow's next turn
+ * is woken. Idempotent on retry after an unknown outcome (this attempt's nonce is the step's `ended_nonce`).
+ * Otherwise the rejection is recorded in the same statement and {@link LeaseLostError} is thrown.
+ */
+export async function failStep(
+  db: Database,
+  n: SchemaNames,
+  p: FailStepParams,
+): Promise<'applied' | 'replayed'> {
+  const error = JSON.stringify(p.error);
+  const terminalStatus = p.outcome === 'cancelled' ? 'cancelled' : 'failed';
+  const rows = await db.rows<FencedResultRow>(sql`
+    WITH applied AS (
+      UPDATE ${n.steps} s
+         SET status = CASE WHEN ${p.retry} THEN 'scheduled' ELSE ${terminalStatus} END,
+             error = ${error}::jsonb, ended_nonce = s.nonce,
+             next_run_at = CASE WHEN ${p.retry}
+                                THEN ${n.now} + ${msInterval(sql`${n.retryDelayMs}(s.retry_policy, s.attempt)`)} END,
+             finished_at = CASE WHEN ${p.retry} THEN NULL ELSE ${n.now} END
+       WHERE ${stepFence(n, 's', p)}
+      RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, s.worker_id, s.status, s.next_run_at, s.queue),
+    ended AS (
+      UPDATE ${n.attempts} a SET outcome = ${p.outcome ?? 'failed'}, ended_at = ${n.now}, error = ${error}::jsonb
+        FROM applied WHERE a.fencing_token = applied.fencing_token
+      RETURNING 1),
+    step_event AS (
+      INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, worker_id, data, terminal, at)
+      SELECT run_id, id,
+             CASE WHEN status = 'scheduled' THEN 'attempt:failed' ELSE 'step:' || status END,
+             attempt, epoch, fencing_token, worker_id,
+             jsonb_build_object('error', ${error}::jsonb, 'retryAt', next_run_at), status <> 'scheduled', ${n.now}
+        FROM applied
+      RETURNING 1),
+    finished_run AS (
+      UPDATE ${n.runs} r SET status = ${terminalStatus}, error = ${error}::jsonb, finished_at = ${n.now}
+       WHERE r.id IN (SELECT run_id FROM applied WHERE status <> 'scheduled')
+         AND r.kind = 'activity' AND r.status IN ('pending', 'running')
+      RETURNING r.id),
+    run_event AS (
+      INSERT INTO ${n.events} (run_id, type, data, terminal, at)
+      SELECT id, 'run:' || ${terminalStatus}, jsonb_build_object('error', ${error}::jsonb), true, ${n.now} FROM finished_run
+      RETURNING 1),
+    woken_run AS (
+      UPDATE ${n.runs} r SET turn_next_run_at = least(coalesce(r.turn_next_run_at, ${n.now}), ${n.now})
+       WHERE r.id IN (SELECT run_id FROM applied WHERE status <> 'scheduled')
+         AND r.kind = 'workflow' AND r.status IN ('pending', 'running')
+      RETURNING r.id, r.queue),
+    notified AS (
+      SELECT pg_notify(${n.channel}, 'run:' || id::text) FROM finished_run
+      UNION ALL SELECT pg_notify(${n.channel}, 'turn:' || queue) FROM woken_run),
+    ${rejectionCtes(n, { ...p, operation: 'fail', replayWhen: sql`cur.ended_nonce = ${p.nonce}::uuid AND cur.fencing_token = ${p.token.toString()}::bigint` })}
+    SELECT ${fencedResultColumns},
+           (SELECT count(*) FROM ended) + (SELECT count(*) FROM step_event) + (SELECT count(*) FROM run_event)
+             + (SELECT count(*) FROM notified) AS effects`);
+  return settleFencedResult(rows[0], p, 'fail');
+}

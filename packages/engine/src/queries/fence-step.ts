@@ -1,0 +1,46 @@
+import { sql } from 'drizzle-orm';
+import type { Database } from '../db/database.js';
+import {
+  fencedResultColumns,
+  rejectionCtes,
+  settleFencedResult,
+  stepFence,
+  type AttemptRef,
+  type FencedResultRow,
+} from './fenced-outcome.js';
+import type { SchemaNames } from './schema-names.js';
+
+/**
+ * The fence of `ctx.fencedTransaction` (I17), run as the LAST statement of the user's transaction: touches the
+ * step row only if the attempt still owns it. If a reclaim committed earlier, the token differs and this
+ * matches nothing (the caller rolls back); if not, the row lock taken here is held through COMMIT, so no
+ * reclaim can interleave between the check and the commit. It does not lock the step at the start of the
+ * transaction: the attempt's own heartbeat would then queue behind the user's writes.
+ * @returns true when the fence holds.
+ */
+export async function fenceStep(
+  tx: Database,
+  n: SchemaNames,
+  p: { stepId: string; token: bigint; nonce: string },
+): Promise<boolean> {
+  const rows = await tx.rows<{ ok: number }>(sql`
+    UPDATE ${n.steps} s SET last_fenced_write_at = ${n.now} WHERE ${stepFence(n, 's', p)} RETURNING 1 AS ok`);
+  return rows.length === 1;
+}
+
+/**
+ * Record, in its own statement, that a fenced write of `operation` was rejected (used when the write's own
+ * transaction had to roll back, taking any event written inside it along), and throw {@link LeaseLostError}.
+ */
+export async function recordStaleRejection(
+  db: Database,
+  n: SchemaNames,
+  p: AttemptRef & { nonce: string; operation: 'fenced-transaction' | 'heartbeat' },
+): Promise<never> {
+  const rows = await db.rows<FencedResultRow>(sql`
+    WITH applied AS (SELECT NULL::uuid AS id WHERE false),
+    ${rejectionCtes(n, p)}
+    SELECT ${fencedResultColumns}`);
+  settleFencedResult(rows[0], p, p.operation);
+  throw new Error('unreachable: a fenced write with nothing applied was settled as applied');
+}

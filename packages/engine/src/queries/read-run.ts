@@ -1,0 +1,113 @@
+import { sql } from 'drizzle-orm';
+import type { Database } from '../db/database.js';
+import type { SchemaNames } from './schema-names.js';
+
+export interface RunRow {
+  id: string;
+  kind: 'workflow' | 'activity';
+  name: string;
+  status: 'pending' | 'running' | 'completed' | 'failed' | 'cancelled';
+  input: unknown;
+  output: unknown;
+  error: unknown;
+  idempotency_key: string | null;
+  queue: string;
+  priority: number;
+  cancel_reason: string | null;
+  created_at: string;
+  started_at: string | null;
+  finished_at: string | null;
+}
+
+const RUN_COLUMNS = sql`id::text, kind, name, status, input, output, error, idempotency_key, queue, priority, cancel_reason,
+  to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS created_at,
+  to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS started_at,
+  to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS finished_at`;
+
+/** One run by id; plain read. */
+export async function readRun(db: Database, n: SchemaNames, runId: string): Promise<RunRow | undefined> {
+  if (!/^[0-9a-f-]{36}$/i.test(runId)) return undefined;
+  const rows = await db.rows<RunRow>(sql`SELECT ${RUN_COLUMNS} FROM ${n.runs} WHERE id = ${runId}::uuid`);
+  return rows[0];
+}
+
+export interface ListRunsFilter {
+  readonly status?: RunRow['status'] | undefined;
+  readonly name?: string | undefined;
+  readonly limit?: number | undefined;
+}
+
+/** Newest runs first, filtered; plain read. */
+export async function listRuns(db: Database, n: SchemaNames, f: ListRunsFilter = {}): Promise<RunRow[]> {
+  return db.rows<RunRow>(sql`
+    SELECT ${RUN_COLUMNS} FROM ${n.runs}
+     WHERE (${f.status ?? null}::text IS NULL OR status = ${f.status ?? null})
+       AND (${f.name ?? null}::text IS NULL OR name = ${f.name ?? null})
+     ORDER BY created_at DESC, id
+     LIMIT ${f.limit ?? 50}`);
+}
+
+export interface StepRow {
+  id: string;
+  seq: number;
+  kind: string;
+  name: string;
+  status: string;
+  attempt: number;
+  epoch: number;
+  token: string | null;
+  output: unknown;
+  error: unknown;
+  next_run_at: string | null;
+  lease_expires_at: string | null;
+}
+
+export interface AttemptRow {
+  step_id: string | null;
+  kind: string;
+  attempt: number;
+  epoch: number;
+  token: string;
+  worker_id: string;
+  claimed_at: string;
+  ended_at: string | null;
+  outcome: string | null;
+  duration_ms: number | null;
+}
+
+export interface EventRow {
+  id: string;
+  step_id: string | null;
+  type: string;
+  attempt: number | null;
+  epoch: number | null;
+  token: string | null;
+  worker_id: string | null;
+  data: unknown;
+  at: string;
+}
+
+const ts = (col: string) => sql.raw(`to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`);
+
+/** A run's steps, attempts and events, in order; plain reads in one REPEATABLE-READ-free pass (may interleave). */
+export async function readRunHistory(
+  db: Database,
+  n: SchemaNames,
+  runId: string,
+): Promise<{ steps: StepRow[]; attempts: AttemptRow[]; events: EventRow[] }> {
+  const [steps, attempts, events] = await Promise.all([
+    db.rows<StepRow>(sql`
+      SELECT id::text, seq, kind, name, status, attempt, epoch, fencing_token::text AS token, output, error,
+             ${ts('next_run_at')} AS next_run_at, ${ts('lease_expires_at')} AS lease_expires_at
+        FROM ${n.steps} WHERE run_id = ${runId}::uuid ORDER BY seq`),
+    db.rows<AttemptRow>(sql`
+      SELECT step_id::text, kind, attempt, epoch, fencing_token::text AS token, worker_id,
+             ${ts('claimed_at')} AS claimed_at, ${ts('ended_at')} AS ended_at, outcome,
+             (extract(epoch FROM (ended_at - claimed_at)) * 1000)::float8 AS duration_ms
+        FROM ${n.attempts} WHERE run_id = ${runId}::uuid ORDER BY id`),
+    db.rows<EventRow>(sql`
+      SELECT id::text, step_id::text, type, attempt, epoch, fencing_token::text AS token, worker_id, data, ${ts('at')} AS at
+        FROM ${n.events} e WHERE e.run_id = ${runId}::uuid ORDER BY e.id`),
+  ]);
+  return { steps, attempts, events };
+}

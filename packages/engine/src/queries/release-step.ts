@@ -1,0 +1,48 @@
+import { sql } from 'drizzle-orm';
+import type { Database } from '../db/database.js';
+import {
+  fencedResultColumns,
+  rejectionCtes,
+  settleFencedResult,
+  stepFence,
+  type AttemptRef,
+  type FencedResultRow,
+} from './fenced-outcome.js';
+import type { SchemaNames } from './schema-names.js';
+
+export interface ReleaseStepParams extends AttemptRef {
+  readonly nonce: string;
+  /** Why: `shutdown` (worker stopping) or `stale-grant` (the claim arrived with too little lease left). */
+  readonly why: 'shutdown' | 'stale-grant' | 'ambiguous-claim';
+}
+
+/**
+ * Hand a step back, claimable at once by any worker (no waiting for the lease to expire): only if the fence
+ * holds, the step returns to `scheduled` with `next_run_at = now`, and the released claim is not charged to the
+ * retry budget (`attempt − 1`; `epoch` keeps counting it). The attempt row ends `released`, an
+ * `attempt:released` event is appended and workers are NOTIFYed. A rejection is recorded in the same statement
+ * and raises {@link LeaseLostError}.
+ */
+export async function releaseStep(db: Database, n: SchemaNames, p: ReleaseStepParams): Promise<void> {
+  const rows = await db.rows<FencedResultRow>(sql`
+    WITH applied AS (
+      UPDATE ${n.steps} s
+         SET status = 'scheduled', attempt = s.attempt - 1, next_run_at = ${n.now}, lease_expires_at = NULL
+       WHERE ${stepFence(n, 's', p)}
+      RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, s.worker_id, s.queue),
+    ended AS (
+      UPDATE ${n.attempts} a SET outcome = 'released', ended_at = ${n.now}
+        FROM applied WHERE a.fencing_token = applied.fencing_token
+      RETURNING 1),
+    step_event AS (
+      INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, worker_id, data, at)
+      SELECT run_id, id, 'attempt:released', attempt + 1, epoch, fencing_token, worker_id,
+             jsonb_build_object('why', ${p.why}::text), ${n.now}
+        FROM applied
+      RETURNING 1),
+    notified AS (SELECT pg_notify(${n.channel}, 'step:' || queue) FROM applied),
+    ${rejectionCtes(n, { ...p, operation: 'release' })}
+    SELECT ${fencedResultColumns},
+           (SELECT count(*) FROM ended) + (SELECT count(*) FROM step_event) + (SELECT count(*) FROM notified) AS effects`);
+  settleFencedResult(rows[0], p, 'release');
+}

@@ -1,0 +1,53 @@
+import { sql, type SQL } from 'drizzle-orm';
+import { quoteIdent } from '../db/database.js';
+
+/**
+ * SQL fragments naming the objects of one engine schema. All engine statements are raw SQL (they lean on
+ * CTEs, `FOR UPDATE SKIP LOCKED` and sequences), so they name tables through these instead of the drizzle
+ * table objects.
+ */
+export interface SchemaNames {
+  readonly schema: string;
+  readonly runs: SQL;
+  readonly steps: SQL;
+  readonly attempts: SQL;
+  readonly events: SQL;
+  readonly fences: SQL;
+  readonly clockOffset: SQL;
+  /** `nextval(...)` of the global fencing-token sequence. */
+  readonly nextToken: SQL;
+  /** The one time function: `<schema>.now()`. */
+  readonly now: SQL;
+  /** `<schema>.retry_delay_ms` (call it as `${n.retryDelayMs}(policy, attempt)`). */
+  readonly retryDelayMs: SQL;
+  /** LISTEN/NOTIFY channel of this schema. */
+  readonly channel: string;
+}
+
+/** Valid engine schema names: lowercase identifiers, so the NOTIFY channel name needs no quoting. */
+export const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,39}$/;
+
+export function schemaNames(schema: string): SchemaNames {
+  if (!SCHEMA_NAME.test(schema))
+    throw new TypeError(`schema name ${JSON.stringify(schema)} must match ${SCHEMA_NAME}`);
+  const q = quoteIdent(schema);
+  const t = (name: string) => sql.raw(`${q}.${quoteIdent(name)}`);
+  return {
+    schema,
+    runs: t('runs'),
+    steps: t('steps'),
+    attempts: t('attempts'),
+    events: t('events'),
+    fences: t('fences'),
+    clockOffset: t('clock_offset'),
+    nextToken: sql.raw(`nextval('${q}."fencing_token_seq"')`),
+    now: sql.raw(`${q}."now"()`),
+    retryDelayMs: sql.raw(`${q}."retry_delay_ms"`),
+    channel: `palisade_${schema}`,
+  };
+}
+
+/** Milliseconds as an interval: `${ms(expr)}`. */
+export function msInterval(expr: SQL): SQL {
+  return sql`((${expr}) * interval '1 millisecond')`;
+}

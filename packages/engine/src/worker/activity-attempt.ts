@@ -1,0 +1,380 @@
+import { sql } from 'drizzle-orm';
+import {
+  AttemptAbortedError,
+  CancelledFailure,
+  LeaseLostError,
+  ValidationError,
+  retryDecision,
+  serializeFailure,
+  validate,
+  type AbortReason,
+  type ActivityContext,
+  type ActivityDefinition,
+  type FencedTransaction,
+  type PalisadeError,
+  type ResolvedRetryPolicy,
+  type SerializedFailure,
+} from '@palisade/sdk';
+import type { Logger } from 'pino';
+import type { Database } from '../db/database.js';
+import { withInfraRetry } from '../infra-retry.js';
+import type { ActivityTiming } from '../options.js';
+import type { ClaimedStepRow } from '../queries/claim-steps.js';
+import { completeStep } from '../queries/complete-step.js';
+import { failStep } from '../queries/fail-step.js';
+import { fenceStep, recordStaleRejection } from '../queries/fence-step.js';
+import { releaseStep } from '../queries/release-step.js';
+import type { SchemaNames } from '../queries/schema-names.js';
+import type { AttemptRef } from '../queries/fenced-outcome.js';
+import { localLeaseDeadline, monotonicNow } from './lease-clock.js';
+import type { WorkerEvents } from './worker-events.js';
+
+/** What an attempt needs from its worker. */
+export interface AttemptServices {
+  readonly db: Database;
+  readonly names: SchemaNames;
+  readonly workerId: string;
+  readonly clockRateError: number;
+  readonly logger: Logger;
+  readonly events: WorkerEvents;
+  /** Ask the heartbeat loop to renew now (coalesced; at most one heartbeat in flight). */
+  requestHeartbeat(): void;
+}
+
+class FenceFailed extends Error {}
+
+/** How long a shutdown abort waits for the activity to stop before leaving its lease to expire (ms). */
+const SHUTDOWN_SETTLE_MS = 1_000;
+
+/**
+ * One claimed attempt of an activity on this worker: its local lease deadline, its abort signal, the context
+ * handed to user code, and the recording of its outcome. Every owner write goes through a fenced statement;
+ * after the first rejection the context is poisoned (I5) and every later call throws without touching the DB.
+ */
+export class ActivityAttempt {
+  readonly ref: AttemptRef & { readonly nonce: string };
+  readonly controller = new AbortController();
+  readonly timing: ActivityTiming;
+  /** Monotonic ms after which the worker must consider the lease lost. */
+  localDeadlineMs: number;
+  /** Monotonic ms of the local start-to-close deadline. */
+  readonly attemptDeadlineMs: number;
+  /** Details passed to ctx.heartbeat and not yet stored. */
+  pendingDetails: { value: unknown } | undefined;
+  private poison: PalisadeError | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private waiters: { sentAfter: number; resolve: () => void; reject: (e: unknown) => void }[] = [];
+  private readonly label: string;
+
+  constructor(
+    readonly row: ClaimedStepRow,
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    readonly definition: ActivityDefinition<any, any>,
+    timing: ActivityTiming,
+    claimSentAtMs: number,
+    private readonly services: AttemptServices,
+  ) {
+    this.timing = timing;
+    this.label = `${row.name}#${row.seq}`;
+    this.ref = {
+      runId: row.run_id,
+      stepId: row.id,
+      stepLabel: this.label,
+      attempt: row.attempt,
+      token: BigInt(row.token),
+      nonce: row.nonce,
+    };
+    this.localDeadlineMs = localLeaseDeadline(claimSentAtMs, row.remaining_ms, this.clockSettings());
+    this.attemptDeadlineMs =
+      claimSentAtMs + row.start_to_close_timeout_ms * (1 - services.clockRateError) - timing.safetyMarginMs;
+    this.armTimer();
+  }
+
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  /** True while the attempt may still make owner writes. */
+  get live(): boolean {
+    return !this.controller.signal.aborted;
+  }
+
+  private clockSettings() {
+    return { clockRateError: this.services.clockRateError, safetyMarginMs: this.timing.safetyMarginMs };
+  }
+
+  /** A heartbeat sent at `sentAtMs` renewed the lease with `remainingMs` left: move the deadline forward. */
+  leaseRenewed(sentAtMs: number, remainingMs: number): void {
+    if (!this.live) return;
+    const next = localLeaseDeadline(sentAtMs, remainingMs, this.clockSettings());
+    if (next > this.localDeadlineMs) {
+      this.localDeadlineMs = next;
+      this.armTimer();
+    }
+    for (const w of this.waiters.filter((w) => w.sentAfter <= sentAtMs)) w.resolve();
+    this.waiters = this.waiters.filter((w) => w.sentAfter > sentAtMs);
+  }
+
+  /** The database rejected this attempt's write: poison the context and fire the signal. */
+  leaseLost(error: LeaseLostError): void {
+    if (!this.poison) this.poison = error;
+    this.services.events.emit('attempt:stale-rejected', { attempt: this.ref, error });
+    this.abort('lease-lost', error.message, error);
+  }
+
+  /** Fire the signal with `reason`; idempotent (the first reason wins). */
+  abort(reason: AbortReason, message: string, cause?: unknown): void {
+    if (this.controller.signal.aborted) return;
+    const error = new AttemptAbortedError(reason, `${this.label} attempt ${this.ref.attempt}: ${message}`, {
+      ...this.ref,
+      cause,
+    });
+    if (!this.poison)
+      this.poison = reason === 'lease-lost' && cause instanceof LeaseLostError ? cause : error;
+    clearTimeout(this.timer);
+    this.services.logger.warn(
+      { step: this.label, token: this.ref.token.toString(), reason },
+      'attempt:aborted',
+    );
+    this.services.events.emit('attempt:aborted', { attempt: this.ref, reason, error });
+    this.controller.abort(error);
+    for (const w of this.waiters) w.reject(this.poison);
+    this.waiters = [];
+  }
+
+  private armTimer(): void {
+    clearTimeout(this.timer);
+    const due = Math.min(this.localDeadlineMs, this.attemptDeadlineMs);
+    this.timer = setTimeout(() => this.onTimer(), Math.max(0, due - monotonicNow()));
+    this.timer.unref?.();
+  }
+
+  private onTimer(): void {
+    const now = monotonicNow();
+    if (now >= this.attemptDeadlineMs) {
+      this.abort('deadline', `start-to-close timeout of ${this.row.start_to_close_timeout_ms} ms passed`);
+    } else if (now >= this.localDeadlineMs) {
+      this.abort(
+        'lease-expired-locally',
+        'no heartbeat succeeded in time; the lease may have expired (database unreachable or worker stalled)',
+      );
+    } else this.armTimer();
+  }
+
+  /**
+   * Throw if the attempt may not make another owner write: poisoned, aborted, or its local deadline passed
+   * (checked synchronously against the monotonic clock just before each effect; I11).
+   */
+  private assertUsable(): void {
+    if (this.poison) throw this.poison;
+    if (monotonicNow() >= this.localDeadlineMs) {
+      this.onTimer();
+      const poison = this.poison as PalisadeError | undefined;
+      if (poison) throw poison;
+    }
+  }
+
+  /** The context handed to `run(input, ctx)`. */
+  context(): ActivityContext {
+    const info = Object.freeze({
+      runId: this.row.run_id,
+      stepId: this.row.id,
+      activityName: this.row.name,
+      seq: this.row.seq,
+      attempt: this.row.attempt,
+      epoch: this.row.epoch,
+      fencing: Object.freeze({ scope: `step:${this.row.id}`, token: this.ref.token }),
+      heartbeatDetails: this.row.heartbeat_details ?? undefined,
+      queue: this.row.queue,
+      workerId: this.services.workerId,
+      leaseMs: this.row.lease_ms,
+      startToCloseTimeoutMs: this.row.start_to_close_timeout_ms,
+    });
+    return {
+      info,
+      signal: this.controller.signal,
+      heartbeat: (details?: unknown) => this.heartbeat(details),
+      fencedTransaction: <T>(fn: (tx: FencedTransaction) => Promise<T>) => this.fencedTransaction(fn),
+    };
+  }
+
+  private heartbeat(details?: unknown): Promise<void> {
+    try {
+      this.assertUsable();
+    } catch (error) {
+      return Promise.reject(error instanceof Error ? error : new Error(String(error)));
+    }
+    if (details !== undefined) this.pendingDetails = { value: details };
+    return new Promise<void>((resolve, reject) => {
+      this.waiters.push({ sentAfter: monotonicNow(), resolve, reject });
+      this.services.requestHeartbeat();
+    });
+  }
+
+  private async fencedTransaction<T>(fn: (tx: FencedTransaction) => Promise<T>): Promise<T> {
+    this.assertUsable();
+    const { db, names } = this.services;
+    const idleMs = Math.max(500, Math.floor(this.row.lease_ms / 3));
+    try {
+      return await db.transaction(async (tx) => {
+        // A frozen process must not hold the step's row lock (taken by the fence) or the user's locks forever (I16).
+        await tx.rows(sql`SELECT set_config('idle_in_transaction_session_timeout', ${String(idleMs)}, true),
+                                 set_config('statement_timeout', ${String(this.row.lease_ms)}, true)`);
+        const result = await fn(tx.drizzle);
+        this.assertUsable();
+        if (!(await fenceStep(tx, names, this.ref))) throw new FenceFailed();
+        return result;
+      });
+    } catch (error) {
+      if (error instanceof FenceFailed) {
+        try {
+          await recordStaleRejection(db, names, { ...this.ref, operation: 'fenced-transaction' });
+        } catch (lost) {
+          if (lost instanceof LeaseLostError) {
+            this.leaseLost(lost);
+            throw lost;
+          }
+          throw lost;
+        }
+      }
+      throw error;
+    }
+  }
+
+  /** Run the activity and record its outcome; resolves when the slot can be reused. */
+  async execute(): Promise<void> {
+    const { events } = this.services;
+    events.emit('attempt:started', { attempt: this.ref });
+    let input: unknown;
+    try {
+      input = validate(this.definition.input, this.row.input, `input of activity ${this.row.name}`, this.ref);
+    } catch (error) {
+      await this.recordFailure(serializeFailure(error), { forceNonRetryable: true });
+      return;
+    }
+    const user: Promise<unknown> = Promise.resolve().then(() => this.definition.run(input, this.context()));
+    const aborted = new Promise<'aborted'>((resolve) =>
+      this.controller.signal.addEventListener('abort', () => resolve('aborted'), { once: true }),
+    );
+    const outcome = await Promise.race([
+      user.then(
+        (value) => ({ kind: 'returned' as const, value }),
+        (error: unknown) => ({ kind: 'threw' as const, error }),
+      ),
+      aborted.then(() => ({ kind: 'aborted' as const })),
+    ]);
+    try {
+      if (outcome.kind === 'aborted' || !this.live) await this.afterAbort(user);
+      else if (outcome.kind === 'returned') await this.recordCompletion(outcome.value);
+      else await this.recordFailure(serializeFailure(outcome.error));
+    } finally {
+      clearTimeout(this.timer);
+      if (this.live)
+        this.controller.abort(new AttemptAbortedError('shutdown', `${this.label} attempt ended`));
+    }
+  }
+
+  private async recordCompletion(value: unknown): Promise<void> {
+    let output: unknown;
+    try {
+      output = validate(this.definition.output, value, `output of activity ${this.row.name}`, this.ref);
+    } catch (error) {
+      if (error instanceof ValidationError) {
+        await this.recordFailure(serializeFailure(error), { forceNonRetryable: true });
+        return;
+      }
+      throw error;
+    }
+    await this.fencedWrite('complete', () =>
+      completeStep(this.services.db, this.services.names, { ...this.ref, output }),
+    );
+    this.services.events.emit('attempt:completed', { attempt: this.ref, output });
+  }
+
+  private async recordFailure(
+    failure: SerializedFailure,
+    options: { forceNonRetryable?: boolean; outcome?: 'failed' | 'timed_out' | 'cancelled' } = {},
+  ): Promise<void> {
+    const policy = this.row.retry_policy as ResolvedRetryPolicy;
+    const retry =
+      !options.forceNonRetryable &&
+      options.outcome !== 'cancelled' &&
+      retryDecision(policy, failure, this.row.attempt).retry;
+    await this.fencedWrite('fail', () =>
+      failStep(this.services.db, this.services.names, {
+        ...this.ref,
+        error: failure,
+        retry,
+        outcome: options.outcome ?? 'failed',
+      }),
+    );
+    this.services.events.emit('attempt:failed', { attempt: this.ref, failure, retry });
+  }
+
+  private async afterAbort(user: Promise<unknown>): Promise<void> {
+    const reason = (this.controller.signal.reason as AttemptAbortedError | undefined)?.reason;
+    if (reason === 'deadline') {
+      await this.recordFailure(
+        {
+          type: 'StartToCloseTimeout',
+          message: `attempt ${this.ref.attempt} passed its start-to-close timeout of ${this.row.start_to_close_timeout_ms} ms`,
+          nonRetryable: false,
+        },
+        { outcome: 'timed_out' },
+      );
+    } else if (reason === 'cancelled') {
+      await this.recordFailure(serializeFailure(new CancelledFailure('cancel requested', this.ref)), {
+        outcome: 'cancelled',
+      });
+    } else if (reason === 'shutdown') {
+      // Release only if the activity stopped: handing a step to another worker while this one still runs it
+      // would overlap executions. One that ignores the signal keeps its lease until it expires (heartbeats stop).
+      const settled = await Promise.race([
+        user.then(
+          () => true,
+          () => true,
+        ),
+        new Promise<false>((resolve) => setTimeout(() => resolve(false), SHUTDOWN_SETTLE_MS).unref?.()),
+      ]);
+      if (settled) {
+        await this.fencedWrite('release', () =>
+          releaseStep(this.services.db, this.services.names, { ...this.ref, why: 'shutdown' }),
+        );
+        this.services.events.emit('attempt:released', { attempt: this.ref, why: 'shutdown' });
+      }
+    }
+    // lease-lost / lease-expired-locally: nothing may be recorded; the next owner (or expiry) decides.
+  }
+
+  /** Release a grant that arrived with too little lease left, without running it (I12). */
+  async releaseUnstarted(why: 'stale-grant' | 'shutdown'): Promise<void> {
+    clearTimeout(this.timer);
+    await this.fencedWrite('release', () =>
+      releaseStep(this.services.db, this.services.names, { ...this.ref, why }),
+    );
+    this.services.events.emit('attempt:released', { attempt: this.ref, why });
+    this.controller.abort(new AttemptAbortedError('shutdown', `${this.label} released unstarted (${why})`));
+  }
+
+  /**
+   * Make a fenced owner write, retrying transient database errors (they never consume an attempt; the writes
+   * are idempotent by nonce) for as long as the local lease deadline allows.
+   */
+  private async fencedWrite(operation: string, write: () => Promise<unknown>): Promise<void> {
+    if (this.poison instanceof LeaseLostError) return;
+    try {
+      await withInfraRetry(write, {
+        maxRetryTimeMs: Math.max(1_000, this.localDeadlineMs - monotonicNow()),
+        onRetry: (error, n) =>
+          this.services.logger.warn({ step: this.label, operation, err: error, n }, 'attempt:write-retry'),
+      });
+    } catch (error) {
+      if (error instanceof LeaseLostError) {
+        this.leaseLost(error);
+        return;
+      }
+      this.services.logger.error({ step: this.label, operation, err: error }, 'attempt:write-failed');
+      this.services.events.emit('worker:error', { error });
+    }
+  }
+}

@@ -1,0 +1,155 @@
+import { LeaseLostError } from '@palisade/sdk';
+import type { Logger } from 'pino';
+import type { Database } from '../db/database.js';
+import { heartbeatSteps } from '../queries/heartbeat-steps.js';
+import type { SchemaNames } from '../queries/schema-names.js';
+import type { ActivityAttempt } from './activity-attempt.js';
+import { monotonicNow } from './lease-clock.js';
+import type { WorkerEvents } from './worker-events.js';
+
+/**
+ * Renews every lease this worker holds in one statement, every `intervalMs`, on a connection reserved for it
+ * (invariant 7; I10). At most one heartbeat is in flight; each has a client timeout ≤ the interval (the server
+ * side is bounded by the connection's statement_timeout). A failed or timed-out heartbeat never moves a local
+ * deadline; the next one is tried after a quarter interval, so two can still fail before the lease runs out.
+ * Rejections fire the attempt's signal with `lease-lost`; cancel requests fire it with `cancelled`.
+ */
+export class HeartbeatLoop {
+  private readonly attempts = new Set<ActivityAttempt>();
+  private inFlight = false;
+  private flushRequested = false;
+  private timer: NodeJS.Timeout | undefined;
+  private running = false;
+  private idle: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly connection: Database,
+    private readonly names: SchemaNames,
+    private readonly intervalMs: number,
+    private readonly timeoutMs: number,
+    private readonly events: WorkerEvents,
+    private readonly logger: Logger,
+  ) {}
+
+  start(): void {
+    this.running = true;
+    this.schedule(this.intervalMs);
+  }
+
+  /** Stop renewing; resolves when no heartbeat is in flight. */
+  async stop(): Promise<void> {
+    this.running = false;
+    clearTimeout(this.timer);
+    await this.idle;
+  }
+
+  add(attempt: ActivityAttempt): void {
+    this.attempts.add(attempt);
+  }
+
+  delete(attempt: ActivityAttempt): void {
+    this.attempts.delete(attempt);
+  }
+
+  /** Renew now (coalesced with one in flight). */
+  requestFlush(): void {
+    if (!this.running) return;
+    if (this.inFlight) {
+      this.flushRequested = true;
+      return;
+    }
+    this.schedule(0);
+  }
+
+  private schedule(delayMs: number): void {
+    clearTimeout(this.timer);
+    if (!this.running) return;
+    this.timer = setTimeout(() => void this.tick(), delayMs);
+    this.timer.unref?.();
+  }
+
+  private async tick(): Promise<void> {
+    if (!this.running) return;
+    if (this.inFlight) {
+      this.flushRequested = true;
+      return;
+    }
+    const batch = [...this.attempts].filter((a) => a.live);
+    if (batch.length === 0) {
+      this.schedule(this.intervalMs);
+      return;
+    }
+    this.inFlight = true;
+    this.flushRequested = false;
+    let release!: () => void;
+    this.idle = new Promise<void>((resolve) => (release = resolve));
+    const sentAt = monotonicNow();
+    const details = batch.map((a) => a.pendingDetails);
+    const request = heartbeatSteps(
+      this.connection,
+      this.names,
+      batch.map((a, i) => ({
+        stepId: a.ref.stepId,
+        token: a.ref.token,
+        nonce: a.ref.nonce,
+        ...(details[i] ? { details: details[i].value } : {}),
+      })),
+    );
+    let timeout: NodeJS.Timeout | undefined;
+    let ok = false;
+    try {
+      const rows = await Promise.race([
+        request,
+        new Promise<never>((_, reject) => {
+          timeout = setTimeout(
+            () => reject(new Error(`heartbeat timed out after ${this.timeoutMs} ms`)),
+            this.timeoutMs,
+          );
+        }),
+      ]);
+      ok = true;
+      const byId = new Map(rows.map((r) => [r.id, r]));
+      let renewed = 0;
+      let lost = 0;
+      for (const [i, attempt] of batch.entries()) {
+        const row = byId.get(attempt.ref.stepId);
+        if (!row) continue;
+        if (row.renewed && row.remaining_ms !== null) {
+          renewed++;
+          if (attempt.pendingDetails === details[i]) attempt.pendingDetails = undefined;
+          attempt.leaseRenewed(sentAt, row.remaining_ms);
+          if (row.cancel_requested) attempt.abort('cancelled', 'the run or step was cancelled');
+        } else {
+          lost++;
+          attempt.leaseLost(
+            new LeaseLostError({
+              operation: 'heartbeat',
+              stepLabel: `${attempt.row.name}#${attempt.row.seq}`,
+              runId: attempt.ref.runId,
+              stepId: attempt.ref.stepId,
+              attempt: attempt.ref.attempt,
+              staleToken: attempt.ref.token,
+              currentToken: row.current_token !== null ? BigInt(row.current_token) : null,
+              reason: row.reason ?? 'expired',
+            }),
+          );
+        }
+      }
+      this.events.emit('heartbeat:sent', { attempts: batch.length, renewed, lost });
+    } catch (error) {
+      this.logger.warn({ err: error, attempts: batch.length }, 'heartbeat:failed');
+      this.events.emit('heartbeat:failed', { error });
+    } finally {
+      clearTimeout(timeout);
+      // A timed-out statement may still be running on the connection: do not send another until it settles.
+      void request
+        .catch(() => undefined)
+        .finally(() => {
+          this.inFlight = false;
+          release();
+          if (this.flushRequested) this.schedule(0);
+        });
+      this.schedule(ok ? this.intervalMs : Math.max(1, Math.floor(this.intervalMs / 4)));
+    }
+  }
+}

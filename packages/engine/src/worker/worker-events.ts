@@ -1,0 +1,23 @@
+import { EventEmitter } from 'node:events';
+import type { AbortReason, AttemptAbortedError, LeaseLostError, SerializedFailure } from '@palisade/sdk';
+import type { AttemptRef } from '../queries/fenced-outcome.js';
+
+/** Events a worker emits (colon-namespaced, STYLE.md); tests and the demo wait on these instead of sleeping. */
+export interface WorkerEventMap {
+  'attempt:claimed': [{ attempt: AttemptRef; epoch: number; activity: string }];
+  'attempt:started': [{ attempt: AttemptRef }];
+  'attempt:completed': [{ attempt: AttemptRef; output: unknown }];
+  'attempt:failed': [{ attempt: AttemptRef; failure: SerializedFailure; retry: boolean }];
+  'attempt:aborted': [{ attempt: AttemptRef; reason: AbortReason; error: AttemptAbortedError }];
+  'attempt:released': [{ attempt: AttemptRef; why: string }];
+  'attempt:stale-rejected': [{ attempt: AttemptRef; error: LeaseLostError }];
+  'heartbeat:sent': [{ attempts: number; renewed: number; lost: number }];
+  'heartbeat:failed': [{ error: unknown }];
+  'worker:started': [{ workerId: string }];
+  'worker:stopping': [{ workerId: string }];
+  'worker:stopped': [{ workerId: string }];
+  'worker:error': [{ error: unknown }];
+}
+
+/** A typed event emitter for {@link WorkerEventMap}. */
+export class WorkerEvents extends EventEmitter<WorkerEventMap> {}

@@ -1,0 +1,261 @@
+import { randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
+import type { Logger } from 'pino';
+import { InvalidOptionsError } from '@palisade/sdk';
+import type { Database } from '../db/database.js';
+import { classifyDatabaseError } from '../infra-retry.js';
+import { resolveWorkerOptions, type ResolvedWorkerOptions, type WorkerOptions } from '../options.js';
+import { claimSteps } from '../queries/claim-steps.js';
+import { expireSteps } from '../queries/expire-steps.js';
+import { findClaimedByRequest } from '../queries/find-claimed-by-request.js';
+import { msUntilNextDueStep } from '../queries/next-due-step.js';
+import { releaseStep } from '../queries/release-step.js';
+import type { SchemaNames } from '../queries/schema-names.js';
+import { ActivityAttempt } from './activity-attempt.js';
+import { HeartbeatLoop } from './heartbeat-loop.js';
+import { isGrantFresh, monotonicNow } from './lease-clock.js';
+import { WorkerEvents } from './worker-events.js';
+
+/** Options of {@link Worker.stop}. */
+export interface StopOptions {
+  /** How long running attempts may finish before they are aborted with reason `shutdown`. @defaultValue the worker's shutdownGraceMs */
+  readonly graceMs?: number;
+}
+
+/** What a worker needs from its engine. */
+export interface WorkerHost {
+  readonly db: Database;
+  readonly names: SchemaNames;
+  readonly logger: Logger;
+}
+
+/**
+ * Serves activities from a set of queues: claims due steps in batches (one statement), runs each in a
+ * concurrency slot with a fenced context, renews all its leases in one statement per heartbeat interval on a
+ * reserved connection, wakes on NOTIFY with bounded polling as a fallback and otherwise sleeps until the next
+ * due time, and ends expired steps that must not be retried. No global state: many workers (and engines) can
+ * live in one process.
+ */
+export class Worker {
+  readonly options: ResolvedWorkerOptions;
+  readonly events = new WorkerEvents();
+  private readonly active = new Set<ActivityAttempt>();
+  private readonly executions = new Set<Promise<void>>();
+  private heartbeats: HeartbeatLoop | undefined;
+  private heartbeatConnection: (Database & { release(): Promise<void> }) | undefined;
+  private unlisten: (() => Promise<void>) | undefined;
+  private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
+  private wake: (() => void) | undefined;
+  private loop: Promise<void> | undefined;
+  private lastMaintenanceMs = 0;
+  private readonly unsettledClaims: string[] = [];
+
+  constructor(
+    private readonly host: WorkerHost,
+    options: WorkerOptions,
+  ) {
+    const defaultId = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+    this.options = resolveWorkerOptions(options, defaultId);
+  }
+
+  get workerId(): string {
+    return this.options.workerId;
+  }
+
+  /** Attempts running now. */
+  get runningAttempts(): number {
+    return this.active.size;
+  }
+
+  /**
+   * Start serving. Resolves once the heartbeat connection is reserved and LISTEN is active.
+   * @throws InvalidOptionsError when called twice.
+   */
+  async start(): Promise<void> {
+    if (this.state !== 'idle') {
+      throw new InvalidOptionsError('worker', [
+        { path: 'start', message: `worker is ${this.state}; start() is legal once` },
+      ]);
+    }
+    this.state = 'running';
+    const { db, names, logger } = this.host;
+    this.heartbeatConnection = await db.reserveHeartbeatConnection();
+    this.heartbeats = new HeartbeatLoop(
+      this.heartbeatConnection,
+      names,
+      this.options.heartbeatIntervalMs,
+      this.options.heartbeatTimeoutMs,
+      this.events,
+      logger,
+    );
+    this.heartbeats.start();
+    this.unlisten = await db.listen(names.channel, (payload) => {
+      const [kind, queue] = [payload.slice(0, payload.indexOf(':')), payload.slice(payload.indexOf(':') + 1)];
+      if (kind === 'step' && this.options.queues.includes(queue)) this.wake?.();
+    });
+    this.loop = this.claimLoop();
+    this.events.emit('worker:started', { workerId: this.workerId });
+    logger.info({ workerId: this.workerId, queues: this.options.queues }, 'worker:started');
+  }
+
+  private async claimLoop(): Promise<void> {
+    const { logger } = this.host;
+    let failures = 0;
+    while (this.state === 'running') {
+      let waitMs = this.options.pollIntervalMs;
+      try {
+        await this.maintain();
+        const free = this.options.concurrency - this.active.size;
+        if (free > 0) {
+          const claimed = await this.claim(free);
+          failures = 0;
+          if (claimed === free) continue; // more may be waiting
+          const dueIn = await msUntilNextDueStep(this.host.db, this.host.names, {
+            queues: this.options.queues,
+            activityNames: [...this.options.activities.keys()],
+          });
+          if (dueIn !== null) waitMs = Math.min(waitMs, Math.max(0, dueIn));
+          if (dueIn !== null && dueIn <= 0 && claimed > 0) continue;
+        }
+      } catch (error) {
+        failures++;
+        waitMs = Math.min(this.options.pollIntervalMs * 2 ** Math.min(failures, 5), 30_000);
+        logger.warn({ err: error, failures, class: classifyDatabaseError(error) }, 'worker:claim-failed');
+        this.events.emit('worker:error', { error });
+      }
+      if (this.state !== 'running') break;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, waitMs);
+        this.wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.wake = undefined;
+    }
+  }
+
+  /** End expired steps that must not be retried, at most once per poll interval. */
+  private async maintain(): Promise<void> {
+    const now = monotonicNow();
+    if (now - this.lastMaintenanceMs < this.options.pollIntervalMs) return;
+    this.lastMaintenanceMs = now;
+    await expireSteps(this.host.db, this.host.names);
+    await this.settleAmbiguousClaims();
+  }
+
+  /** Release what an ambiguous claim took, if it committed (I15): never run a step claimed long ago. */
+  private async settleAmbiguousClaims(): Promise<void> {
+    while (this.unsettledClaims.length > 0) {
+      const requestId = this.unsettledClaims[0] as string;
+      const rows = await findClaimedByRequest(this.host.db, this.host.names, requestId);
+      for (const r of rows) {
+        try {
+          await releaseStep(this.host.db, this.host.names, {
+            runId: r.run_id,
+            stepId: r.id,
+            stepLabel: `${r.name}#${r.seq}`,
+            attempt: r.attempt,
+            token: BigInt(r.token),
+            nonce: r.nonce,
+            why: 'ambiguous-claim',
+          });
+        } catch (error) {
+          this.host.logger.info({ err: error, step: r.id }, 'worker:ambiguous-claim-not-released');
+        }
+      }
+      this.unsettledClaims.shift();
+    }
+  }
+
+  private async claim(limit: number): Promise<number> {
+    const claimRequestId = randomUUID();
+    const sentAt = monotonicNow();
+    let rows;
+    try {
+      rows = await claimSteps(this.host.db, this.host.names, {
+        workerId: this.workerId,
+        claimRequestId,
+        queues: this.options.queues,
+        activityNames: [...this.options.activities.keys()],
+        limit,
+      });
+    } catch (error) {
+      if (classifyDatabaseError(error) === 'transient') this.unsettledClaims.push(claimRequestId);
+      throw error;
+    }
+    for (const row of rows) {
+      const definition = this.options.activities.get(row.name);
+      const timing = this.options.timings.get(row.name);
+      if (!definition || !timing) continue; // unreachable: the claim filters by our activity names
+      const attempt = new ActivityAttempt(row, definition, timing, sentAt, {
+        db: this.host.db,
+        names: this.host.names,
+        workerId: this.workerId,
+        clockRateError: this.options.clockRateError,
+        logger: this.host.logger,
+        events: this.events,
+        requestHeartbeat: () => this.heartbeats?.requestFlush(),
+      });
+      this.events.emit('attempt:claimed', { attempt: attempt.ref, epoch: row.epoch, activity: row.name });
+      this.active.add(attempt);
+      this.heartbeats?.add(attempt);
+      const fresh = isGrantFresh(
+        attempt.localDeadlineMs,
+        monotonicNow(),
+        row.lease_ms,
+        this.options.minGrantFreshness,
+      );
+      const execution = (fresh ? attempt.execute() : attempt.releaseUnstarted('stale-grant'))
+        .catch((error: unknown) => {
+          this.host.logger.error({ err: error, step: row.id }, 'attempt:crashed');
+          this.events.emit('worker:error', { error });
+        })
+        .finally(() => {
+          this.active.delete(attempt);
+          this.heartbeats?.delete(attempt);
+          this.executions.delete(execution);
+          this.wake?.();
+        });
+      this.executions.add(execution);
+    }
+    return rows.length;
+  }
+
+  /**
+   * Stop: claim nothing more at once, let running attempts finish for `graceMs`, then abort the rest with reason
+   * `shutdown`; an attempt whose activity stops is released (fenced) so another worker can claim it at once,
+   * one that ignores the signal keeps its lease until it expires. Then heartbeats stop, LISTEN ends and the
+   * reserved connection is returned: no timers, listeners or connections are left behind.
+   */
+  async stop(options: StopOptions = {}): Promise<void> {
+    if (this.state === 'idle') {
+      this.state = 'stopped';
+      return;
+    }
+    if (this.state !== 'running') return;
+    this.state = 'stopping';
+    this.events.emit('worker:stopping', { workerId: this.workerId });
+    this.host.logger.info({ workerId: this.workerId }, 'worker:stopping');
+    this.wake?.();
+    await this.loop;
+    const graceMs = options.graceMs ?? this.options.shutdownGraceMs;
+    if (this.executions.size > 0) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        Promise.allSettled([...this.executions]),
+        new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs))),
+      ]);
+      clearTimeout(timer);
+      for (const attempt of this.active)
+        attempt.abort('shutdown', 'worker is stopping and its grace period ended');
+      await Promise.allSettled([...this.executions]);
+    }
+    await this.heartbeats?.stop();
+    await this.unlisten?.();
+    await this.heartbeatConnection?.release();
+    this.state = 'stopped';
+    this.events.emit('worker:stopped', { workerId: this.workerId });
+    this.host.logger.info({ workerId: this.workerId }, 'worker:stopped');
+  }
+}

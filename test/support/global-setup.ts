@@ -1,0 +1,51 @@
+/**
+ * vitest globalSetup: one PostgreSQL server for the whole run (DATABASE_URL, or an embedded one that is
+ * started here and removed at teardown). Test files get their own databases on it, see ./postgres.ts.
+ */
+import { randomBytes } from 'node:crypto';
+import postgres from 'postgres';
+import type { TestProject } from 'vitest/node';
+import { startPostgresServer } from './server.js';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    /** Superuser URL of the test server; its database may be used for CREATE/DROP DATABASE. */
+    postgresAdminUrl: string;
+    /** Prefix of every database created in this run (so teardown can drop leftovers). */
+    postgresDatabasePrefix: string;
+  }
+}
+
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  const server = await startPostgresServer();
+  // Short and lowercase: database names are limited to 63 bytes and are case-folded when unquoted.
+  const prefix = `pal_${randomBytes(4).toString('hex')}_`;
+  project.provide('postgresAdminUrl', server.adminUrl);
+  project.provide('postgresDatabasePrefix', prefix);
+
+  return async () => {
+    try {
+      // On a shared DATABASE_URL server, drop what crashed or forgetful test files left behind.
+      if (!server.embedded) await dropDatabasesWithPrefix(server.adminUrl, prefix);
+    } finally {
+      await server.stop();
+    }
+  };
+}
+
+async function dropDatabasesWithPrefix(adminUrl: string, prefix: string): Promise<void> {
+  const sql = postgres(adminUrl, { max: 1, onnotice: () => undefined });
+  try {
+    const rows = await sql<{ datname: string }[]>`
+      select datname from pg_database where starts_with(datname, ${prefix})`;
+    for (const { datname } of rows) {
+      await sql.unsafe(`drop database if exists ${quoteIdent(datname)} with (force)`);
+    }
+  } finally {
+    await sql.end({ timeout: 5 });
+  }
+}
+
+function quoteIdent(name: string): string {
+  return `"${name.replaceAll('"', '""')}"`;
+}

@@ -1,0 +1,16 @@
+import { fileURLToPath } from 'node:url';
+import { defaultServerConditions } from 'vite';
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  // Workspace packages are consumed from source (their exports' '@palisade/source' condition).
+  resolve: { conditions: ['@palisade/source', ...defaultServerConditions] },
+  ssr: { resolve: { conditions: ['@palisade/source', ...defaultServerConditions] } },
+  test: {
+    root: fileURLToPath(new URL('.', import.meta.url)),
+    include: ['**/*.test.ts'],
+    globalSetup: ['./support/global-setup.ts'],
+    testTimeout: 60_000,
+    hookTimeout: 120_000,
+  },
+});
