@@ -161,3 +161,29 @@ describe('defineActivity', () => {
     );
   });
 });
+
+describe('defineActivity option checks', () => {
+  it('refuses an unknown option such as a mis-cased leaseMS', () => {
+    expect(() =>
+      defineActivity({
+        name: 'typo',
+        input: z.object({}),
+        output: z.object({}),
+        leaseMS: 5,
+        run: () => Promise.resolve({}),
+      } as unknown as Parameters<typeof defineActivity>[0]),
+    ).toThrow(/leaseMS/);
+  });
+
+  it('refuses a start-to-close timeout beyond what the database column holds', () => {
+    expect(() =>
+      defineActivity({
+        name: 'forever',
+        input: z.object({}),
+        output: z.object({}),
+        startToCloseTimeoutMs: '30d',
+        run: () => Promise.resolve({}),
+      }),
+    ).toThrow(/startToCloseTimeoutMs: must be ≤ 24 days/);
+  });
+});

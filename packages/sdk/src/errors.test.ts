@@ -68,7 +68,7 @@ describe('LeaseLostError', () => {
   });
 
   it('tells the reader what to do', () => {
-    expect(new LeaseLostError(details).message).toContain('stop work and discard results');
+    expect(new LeaseLostError(details).message).toContain('stop its work and discard its results');
   });
 
   it('keeps the details as fields, with token set to the stale token', () => {

@@ -104,7 +104,7 @@ export class LeaseLostError extends PalisadeError {
     super(
       'LEASE_LOST',
       `${details.operation} rejected: step ${details.stepLabel} attempt ${details.attempt ?? '?'} ` +
-        `(token ${details.staleToken}) ${by}. A newer attempt owns the step; stop work and discard results.`,
+        `(token ${details.staleToken}) ${by}. This attempt no longer owns the step: stop its work and discard its results.`,
       { ...details, token: details.staleToken, cause: options.cause },
     );
     this.operation = details.operation;
@@ -214,9 +214,19 @@ export interface SerializedFailure {
   readonly stack?: string | undefined;
 }
 
+function isApplicationFailureLike(error: unknown): error is ApplicationFailure {
+  return (
+    error instanceof Error &&
+    (error as { code?: unknown }).code === 'APPLICATION_FAILURE' &&
+    typeof (error as { type?: unknown }).type === 'string'
+  );
+}
+
 /** Convert anything thrown into its stored form, by the rules documented on {@link ApplicationFailure}. */
 export function serializeFailure(error: unknown): SerializedFailure {
-  if (error instanceof ApplicationFailure) {
+  // Matched by code, not only instanceof: a second copy of the sdk in the process must not turn a
+  // non-retryable failure into a retryable one.
+  if (error instanceof ApplicationFailure || isApplicationFailureLike(error)) {
     return {
       type: error.type,
       message: error.message.replace(/^\[APPLICATION_FAILURE\] /, ''),

@@ -230,3 +230,12 @@ describe('retryDecision', () => {
     });
   });
 });
+
+describe('mergeRetryPolicy with a new initial interval only', () => {
+  it('derives the maximum from the new initial interval instead of refusing it', () => {
+    const base = resolveRetryPolicy({});
+    const merged = mergeRetryPolicy(base, { initialIntervalMs: '5m' });
+    expect(merged.initialIntervalMs).toBe(300_000);
+    expect(merged.maximumIntervalMs).toBe(30_000_000);
+  });
+});

@@ -85,7 +85,8 @@ export function resolveRetryPolicy(
 }
 
 /**
- * Merge a per-call override onto a base policy (fields of `override` win), then resolve.
+ * Merge a per-call override onto a base policy (fields of `override` win), then resolve. Overriding
+ * `initialIntervalMs` alone resets `maximumIntervalMs` to its default (100 × the new initial interval).
  * @throws InvalidOptionsError naming each bad field.
  */
 export function mergeRetryPolicy(
@@ -94,7 +95,12 @@ export function mergeRetryPolicy(
   where?: string,
 ): ResolvedRetryPolicy {
   if (override === undefined) return base;
-  return resolveRetryPolicy({ ...base, ...override }, where);
+  // A new initial interval without a new maximum takes the default maximum (100 × initial) rather than the
+  // base's, which was derived from the base's initial interval.
+  const maximumIntervalMs =
+    override.maximumIntervalMs ??
+    (override.initialIntervalMs !== undefined ? undefined : base.maximumIntervalMs);
+  return resolveRetryPolicy({ ...base, ...override, maximumIntervalMs }, where);
 }
 
 /**
