@@ -81,6 +81,8 @@ export function withInfraRetry<T>(operation: () => Promise<T>, options: InfraRet
     maxRetryTime: options.maxRetryTimeMs ?? 30_000,
     ...(options.signal ? { signal: options.signal } : {}),
     shouldRetry: ({ error }) => classifyDatabaseError(error) === 'transient',
-    onFailedAttempt: ({ error, attemptNumber }) => options.onRetry?.(error, attemptNumber),
+    onFailedAttempt: ({ error, attemptNumber }) => {
+      if (classifyDatabaseError(error) === 'transient') options.onRetry?.(error, attemptNumber);
+    },
   });
 }

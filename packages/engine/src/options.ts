@@ -7,6 +7,7 @@ import {
   formatIssues,
   type ActivityDefinition,
   type Duration,
+  type WorkflowDefinition,
 } from '@palisade/sdk';
 import type { AnyPgDatabase } from './db/database.js';
 import { MIN_LEASE_MS, MIN_TEST_LEASE_MS, allowsUnsafeTimings } from './internal/unsafe-timings.js';
@@ -123,10 +124,17 @@ export interface WorkerOptions {
   /** Activities this worker serves (standalone or called by workflows). */
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   readonly activities?: readonly ActivityDefinition<any, any>[];
-  /** Queues to claim from. @defaultValue `['default']` */
+  /** Workflows whose turns this worker runs. */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  readonly workflows?: readonly WorkflowDefinition<any, any>[];
+  /** Queues to claim from (both activity steps and workflow turns). @defaultValue `['default']` */
   readonly queues?: readonly string[];
   /** Activity attempts run at once. @defaultValue 10 */
   readonly concurrency?: number;
+  /** Workflow turns run at once. @defaultValue 10 */
+  readonly workflowConcurrency?: number;
+  /** Lease of one workflow turn; ≥ 3 s. @defaultValue 30_000 (ms) */
+  readonly turnLeaseMs?: Duration;
   /** Identifies this worker in attempts, events and logs. @defaultValue `<hostname>:<pid>:<random>` */
   readonly workerId?: string;
   /**
@@ -155,6 +163,8 @@ export interface WorkerOptions {
 export const WORKER_DEFAULTS = Object.freeze({
   queues: ['default'] as readonly string[],
   concurrency: 10,
+  workflowConcurrency: 10,
+  turnLeaseMs: 30_000,
   clockRateError: 0.001,
   minGrantFreshness: 0.5,
   pollIntervalMs: 1_000,
@@ -174,8 +184,12 @@ export interface ResolvedWorkerOptions {
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   readonly activities: ReadonlyMap<string, ActivityDefinition<any, any>>;
   readonly timings: ReadonlyMap<string, ActivityTiming>;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  readonly workflows: ReadonlyMap<string, WorkflowDefinition<any, any>>;
   readonly queues: readonly string[];
   readonly concurrency: number;
+  readonly workflowConcurrency: number;
+  readonly turnLeaseMs: number;
   readonly workerId: string;
   readonly heartbeatIntervalMs: number;
   readonly heartbeatTimeoutMs: number;
@@ -201,7 +215,8 @@ const workerSchema = z
       .min(1, 'must be ≥ 1')
       .max(1000, 'must be ≤ 1000')
       .optional(),
-    workflowConcurrency: z.number().int().min(1).max(1000).optional(),
+    workflowConcurrency: z.number().int('must be a whole number').min(1, 'must be ≥ 1').max(1000).optional(),
+    turnLeaseMs: durationMs.optional(),
     workerId: z.string().min(1).max(200).optional(),
     heartbeatIntervalMs: durationMs.optional(),
     heartbeatTimeoutMs: durationMs.optional(),
@@ -234,6 +249,22 @@ export function resolveWorkerOptions(options: WorkerOptions, defaultWorkerId: st
     } else if (activities.has(a.name)) {
       issues.push({ path: `activities.${i}`, message: `activity name ${a.name} is served twice` });
     } else activities.set(a.name, a);
+  }
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  const workflows = new Map<string, WorkflowDefinition<any, any>>();
+  for (const [i, w] of (options.workflows ?? []).entries()) {
+    if (!w || w.kind !== 'workflow') {
+      issues.push({ path: `workflows.${i}`, message: 'is not a workflow from defineWorkflow()' });
+    } else if (workflows.has(w.name)) {
+      issues.push({ path: `workflows.${i}`, message: `workflow name ${w.name} is served twice` });
+    } else workflows.set(w.name, w);
+  }
+  if (activities.size === 0 && workflows.size === 0) {
+    issues.push({ path: 'activities', message: 'a worker must serve at least one activity or workflow' });
+  }
+  const turnLeaseMs = o.turnLeaseMs ?? WORKER_DEFAULTS.turnLeaseMs;
+  if (turnLeaseMs < minLeaseMs) {
+    issues.push({ path: 'turnLeaseMs', message: `must be ≥ ${minLeaseMs} ms, got ${turnLeaseMs} ms` });
   }
   const leases = [...activities.values()].map((a) => a.leaseMs);
   const shortestLeaseMs = leases.length > 0 ? Math.min(...leases) : 30_000;
@@ -277,8 +308,11 @@ export function resolveWorkerOptions(options: WorkerOptions, defaultWorkerId: st
   return Object.freeze({
     activities,
     timings,
+    workflows,
     queues: Object.freeze([...(o.queues ?? WORKER_DEFAULTS.queues)]),
     concurrency: o.concurrency ?? WORKER_DEFAULTS.concurrency,
+    workflowConcurrency: o.workflowConcurrency ?? WORKER_DEFAULTS.workflowConcurrency,
+    turnLeaseMs,
     workerId: o.workerId ?? defaultWorkerId,
     heartbeatIntervalMs,
     heartbeatTimeoutMs,

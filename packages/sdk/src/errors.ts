@@ -27,7 +27,9 @@ export type PalisadeErrorCode =
   | 'TIMED_OUT'
   | 'DATABASE_UNAVAILABLE'
   | 'ENGINE_CLOSED'
-  | 'NOT_REGISTERED';
+  | 'NOT_REGISTERED'
+  | 'NON_DURABLE_AWAIT'
+  | 'WORKFLOW_FAILED';
 
 /** Context fields an error may carry; all optional, all readonly once set. */
 export interface PalisadeErrorContext {

@@ -43,3 +43,11 @@ export {
   type RetryPolicy,
 } from './retry-policy.js';
 export { validate } from './validate.js';
+export {
+  defineWorkflow,
+  type RunActivityOptions,
+  type WorkflowContext,
+  type WorkflowDefinition,
+  type WorkflowInfo,
+  type WorkflowOptions,
+} from './workflow.js';

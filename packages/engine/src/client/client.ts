@@ -10,13 +10,15 @@ import {
   type ActivityDefinition,
   type Duration,
   type RetryPolicy,
+  type WorkflowDefinition,
 } from '@palisade/sdk';
 import type { Database } from '../db/database.js';
 import type { NotificationHub } from '../db/notification-hub.js';
 import { withInfraRetry } from '../infra-retry.js';
 import { insertStandaloneRun } from '../queries/insert-standalone-run.js';
 import { listRuns, readRun, type ListRunsFilter, type RunRow } from '../queries/read-run.js';
-import { retryStandaloneRun } from '../queries/retry-run.js';
+import { insertWorkflowRun } from '../queries/insert-workflow-run.js';
+import { retryRun } from '../queries/retry-run.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import { RunHandle } from './run-handle.js';
 
@@ -50,6 +52,27 @@ const enqueueSchema = z
     retry: z.any().optional(),
     leaseMs: durationMs.optional(),
     startToCloseTimeoutMs: durationMs.pipe(z.number().min(1)).optional(),
+  })
+  .strict();
+
+/** Options of {@link Client.start}. */
+export interface StartOptions {
+  /** Idempotency key: starting again with the same key returns the existing run. */
+  readonly key?: string;
+  /** Queue its turns are claimed from. @defaultValue the workflow's queue */
+  readonly queue?: string;
+  /** Higher runs first; also the default priority of its steps. @defaultValue 0 */
+  readonly priority?: number;
+}
+
+const startSchema = z
+  .object({
+    key: z.string().min(1).max(512).optional(),
+    queue: z
+      .string()
+      .regex(/^[A-Za-z0-9_.:-]{1,128}$/, 'must be 1–128 letters, digits, _ . : -')
+      .optional(),
+    priority: z.number().int().min(-1000).max(1000).optional(),
   })
   .strict();
 
@@ -99,6 +122,35 @@ export class Client {
     return new RunHandle<z.output<O>>(id, this.db, this.names, this.hub);
   }
 
+  /**
+   * Start a workflow run. Idempotent on `key`: the same key returns the existing run, whatever its state.
+   * The input is checked against the workflow's schema here, before anything is stored.
+   * @throws ValidationError naming the bad input field; InvalidOptionsError naming the bad option.
+   */
+  async start<I extends z.ZodType, O extends z.ZodType>(
+    workflow: WorkflowDefinition<I, O>,
+    input: z.input<I>,
+    options: StartOptions = {},
+  ): Promise<RunHandle<z.output<O>>> {
+    const parsed = startSchema.safeParse(options);
+    if (!parsed.success) {
+      throw new InvalidOptionsError(`start options of ${workflow.name}`, formatIssues(parsed.error.issues));
+    }
+    const value = validate(workflow.input, input, `input of workflow ${workflow.name}`);
+    const id = randomUUID(); // fixed before the first try, so a retry after an unknown outcome cannot duplicate
+    const { runId } = await withInfraRetry(() =>
+      insertWorkflowRun(this.db, this.names, {
+        runId: id,
+        workflowName: workflow.name,
+        input: value,
+        idempotencyKey: parsed.data.key ?? null,
+        queue: parsed.data.queue ?? workflow.queue,
+        priority: parsed.data.priority ?? 0,
+      }),
+    );
+    return new RunHandle<z.output<O>>(runId, this.db, this.names, this.hub);
+  }
+
   /** A handle to an existing run (not checked until used). */
   getHandle<O = unknown>(runId: string): RunHandle<O> {
     return new RunHandle<O>(runId, this.db, this.names, this.hub);
@@ -117,7 +169,7 @@ export class Client {
   async retry(runId: string): Promise<RunHandle> {
     const run = await readRun(this.db, this.names, runId);
     if (!run) throw new RunNotFoundError(`run ${runId}`);
-    if (!(await retryStandaloneRun(this.db, this.names, runId))) {
+    if (!(await retryRun(this.db, this.names, runId))) {
       throw new InvalidOptionsError('retry', [
         {
           path: 'runId',

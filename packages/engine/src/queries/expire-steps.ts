@@ -73,7 +73,8 @@ export async function expireSteps(db: Database, n: SchemaNames, limit = 100): Pr
       SELECT id, 'run:' || status, jsonb_build_object('error', error), true, ${n.now} FROM finished_runs
       RETURNING 1),
     woken_runs AS (
-      UPDATE ${n.runs} r SET turn_next_run_at = least(coalesce(r.turn_next_run_at, ${n.now}), ${n.now})
+      UPDATE ${n.runs} r SET turn_next_run_at = least(coalesce(r.turn_next_run_at, ${n.now}), ${n.now}),
+                           wake_count = r.wake_count + 1
        WHERE r.id IN (SELECT run_id FROM ended) AND r.kind = 'workflow' AND r.status IN ('pending', 'running')
       RETURNING r.id, r.queue),
     notified AS (

@@ -67,7 +67,8 @@ export async function failStep(
       SELECT id, 'run:' || ${terminalStatus}, jsonb_build_object('error', ${error}::jsonb), true, ${n.now} FROM finished_run
       RETURNING 1),
     woken_run AS (
-      UPDATE ${n.runs} r SET turn_next_run_at = least(coalesce(r.turn_next_run_at, ${n.now}), ${n.now})
+      UPDATE ${n.runs} r SET turn_next_run_at = least(coalesce(r.turn_next_run_at, ${n.now}), ${n.now}),
+                           wake_count = r.wake_count + 1
        WHERE r.id IN (SELECT run_id FROM applied WHERE status <> 'scheduled')
          AND r.kind = 'workflow' AND r.status IN ('pending', 'running')
       RETURNING r.id, r.queue),

@@ -29,7 +29,8 @@ export async function requestCancel(
       WITH marked AS (
         UPDATE ${n.runs} SET cancel_requested_at = coalesce(cancel_requested_at, ${n.now}),
                              cancel_reason = coalesce(cancel_reason, ${p.reason}),
-                             turn_next_run_at = CASE WHEN kind = 'workflow' THEN ${n.now} ELSE turn_next_run_at END
+                             turn_next_run_at = CASE WHEN kind = 'workflow' THEN ${n.now} ELSE turn_next_run_at END,
+                             wake_count = wake_count + 1
          WHERE id = ${p.runId}::uuid RETURNING id),
       dropped AS (
         UPDATE ${n.steps} SET status = 'cancelled', cancel_requested_at = ${n.now}, finished_at = ${n.now},

@@ -3,35 +3,59 @@ import type { Database } from '../db/database.js';
 import type { SchemaNames } from './schema-names.js';
 
 /**
- * Retry a `failed` or `cancelled` standalone run: its failed or cancelled steps return to `scheduled`, due
- * now, with a fresh retry budget (`attempt = 0`). Tokens and epochs are kept: the next claim takes a higher
- * token from the sequence and epoch + 1 (invariant 6), so anything the earlier attempts held stays fenced.
- * Locks the run row, then its steps. @returns false when the run is not in a retryable state.
+ * Retry a `failed` or `cancelled` run from its recorded history (Temporal's reset, DBOS's resume): its failed
+ * and cancelled steps return to `scheduled`, due now, with a fresh retry budget (`attempt = 0`); completed steps
+ * keep their results and are not executed again. A workflow run's next turn is due now and replays over that
+ * history; outcomes delivered after the first reset step are forgotten so they are delivered again in order.
+ * Tokens and epochs are kept: the next claim takes a higher token and epoch + 1 (invariant 6), so anything
+ * earlier attempts held stays fenced. One statement; locks the run row and its steps.
+ * @returns false when the run is not failed or cancelled.
  */
-export async function retryStandaloneRun(db: Database, n: SchemaNames, runId: string): Promise<boolean> {
+export async function retryRun(db: Database, n: SchemaNames, runId: string): Promise<boolean> {
   const rows = await db.rows<{ retried: number }>(sql`
     WITH run AS (
       UPDATE ${n.runs} SET status = 'pending', error = NULL, output = NULL, finished_at = NULL,
-                           cancel_requested_at = NULL, cancel_reason = NULL
-       WHERE id = ${runId}::uuid AND kind = 'activity' AND status IN ('failed', 'cancelled')
-      RETURNING id, queue),
+                           cancel_requested_at = NULL, cancel_reason = NULL,
+                           turn_next_run_at = CASE WHEN kind = 'workflow' THEN ${n.now} END,
+                           turn_lease_expires_at = NULL, wake_count = wake_count + 1
+       WHERE id = ${runId}::uuid AND status IN ('failed', 'cancelled')
+      RETURNING id, kind, queue),
+    first_reset AS (
+      SELECT min(s.delivered_seq) AS delivered_seq FROM ${n.steps} s, run
+       WHERE s.run_id = run.id AND s.status IN ('failed', 'cancelled')),
     reset AS (
-      UPDATE ${n.steps} s SET status = 'scheduled', attempt = 0, error = NULL, next_run_at = ${n.now},
-                              finished_at = NULL, cancel_requested_at = NULL, lease_expires_at = NULL
-        FROM run WHERE s.run_id = run.id AND s.status IN ('failed', 'cancelled')
-      RETURNING s.id, s.run_id, s.epoch, s.fencing_token, s.queue),
-    -- The unique "one terminal event per step/run" index then admits the retry's outcome; the earlier terminal
-    -- events stay in the history, no longer flagged as the current outcome.
+      UPDATE ${n.steps} s
+         SET status = CASE WHEN s.status IN ('failed', 'cancelled') THEN 'scheduled' ELSE s.status END,
+             attempt = CASE WHEN s.status IN ('failed', 'cancelled') THEN 0 ELSE s.attempt END,
+             error = CASE WHEN s.status IN ('failed', 'cancelled') THEN NULL ELSE s.error END,
+             next_run_at = CASE WHEN s.status IN ('failed', 'cancelled') THEN ${n.now} ELSE s.next_run_at END,
+             finished_at = CASE WHEN s.status IN ('failed', 'cancelled') THEN NULL ELSE s.finished_at END,
+             cancel_requested_at = NULL,
+             lease_expires_at = CASE WHEN s.status IN ('failed', 'cancelled') THEN NULL ELSE s.lease_expires_at END,
+             delivered_seq = CASE WHEN s.delivered_seq >= (SELECT delivered_seq FROM first_reset) THEN NULL
+                                  ELSE s.delivered_seq END
+        FROM run
+       WHERE s.run_id = run.id
+         AND (s.status IN ('failed', 'cancelled') OR s.delivered_seq >= (SELECT delivered_seq FROM first_reset))
+      RETURNING s.id, s.run_id, s.epoch, s.fencing_token, s.queue, s.kind, s.status),
+    -- The unique "one terminal event per step/run" indexes then admit the retry's outcomes; the earlier
+    -- terminal events stay in the history, no longer flagged as the current outcome.
     unflagged AS (
       UPDATE ${n.events} e SET terminal = false
-        FROM run WHERE e.run_id = run.id AND e.terminal
+        FROM reset WHERE e.step_id = reset.id AND reset.status = 'scheduled' AND e.terminal
+      RETURNING 1),
+    unflagged_run AS (
+      UPDATE ${n.events} e SET terminal = false
+        FROM run WHERE e.run_id = run.id AND e.step_id IS NULL AND e.terminal
       RETURNING 1),
     ev AS (
-      INSERT INTO ${n.events} (run_id, step_id, type, epoch, fencing_token, at)
-      SELECT run_id, id, 'step:retry-requested', epoch, fencing_token, ${n.now} FROM reset
+      INSERT INTO ${n.events} (run_id, type, at) SELECT id, 'run:retry-requested', ${n.now} FROM run
       RETURNING 1),
-    notified AS (SELECT pg_notify(${n.channel}, 'step:' || queue) FROM reset)
+    notified AS (
+      SELECT pg_notify(${n.channel}, 'step:' || queue) FROM reset WHERE kind = 'activity' AND status = 'scheduled'
+      UNION ALL SELECT pg_notify(${n.channel}, 'turn:' || queue) FROM run WHERE kind = 'workflow')
     SELECT (SELECT count(*) FROM run)::int AS retried,
-           (SELECT count(*) FROM ev) + (SELECT count(*) FROM notified) + (SELECT count(*) FROM unflagged) AS effects`);
+           (SELECT count(*) FROM ev) + (SELECT count(*) FROM notified) + (SELECT count(*) FROM unflagged)
+             + (SELECT count(*) FROM unflagged_run) AS effects`);
   return (rows[0]?.retried ?? 0) > 0;
 }

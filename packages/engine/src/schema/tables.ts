@@ -55,6 +55,8 @@ export function defineTables(schemaName: string) {
       turnNonce: uuid('turn_nonce'),
       turnWorkerId: text('turn_worker_id'),
       turnLeaseExpiresAt: ts('turn_lease_expires_at'),
+      /** Bumped by every wake-up (a step ended, a cancel), so a turn that committed after one keeps the run due. */
+      wakeCount: integer('wake_count').notNull().default(0),
       createdAt: ts('created_at').notNull().defaultNow(),
       startedAt: ts('started_at'),
       finishedAt: ts('finished_at'),
@@ -109,6 +111,8 @@ export function defineTables(schemaName: string) {
       /** Nonce of the attempt whose outcome was last recorded, so a retried completion or failure is recognised. */
       endedNonce: uuid('ended_nonce'),
       cancelRequestedAt: ts('cancel_requested_at'),
+      /** Order in which workflow turns delivered this step's outcome to the code; replay repeats it. */
+      deliveredSeq: integer('delivered_seq'),
       createdAt: ts('created_at').notNull().defaultNow(),
       startedAt: ts('started_at'),
       finishedAt: ts('finished_at'),

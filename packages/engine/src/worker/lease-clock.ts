@@ -23,14 +23,21 @@ export function localLeaseDeadline(sentAtMs: number, remainingMs: number, s: Lea
 }
 
 /**
- * Whether a grant is fresh enough to start (I12): the local lease left when the claim reply arrived must be at
- * least `minFreshness × leaseMs`; otherwise the worker releases the step unstarted.
+ * Whether a grant is fresh enough to start (I12): at least `minFreshness` of the lease the claim granted must be
+ * left when its reply is handled. `grantedLeaseMs` is what the claim granted, `min(leaseMs, startToCloseTimeoutMs)`
+ * (the claim caps a lease by the attempt deadline). What counts as used up is what the round trip and any lease the
+ * database had already consumed cost; the margin M and the drift allowance ρ are deducted from every grant alike
+ * and are credited back. Judged against the nominal lease, or with M counted, a lease capped by a short
+ * start-to-close timeout (or a high `minFreshness`) made every grant stale: the step was released and reclaimed
+ * forever and never ran.
  */
 export function isGrantFresh(
   deadlineMs: number,
   nowMs: number,
-  leaseMs: number,
+  grantedLeaseMs: number,
   minFreshness: number,
+  s: LeaseClockSettings,
 ): boolean {
-  return deadlineMs - nowMs >= minFreshness * leaseMs;
+  const leftMs = deadlineMs - nowMs + s.safetyMarginMs + grantedLeaseMs * s.clockRateError;
+  return leftMs >= minFreshness * grantedLeaseMs;
 }

@@ -11,6 +11,9 @@ export interface WorkerEventMap {
   'attempt:aborted': [{ attempt: AttemptRef; reason: AbortReason; error: AttemptAbortedError }];
   'attempt:released': [{ attempt: AttemptRef; why: string }];
   'attempt:stale-rejected': [{ attempt: AttemptRef; error: LeaseLostError }];
+  'turn:committed': [
+    { runId: string; workflow: string; outcome: 'blocked' | 'completed' | 'failed' | 'cancelled' },
+  ];
   'heartbeat:sent': [{ attempts: number; renewed: number; lost: number }];
   'heartbeat:failed': [{ error: unknown }];
   'worker:started': [{ workerId: string }];

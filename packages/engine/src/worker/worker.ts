@@ -11,6 +11,7 @@ import { findClaimedByRequest } from '../queries/find-claimed-by-request.js';
 import { msUntilNextDueStep } from '../queries/next-due-step.js';
 import { releaseStep } from '../queries/release-step.js';
 import type { SchemaNames } from '../queries/schema-names.js';
+import { TurnLoop } from '../workflow/turn-loop.js';
 import { ActivityAttempt } from './activity-attempt.js';
 import { HeartbeatLoop } from './heartbeat-loop.js';
 import { isGrantFresh, monotonicNow } from './lease-clock.js';
@@ -42,6 +43,7 @@ export class Worker {
   private readonly active = new Set<ActivityAttempt>();
   private readonly executions = new Set<Promise<void>>();
   private heartbeats: HeartbeatLoop | undefined;
+  private turns: TurnLoop | undefined;
   private heartbeatConnection: (Database & { release(): Promise<void> }) | undefined;
   private unlisten: (() => Promise<void>) | undefined;
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
@@ -91,9 +93,27 @@ export class Worker {
     this.heartbeats.start();
     this.unlisten = await db.listen(names.channel, (payload) => {
       const [kind, queue] = [payload.slice(0, payload.indexOf(':')), payload.slice(payload.indexOf(':') + 1)];
-      if (kind === 'step' && this.options.queues.includes(queue)) this.wake?.();
+      if (!this.options.queues.includes(queue)) return;
+      if (kind === 'step') this.wake?.();
+      else if (kind === 'turn') this.turns?.wake();
     });
-    this.loop = this.claimLoop();
+    if (this.options.activities.size > 0) this.loop = this.claimLoop();
+    if (this.options.workflows.size > 0) {
+      this.turns = new TurnLoop(
+        db,
+        names,
+        {
+          workerId: this.workerId,
+          queues: this.options.queues,
+          workflows: this.options.workflows,
+          concurrency: this.options.workflowConcurrency,
+          turnLeaseMs: this.options.turnLeaseMs,
+          pollIntervalMs: this.options.pollIntervalMs,
+        },
+        this.events,
+        logger,
+      );
+    }
     this.events.emit('worker:started', { workerId: this.workerId });
     logger.info({ workerId: this.workerId, queues: this.options.queues }, 'worker:started');
   }
@@ -203,8 +223,9 @@ export class Worker {
       const fresh = isGrantFresh(
         attempt.localDeadlineMs,
         monotonicNow(),
-        row.lease_ms,
+        Math.min(row.lease_ms, row.start_to_close_timeout_ms),
         this.options.minGrantFreshness,
+        { clockRateError: this.options.clockRateError, safetyMarginMs: timing.safetyMarginMs },
       );
       const execution = (fresh ? attempt.execute() : attempt.releaseUnstarted('stale-grant'))
         .catch((error: unknown) => {
@@ -239,6 +260,7 @@ export class Worker {
     this.host.logger.info({ workerId: this.workerId }, 'worker:stopping');
     this.wake?.();
     await this.loop;
+    await this.turns?.stop();
     const graceMs = options.graceMs ?? this.options.shutdownGraceMs;
     if (this.executions.size > 0) {
       let timer: NodeJS.Timeout | undefined;

@@ -1,0 +1,125 @@
+import { sql } from 'drizzle-orm';
+import type { Database } from '../db/database.js';
+import { msInterval, type SchemaNames } from './schema-names.js';
+
+export interface ClaimTurnsParams {
+  readonly workerId: string;
+  readonly queues: readonly string[];
+  readonly workflowNames: readonly string[];
+  readonly limit: number;
+  /** Lease of one turn, ms. */
+  readonly leaseMs: number;
+}
+
+/** A workflow run whose next turn this worker now owns. */
+export interface ClaimedTurnRow {
+  id: string;
+  name: string;
+  queue: string;
+  priority: number;
+  input: unknown;
+  turn_attempt: number;
+  turn_epoch: number;
+  token: string;
+  nonce: string;
+  wake_count: number;
+  cancel_requested: boolean;
+  cancel_reason: string | null;
+  remaining_ms: number;
+  /** The database time of the claim, as epoch ms: timers due by then have fired for this turn. */
+  now_ms: number;
+}
+
+/**
+ * Claim up to `limit` workflow runs whose next turn is due (a turn is an attempt: DESIGN.md §4, last paragraph).
+ * Eligible: `pending`/`running` workflow runs with `turn_next_run_at` due and no live turn lease. Locks: `FOR
+ * UPDATE SKIP LOCKED` on the run rows; the UPDATE re-checks the lease on the locked version. Each claimed run
+ * takes a fresh token from the global sequence and a fresh nonce, and its turn an attempts row (kind `turn`),
+ * so two workers can never both advance one run: the turn's commit is fenced on (token, nonce, lease).
+ */
+export async function claimTurns(
+  db: Database,
+  n: SchemaNames,
+  p: ClaimTurnsParams,
+): Promise<ClaimedTurnRow[]> {
+  if (p.queues.length === 0 || p.workflowNames.length === 0 || p.limit <= 0) return [];
+  return db.rows<ClaimedTurnRow>(sql`
+    WITH clock AS MATERIALIZED (SELECT ${n.now} AS t),
+    picked AS (
+      SELECT r.id, r.turn_token AS prev_token, (SELECT t FROM clock) AS t
+        FROM ${n.runs} r
+       WHERE r.kind = 'workflow' AND r.queue IN ${p.queues} AND r.name IN ${p.workflowNames}
+         AND r.status IN ('pending', 'running')
+         AND r.turn_next_run_at <= (SELECT t FROM clock)
+         AND (r.turn_lease_expires_at IS NULL OR r.turn_lease_expires_at <= (SELECT t FROM clock))
+       ORDER BY r.priority DESC, r.turn_next_run_at
+       LIMIT ${p.limit}
+       FOR UPDATE OF r SKIP LOCKED),
+    claimed AS (
+      UPDATE ${n.runs} r
+         SET turn_token = ${n.nextToken}, turn_nonce = gen_random_uuid(), turn_epoch = r.turn_epoch + 1,
+             turn_attempt = r.turn_attempt + 1, turn_worker_id = ${p.workerId},
+             turn_lease_expires_at = p.t + ${msInterval(sql`${p.leaseMs}::int`)},
+             status = 'running', started_at = coalesce(r.started_at, p.t)
+        FROM picked p
+       WHERE r.id = p.id AND (r.turn_lease_expires_at IS NULL OR r.turn_lease_expires_at <= ${n.now})
+      RETURNING r.id, r.name, r.queue, r.priority, r.input, r.turn_attempt, r.turn_epoch, r.turn_token, r.turn_nonce,
+                r.wake_count, r.cancel_requested_at, r.cancel_reason, r.turn_lease_expires_at, p.prev_token, p.t),
+    ended_turns AS (
+      UPDATE ${n.attempts} a SET outcome = 'lease_expired', ended_at = ${n.now}
+        FROM claimed c WHERE a.fencing_token = c.prev_token AND a.outcome IS NULL
+      RETURNING 1),
+    new_attempts AS (
+      INSERT INTO ${n.attempts} (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at)
+      SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, ${p.workerId}, ${n.now} FROM claimed
+      RETURNING 1)
+    SELECT c.id::text, c.name, c.queue, c.priority, c.input, c.turn_attempt, c.turn_epoch, c.turn_token::text AS token,
+           c.turn_nonce::text AS nonce, c.wake_count, c.cancel_requested_at IS NOT NULL AS cancel_requested,
+           c.cancel_reason,
+           (extract(epoch FROM (c.turn_lease_expires_at - ${n.now})) * 1000)::float8 AS remaining_ms,
+           (extract(epoch FROM c.t) * 1000)::float8 AS now_ms,
+           (SELECT count(*) FROM ended_turns) + (SELECT count(*) FROM new_attempts) AS effects
+      FROM claimed c`);
+}
+
+/** One recorded step of a run, as replay reads it. */
+export interface HistoryStepRow {
+  id: string;
+  seq: number;
+  kind: 'activity' | 'timer' | 'value' | 'signal' | 'child';
+  name: string;
+  status: 'scheduled' | 'running' | 'completed' | 'failed' | 'cancelled';
+  output: unknown;
+  error: unknown;
+  delivered_seq: number | null;
+  /** Epoch ms (DB clock) when a timer is due. */
+  due_ms: number | null;
+  finished_ms: number | null;
+}
+
+/** A run's recorded steps in position order; plain read. */
+export async function loadRunHistory(db: Database, n: SchemaNames, runId: string): Promise<HistoryStepRow[]> {
+  return db.rows<HistoryStepRow>(sql`
+    SELECT id::text, seq, kind, name, status, output, error, delivered_seq,
+           (extract(epoch FROM next_run_at) * 1000)::float8 AS due_ms,
+           (extract(epoch FROM finished_at) * 1000)::float8 AS finished_ms
+      FROM ${n.steps} WHERE run_id = ${runId}::uuid ORDER BY seq`);
+}
+
+/**
+ * How long until the next turn on these queues is due (a timer, a wake-up, an expired turn lease), by the DB
+ * clock. Uses `runs_turn_due_idx`; no locks. @returns ms to wait (≤ 0: due now), or null when none is pending.
+ */
+export async function msUntilNextDueTurn(
+  db: Database,
+  n: SchemaNames,
+  p: { queues: readonly string[]; workflowNames: readonly string[] },
+): Promise<number | null> {
+  if (p.queues.length === 0 || p.workflowNames.length === 0) return null;
+  const rows = await db.rows<{ wait_ms: number | null }>(sql`
+    SELECT (extract(epoch FROM (min(greatest(turn_next_run_at, coalesce(turn_lease_expires_at, turn_next_run_at))) - ${n.now})) * 1000)::float8 AS wait_ms
+      FROM ${n.runs}
+     WHERE queue IN ${p.queues} AND name IN ${p.workflowNames} AND kind = 'workflow'
+       AND status IN ('pending', 'running') AND turn_next_run_at IS NOT NULL`);
+  return rows[0]?.wait_ms ?? null;
+}

@@ -1,0 +1,222 @@
+import { sql } from 'drizzle-orm';
+import { LeaseLostError } from '@palisade/sdk';
+import type { Database } from '../db/database.js';
+import type { Delivery, NewStep, TurnOutcome } from '../workflow/turn-runtime.js';
+import { msInterval, type SchemaNames } from './schema-names.js';
+
+export interface TurnRef {
+  readonly runId: string;
+  readonly workflowName: string;
+  readonly token: bigint;
+  readonly nonce: string;
+  readonly attempt: number;
+  /** `runs.wake_count` when the turn was claimed. */
+  readonly wakeCount: number;
+}
+
+/** The commit raced with a change to a step the turn read (a cancel): the turn must run again. */
+export class TurnConflict extends Error {}
+
+/**
+ * Commit a workflow turn, fenced (DESIGN.md §4, last paragraph), in one transaction:
+ * 1. the fence: the run row is updated only while this turn holds its token, nonce and an unexpired lease
+ *    (the row lock is then held to COMMIT, so no other turn of the run can commit in between); zero rows →
+ *    rollback, the rejection is recorded in its own statement, and {@link LeaseLostError} is thrown;
+ * 2. new steps are inserted — activities due now, timers due `now + delay` by the DB clock (the due time is
+ *    fixed when the sleep starts), recorded values completed;
+ * 3. outcomes delivered for the first time get their delivery order; timers the turn saw fire are completed —
+ *    only if still `scheduled` (a cancel that slipped in makes the turn run again: {@link TurnConflict});
+ * 4. the run either ends (output or error, terminal event, leftover steps cancelled, NOTIFY) or is given its
+ *    next turn time: now if anything woke it since the claim (`wake_count` moved), else its earliest timer;
+ * 5. the turn's attempt row ends; workers of the new steps' queues are NOTIFYed.
+ */
+export async function commitTurn(
+  db: Database,
+  n: SchemaNames,
+  ref: TurnRef,
+  result: { newSteps: readonly NewStep[]; deliveries: readonly Delivery[]; outcome: TurnOutcome },
+): Promise<void> {
+  const token = ref.token.toString();
+  const fenced = await db
+    .transaction(async (tx) => {
+      const fence = await tx.rows<{ wake_count: number; queue: string }>(sql`
+        UPDATE ${n.runs} SET turn_lease_expires_at = NULL
+         WHERE id = ${ref.runId}::uuid AND turn_token = ${token}::bigint AND turn_nonce = ${ref.nonce}::uuid
+           AND turn_lease_expires_at > ${n.now} AND status IN ('pending', 'running')
+        RETURNING wake_count, queue`);
+      if (fence.length === 0) return false;
+      const steps = result.newSteps.map((s) => ({
+        seq: s.seq,
+        kind: s.kind,
+        name: s.name,
+        status: s.kind === 'value' ? 'completed' : 'scheduled',
+        input: s.kind === 'activity' ? s.input : null,
+        output: s.kind === 'value' ? s.output : null,
+        queue: s.kind === 'activity' ? s.queue : fence[0]?.queue,
+        priority: s.kind === 'activity' ? s.priority : 0,
+        retry_policy: s.kind === 'activity' ? s.retryPolicy : {},
+        lease_ms: s.kind === 'activity' ? s.leaseMs : 0,
+        start_to_close_timeout_ms: s.kind === 'activity' ? s.startToCloseTimeoutMs : 0,
+        delay_ms: s.kind === 'timer' ? (s.delayMs ?? null) : s.kind === 'activity' ? 0 : null,
+        due_at_ms: s.kind === 'timer' ? (s.dueAtMs ?? null) : null,
+      }));
+      const deliveries = result.deliveries.map((d) => ({
+        id: d.stepId,
+        delivered_seq: d.deliveredSeq,
+        fires_timer: d.firesTimer,
+      }));
+      const applied = await tx.rows<{ fired_expected: number; fired: number; queues: string[] | null }>(sql`
+        WITH ns AS (
+          SELECT * FROM jsonb_to_recordset(${JSON.stringify(steps)}::jsonb) AS x(
+            seq int, kind text, name text, status text, input jsonb, output jsonb, queue text, priority int,
+            retry_policy jsonb, lease_ms int, start_to_close_timeout_ms int, delay_ms float8, due_at_ms float8)),
+        inserted AS (
+          INSERT INTO ${n.steps} (run_id, seq, kind, name, status, input, output, queue, priority, retry_policy,
+                                  lease_ms, start_to_close_timeout_ms, next_run_at, finished_at, created_at)
+          SELECT ${ref.runId}::uuid, seq, kind, name, status, input, output, queue, priority, retry_policy,
+                 lease_ms, start_to_close_timeout_ms,
+                 CASE WHEN due_at_ms IS NOT NULL THEN to_timestamp(due_at_ms / 1000.0)
+                      WHEN delay_ms IS NOT NULL THEN ${n.now} + ${msInterval(sql`delay_ms`)} END,
+                 CASE WHEN status = 'completed' THEN ${n.now} END,
+                 ${n.now}
+            FROM ns
+          RETURNING id, seq, kind, name, queue, next_run_at),
+        scheduled_events AS (
+          INSERT INTO ${n.events} (run_id, step_id, type, data, at)
+          SELECT ${ref.runId}::uuid, id, CASE WHEN kind = 'timer' THEN 'timer:started' ELSE 'step:scheduled' END,
+                 jsonb_build_object('name', name, 'seq', seq, 'dueAt', next_run_at), ${n.now}
+            FROM inserted WHERE kind IN ('activity', 'timer')
+          RETURNING 1),
+        dl AS (SELECT * FROM jsonb_to_recordset(${JSON.stringify(deliveries)}::jsonb) AS x(id uuid, delivered_seq int, fires_timer boolean)),
+        marked AS (
+          UPDATE ${n.steps} s
+             SET delivered_seq = dl.delivered_seq,
+                 status = CASE WHEN dl.fires_timer THEN 'completed' ELSE s.status END,
+                 finished_at = CASE WHEN dl.fires_timer THEN ${n.now} ELSE s.finished_at END,
+                 next_run_at = CASE WHEN dl.fires_timer THEN NULL ELSE s.next_run_at END
+            FROM dl
+           WHERE s.id = dl.id AND s.run_id = ${ref.runId}::uuid AND (NOT dl.fires_timer OR s.status = 'scheduled')
+          RETURNING s.id, s.seq, dl.fires_timer),
+        fired_events AS (
+          INSERT INTO ${n.events} (run_id, step_id, type, data, terminal, at)
+          SELECT ${ref.runId}::uuid, id, 'timer:fired', jsonb_build_object('seq', seq), true, ${n.now}
+            FROM marked WHERE fires_timer
+          RETURNING 1)
+        SELECT (SELECT count(*) FROM dl WHERE fires_timer)::int AS fired_expected,
+               (SELECT count(*) FROM marked WHERE fires_timer)::int AS fired,
+               (SELECT array_agg(DISTINCT queue) FROM inserted WHERE kind = 'activity') AS queues,
+               (SELECT count(*) FROM scheduled_events) + (SELECT count(*) FROM fired_events) AS effects`);
+      const row = applied[0];
+      if (row && row.fired !== row.fired_expected) throw new TurnConflict('a timer changed under the turn');
+      const outcome = result.outcome;
+      if (outcome.kind === 'blocked') {
+        await tx.rows(sql`
+          WITH next AS (
+            SELECT min(next_run_at) AS due FROM ${n.steps}
+             WHERE run_id = ${ref.runId}::uuid AND kind = 'timer' AND status = 'scheduled'),
+          upd AS (
+            UPDATE ${n.runs} r
+               SET turn_next_run_at = CASE WHEN r.wake_count <> ${ref.wakeCount} THEN ${n.now} ELSE (SELECT due FROM next) END
+             WHERE r.id = ${ref.runId}::uuid
+            RETURNING r.turn_next_run_at <= ${n.now} AS due_now, r.queue)
+          SELECT pg_notify(${n.channel}, 'turn:' || queue) FROM upd WHERE due_now`);
+      } else {
+        const status = outcome.kind;
+        const output = outcome.kind === 'completed' ? JSON.stringify(outcome.output ?? null) : null;
+        const error = outcome.kind === 'completed' ? null : JSON.stringify(outcome.error);
+        await tx.rows(sql`
+          WITH ended AS (
+            UPDATE ${n.runs} SET status = ${status}, output = ${output}::jsonb, error = ${error}::jsonb,
+                                 finished_at = ${n.now}, turn_next_run_at = NULL
+             WHERE id = ${ref.runId}::uuid
+            RETURNING id),
+          leftover AS (
+            UPDATE ${n.steps} SET status = 'cancelled', finished_at = ${n.now}, next_run_at = NULL
+             WHERE run_id = ${ref.runId}::uuid AND status = 'scheduled'
+            RETURNING id, attempt, epoch, fencing_token),
+          leftover_events AS (
+            INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
+            SELECT ${ref.runId}::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
+                   jsonb_build_object('reason', 'the run ended'), true, ${n.now} FROM leftover
+            RETURNING 1),
+          flagged AS (
+            UPDATE ${n.steps} SET cancel_requested_at = coalesce(cancel_requested_at, ${n.now})
+             WHERE run_id = ${ref.runId}::uuid AND status = 'running'
+            RETURNING 1),
+          run_event AS (
+            INSERT INTO ${n.events} (run_id, type, data, terminal, at)
+            SELECT id, 'run:' || ${status}::text, CASE WHEN ${error}::jsonb IS NOT NULL THEN jsonb_build_object('error', ${error}::jsonb) END,
+                   true, ${n.now} FROM ended
+            RETURNING 1)
+          SELECT pg_notify(${n.channel}, 'run:' || id::text),
+                 (SELECT count(*) FROM leftover_events) + (SELECT count(*) FROM flagged) + (SELECT count(*) FROM run_event)
+            FROM ended`);
+      }
+      await tx.rows(sql`
+        UPDATE ${n.attempts} SET outcome = 'completed', ended_at = ${n.now}
+         WHERE fencing_token = ${token}::bigint AND outcome IS NULL`);
+      for (const queue of row?.queues ?? [])
+        await tx.rows(sql`SELECT pg_notify(${n.channel}, ${'step:' + queue})`);
+      return true;
+    })
+    .catch((error: unknown) => {
+      if (error instanceof TurnConflict) return 'conflict' as const;
+      throw error;
+    });
+  if (fenced === 'conflict') {
+    await releaseTurn(db, n, ref);
+    throw new TurnConflict(`turn of run ${ref.runId} raced with a cancel; it runs again`);
+  }
+  if (!fenced) await rejectTurn(db, n, ref);
+}
+
+/** Hand a turn back (fenced), due now, not charged: used when its commit raced with a change it read. */
+export async function releaseTurn(db: Database, n: SchemaNames, ref: TurnRef): Promise<boolean> {
+  const rows = await db.rows<{ id: string }>(sql`
+    WITH r AS (
+      UPDATE ${n.runs} SET turn_lease_expires_at = NULL, turn_next_run_at = ${n.now}
+       WHERE id = ${ref.runId}::uuid AND turn_token = ${ref.token.toString()}::bigint AND turn_nonce = ${ref.nonce}::uuid
+         AND turn_lease_expires_at > ${n.now}
+      RETURNING id, queue),
+    a AS (
+      UPDATE ${n.attempts} SET outcome = 'released', ended_at = ${n.now}
+       WHERE fencing_token = ${ref.token.toString()}::bigint AND EXISTS (SELECT 1 FROM r)
+      RETURNING 1)
+    SELECT id::text, pg_notify(${n.channel}, 'turn:' || queue), (SELECT count(*) FROM a) FROM r`);
+  return rows.length > 0;
+}
+
+/** Record a turn commit rejected by the fence, and throw {@link LeaseLostError}. */
+async function rejectTurn(db: Database, n: SchemaNames, ref: TurnRef): Promise<never> {
+  const token = ref.token.toString();
+  const rows = await db.rows<{ current_token: string | null; reason: string }>(sql`
+    WITH cur AS (
+      SELECT id, turn_token, status, turn_lease_expires_at <= ${n.now} AS expired
+        FROM ${n.runs} WHERE id = ${ref.runId}::uuid FOR SHARE),
+    ev AS (
+      INSERT INTO ${n.events} (run_id, type, attempt, fencing_token, data, at)
+      SELECT id, 'attempt:stale-rejected', ${ref.attempt}, ${token}::bigint,
+             jsonb_build_object('operation', 'turn-commit', 'staleToken', ${token}::text,
+                                'currentToken', turn_token::text,
+                                'reason', CASE WHEN turn_token IS DISTINCT FROM ${token}::bigint THEN 'superseded'
+                                               WHEN status NOT IN ('pending', 'running') THEN status ELSE 'expired' END),
+             ${n.now}
+        FROM cur
+      RETURNING data),
+    a AS (
+      UPDATE ${n.attempts} SET outcome = coalesce(outcome, 'rejected_stale'), ended_at = coalesce(ended_at, ${n.now})
+       WHERE fencing_token = ${token}::bigint
+      RETURNING 1)
+    SELECT (SELECT turn_token::text FROM cur) AS current_token, coalesce((SELECT data->>'reason' FROM ev), 'run not found') AS reason,
+           (SELECT count(*) FROM a) AS ended`);
+  const row = rows[0];
+  throw new LeaseLostError({
+    operation: 'complete',
+    stepLabel: `${ref.workflowName} turn`,
+    runId: ref.runId,
+    attempt: ref.attempt,
+    staleToken: ref.token,
+    currentToken: row?.current_token != null ? BigInt(row.current_token) : null,
+    reason: row?.reason ?? 'run not found',
+  });
+}

@@ -1,0 +1,150 @@
+import type { WorkflowDefinition } from '@palisade/sdk';
+import type { Logger } from 'pino';
+import type { Database } from '../db/database.js';
+import { classifyDatabaseError } from '../infra-retry.js';
+import {
+  claimTurns,
+  loadRunHistory,
+  msUntilNextDueTurn,
+  type ClaimedTurnRow,
+} from '../queries/claim-turns.js';
+import { TurnConflict, commitTurn } from '../queries/commit-turn.js';
+import type { SchemaNames } from '../queries/schema-names.js';
+import type { WorkerEvents } from '../worker/worker-events.js';
+import { runTurn } from './turn-runtime.js';
+
+export interface TurnLoopOptions {
+  readonly workerId: string;
+  readonly queues: readonly string[];
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  readonly workflows: ReadonlyMap<string, WorkflowDefinition<any, any>>;
+  readonly concurrency: number;
+  readonly turnLeaseMs: number;
+  readonly pollIntervalMs: number;
+}
+
+/**
+ * Claims due workflow turns and runs them: load the run's recorded steps, replay the workflow code over them
+ * ({@link runTurn}), commit the result fenced on the turn's token ({@link commitTurn}). A turn that fails on a
+ * database error is not retried in place: its lease expires and any worker replays it (turns are
+ * deterministic, so a replay is always safe).
+ */
+export class TurnLoop {
+  private readonly running = new Set<Promise<void>>();
+  private state: 'running' | 'stopping' = 'running';
+  private wakeUp: (() => void) | undefined;
+  private readonly done: Promise<void>;
+
+  constructor(
+    private readonly db: Database,
+    private readonly names: SchemaNames,
+    private readonly options: TurnLoopOptions,
+    private readonly events: WorkerEvents,
+    private readonly logger: Logger,
+  ) {
+    this.done = this.loop();
+  }
+
+  wake(): void {
+    this.wakeUp?.();
+  }
+
+  private async loop(): Promise<void> {
+    const workflowNames = [...this.options.workflows.keys()];
+    let failures = 0;
+    while (this.state === 'running') {
+      let waitMs = this.options.pollIntervalMs;
+      try {
+        const free = this.options.concurrency - this.running.size;
+        if (free > 0) {
+          const rows = await claimTurns(this.db, this.names, {
+            workerId: this.options.workerId,
+            queues: this.options.queues,
+            workflowNames,
+            limit: free,
+            leaseMs: this.options.turnLeaseMs,
+          });
+          failures = 0;
+          for (const row of rows) this.start(row);
+          if (rows.length === free) continue;
+          const dueIn = await msUntilNextDueTurn(this.db, this.names, {
+            queues: this.options.queues,
+            workflowNames,
+          });
+          if (dueIn !== null) waitMs = Math.min(waitMs, Math.max(0, dueIn));
+          if (dueIn !== null && dueIn <= 0 && rows.length > 0) continue;
+        }
+      } catch (error) {
+        failures++;
+        waitMs = Math.min(this.options.pollIntervalMs * 2 ** Math.min(failures, 5), 30_000);
+        this.logger.warn({ err: error, class: classifyDatabaseError(error) }, 'worker:turn-claim-failed');
+        this.events.emit('worker:error', { error });
+      }
+      if (this.state !== 'running') break;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, waitMs);
+        this.wakeUp = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.wakeUp = undefined;
+    }
+  }
+
+  private start(row: ClaimedTurnRow): void {
+    const execution = this.execute(row)
+      .catch((error: unknown) => {
+        if (error instanceof TurnConflict) return;
+        this.logger.warn({ err: error, runId: row.id }, 'turn:failed');
+        this.events.emit('worker:error', { error });
+      })
+      .finally(() => {
+        this.running.delete(execution);
+        this.wakeUp?.();
+      });
+    this.running.add(execution);
+  }
+
+  private async execute(row: ClaimedTurnRow): Promise<void> {
+    const workflow = this.options.workflows.get(row.name);
+    if (!workflow) return; // unreachable: the claim filters by our workflow names
+    const history = await loadRunHistory(this.db, this.names, row.id);
+    const result = await runTurn({
+      workflow,
+      info: Object.freeze({
+        runId: row.id,
+        workflowName: row.name,
+        turnAttempt: row.turn_attempt,
+        queue: row.queue,
+      }),
+      input: row.input,
+      priority: row.priority,
+      history,
+      nowMs: row.now_ms,
+      cancelRequested: row.cancel_requested,
+    });
+    await commitTurn(
+      this.db,
+      this.names,
+      {
+        runId: row.id,
+        workflowName: row.name,
+        token: BigInt(row.token),
+        nonce: row.nonce,
+        attempt: row.turn_attempt,
+        wakeCount: row.wake_count,
+      },
+      result,
+    );
+    this.events.emit('turn:committed', { runId: row.id, workflow: row.name, outcome: result.outcome.kind });
+  }
+
+  /** Stop claiming; wait for turns in progress (they are short) to commit. */
+  async stop(): Promise<void> {
+    this.state = 'stopping';
+    this.wakeUp?.();
+    await this.done;
+    await Promise.allSettled([...this.running]);
+  }
+}

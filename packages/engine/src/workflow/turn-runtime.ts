@@ -1,0 +1,354 @@
+import { randomUUID } from 'node:crypto';
+import {
+  ActivityFailure,
+  CancelledFailure,
+  NonDeterminismError,
+  PalisadeError,
+  mergeRetryPolicy,
+  serializeFailure,
+  toMs,
+  validate,
+  type ActivityDefinition,
+  type Duration,
+  type ResolvedRetryPolicy,
+  type RunActivityOptions,
+  type SerializedFailure,
+  type WorkflowContext,
+  type WorkflowDefinition,
+  type WorkflowInfo,
+} from '@palisade/sdk';
+import type { HistoryStepRow } from '../queries/claim-turns.js';
+import { trackNonDurable, type NonDurableSink } from './non-durable-await.js';
+
+/** A step a turn adds to its run. Durations in ms; due times are fixed by the DB clock at commit. */
+export type NewStep =
+  | {
+      readonly seq: number;
+      readonly kind: 'activity';
+      readonly name: string;
+      readonly input: unknown;
+      readonly queue: string;
+      readonly priority: number;
+      readonly retryPolicy: ResolvedRetryPolicy;
+      readonly leaseMs: number;
+      readonly startToCloseTimeoutMs: number;
+    }
+  | {
+      readonly seq: number;
+      readonly kind: 'timer';
+      readonly name: string;
+      readonly delayMs?: number;
+      readonly dueAtMs?: number;
+    }
+  | { readonly seq: number; readonly kind: 'value'; readonly name: string; readonly output: unknown };
+
+/** A recorded outcome this turn handed to the workflow code for the first time, in order. */
+export interface Delivery {
+  readonly stepId: string;
+  readonly deliveredSeq: number;
+  /** A timer this turn saw fire (due by the claim's DB time): the commit marks it completed. */
+  readonly firesTimer: boolean;
+}
+
+export type TurnOutcome =
+  | { readonly kind: 'blocked' }
+  | { readonly kind: 'completed'; readonly output: unknown }
+  | { readonly kind: 'failed'; readonly error: SerializedFailure }
+  | { readonly kind: 'cancelled'; readonly error: SerializedFailure };
+
+export interface TurnResult {
+  readonly newSteps: readonly NewStep[];
+  readonly deliveries: readonly Delivery[];
+  readonly outcome: TurnOutcome;
+}
+
+export interface TurnInput {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  readonly workflow: WorkflowDefinition<any, any>;
+  readonly info: WorkflowInfo;
+  readonly input: unknown;
+  readonly priority: number;
+  readonly history: readonly HistoryStepRow[];
+  /** The claim's DB time (epoch ms): timers due by then fire in this turn. */
+  readonly nowMs: number;
+  readonly cancelRequested: boolean;
+}
+
+interface Deferred {
+  readonly kind: string;
+  readonly name: string;
+  settled: boolean;
+  resolve(value: unknown): void;
+  reject(error: unknown): void;
+}
+
+const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
+
+function macrotask(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
+function never<T>(): Promise<T> {
+  return new Promise<T>(() => undefined);
+}
+
+/**
+ * One turn of a workflow (a replay from the top over the recorded steps), without I/O: the caller loads the
+ * history and commits the result. Pure with respect to the database; testable without one.
+ *
+ * Replay rules:
+ * - each durable call takes the next position; a recorded step at that position must have the same kind and
+ *   name, or the turn fails the run with {@link NonDeterminismError} — a recorded result is never handed to a
+ *   different step;
+ * - recorded outcomes are delivered one at a time, draining the workflow's microtasks in between, in the order
+ *   earlier turns delivered them (`delivered_seq`), then new outcomes in the order they happened; so
+ *   `Promise.race` and friends see the same winner on every replay;
+ * - a call with no recorded step schedules a new one; the turn ends when the code blocks on pending steps.
+ */
+export async function runTurn(turn: TurnInput): Promise<TurnResult> {
+  const byPosition = new Map(turn.history.map((h) => [h.seq, h]));
+  const requested = new Map<number, Deferred>();
+  const newSteps: NewStep[] = [];
+  const deliveries: Delivery[] = [];
+  let position = 0;
+  let fatal: PalisadeError | undefined;
+  let closed = false;
+  let nonDurable: string | undefined;
+  const workflowName = turn.workflow.name;
+
+  const sink: NonDurableSink = {
+    reportNonDurable(type) {
+      if (!closed) nonDurable ??= type;
+    },
+  };
+
+  const nondeterminism = (seq: number, recorded: HistoryStepRow, kind: string, name: string): void => {
+    fatal ??= new NonDeterminismError(
+      workflowName,
+      seq,
+      `${recorded.kind} ${recorded.name}`,
+      `${kind} ${name}`,
+      turn.info.runId,
+    );
+  };
+
+  /** Claim the next position for a durable call; returns the recorded step, if any (after checking it). */
+  const take = (kind: string, name: string): { seq: number; recorded?: HistoryStepRow; ok: boolean } => {
+    const seq = position++;
+    const recorded = byPosition.get(seq);
+    if (recorded && (recorded.kind !== kind || recorded.name !== name)) {
+      nondeterminism(seq, recorded, kind, name);
+      return { seq, ok: false };
+    }
+    return recorded ? { seq, recorded, ok: true } : { seq, ok: true };
+  };
+
+  const durable = <T>(
+    kind: 'activity' | 'timer',
+    name: string,
+    schedule: (seq: number) => NewStep,
+  ): Promise<T> => {
+    if (closed || fatal) return never<T>();
+    const { seq, recorded, ok } = take(kind, name);
+    if (!ok) return never<T>();
+    if (!recorded) newSteps.push(schedule(seq));
+    return new Promise<T>((resolve, reject) => {
+      requested.set(seq, {
+        kind,
+        name,
+        settled: false,
+        resolve: (v) => resolve(v as T),
+        reject,
+      });
+    });
+  };
+
+  const value = <T>(name: string, make: () => T): T => {
+    if (closed || fatal) return make();
+    const { seq, recorded, ok } = take('value', name);
+    if (recorded && ok) return recorded.output as T;
+    const fresh = make();
+    if (ok) newSteps.push({ seq, kind: 'value', name, output: fresh });
+    return fresh;
+  };
+
+  const ctx: WorkflowContext = {
+    info: turn.info,
+    run: <O>(activity: ActivityDefinition, input: unknown, options: RunActivityOptions = {}) => {
+      if (!activity || activity.kind !== 'activity') {
+        fatal ??= new PalisadeError(
+          'INVALID_OPTIONS',
+          `workflow ${workflowName} called ctx.run with something that is not an activity from defineActivity()`,
+        );
+        return never<O>();
+      }
+      return durable<O>('activity', activity.name, (seq) => ({
+        seq,
+        kind: 'activity',
+        name: activity.name,
+        input: validate(
+          activity.input,
+          input,
+          `input of activity ${activity.name} (step ${seq} of ${workflowName})`,
+        ),
+        queue: options.queue ?? activity.queue,
+        priority: options.priority ?? turn.priority,
+        retryPolicy: mergeRetryPolicy(activity.retry, options.retry, `retry of ${activity.name}`),
+        leaseMs: options.leaseMs !== undefined ? toMs(options.leaseMs, 'leaseMs') : activity.leaseMs,
+        startToCloseTimeoutMs:
+          options.startToCloseTimeoutMs !== undefined
+            ? toMs(options.startToCloseTimeoutMs, 'startToCloseTimeoutMs')
+            : activity.startToCloseTimeoutMs,
+      }));
+    },
+    sleep: (duration: Duration) => {
+      const delayMs = toMs(duration, `sleep duration in workflow ${workflowName}`);
+      return durable<void>('timer', 'sleep', (seq) => ({ seq, kind: 'timer', name: 'sleep', delayMs }));
+    },
+    sleepUntil: (date: Date) => {
+      const dueAtMs = date.getTime();
+      if (!Number.isFinite(dueAtMs))
+        throw new TypeError(`sleepUntil in workflow ${workflowName}: invalid date`);
+      return durable<void>('timer', 'sleep', (seq) => ({ seq, kind: 'timer', name: 'sleep', dueAtMs }));
+    },
+    now: () => new Date(value('now', () => turn.nowMs)),
+    random: () => value('random', () => Math.random()),
+    uuid: () => value('uuid', () => randomUUID()),
+  };
+
+  // Start the workflow code; it runs until it blocks on durable calls.
+  let settled: { ok: true; value: unknown } | { ok: false; error: unknown } | undefined;
+  trackNonDurable(sink, () => {
+    Promise.resolve()
+      .then(() =>
+        turn.workflow.run(
+          validate(turn.workflow.input, turn.input, `input of workflow ${workflowName}`),
+          ctx,
+        ),
+      )
+      .then(
+        (v: unknown) => (settled = { ok: true, value: v }),
+        (e: unknown) => (settled = { ok: false, error: e }),
+      );
+  });
+  await macrotask();
+
+  // Deliver recorded outcomes: first in the order earlier turns delivered them, then new ones as they happened.
+  const outcomeOf = (h: HistoryStepRow): 'resolve' | 'reject' | undefined => {
+    if (h.kind === 'timer') {
+      if (h.status === 'completed') return 'resolve';
+      if (h.status === 'cancelled') return 'reject';
+      if (h.status === 'scheduled' && h.due_ms !== null && h.due_ms <= turn.nowMs) return 'resolve';
+      return undefined;
+    }
+    if (h.kind === 'activity' && TERMINAL.has(h.status))
+      return h.status === 'completed' ? 'resolve' : 'reject';
+    return undefined;
+  };
+  const delivered = turn.history
+    .filter((h) => h.delivered_seq !== null)
+    .sort((a, b) => (a.delivered_seq as number) - (b.delivered_seq as number));
+  const fresh = turn.history
+    .filter((h) => h.delivered_seq === null && (h.kind === 'activity' || h.kind === 'timer') && outcomeOf(h))
+    .sort((a, b) => (a.finished_ms ?? a.due_ms ?? 0) - (b.finished_ms ?? b.due_ms ?? 0) || a.seq - b.seq);
+  let nextDeliveredSeq = delivered.reduce((m, h) => Math.max(m, h.delivered_seq as number), 0) + 1;
+
+  const deliver = (h: HistoryStepRow): void => {
+    const d = requested.get(h.seq);
+    if (!d || d.settled) return;
+    d.settled = true;
+    if (outcomeOf(h) === 'resolve') d.resolve(h.kind === 'timer' ? undefined : h.output);
+    else if (h.status === 'cancelled')
+      d.reject(
+        new CancelledFailure(`step ${h.name}#${h.seq} was cancelled`, {
+          runId: turn.info.runId,
+          stepId: h.id,
+        }),
+      );
+    else
+      d.reject(
+        new ActivityFailure(h.name, h.error as SerializedFailure, { runId: turn.info.runId, stepId: h.id }),
+      );
+  };
+
+  for (const h of delivered) {
+    if (settled || fatal || nonDurable) break;
+    if (!requested.has(h.seq)) {
+      fatal ??= new NonDeterminismError(
+        workflowName,
+        h.seq,
+        `${h.kind} ${h.name} (delivered in an earlier turn)`,
+        position > h.seq ? 'a call that did not await it' : 'no call at that position yet',
+        turn.info.runId,
+      );
+      break;
+    }
+    deliver(h);
+    await macrotask();
+  }
+  const remaining = [...fresh];
+  while (!settled && !fatal && !nonDurable) {
+    const index = remaining.findIndex((h) => requested.has(h.seq));
+    if (index < 0) break;
+    const [h] = remaining.splice(index, 1) as [HistoryStepRow];
+    deliver(h);
+    deliveries.push({
+      stepId: h.id,
+      deliveredSeq: nextDeliveredSeq++,
+      firesTimer: h.kind === 'timer' && h.status === 'scheduled',
+    });
+    await macrotask();
+  }
+  closed = true;
+
+  if (fatal)
+    return { newSteps: [], deliveries: [], outcome: { kind: 'failed', error: serializeFailure(fatal) } };
+  if (nonDurable) {
+    const error = new PalisadeError(
+      'NON_DURABLE_AWAIT',
+      `workflow ${workflowName} started a ${nonDurable} (a timer or I/O) inside workflow code; workflow code may ` +
+        'only await ctx.run, ctx.sleep and ctx.sleepUntil — move the work into an activity',
+      { runId: turn.info.runId },
+    );
+    return { newSteps: [], deliveries: [], outcome: { kind: 'failed', error: serializeFailure(error) } };
+  }
+  const done = settled;
+  if (!done) {
+    const pending =
+      [...requested.values()].filter((d) => !d.settled).length +
+      newSteps.filter((s) => s.kind !== 'value').length;
+    if (pending === 0) {
+      const error = new PalisadeError(
+        'NON_DURABLE_AWAIT',
+        `workflow ${workflowName} is waiting on a promise that is not a durable primitive (no step is pending); ` +
+          'workflow code may only await ctx.run, ctx.sleep and ctx.sleepUntil',
+        { runId: turn.info.runId },
+      );
+      return { newSteps: [], deliveries: [], outcome: { kind: 'failed', error: serializeFailure(error) } };
+    }
+    return { newSteps, deliveries, outcome: { kind: 'blocked' } };
+  }
+  if (done.ok) {
+    try {
+      const output: unknown = validate(
+        turn.workflow.output,
+        done.value,
+        `output of workflow ${workflowName}`,
+        {
+          runId: turn.info.runId,
+        },
+      );
+      return { newSteps, deliveries, outcome: { kind: 'completed', output } };
+    } catch (error) {
+      return { newSteps, deliveries, outcome: { kind: 'failed', error: serializeFailure(error) } };
+    }
+  }
+  const error = serializeFailure(done.error);
+  const cancelled =
+    turn.cancelRequested && (done.error as { code?: unknown } | undefined)?.code === 'CANCELLED';
+  return {
+    newSteps,
+    deliveries,
+    outcome: cancelled ? { kind: 'cancelled', error } : { kind: 'failed', error },
+  };
+}

@@ -1,0 +1,109 @@
+import { z } from 'zod';
+import type { ActivityDefinition } from './activity.js';
+import type { Duration } from './duration.js';
+import { InvalidOptionsError, formatIssues } from './errors.js';
+import type { RetryPolicy } from './retry-policy.js';
+
+/** What a workflow turn knows about its run (`ctx.info`). */
+export interface WorkflowInfo {
+  readonly runId: string;
+  readonly workflowName: string;
+  /** Claims of this run's turns so far, this one included. */
+  readonly turnAttempt: number;
+  readonly queue: string;
+}
+
+/** Per-call overrides of `ctx.run(activity, input, options)`. */
+export interface RunActivityOptions {
+  readonly retry?: RetryPolicy;
+  readonly startToCloseTimeoutMs?: Duration;
+  readonly leaseMs?: Duration;
+  /** @defaultValue the activity's queue */
+  readonly queue?: string;
+  /** Higher runs first. @defaultValue the run's priority */
+  readonly priority?: number;
+}
+
+/**
+ * The context passed to a workflow's `run(input, ctx)`. Workflow code is replayed from the top on every turn
+ * over the recorded results, so it must be deterministic: it may await only the promises these methods
+ * return (alone or combined with `Promise.all`, `allSettled`, `race`, `any`), and must take time, randomness
+ * and ids from `ctx.now()`, `ctx.random()` and `ctx.uuid()`. Awaiting anything else (timers, I/O) is detected
+ * and fails the run with an error naming the workflow. Legal only inside workflow code.
+ */
+export interface WorkflowContext {
+  readonly info: WorkflowInfo;
+  /**
+   * Schedule an activity as a durable step and resolve with its output. On replay a completed step resolves
+   * with its stored output and is never executed again.
+   * @throws ActivityFailure (at the await) when the step failed for good; CancelledFailure when it was cancelled.
+   */
+  run<I extends z.ZodType, O extends z.ZodType>(
+    activity: ActivityDefinition<I, O>,
+    input: z.input<I>,
+    options?: RunActivityOptions,
+  ): Promise<z.output<O>>;
+  /** Durable sleep: holds no lease while waiting; the due time is fixed (by the database clock) when it starts. */
+  sleep(duration: Duration): Promise<void>;
+  /** Durable sleep until `date` (compared with the database clock). */
+  sleepUntil(date: Date): Promise<void>;
+  /** The current time, recorded on first execution so replay sees the same value. */
+  now(): Date;
+  /** A random number in [0, 1), recorded so replay sees the same value. */
+  random(): number;
+  /** A random UUID, recorded so replay sees the same value. */
+  uuid(): string;
+}
+
+/** Options of {@link defineWorkflow}. */
+export interface WorkflowOptions<I extends z.ZodType, O extends z.ZodType> {
+  readonly name: string;
+  readonly input: I;
+  readonly output: O;
+  /** Queue its turns are claimed from unless the caller says otherwise. @defaultValue `'default'` */
+  readonly queue?: string;
+  run(input: z.output<I>, ctx: WorkflowContext): Promise<z.input<O>>;
+}
+
+/** A workflow as returned by {@link defineWorkflow}. */
+export interface WorkflowDefinition<I extends z.ZodType = z.ZodType, O extends z.ZodType = z.ZodType> {
+  readonly kind: 'workflow';
+  readonly name: string;
+  readonly input: I;
+  readonly output: O;
+  readonly queue: string;
+  run(input: z.output<I>, ctx: WorkflowContext): Promise<z.input<O>>;
+}
+
+const NAME = /^[A-Za-z0-9_.:-]{1,128}$/;
+
+const workflowOptionsSchema = z
+  .object({
+    name: z.string().regex(NAME, 'must be 1–128 characters of letters, digits, and _ . : -'),
+    input: z.instanceof(z.ZodType, { message: 'must be a zod schema' }),
+    output: z.instanceof(z.ZodType, { message: 'must be a zod schema' }),
+    queue: z.string().regex(NAME, 'must be 1–128 characters of letters, digits, and _ . : -').optional(),
+    run: z.custom<(...args: unknown[]) => unknown>((v) => typeof v === 'function', { message: 'must be a function' }),
+  })
+  .strict();
+
+/**
+ * Define a workflow: deterministic orchestration code over durable steps, with zod-checked input and output.
+ * @throws InvalidOptionsError naming each bad option.
+ */
+export function defineWorkflow<I extends z.ZodType, O extends z.ZodType>(
+  options: WorkflowOptions<I, O>,
+): WorkflowDefinition<I, O> {
+  const parsed = workflowOptionsSchema.safeParse(options);
+  if (!parsed.success) {
+    throw new InvalidOptionsError(`workflow ${String(options.name)}`, formatIssues(parsed.error.issues));
+  }
+  return Object.freeze({
+    kind: 'workflow' as const,
+    name: options.name,
+    input: options.input,
+    output: options.output,
+    queue: options.queue ?? 'default',
+    run: (input: z.output<I>, ctx: WorkflowContext) => options.run(input, ctx),
+  });
+}
