@@ -3,6 +3,7 @@ import {
   AttemptAbortedError,
   CancelledFailure,
   LeaseLostError,
+  PalisadeError,
   ValidationError,
   retryDecision,
   serializeFailure,
@@ -11,7 +12,6 @@ import {
   type ActivityContext,
   type ActivityDefinition,
   type FencedTransaction,
-  type PalisadeError,
   type ResolvedRetryPolicy,
   type SerializedFailure,
 } from '@palisade/sdk';
@@ -59,6 +59,14 @@ export class ActivityAttempt {
   localDeadlineMs: number;
   /** Monotonic ms of the local start-to-close deadline. */
   readonly attemptDeadlineMs: number;
+  /**
+   * True when the database capped the current lease at the attempt deadline (the claim or last renewal had
+   * less than `leaseMs` to give): the lease then ends *at* the deadline, so reaching the local lease deadline
+   * means the start-to-close timeout passed. Both local deadlines estimate the same instant from different send
+   * times, and the lease one is usually a few ms earlier; without this the abort said `lease-expired-locally`,
+   * nothing was recorded and the attempt was only ended by a later reclaim, without its retry backoff.
+   */
+  private leaseEndsAtDeadline: boolean;
   /** Details passed to ctx.heartbeat and not yet stored. */
   pendingDetails: { value: unknown } | undefined;
   private poison: PalisadeError | undefined;
@@ -85,6 +93,7 @@ export class ActivityAttempt {
       nonce: row.nonce,
     };
     this.localDeadlineMs = localLeaseDeadline(claimSentAtMs, row.remaining_ms, this.clockSettings());
+    this.leaseEndsAtDeadline = row.start_to_close_timeout_ms <= row.lease_ms;
     this.attemptDeadlineMs =
       claimSentAtMs + row.start_to_close_timeout_ms * (1 - services.clockRateError) - timing.safetyMarginMs;
     this.armTimer();
@@ -96,8 +105,11 @@ export class ActivityAttempt {
 
   /** True while the attempt may still make owner writes. */
   get live(): boolean {
-    return !this.controller.signal.aborted;
+    return !this.controller.signal.aborted && !this.ended;
   }
+
+  /** Set once the outcome is recorded (or given up): late ctx calls then fail without touching the DB. */
+  private ended = false;
 
   private clockSettings() {
     return { clockRateError: this.services.clockRateError, safetyMarginMs: this.timing.safetyMarginMs };
@@ -109,6 +121,8 @@ export class ActivityAttempt {
     const next = localLeaseDeadline(sentAtMs, remainingMs, this.clockSettings());
     if (next > this.localDeadlineMs) {
       this.localDeadlineMs = next;
+      // An uncapped renewal grants leaseMs from the statement's clock reading; less means the deadline capped it.
+      this.leaseEndsAtDeadline = remainingMs < this.row.lease_ms - 1;
       this.armTimer();
     }
     for (const w of this.waiters.filter((w) => w.sentAfter <= sentAtMs)) w.resolve();
@@ -151,7 +165,7 @@ export class ActivityAttempt {
 
   private onTimer(): void {
     const now = monotonicNow();
-    if (now >= this.attemptDeadlineMs) {
+    if (now >= this.attemptDeadlineMs || (now >= this.localDeadlineMs && this.leaseEndsAtDeadline)) {
       this.abort('deadline', `start-to-close timeout of ${this.row.start_to_close_timeout_ms} ms passed`);
     } else if (now >= this.localDeadlineMs) {
       this.abort(
@@ -269,8 +283,14 @@ export class ActivityAttempt {
       else await this.recordFailure(serializeFailure(outcome.error));
     } finally {
       clearTimeout(this.timer);
-      if (this.live)
-        this.controller.abort(new AttemptAbortedError('shutdown', `${this.label} attempt ended`));
+      this.ended = true;
+      this.poison ??= new PalisadeError(
+        'ATTEMPT_ABORTED',
+        `${this.label} attempt ${this.ref.attempt} has ended; its context can no longer be used`,
+        this.ref,
+      );
+      for (const w of this.waiters) w.reject(this.poison);
+      this.waiters = [];
     }
   }
 
