@@ -32,26 +32,28 @@ export interface NonDurableSink {
 }
 
 const storage = new AsyncLocalStorage<NonDurableSink>();
-let hook: AsyncHook | undefined;
+const hook: AsyncHook = createHook({
+  init(_asyncId, type) {
+    if (!NON_DURABLE_TYPES.has(type)) return;
+    storage.getStore()?.reportNonDurable(type);
+  },
+});
+/** Turns in progress; the hook (which slows every promise in the process) is enabled only while > 0. */
+let activeTurns = 0;
 
-function ensureHook(): void {
-  if (hook) return;
-  hook = createHook({
-    init(_asyncId, type) {
-      if (!NON_DURABLE_TYPES.has(type)) return;
-      storage.getStore()?.reportNonDurable(type);
+/**
+ * Run `fn` (workflow code) so that timers and I/O it starts, now or in its continuations, reach `sink`, until
+ * the returned `end()` is called (when the turn is over).
+ */
+export function trackNonDurable(sink: NonDurableSink, fn: () => void): { end(): void } {
+  if (activeTurns++ === 0) hook.enable();
+  let ended = false;
+  storage.run(sink, fn);
+  return {
+    end() {
+      if (ended) return;
+      ended = true;
+      if (--activeTurns === 0) hook.disable();
     },
-  });
-  hook.enable();
-}
-
-/** Run `fn` (workflow code) so that timers and I/O it starts, now or in its continuations, reach `sink`. */
-export function trackNonDurable<T>(sink: NonDurableSink, fn: () => T): T {
-  ensureHook();
-  return storage.run(sink, fn);
-}
-
-/** Run `fn` outside any turn's tracking (engine code called from workflow code, e.g. scheduling). */
-export function untracked<T>(fn: () => T): T {
-  return storage.exit(fn);
+  };
 }

@@ -218,7 +218,7 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
 
   // Start the workflow code; it runs until it blocks on durable calls.
   let settled: { ok: true; value: unknown } | { ok: false; error: unknown } | undefined;
-  trackNonDurable(sink, () => {
+  const tracking = trackNonDurable(sink, () => {
     Promise.resolve()
       .then(() =>
         turn.workflow.run(
@@ -300,6 +300,20 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
     await macrotask();
   }
   closed = true;
+  tracking.end();
+
+  // Code that ends before reaching a recorded step no longer accounts for its history (the step was removed,
+  // or moved after the return): stop the run rather than complete it over work the code does not know of.
+  const unreached = settled && !nonDurable ? turn.history.find((h) => h.seq >= position) : undefined;
+  if (unreached) {
+    fatal ??= new NonDeterminismError(
+      workflowName,
+      unreached.seq,
+      `${unreached.kind} ${unreached.name}`,
+      'no call (the workflow ended first)',
+      turn.info.runId,
+    );
+  }
 
   if (fatal)
     return { newSteps: [], deliveries: [], outcome: { kind: 'failed', error: serializeFailure(fatal) } };
