@@ -48,6 +48,7 @@ export class RunHandle<O = unknown> {
    * @throws RunFailedError when the run failed (its `failure` is the stored error).
    * @throws CancelledFailure when the run was cancelled.
    * @throws PalisadeError `RESULT_TIMEOUT` when `timeoutMs` passed first (the run goes on).
+   * @throws PalisadeError `ENGINE_CLOSED` when the engine is closed while waiting (the run goes on).
    * @throws RunNotFoundError when there is no such run.
    */
   async result(options: ResultOptions = {}): Promise<O> {
@@ -58,10 +59,23 @@ export class RunHandle<O = unknown> {
       notified = true;
       wake?.();
     });
+    const throwIfClosed = () => {
+      if (this.hub.closed) {
+        throw new PalisadeError(
+          'ENGINE_CLOSED',
+          `engine closed while waiting for run ${this.runId}; the run goes on (wait again on an open engine)`,
+          { runId: this.runId },
+        );
+      }
+    };
     try {
       for (;;) {
+        throwIfClosed();
         notified = false;
-        const run = await readRun(this.db, this.names, this.runId);
+        const run = await readRun(this.db, this.names, this.runId).catch((error: unknown) => {
+          throwIfClosed(); // the read failed because the engine closed its connections under it
+          throw error;
+        });
         if (!run) throw new RunNotFoundError(`run ${this.runId}`);
         if (run.status === 'completed') return run.output as O;
         if (run.status === 'failed') throw new RunFailedError(this.runId, run.error as SerializedFailure);

@@ -1,7 +1,7 @@
 import type { PGlite } from '@electric-sql/pglite';
 import { sql, type SQL } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
-import type { Sql } from 'postgres';
+import postgres, { type Sql } from 'postgres';
 
 /** Any drizzle Postgres database or transaction, whatever the driver. */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -89,18 +89,19 @@ export async function fromPostgres(client: Sql, owned: boolean): Promise<Databas
       reserve: () => reserve(),
       close,
     });
-  const reserve = async (): Promise<Database & { release(): Promise<void> }> => {
-    const reserved = await client.reserve();
-    // A reserved connection carries no `options`; drizzle's driver reads (and patches) the pool's parsers.
-    (reserved as unknown as { options: Sql['options'] }).options ??= client.options;
-    const handle = wrap(reserved, () => Promise.resolve()) as Database & {
-      release(): Promise<void>;
-    };
-    handle.release = () => {
-      reserved.release();
-      return Promise.resolve();
-    };
-    return handle;
+  const reserve = (): Promise<Database & { release(): Promise<void> }> => {
+    // Heartbeats get a small client of their own with the pool's settings (so activity queries cannot starve
+    // them), not `client.reserve()`: postgres.js cannot recover a reserved connection whose backend died
+    // (pg_terminate_backend, a failover): its later queries never settle and its next write throws an uncaught
+    // TypeError (porsager/postgres#1208, #1199), which stopped every heartbeat of the worker for good and hung
+    // stop(). A client reconnects instead. Two connections, not one: a one-connection postgres.js client loses
+    // the query sent right after its connection was reset. At most one heartbeat is in flight either way.
+    const own = postgres({ ...client.options, max: 2 } as unknown as postgres.Options<Record<string, never>>);
+    const handle = wrap(own, () => Promise.resolve()) as Database & { release(): Promise<void> };
+    // Released once the heartbeat loop stopped with nothing in flight: close at once (postgres.js otherwise waits
+    // out the whole timeout for a connection whose backend died).
+    handle.release = () => own.end({ timeout: 0 });
+    return Promise.resolve(handle);
   };
   return new DrizzleDatabase('postgres', db, {
     listen: async (channel, handler) => {

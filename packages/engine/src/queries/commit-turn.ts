@@ -12,9 +12,18 @@ export interface TurnRef {
   readonly attempt: number;
   /** `runs.wake_count` when the turn was claimed. */
   readonly wakeCount: number;
+  /** Whether the run had a cancel request when the turn was claimed. */
+  readonly cancelRequested: boolean;
 }
 
-/** The commit raced with a change to a step the turn read (a cancel): the turn must run again. */
+/** Stored error of a step a turn recorded cancelled (see {@link commitTurn}, 2). */
+const CANCELLED_UNSEEN = {
+  type: 'CancelledFailure',
+  message: 'cancelled: the run was cancelled before this step could start',
+  nonRetryable: true,
+};
+
+/** The commit raced with a change the turn read (a cancel of the run or a step): the turn must run again. */
 export class TurnConflict extends Error {}
 
 /**
@@ -23,7 +32,10 @@ export class TurnConflict extends Error {}
  *    (the row lock is then held to COMMIT, so no other turn of the run can commit in between); zero rows →
  *    rollback, the rejection is recorded in its own statement, and {@link LeaseLostError} is thrown;
  * 2. new steps are inserted — activities due now, timers due `now + delay` by the DB clock (the due time is
- *    fixed when the sleep starts), recorded values completed;
+ *    fixed when the sleep starts), recorded values completed, and steps the turn recorded cancelled (a cancel
+ *    request the code had not seen yet) `cancelled` with their delivery order. A cancel requested after the
+ *    claim would have ended the steps this turn schedules had they existed: the turn runs again
+ *    ({@link TurnConflict}) so that it sees the request;
  * 3. outcomes delivered for the first time get their delivery order; timers the turn saw fire are completed —
  *    only if still `scheduled` (a cancel that slipped in makes the turn run again: {@link TurnConflict});
  * 4. the run either ends (output or error, terminal event, leftover steps cancelled, NOTIFY) or is given its
@@ -39,17 +51,26 @@ export async function commitTurn(
   const token = ref.token.toString();
   const fenced = await db
     .transaction(async (tx) => {
-      const fence = await tx.rows<{ wake_count: number; queue: string }>(sql`
+      const fence = await tx.rows<{ wake_count: number; queue: string; cancel_requested: boolean }>(sql`
         UPDATE ${n.runs} SET turn_lease_expires_at = NULL
          WHERE id = ${ref.runId}::uuid AND turn_token = ${token}::bigint AND turn_nonce = ${ref.nonce}::uuid
            AND turn_lease_expires_at > ${n.now} AND status IN ('pending', 'running')
-        RETURNING wake_count, queue`);
+        RETURNING wake_count, queue, cancel_requested_at IS NOT NULL AS cancel_requested`);
       if (fence.length === 0) return false;
+      if (
+        fence[0]?.cancel_requested &&
+        !ref.cancelRequested &&
+        result.outcome.kind === 'blocked' &&
+        result.newSteps.some((s) => s.kind !== 'value')
+      )
+        throw new TurnConflict('a cancel was requested under the turn');
       const steps = result.newSteps.map((s) => ({
         seq: s.seq,
         kind: s.kind,
         name: s.name,
-        status: s.kind === 'value' ? 'completed' : 'scheduled',
+        status: s.kind === 'value' ? 'completed' : s.cancelled ? 'cancelled' : 'scheduled',
+        delivered_seq: s.kind === 'value' ? null : (s.deliveredSeq ?? null),
+        error: s.kind !== 'value' && s.cancelled ? CANCELLED_UNSEEN : null,
         input: s.kind === 'activity' ? s.input : null,
         output: s.kind === 'value' ? s.output : null,
         queue: s.kind === 'activity' ? s.queue : fence[0]?.queue,
@@ -68,24 +89,32 @@ export async function commitTurn(
       const applied = await tx.rows<{ fired_expected: number; fired: number; queues: string[] | null }>(sql`
         WITH ns AS (
           SELECT * FROM jsonb_to_recordset(${JSON.stringify(steps)}::jsonb) AS x(
-            seq int, kind text, name text, status text, input jsonb, output jsonb, queue text, priority int,
-            retry_policy jsonb, lease_ms int, start_to_close_timeout_ms int, delay_ms float8, due_at_ms float8)),
+            seq int, kind text, name text, status text, delivered_seq int, error jsonb, input jsonb, output jsonb,
+            queue text, priority int, retry_policy jsonb, lease_ms int, start_to_close_timeout_ms int,
+            delay_ms float8, due_at_ms float8)),
         inserted AS (
-          INSERT INTO ${n.steps} (run_id, seq, kind, name, status, input, output, queue, priority, retry_policy,
-                                  lease_ms, start_to_close_timeout_ms, next_run_at, finished_at, created_at)
-          SELECT ${ref.runId}::uuid, seq, kind, name, status, input, output, queue, priority, retry_policy,
-                 lease_ms, start_to_close_timeout_ms,
-                 CASE WHEN due_at_ms IS NOT NULL THEN to_timestamp(due_at_ms / 1000.0)
+          INSERT INTO ${n.steps} (run_id, seq, kind, name, status, delivered_seq, error, input, output, queue, priority,
+                                  retry_policy, lease_ms, start_to_close_timeout_ms, next_run_at, finished_at, created_at)
+          SELECT ${ref.runId}::uuid, seq, kind, name, status, delivered_seq, error, input, output, queue, priority,
+                 retry_policy, lease_ms, start_to_close_timeout_ms,
+                 CASE WHEN status <> 'scheduled' THEN NULL
+                      WHEN due_at_ms IS NOT NULL THEN to_timestamp(due_at_ms / 1000.0)
                       WHEN delay_ms IS NOT NULL THEN ${n.now} + ${msInterval(sql`delay_ms`)} END,
-                 CASE WHEN status = 'completed' THEN ${n.now} END,
+                 CASE WHEN status <> 'scheduled' THEN ${n.now} END,
                  ${n.now}
             FROM ns
-          RETURNING id, seq, kind, name, queue, next_run_at),
+          RETURNING id, seq, kind, name, status, queue, next_run_at),
         scheduled_events AS (
           INSERT INTO ${n.events} (run_id, step_id, type, data, at)
           SELECT ${ref.runId}::uuid, id, CASE WHEN kind = 'timer' THEN 'timer:started' ELSE 'step:scheduled' END,
                  jsonb_build_object('name', name, 'seq', seq, 'dueAt', next_run_at), ${n.now}
             FROM inserted WHERE kind IN ('activity', 'timer')
+          RETURNING 1),
+        cancelled_events AS (
+          INSERT INTO ${n.events} (run_id, step_id, type, data, terminal, at)
+          SELECT ${ref.runId}::uuid, id, 'step:cancelled',
+                 jsonb_build_object('reason', 'the run was cancelled before this step could start'), true, ${n.now}
+            FROM inserted WHERE status = 'cancelled'
           RETURNING 1),
         dl AS (SELECT * FROM jsonb_to_recordset(${JSON.stringify(deliveries)}::jsonb) AS x(id uuid, delivered_seq int, fires_timer boolean)),
         marked AS (
@@ -104,8 +133,9 @@ export async function commitTurn(
           RETURNING 1)
         SELECT (SELECT count(*) FROM dl WHERE fires_timer)::int AS fired_expected,
                (SELECT count(*) FROM marked WHERE fires_timer)::int AS fired,
-               (SELECT array_agg(DISTINCT queue) FROM inserted WHERE kind = 'activity') AS queues,
-               (SELECT count(*) FROM scheduled_events) + (SELECT count(*) FROM fired_events) AS effects`);
+               (SELECT array_agg(DISTINCT queue) FROM inserted WHERE kind = 'activity' AND status = 'scheduled') AS queues,
+               (SELECT count(*) FROM scheduled_events) + (SELECT count(*) FROM fired_events)
+                 + (SELECT count(*) FROM cancelled_events) AS effects`);
       const row = applied[0];
       if (row && row.fired !== row.fired_expected) throw new TurnConflict('a timer changed under the turn');
       const outcome = result.outcome;

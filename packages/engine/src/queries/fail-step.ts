@@ -25,7 +25,8 @@ export interface FailStepParams extends AttemptRef {
  * and `next_run_at = now + retry_delay_ms(policy, attempt)` — the backoff is persisted, so it survives worker
  * restarts — and workers are NOTIFYed when it falls due; without, the step ends `failed` (or `cancelled`) with
  * its terminal event, and a standalone run ends with it (NOTIFY for result waiters) or a workflow's next turn
- * is woken. Idempotent on retry after an unknown outcome (this attempt's nonce is the step's `ended_nonce`).
+ * is woken. Idempotent on retry after an unknown outcome (this attempt's nonce is the step's `ended_nonce` and the
+ * step is not `completed`).
  * Otherwise the rejection is recorded in the same statement and {@link LeaseLostError} is thrown.
  */
 export async function failStep(
@@ -75,7 +76,13 @@ export async function failStep(
     notified AS (
       SELECT pg_notify(${n.channel}, 'run:' || id::text) FROM finished_run
       UNION ALL SELECT pg_notify(${n.channel}, 'turn:' || queue) FROM woken_run),
-    ${rejectionCtes(n, { ...p, operation: 'fail', replayWhen: sql`cur.ended_nonce = ${p.nonce}::uuid AND cur.fencing_token = ${p.token.toString()}::bigint` })}
+    ${rejectionCtes(n, {
+      ...p,
+      operation: 'fail',
+      // This attempt's own completion also leaves its nonce in ended_nonce: a failure sent after it is a
+      // different write that did not happen — rejected, never reported as replayed.
+      replayWhen: sql`cur.status <> 'completed' AND cur.ended_nonce = ${p.nonce}::uuid AND cur.fencing_token = ${p.token.toString()}::bigint`,
+    })}
     SELECT ${fencedResultColumns},
            (SELECT count(*) FROM ended) + (SELECT count(*) FROM step_event) + (SELECT count(*) FROM run_event)
              + (SELECT count(*) FROM notified) AS effects`);

@@ -15,6 +15,8 @@ export interface HeartbeatResultRow {
   renewed: boolean;
   /** Lease left after renewal by the DB clock (ms); null when not renewed. */
   remaining_ms: number | null;
+  /** The renewed lease ends at the attempt deadline (start-to-close) rather than a full `lease_ms` later. */
+  lease_capped: boolean | null;
   cancel_requested: boolean;
   current_token: string | null;
   reason: string | null;
@@ -27,8 +29,10 @@ export interface HeartbeatResultRow {
  * never revives an expired lease, even one nobody reclaimed yet. The new lease is `now + lease_ms`, capped by
  * the attempt deadline (invariant 11), and the reclaim time moves with it. Entries that match nothing are
  * read back `FOR SHARE` (waiting for a concurrent claim to commit), recorded as `attempt:stale-rejected` events
- * and their attempt rows ended `rejected_stale`, in the same statement. Returns one row per entry, with the
- * cancel request of renewed steps (the owner learns of a cancel at its next heartbeat).
+ * and their attempt rows ended `rejected_stale`, in the same statement — unless the entry's own attempt ended the
+ * step (same token and nonce, no longer `running`): its completion, failure or release committed while this
+ * heartbeat was in flight, which is no stale write; such entries come back with reason `ended`. Returns one row
+ * per entry, with the cancel request of renewed steps (the owner learns of a cancel at its next heartbeat).
  */
 export async function heartbeatSteps(
   db: Database,
@@ -60,10 +64,12 @@ export async function heartbeatSteps(
        WHERE s.id = hb.id AND s.fencing_token = hb.token AND s.nonce = hb.nonce
          AND s.status = 'running' AND s.lease_expires_at > ${n.now}
       RETURNING s.id, (extract(epoch FROM (s.lease_expires_at - ${n.now})) * 1000)::float8 AS remaining_ms,
+                s.lease_expires_at >= s.attempt_deadline_at AS lease_capped,
                 s.cancel_requested_at IS NOT NULL AS cancel_requested),
-    lost AS (SELECT hb.id, hb.token FROM hb WHERE NOT EXISTS (SELECT 1 FROM renewed r WHERE r.id = hb.id)),
+    lost AS (SELECT hb.id, hb.token, hb.nonce FROM hb WHERE NOT EXISTS (SELECT 1 FROM renewed r WHERE r.id = hb.id)),
     cur AS (
-      SELECT s.id, s.run_id, s.fencing_token, s.status, lost.token AS stale_token
+      SELECT s.id, s.run_id, s.fencing_token, s.status, lost.token AS stale_token,
+             (s.fencing_token = lost.token AND s.nonce = lost.nonce AND s.status <> 'running') AS self_ended
         FROM ${n.steps} s JOIN lost ON lost.id = s.id
          FOR SHARE OF s),
     rej AS (
@@ -75,15 +81,19 @@ export async function heartbeatSteps(
                                                WHEN cur.status <> 'running' THEN cur.status ELSE 'expired' END),
              ${n.now}
         FROM cur LEFT JOIN ${n.attempts} a ON a.fencing_token = cur.stale_token
+       WHERE NOT cur.self_ended
       RETURNING step_id, data),
     rej_attempts AS (
       UPDATE ${n.attempts} a SET outcome = coalesce(a.outcome, 'rejected_stale'), ended_at = coalesce(a.ended_at, ${n.now})
         FROM lost WHERE a.fencing_token = lost.token
+         AND NOT EXISTS (SELECT 1 FROM cur WHERE cur.id = lost.id AND cur.self_ended)
       RETURNING 1)
-    SELECT r.id::text, true AS renewed, r.remaining_ms, r.cancel_requested, NULL AS current_token, NULL AS reason
+    SELECT r.id::text, true AS renewed, r.remaining_ms, r.lease_capped, r.cancel_requested, NULL AS current_token,
+           NULL AS reason
       FROM renewed r
     UNION ALL
-    SELECT l.id::text, false, NULL, false, (SELECT fencing_token::text FROM cur WHERE cur.id = l.id),
-           coalesce((SELECT data->>'reason' FROM rej WHERE rej.step_id = l.id LIMIT 1), 'step not found')
+    SELECT l.id::text, false, NULL, NULL, false, (SELECT fencing_token::text FROM cur WHERE cur.id = l.id),
+           CASE WHEN EXISTS (SELECT 1 FROM cur WHERE cur.id = l.id AND cur.self_ended) THEN 'ended'
+                ELSE coalesce((SELECT data->>'reason' FROM rej WHERE rej.step_id = l.id LIMIT 1), 'step not found') END
       FROM lost l`);
 }

@@ -14,6 +14,8 @@ export async function requestCancel(
   n: SchemaNames,
   p: { runId: string; reason: string },
 ): Promise<string | undefined> {
+  // Not a run id at all: no such run (as in readRun), rather than a uuid cast error from the database.
+  if (!/^[0-9a-f-]{36}$/i.test(p.runId)) return undefined;
   return db.transaction(async (tx) => {
     const runs = await tx.rows<{ kind: string; status: string; queue: string }>(sql`
       SELECT kind, status, queue FROM ${n.runs} WHERE id = ${p.runId}::uuid FOR UPDATE`);

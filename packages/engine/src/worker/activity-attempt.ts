@@ -43,7 +43,25 @@ export interface AttemptServices {
 
 class FenceFailed extends Error {}
 
-/** How long a shutdown abort waits for the activity to stop before leaving its lease to expire (ms). */
+/**
+ * What `promise` settles with, or `undefined` if `ms` pass first. The timer is cleared either way: a stopped
+ * worker must leave no timer behind (a pending one also kept the attempt's closure alive for `ms`).
+ */
+async function settledWithin<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      promise,
+      new Promise<undefined>((resolve) => {
+        timer = setTimeout(() => resolve(undefined), ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** How long a shutdown or local-expiry abort waits for the activity to stop before leaving its lease to expire (ms). */
 const SHUTDOWN_SETTLE_MS = 1_000;
 
 /**
@@ -115,23 +133,31 @@ export class ActivityAttempt {
     return { clockRateError: this.services.clockRateError, safetyMarginMs: this.timing.safetyMarginMs };
   }
 
-  /** A heartbeat sent at `sentAtMs` renewed the lease with `remainingMs` left: move the deadline forward. */
-  leaseRenewed(sentAtMs: number, remainingMs: number): void {
+  /**
+   * A heartbeat sent at `sentAtMs` renewed the lease with `remainingMs` left, ending at the attempt deadline if
+   * `capped` (as the database reports it: `remainingMs` alone cannot tell, since the statement reads the clock
+   * more than once and a loaded server leaves an uncapped renewal several ms short of `leaseMs`). Moves the
+   * deadline forward.
+   */
+  leaseRenewed(sentAtMs: number, remainingMs: number, capped: boolean): void {
     if (!this.live) return;
     const next = localLeaseDeadline(sentAtMs, remainingMs, this.clockSettings());
     if (next > this.localDeadlineMs) {
       this.localDeadlineMs = next;
-      // An uncapped renewal grants leaseMs from the statement's clock reading; less means the deadline capped it.
-      this.leaseEndsAtDeadline = remainingMs < this.row.lease_ms - 1;
+      this.leaseEndsAtDeadline = capped;
       this.armTimer();
     }
     for (const w of this.waiters.filter((w) => w.sentAfter <= sentAtMs)) w.resolve();
     this.waiters = this.waiters.filter((w) => w.sentAfter > sentAtMs);
   }
 
-  /** The database rejected this attempt's write: poison the context and fire the signal. */
+  /**
+   * The database rejected this attempt's write: poison the context and fire the signal. The database's verdict
+   * replaces a poison that was only inferred locally (the local deadline), so every later call throws this
+   * LeaseLostError and no further owner write is sent for this nonce (I5).
+   */
   leaseLost(error: LeaseLostError): void {
-    if (!this.poison) this.poison = error;
+    if (!(this.poison instanceof LeaseLostError)) this.poison = error;
     this.services.events.emit('attempt:stale-rejected', { attempt: this.ref, error });
     this.abort('lease-lost', error.message, error);
   }
@@ -305,22 +331,25 @@ export class ActivityAttempt {
       }
       throw error;
     }
-    await this.fencedWrite('complete', () =>
+    const recorded = await this.fencedWrite('complete', () =>
       completeStep(this.services.db, this.services.names, { ...this.ref, output }),
     );
-    this.services.events.emit('attempt:completed', { attempt: this.ref, output });
+    if (recorded) this.services.events.emit('attempt:completed', { attempt: this.ref, output });
   }
 
   private async recordFailure(
-    failure: SerializedFailure,
+    thrown: SerializedFailure,
     options: { forceNonRetryable?: boolean; outcome?: 'failed' | 'timed_out' | 'cancelled' } = {},
   ): Promise<void> {
+    // A failure the engine refuses to retry (input or output failing its schema) is stored as non-retryable, so
+    // the error readers get (RunFailedError.failure, events) agrees with what happened to the step.
+    const failure = options.forceNonRetryable ? { ...thrown, nonRetryable: true } : thrown;
     const policy = this.row.retry_policy as ResolvedRetryPolicy;
     const retry =
       !options.forceNonRetryable &&
       options.outcome !== 'cancelled' &&
       retryDecision(policy, failure, this.row.attempt).retry;
-    await this.fencedWrite('fail', () =>
+    const recorded = await this.fencedWrite('fail', () =>
       failStep(this.services.db, this.services.names, {
         ...this.ref,
         error: failure,
@@ -328,7 +357,7 @@ export class ActivityAttempt {
         outcome: options.outcome ?? 'failed',
       }),
     );
-    this.services.events.emit('attempt:failed', { attempt: this.ref, failure, retry });
+    if (recorded) this.services.events.emit('attempt:failed', { attempt: this.ref, failure, retry });
   }
 
   private async afterAbort(user: Promise<unknown>): Promise<void> {
@@ -349,52 +378,71 @@ export class ActivityAttempt {
     } else if (reason === 'shutdown') {
       // Release only if the activity stopped: handing a step to another worker while this one still runs it
       // would overlap executions. One that ignores the signal keeps its lease until it expires (heartbeats stop).
-      const settled = await Promise.race([
+      const settled = await settledWithin(
         user.then(
           () => true,
           () => true,
         ),
-        new Promise<false>((resolve) => setTimeout(() => resolve(false), SHUTDOWN_SETTLE_MS).unref?.()),
-      ]);
+        SHUTDOWN_SETTLE_MS,
+      );
       if (settled) {
-        await this.fencedWrite('release', () =>
+        const released = await this.fencedWrite('release', () =>
           releaseStep(this.services.db, this.services.names, { ...this.ref, why: 'shutdown' }),
         );
-        this.services.events.emit('attempt:released', { attempt: this.ref, why: 'shutdown' });
+        if (released) this.services.events.emit('attempt:released', { attempt: this.ref, why: 'shutdown' });
       }
+    } else if (reason === 'lease-expired-locally') {
+      // The local deadline is a conservative estimate, not the database's verdict: the lease may still be live
+      // (the stall ended inside the safety margin) or long superseded (case F01). Once the code has stopped,
+      // report its outcome through the usual fenced write and let the database decide: accepted if this attempt
+      // still owns the step, otherwise rejected with LeaseLostError and recorded as `attempt:stale-rejected`
+      // (invariant 2: never a silent no-op). Code that does not stop in time records nothing; its lease expires.
+      const settled = await settledWithin(
+        user.then(
+          (value) => ({ kind: 'returned' as const, value }),
+          (error: unknown) => ({ kind: 'threw' as const, error }),
+        ),
+        SHUTDOWN_SETTLE_MS,
+      );
+      if (settled?.kind === 'returned') await this.recordCompletion(settled.value);
+      else if (settled) await this.recordFailure(serializeFailure(settled.error));
     }
-    // lease-lost / lease-expired-locally: nothing may be recorded; the next owner (or expiry) decides.
+    // lease-lost: the database already rejected this attempt; nothing more may be recorded.
   }
 
   /** Release a grant that arrived with too little lease left, without running it (I12). */
   async releaseUnstarted(why: 'stale-grant' | 'shutdown'): Promise<void> {
     clearTimeout(this.timer);
-    await this.fencedWrite('release', () =>
+    const released = await this.fencedWrite('release', () =>
       releaseStep(this.services.db, this.services.names, { ...this.ref, why }),
     );
-    this.services.events.emit('attempt:released', { attempt: this.ref, why });
+    if (released) this.services.events.emit('attempt:released', { attempt: this.ref, why });
     this.controller.abort(new AttemptAbortedError('shutdown', `${this.label} released unstarted (${why})`));
   }
 
   /**
    * Make a fenced owner write, retrying transient database errors (they never consume an attempt; the writes
    * are idempotent by nonce) for as long as the local lease deadline allows.
+   * @returns true when the write was recorded; false when it was rejected (LeaseLostError, handled here) or
+   * could not be made — so callers announce an outcome (`attempt:completed`, …) only if the database has it.
    */
-  private async fencedWrite(operation: string, write: () => Promise<unknown>): Promise<void> {
-    if (this.poison instanceof LeaseLostError) return;
+  private async fencedWrite(operation: string, write: () => Promise<unknown>): Promise<boolean> {
+    if (this.poison instanceof LeaseLostError) return false;
     try {
       await withInfraRetry(write, {
         maxRetryTimeMs: Math.max(1_000, this.localDeadlineMs - monotonicNow()),
         onRetry: (error, n) =>
           this.services.logger.warn({ step: this.label, operation, err: error, n }, 'attempt:write-retry'),
       });
+      return true;
     } catch (error) {
       if (error instanceof LeaseLostError) {
         this.leaseLost(error);
-        return;
+        return false;
       }
       this.services.logger.error({ step: this.label, operation, err: error }, 'attempt:write-failed');
       this.services.events.emit('worker:error', { error });
+      return false;
     }
   }
 }

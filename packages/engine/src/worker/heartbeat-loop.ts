@@ -117,8 +117,11 @@ export class HeartbeatLoop {
         if (row.renewed && row.remaining_ms !== null) {
           renewed++;
           if (attempt.pendingDetails === details[i]) attempt.pendingDetails = undefined;
-          attempt.leaseRenewed(sentAt, row.remaining_ms);
+          attempt.leaseRenewed(sentAt, row.remaining_ms, row.lease_capped === true);
           if (row.cancel_requested) attempt.abort('cancelled', 'the run or step was cancelled');
+        } else if (row.reason === 'ended') {
+          // This attempt's own outcome (completion, failure, release) committed while the heartbeat was in
+          // flight: nothing was lost, and the attempt is finishing on its own.
         } else {
           lost++;
           attempt.leaseLost(

@@ -134,6 +134,7 @@ export class TurnLoop {
         nonce: row.nonce,
         attempt: row.turn_attempt,
         wakeCount: row.wake_count,
+        cancelRequested: row.cancel_requested,
       },
       result,
     );

@@ -32,6 +32,9 @@ export type NewStep =
       readonly retryPolicy: ResolvedRetryPolicy;
       readonly leaseMs: number;
       readonly startToCloseTimeoutMs: number;
+      /** Recorded already cancelled, its rejection delivered at `deliveredSeq` (a cancel the code had not seen). */
+      readonly cancelled?: boolean;
+      readonly deliveredSeq?: number;
     }
   | {
       readonly seq: number;
@@ -39,6 +42,8 @@ export type NewStep =
       readonly name: string;
       readonly delayMs?: number;
       readonly dueAtMs?: number;
+      readonly cancelled?: boolean;
+      readonly deliveredSeq?: number;
     }
   | { readonly seq: number; readonly kind: 'value'; readonly name: string; readonly output: unknown };
 
@@ -103,7 +108,9 @@ function never<T>(): Promise<T> {
  * - recorded outcomes are delivered one at a time, draining the workflow's microtasks in between, in the order
  *   earlier turns delivered them (`delivered_seq`), then new outcomes in the order they happened; so
  *   `Promise.race` and friends see the same winner on every replay;
- * - a call with no recorded step schedules a new one; the turn ends when the code blocks on pending steps.
+ * - a call with no recorded step schedules a new one; the turn ends when the code blocks on pending steps;
+ * - a cancel request the code has not seen through a cancelled step reaches it at the steps it is blocked on
+ *   that this turn scheduled: they are recorded cancelled and their awaits reject with CancelledFailure.
  */
 export async function runTurn(turn: TurnInput): Promise<TurnResult> {
   const byPosition = new Map(turn.history.map((h) => [h.seq, h]));
@@ -114,6 +121,8 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
   let fatal: PalisadeError | undefined;
   let closed = false;
   let nonDurable: string | undefined;
+  /** The code was handed a CancelledFailure (a cancelled step's outcome) in this replay. */
+  let cancelSeen = false;
   const workflowName = turn.workflow.name;
 
   const sink: NonDurableSink = {
@@ -211,7 +220,8 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
         throw new TypeError(`sleepUntil in workflow ${workflowName}: invalid date`);
       return durable<void>('timer', 'sleep', (seq) => ({ seq, kind: 'timer', name: 'sleep', dueAtMs }));
     },
-    now: () => new Date(value('now', () => turn.nowMs)),
+    // Whole ms, as a Date holds them: the recorded value is exactly what the code saw (the DB clock has µs).
+    now: () => new Date(value('now', () => Math.floor(turn.nowMs))),
     random: () => value('random', () => Math.random()),
     uuid: () => value('uuid', () => randomUUID()),
   };
@@ -258,14 +268,15 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
     if (!d || d.settled) return;
     d.settled = true;
     if (outcomeOf(h) === 'resolve') d.resolve(h.kind === 'timer' ? undefined : h.output);
-    else if (h.status === 'cancelled')
+    else if (h.status === 'cancelled') {
+      cancelSeen = true;
       d.reject(
         new CancelledFailure(`step ${h.name}#${h.seq} was cancelled`, {
           runId: turn.info.runId,
           stepId: h.id,
         }),
       );
-    else
+    } else
       d.reject(
         new ActivityFailure(h.name, h.error as SerializedFailure, { runId: turn.info.runId, stepId: h.id }),
       );
@@ -287,17 +298,37 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
     await macrotask();
   }
   const remaining = [...fresh];
-  while (!settled && !fatal && !nonDurable) {
+  const running = () => !settled && !fatal && !nonDurable;
+  while (running()) {
     const index = remaining.findIndex((h) => requested.has(h.seq));
-    if (index < 0) break;
-    const [h] = remaining.splice(index, 1) as [HistoryStepRow];
-    deliver(h);
-    deliveries.push({
-      stepId: h.id,
-      deliveredSeq: nextDeliveredSeq++,
-      firesTimer: h.kind === 'timer' && h.status === 'scheduled',
-    });
-    await macrotask();
+    if (index >= 0) {
+      const [h] = remaining.splice(index, 1) as [HistoryStepRow];
+      deliver(h);
+      deliveries.push({
+        stepId: h.id,
+        deliveredSeq: nextDeliveredSeq++,
+        firesTimer: h.kind === 'timer' && h.status === 'scheduled',
+      });
+      await macrotask();
+      continue;
+    }
+    // Blocked. A cancel requested before any step it could end existed (before the first turn, or while a
+    // turn that did not know of it was scheduling) has not reached the code: the steps this turn scheduled and
+    // the code is blocked on are recorded cancelled, as the request would have ended them, and their awaits
+    // reject one at a time in position order (recorded by delivered_seq, so replay repeats it). What the code
+    // schedules after seeing the cancel (compensation in catch/finally) runs normally.
+    if (!turn.cancelRequested || cancelSeen) break;
+    const blockedOn = newSteps.filter((s) => s.kind !== 'value' && requested.get(s.seq)?.settled === false);
+    if (blockedOn.length === 0) break;
+    for (const s of blockedOn) {
+      if (!running()) break;
+      const d = requested.get(s.seq) as Deferred;
+      d.settled = true;
+      cancelSeen = true;
+      newSteps[newSteps.indexOf(s)] = { ...s, cancelled: true, deliveredSeq: nextDeliveredSeq++ } as NewStep;
+      d.reject(new CancelledFailure(`step ${s.name}#${s.seq} was cancelled`, { runId: turn.info.runId }));
+      await macrotask();
+    }
   }
   closed = true;
   tracking.end();
@@ -330,7 +361,7 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
   if (!done) {
     const pending =
       [...requested.values()].filter((d) => !d.settled).length +
-      newSteps.filter((s) => s.kind !== 'value').length;
+      newSteps.filter((s) => s.kind !== 'value' && !s.cancelled).length;
     if (pending === 0) {
       const error = new PalisadeError(
         'NON_DURABLE_AWAIT',

@@ -1,0 +1,78 @@
+import { Command, Option } from 'commander';
+import type { RunRow } from '../index.js';
+import { globalOptions, type Output } from './output.js';
+import { wholeNumber } from './parse-arguments.js';
+import {
+  formatDuration,
+  formatTimestamp,
+  msBetween,
+  paint,
+  statusStyle,
+  table,
+  type Terminal,
+} from './format.js';
+
+const STATUSES: readonly RunRow['status'][] = ['pending', 'running', 'completed', 'failed', 'cancelled'];
+
+/** The runs table: id (full, to paste into `runs show`), status, name, creation time, duration. */
+export function formatRunsTable(term: Terminal, runs: readonly RunRow[], nowIso: string): string[] {
+  return table(
+    term,
+    [
+      { header: 'RUN ID' },
+      { header: 'STATUS' },
+      { header: 'KIND' },
+      { header: 'NAME', shrink: 'end', minWidth: 10 },
+      { header: 'CREATED (UTC)' },
+      { header: 'DURATION', align: 'right' },
+    ],
+    runs.map((r) => [
+      r.id,
+      { text: r.status, style: statusStyle(r.status) },
+      { text: r.kind === 'workflow' ? 'wf' : 'act', style: 'dim' },
+      r.name,
+      formatTimestamp(r.created_at),
+      r.status === 'pending'
+        ? '—'
+        : formatDuration(msBetween(r.started_at ?? r.created_at, r.finished_at ?? nowIso)),
+    ]),
+  );
+}
+
+/** `palisade runs list`: newest runs first, optionally filtered. */
+export function runsListCommand(output: Output): Command {
+  return new Command('list')
+    .description('list runs, newest first')
+    .addOption(new Option('--status <status>', 'only runs with this status').choices(STATUSES))
+    .option('--name <name>', 'only runs of this workflow or activity')
+    .option('--limit <n>', 'at most this many runs (1–1000)', wholeNumber(1, 1000), 50)
+    .action(
+      async (options: { status?: RunRow['status']; name?: string; limit: number }, command: Command) => {
+        const g = globalOptions(command);
+        const { resolveTarget, withEngine } = await import('./open-engine.js');
+        const target = resolveTarget(g);
+        const runs = await withEngine(target, 'runs', (engine) =>
+          engine.client.list({ status: options.status, name: options.name, limit: options.limit }),
+        );
+        if (g.json) {
+          output.printJson(runs);
+          return;
+        }
+        const t = output.terminal;
+        if (runs.length === 0) {
+          output.line(
+            paint(
+              t,
+              'dim',
+              `no runs${options.status || options.name ? ' match' : ''} in schema ${target.schema}`,
+            ),
+          );
+          return;
+        }
+        for (const line of formatRunsTable(t, runs, new Date().toISOString())) output.line(line);
+        if (runs.length === options.limit) {
+          output.line(paint(t, 'dim', `(the newest ${runs.length}; --limit shows more)`));
+        }
+      },
+    );
+}

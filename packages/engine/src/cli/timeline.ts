@@ -1,0 +1,232 @@
+import type { AttemptRow, EventRow, RunDescription } from '../index.js';
+import {
+  compactJson,
+  formatClock,
+  formatDuration,
+  formatFailure,
+  formatTimestamp,
+  msBetween,
+  paint,
+  statusStyle,
+  table,
+  truncate,
+  type Row,
+  type Terminal,
+} from './format.js';
+
+/** What `runs show` prints: the run's description plus the attempts of its workflow turns. */
+export interface RunTimeline extends RunDescription {
+  readonly turns: readonly AttemptRow[];
+}
+
+const INDENT = '  ';
+
+interface Lookup {
+  label(stepId: string | null, eventType?: string): string;
+}
+
+function lookup(t: RunTimeline): Lookup {
+  const labels = new Map(t.steps.map((s) => [s.id, `${s.name}#${s.seq}`]));
+  return {
+    label: (stepId, eventType) =>
+      stepId === null
+        ? eventType?.startsWith('run:')
+          ? 'run'
+          : 'turn'
+        : (labels.get(stepId) ?? stepId.slice(0, 8)),
+  };
+}
+
+function data(e: EventRow): Record<string, unknown> {
+  return e.data !== null && typeof e.data === 'object' ? (e.data as Record<string, unknown>) : {};
+}
+
+const text = (v: unknown): string | undefined =>
+  typeof v === 'string' ? v : typeof v === 'number' || typeof v === 'bigint' ? String(v) : undefined;
+
+/** `complete by token 42 rejected: current token 57 (superseded)` */
+export function describeStaleRejection(e: EventRow): string {
+  const d = data(e);
+  const stale = text(d.staleToken) ?? e.token ?? '?';
+  const current = text(d.currentToken) ?? 'none';
+  const reason = text(d.reason);
+  return (
+    `${text(d.operation) ?? 'write'} by token ${stale} rejected: current token ${current}` +
+    (reason ? ` (${reason})` : '')
+  );
+}
+
+/** Who made a rejected write: `epoch 2 · attempt 2 · worker host:41:ab12cd34`. */
+function staleWriter(e: EventRow): string {
+  return [
+    e.epoch !== null ? `epoch ${e.epoch}` : '',
+    e.attempt !== null ? `attempt ${e.attempt}` : '',
+    e.worker_id ? `worker ${e.worker_id}` : '',
+  ]
+    .filter(Boolean)
+    .join(' · ');
+}
+
+function eventDetails(e: EventRow, reference: string): string {
+  if (e.type === 'attempt:stale-rejected') return describeStaleRejection(e);
+  const d = data(e);
+  const parts: string[] = [];
+  if (e.epoch !== null) parts.push(`epoch ${e.epoch}`);
+  if (e.token !== null) parts.push(`token ${e.token}`);
+  if (e.worker_id && e.type === 'attempt:claimed') parts.push(e.worker_id);
+  const failure = formatFailure(d.error);
+  if (failure) parts.push(failure);
+  for (const key of ['reason', 'why', 'workflow'] as const) {
+    const v = text(d[key]);
+    if (v) parts.push(v);
+  }
+  if (text(d.retryAt)) parts.push(`retry at ${formatClock(text(d.retryAt) ?? null, reference)}`);
+  if (text(d.dueAt)) parts.push(`due at ${formatClock(text(d.dueAt) ?? null, reference)}`);
+  return parts.join(' · ');
+}
+
+function attemptOutcome(a: AttemptRow): string {
+  return a.outcome ?? (a.ended_at === null ? 'running' : 'ended');
+}
+
+/** The failure recorded for the attempt holding `token` (its `attempt:failed` / `step:failed` event), if any. */
+function failureOf(events: readonly EventRow[], token: string): string | undefined {
+  for (const e of events) {
+    if (e.token !== token || e.type === 'attempt:stale-rejected') continue;
+    const f = formatFailure(data(e).error);
+    if (f) return f;
+  }
+  return undefined;
+}
+
+/** Every attempt of the run, steps' and turns', in claim order (tokens only grow). */
+function attemptRows(t: RunTimeline, names: Lookup): Row[] {
+  const reference = t.run.created_at;
+  const all = [...t.turns, ...t.steps.flatMap((s) => s.attempts)].sort((a, b) =>
+    BigInt(a.token) < BigInt(b.token) ? -1 : BigInt(a.token) > BigInt(b.token) ? 1 : 0,
+  );
+  const rows: Row[] = [];
+  for (const a of all) {
+    const outcome = attemptOutcome(a);
+    rows.push([
+      a.step_id === null ? { text: 'turn', style: 'dim' } : names.label(a.step_id),
+      String(a.epoch),
+      String(a.attempt),
+      a.token,
+      a.worker_id,
+      { text: outcome, style: statusStyle(outcome === 'running' ? null : outcome) },
+      formatClock(a.claimed_at, reference),
+      formatDuration(a.duration_ms),
+    ]);
+    const failure = outcome === 'completed' ? undefined : failureOf(t.events, a.token);
+    if (failure) rows.push({ note: `↳ ${failure}`, style: 'dim' });
+  }
+  for (const s of t.steps.filter((s) => s.attempts.length === 0)) {
+    rows.push([
+      names.label(s.id),
+      '',
+      '',
+      '',
+      '',
+      { text: s.status, style: statusStyle(s.status) },
+      '—',
+      '—',
+    ]);
+  }
+  return rows;
+}
+
+/** The text of `palisade runs show`: header, every attempt, every rejected stale write, the event history. */
+export function formatRunTimeline(
+  term: Terminal,
+  t: RunTimeline,
+  options: { nowIso: string; events: boolean },
+): string[] {
+  const { run } = t;
+  const names = lookup(t);
+  const reference = run.created_at;
+  const width = term.width;
+  const field = (key: string, value: string) => `${paint(term, 'dim', key.padEnd(9))} ${value}`;
+  const lines: string[] = [];
+
+  lines.push(field('run', paint(term, 'bold', run.id)));
+  lines.push(field('name', `${run.name} (${run.kind === 'workflow' ? 'workflow' : 'activity'} run)`));
+  lines.push(field('status', paint(term, statusStyle(run.status), run.status)));
+  lines.push(
+    field(
+      'queue',
+      [run.queue, `priority ${run.priority}`, run.idempotency_key ? `key ${run.idempotency_key}` : '']
+        .filter(Boolean)
+        .join(' · '),
+    ),
+  );
+  lines.push(field('created', `${formatTimestamp(run.created_at, true)} UTC`));
+  if (run.started_at) lines.push(field('started', `${formatTimestamp(run.started_at, true)} UTC`));
+  if (run.finished_at) {
+    const took = formatDuration(msBetween(run.started_at ?? run.created_at, run.finished_at));
+    lines.push(field('finished', `${formatTimestamp(run.finished_at, true)} UTC · took ${took}`));
+  } else if (run.started_at) {
+    lines.push(field('running', `for ${formatDuration(msBetween(run.started_at, options.nowIso))}`));
+  }
+  if (run.cancel_reason) lines.push(field('cancel', truncate(run.cancel_reason, width - 10)));
+  lines.push(field('input', compactJson(run.input, width - 10)));
+  if (run.output !== null && run.output !== undefined)
+    lines.push(field('output', compactJson(run.output, width - 10)));
+  const runError = formatFailure(run.error);
+  if (runError) lines.push(field('error', paint(term, 'red', truncate(runError, width - 10))));
+
+  const attempts = attemptRows(t, names);
+  const count = t.turns.length + t.steps.reduce((n, s) => n + s.attempts.length, 0);
+  lines.push('', paint(term, 'bold', `ATTEMPTS (${count})`));
+  if (attempts.length === 0) lines.push(INDENT + paint(term, 'dim', 'none yet'));
+  else {
+    lines.push(
+      ...table(
+        term,
+        [
+          { header: 'STEP', shrink: 'end', minWidth: 8 },
+          { header: 'EPOCH', align: 'right' },
+          { header: 'ATT', align: 'right' },
+          { header: 'TOKEN', align: 'right' },
+          { header: 'WORKER', shrink: 'middle', minWidth: 12 },
+          { header: 'OUTCOME' },
+          { header: 'CLAIMED (UTC)' },
+          { header: 'DURATION', align: 'right' },
+        ],
+        attempts,
+        INDENT,
+      ),
+    );
+  }
+
+  const stale = t.events.filter((e) => e.type === 'attempt:stale-rejected');
+  lines.push('', paint(term, 'bold', `REJECTED STALE WRITES (${stale.length})`));
+  if (stale.length === 0) lines.push(INDENT + paint(term, 'dim', 'none'));
+  for (const e of stale) {
+    const head = `${formatClock(e.at, reference)}  ${names.label(e.step_id, e.type)}  `;
+    const room = Math.max(20, width - INDENT.length - head.length);
+    lines.push(INDENT + head + paint(term, 'red', truncate(describeStaleRejection(e), room)));
+    const writer = staleWriter(e);
+    if (writer)
+      lines.push(INDENT + ' '.repeat(head.length) + paint(term, 'dim', truncate(writer, room, 'middle')));
+  }
+
+  if (options.events) {
+    lines.push('', paint(term, 'bold', `EVENTS (${t.events.length})`));
+    const typeWidth = Math.min(22, Math.max(0, ...t.events.map((e) => e.type.length)));
+    const labelWidth = Math.min(
+      16,
+      Math.max(0, ...t.events.map((e) => names.label(e.step_id, e.type).length)),
+    );
+    for (const e of t.events) {
+      const clock = formatClock(e.at, reference);
+      const label = truncate(names.label(e.step_id, e.type), labelWidth).padEnd(labelWidth);
+      const type = truncate(e.type, typeWidth).padEnd(typeWidth);
+      const head = `${clock}  ${type}  ${label}  `;
+      const details = truncate(eventDetails(e, reference), Math.max(10, width - INDENT.length - head.length));
+      const style = e.type === 'attempt:stale-rejected' ? 'red' : undefined;
+      lines.push((INDENT + `${clock}  ${paint(term, style, type)}  ${label}  ${details}`).trimEnd());
+    }
+  }
+  return lines;
+}

@@ -1,0 +1,14 @@
+export {
+  FFMPEG_PATH,
+  ObjectStore,
+  TRANSCODING_DEMO,
+  createTranscodeWorkflow,
+  createTranscodingActivities,
+  decodeMedia,
+  probeMedia,
+  runFfmpeg,
+  runTranscodingDemo,
+  type DemoCheck,
+  type TranscodingDemoOptions,
+  type TranscodingDemoResult,
+} from './transcoding/index.js';

@@ -1,0 +1,140 @@
+/**
+ * Fault injection: each charge worker reaches the database over its own link, which the demo can cut and restore.
+ * While a link is cut nothing sent over it arrives and nothing comes back; what was sent is held and delivered, in
+ * order, when the link heals — a partitioned network, as seen by the worker. The worker itself keeps running: its
+ * timers fire, its local lease deadline passes, its activity code keeps waiting on whatever it awaits.
+ *
+ * On PostgreSQL the link is a TCP proxy on loopback in front of the server. On the embedded PGlite (one in-process
+ * instance, no network) it wraps the instance, so that each call and each reply waits while the link is cut.
+ */
+import { connect, createServer, type Socket } from 'node:net';
+import type { PGlite } from '@electric-sql/pglite';
+
+export class DatabaseLink {
+  private cut = false;
+  private held: (() => void)[] = [];
+  private waiting: (() => void)[] = [];
+
+  constructor(readonly name: string) {}
+
+  get partitioned(): boolean {
+    return this.cut;
+  }
+
+  /** Cut the link: from now on everything sent either way is held. */
+  partition(): void {
+    this.cut = true;
+  }
+
+  /** Restore the link and deliver everything held, in the order it was sent. */
+  heal(): void {
+    if (!this.cut) return;
+    this.cut = false;
+    for (const deliver of this.held.splice(0)) deliver();
+    for (const resolve of this.waiting.splice(0)) resolve();
+  }
+
+  /** Deliver now while the link is up, otherwise when it heals. */
+  carry(deliver: () => void): void {
+    if (this.cut) this.held.push(deliver);
+    else deliver();
+  }
+
+  /** Resolves at once while the link is up, otherwise when it heals. */
+  passage(): Promise<void> {
+    return this.cut ? new Promise<void>((resolve) => this.waiting.push(resolve)) : Promise.resolve();
+  }
+}
+
+/** A proxy URL that reaches the server of `databaseUrl` over a {@link DatabaseLink}. */
+export interface LinkedDatabaseUrl {
+  /** `databaseUrl` with host and port replaced by the proxy's. */
+  readonly url: string;
+  close(): Promise<void>;
+}
+
+/**
+ * Put `link` between a worker and the PostgreSQL server of `databaseUrl` (a TCP server; not a Unix socket). A
+ * transaction caught open by a cut keeps its locks on the server until the server ends it — fenced transactions
+ * carry `idle_in_transaction_session_timeout` (a third of the lease) for exactly this case.
+ */
+export async function linkPostgres(link: DatabaseLink, databaseUrl: string): Promise<LinkedDatabaseUrl> {
+  const target = new URL(databaseUrl);
+  const upstreamHost = target.hostname === '' ? '127.0.0.1' : target.hostname.replace(/^\[|\]$/g, '');
+  const upstreamPort = Number(target.port === '' ? 5432 : target.port);
+  const sockets = new Set<Socket>();
+  const forward = (from: Socket, to: Socket): void => {
+    from.on('data', (chunk: Buffer) =>
+      link.carry(() => {
+        if (!to.destroyed) to.write(chunk);
+      }),
+    );
+  };
+  const server = createServer((client) => {
+    const upstream = connect(upstreamPort, upstreamHost);
+    sockets.add(client);
+    sockets.add(upstream);
+    forward(client, upstream);
+    forward(upstream, client);
+    const close = (): void => {
+      // A close travels like data: across a cut link the peer learns of it only when the link heals.
+      link.carry(() => {
+        client.destroy();
+        upstream.destroy();
+      });
+      sockets.delete(client);
+      sockets.delete(upstream);
+    };
+    client.on('error', close).on('close', close);
+    upstream.on('error', close).on('close', close);
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => resolve());
+  });
+  const address = server.address();
+  if (address === null || typeof address === 'string') throw new Error('database link proxy has no TCP address');
+  const url = new URL(databaseUrl);
+  url.hostname = '127.0.0.1';
+  url.port = String(address.port);
+  return {
+    url: url.toString(),
+    async close() {
+      link.heal();
+      for (const socket of sockets) socket.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+/** PGlite methods that talk to the database: each call and each reply crosses the link. */
+const PGLITE_CALLS = new Set<PropertyKey>([
+  'query',
+  'exec',
+  'sql',
+  'transaction',
+  'execProtocol',
+  'execProtocolRaw',
+  'describeQuery',
+]);
+
+/**
+ * Put `link` between a worker and the embedded PGlite: the same instance, reached over the link. A transaction is
+ * one call here (PGlite runs it while holding the instance), so a cut never leaves one open.
+ */
+export function linkPglite(link: DatabaseLink, pglite: PGlite): PGlite {
+  return new Proxy(pglite, {
+    get(target, property) {
+      const value: unknown = Reflect.get(target, property, target);
+      if (typeof value !== 'function') return value;
+      const method = value as (...args: unknown[]) => unknown;
+      if (!PGLITE_CALLS.has(property)) return method.bind(target);
+      return async (...args: unknown[]) => {
+        await link.passage();
+        const reply = await method.apply(target, args);
+        await link.passage();
+        return reply;
+      };
+    },
+  });
+}

@@ -1,0 +1,91 @@
+/**
+ * The PostgreSQL server the benchmark measures, and the fresh engine schemas each run gets (dropped after it).
+ *
+ * The server is DATABASE_URL (default: the local postgres://postgres@127.0.0.1:5432/test). When that is not
+ * reachable, an embedded PostgreSQL 15 is started through test/support/server.ts and removed at the end; its
+ * numbers are then not comparable with a durable server (it runs with fsync and synchronous_commit off).
+ */
+import { randomBytes } from 'node:crypto';
+import postgres from 'postgres';
+import { redact, startPostgresServer, type PostgresServer } from '../support/server.js';
+import type { BenchConfig } from './config.js';
+
+export interface BenchServer {
+  /** Connection URL of the database the engines use. */
+  readonly url: string;
+  /** The URL with its password masked, for the report. */
+  readonly label: string;
+  /** True when the embedded fallback is in use. */
+  readonly embedded: boolean;
+  /** Why the embedded server is used, when it is. */
+  readonly fallbackReason: string | undefined;
+  /** A small admin client (schema DDL, stats); ended by `close()`. */
+  readonly admin: postgres.Sql;
+  /** Fresh, unused schema name with a recognisable prefix; register it for cleanup. */
+  newSchema(prefix: string): string;
+  /** Drop a schema made by `newSchema` (idempotent). */
+  dropSchema(schema: string): Promise<void>;
+  /** Drop any schema still registered, end the admin client, stop an embedded server. */
+  close(): Promise<void>;
+}
+
+const CONNECT_TIMEOUT_S = 3;
+
+async function reachable(url: string): Promise<string | undefined> {
+  const sql = postgres(url, { max: 1, connect_timeout: CONNECT_TIMEOUT_S, onnotice: () => undefined });
+  try {
+    await sql`select 1`;
+    return undefined;
+  } catch (error) {
+    return (error as Error).message;
+  } finally {
+    await sql.end({ timeout: 1 }).catch(() => undefined);
+  }
+}
+
+/** Connect to the configured server, or start the embedded one if it is unreachable. */
+export async function openBenchServer(config: BenchConfig): Promise<BenchServer> {
+  let url = config.databaseUrl;
+  let embedded: PostgresServer | undefined;
+  const problem = await reachable(url);
+  let fallbackReason: string | undefined;
+  if (problem !== undefined) {
+    fallbackReason = `${redact(url)} is unreachable (${problem})`;
+    process.stderr.write(`bench: ${fallbackReason}; starting an embedded PostgreSQL instead\n`);
+    const saved = process.env.DATABASE_URL;
+    delete process.env.DATABASE_URL; // startPostgresServer() would otherwise insist on it
+    try {
+      embedded = await startPostgresServer();
+    } finally {
+      if (saved !== undefined) process.env.DATABASE_URL = saved;
+    }
+    url = embedded.adminUrl;
+  }
+  const admin = postgres(url, { max: 2, onnotice: () => undefined });
+  const live = new Set<string>();
+  const dropSchema = async (schema: string): Promise<void> => {
+    await admin.unsafe(`drop schema if exists "${schema}" cascade`);
+    live.delete(schema);
+  };
+  return {
+    url,
+    label: redact(url),
+    embedded: embedded !== undefined,
+    fallbackReason,
+    admin,
+    newSchema(prefix) {
+      const schema = `bench_${prefix}_${randomBytes(4).toString('hex')}`;
+      live.add(schema);
+      return schema;
+    },
+    dropSchema,
+    async close() {
+      try {
+        for (const schema of [...live]) await dropSchema(schema).catch(() => undefined);
+        await admin.end({ timeout: 5 });
+      } finally {
+        await embedded?.stop();
+      }
+    },
+  };
+}

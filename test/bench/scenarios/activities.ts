@@ -1,0 +1,75 @@
+/**
+ * 1. Standalone no-op activities per second: enqueue N (with `enqueueConcurrency` calls in flight), then start a
+ * worker of the given concurrency and time from `worker.start()` until its N-th `attempt:completed` event.
+ */
+import type { PhaseStats, TableCounters } from '../meter.js';
+import { noopActivity } from '../definitions.js';
+import {
+  countdown,
+  inParallel,
+  withEngine,
+  workerSettings,
+  type ScenarioContext,
+  type WorkerSettings,
+} from './context.js';
+
+export interface ActivityThroughputResult {
+  readonly concurrency: number;
+  readonly activities: number;
+  readonly worker: WorkerSettings;
+  readonly enqueue: PhaseStats;
+  readonly drain: PhaseStats;
+  readonly workerErrors: number;
+  /** Step statuses after the run (all `completed` when it went right). */
+  readonly stepStatuses: Record<string, number>;
+  readonly tables: TableCounters;
+}
+
+export async function activityThroughput(
+  ctx: ScenarioContext,
+  concurrency: number,
+): Promise<ActivityThroughputResult> {
+  const { config } = ctx;
+  const total = config.activities;
+  const noop = noopActivity(config.leaseMs);
+  const { result, tables } = await withEngine(ctx, `act${concurrency}`, async (run) => {
+    const enqueue = await run.phase('enqueue');
+    await inParallel(total, config.enqueueConcurrency, () => run.engine.client.enqueue(noop, {}));
+    const enqueueStats = await enqueue.stop(total);
+
+    const worker = run.engine.worker({
+      activities: [noop],
+      concurrency,
+      pollIntervalMs: config.pollIntervalMs,
+    });
+    const completed = countdown(total, config.phaseTimeoutMs, `activities at concurrency ${concurrency}`);
+    let workerErrors = 0;
+    worker.events.on('attempt:completed', () => completed.tick());
+    worker.events.on('attempt:failed', ({ failure }) =>
+      completed.fail(new Error(`a no-op activity failed: ${failure.message}`)),
+    );
+    worker.events.on('worker:error', () => workerErrors++);
+    const drain = await run.phase('drain');
+    await worker.start();
+    await completed.done;
+    const drainStats = await drain.stop(total);
+    await worker.stop({ graceMs: 0 });
+    return {
+      enqueueStats,
+      drainStats,
+      workerErrors,
+      settings: workerSettings(worker),
+      stepStatuses: await run.countBy('steps', 'status'),
+    };
+  });
+  return {
+    concurrency,
+    activities: total,
+    worker: result.settings,
+    enqueue: result.enqueueStats,
+    drain: result.drainStats,
+    workerErrors: result.workerErrors,
+    stepStatuses: result.stepStatuses,
+    tables,
+  };
+}

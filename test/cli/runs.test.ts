@@ -1,0 +1,337 @@
+/**
+ * `palisade migrate` and `palisade runs …`, run as real processes against a fresh database. The runs are made
+ * through the engine API in the test: an activity that fails once, then has its second attempt superseded (the
+ * database clock is moved past its lease and another worker claims and completes it), so the zombie's
+ * completion is rejected as stale; and a run nobody serves, to cancel and retry.
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import type { EventEmitter } from 'node:events';
+import postgres from 'postgres';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { ApplicationFailure, defineActivity } from '@palisade/sdk';
+import {
+  createEngine,
+  loadMigrations,
+  type Engine,
+  type RunDescription,
+  type Worker,
+  type WorkerEventMap,
+} from '@palisade/engine';
+import { advanceClock } from '@palisade/engine/testing';
+import { useTestDatabase } from '../support/postgres.js';
+import { CLI_TEST_TIMEOUT_MS, lines, runCli } from './cli-process.js';
+
+const databaseUrl = useTestDatabase();
+
+function target(schema: string): string[] {
+  return ['--database-url', databaseUrl(), '--schema', schema];
+}
+
+const freshSchema = () => `cli_${randomBytes(5).toString('hex')}`;
+
+function expectTerminalFriendly(text: string): void {
+  for (const line of lines(text)) expect([...line].length, line).toBeLessThanOrEqual(100);
+  expect(text).not.toContain('\u001b['); // stdout is a pipe here: no colours
+}
+
+/** The first event `name` of `worker` that satisfies `predicate` (waits on events, never sleeps). */
+function waitFor<K extends keyof WorkerEventMap>(
+  worker: Worker,
+  name: K,
+  predicate: (event: WorkerEventMap[K][0]) => boolean = () => true,
+  timeoutMs = 30_000,
+): Promise<WorkerEventMap[K][0]> {
+  const events = worker.events as unknown as EventEmitter;
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      events.off(name, handler);
+      reject(new Error(`no ${name} event within ${timeoutMs} ms`));
+    }, timeoutMs);
+    function handler(event: WorkerEventMap[K][0]): void {
+      if (!predicate(event)) return;
+      clearTimeout(timer);
+      events.off(name, handler);
+      resolve(event);
+    }
+    events.on(name, handler);
+  });
+}
+
+describe('palisade migrate', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
+  it('creates the schema, then reports it up to date (text and --json)', async () => {
+    const schema = freshSchema();
+    const known = (await loadMigrations()).map((m) => m.name);
+
+    const first = await runCli(['migrate', ...target(schema)]);
+    expect(first.stderr).toBe('');
+    expect(first.code).toBe(0);
+    for (const name of known) expect(first.stdout).toMatch(new RegExp(`applied\\s+${name}`));
+    expectTerminalFriendly(first.stdout);
+
+    const second = await runCli(['migrate', '--json', ...target(schema)]);
+    expect(second.code).toBe(0);
+    expect(JSON.parse(second.stdout)).toEqual({
+      schema,
+      applied: [],
+      version: known.length,
+      known: known.length,
+    });
+
+    const sql = postgres(databaseUrl(), { max: 1, onnotice: () => undefined });
+    try {
+      const rows = await sql<{ name: string }[]>`SELECT name FROM ${sql(schema)}.migrations ORDER BY id`;
+      expect(rows.map((r) => r.name)).toEqual(known);
+    } finally {
+      await sql.end({ timeout: 1 });
+    }
+  });
+});
+
+describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
+  const schema = freshSchema();
+  let engine: Engine;
+  let chargeRunId: string;
+  let pendingRunId: string;
+  let releaseZombie: () => void = () => undefined;
+  const zombieHeld = new Promise<void>((resolve) => (releaseZombie = resolve));
+
+  const charge = defineActivity({
+    name: 'charge',
+    input: z.object({ invoice: z.string() }),
+    output: z.object({ chargeId: z.string() }),
+    retry: { maximumAttempts: 5, initialIntervalMs: 0, jitter: 0 },
+    leaseMs: 60_000,
+    async run(input, ctx) {
+      if (ctx.info.epoch === 1) throw new ApplicationFailure('card declined', { type: 'CardDeclined' });
+      if (ctx.info.epoch === 2) await zombieHeld; // superseded while it waits: its completion comes too late
+      return { chargeId: `ch_${input.invoice}_${ctx.info.epoch}` };
+    },
+  });
+  const refund = defineActivity({
+    name: 'refund',
+    input: z.object({ invoice: z.string() }),
+    output: z.object({}),
+    run() {
+      return Promise.resolve({});
+    },
+  });
+
+  beforeAll(async () => {
+    engine = await createEngine({ databaseUrl: databaseUrl(), schema });
+    // Worker A runs one attempt at a time, so while its zombie waits it cannot claim the step again itself.
+    const workerA = engine.worker({
+      activities: [charge],
+      concurrency: 1,
+      workerId: 'worker-a',
+      pollIntervalMs: 50,
+    });
+    const secondClaim = waitFor(workerA, 'attempt:claimed', (e) => e.epoch === 2);
+    const staleRejected = waitFor(workerA, 'attempt:stale-rejected');
+    await workerA.start();
+    const run = await engine.client.enqueue(charge, { invoice: 'inv-1' }, { key: 'invoice-inv-1' });
+    chargeRunId = run.runId;
+    await secondClaim;
+
+    await advanceClock(engine, 61_000); // the zombie's lease is over by the database clock
+    const workerB = engine.worker({ activities: [charge], workerId: 'worker-b', pollIntervalMs: 50 });
+    await workerB.start();
+    await expect(run.result({ timeoutMs: 30_000 })).resolves.toEqual({ chargeId: 'ch_inv-1_3' });
+    releaseZombie();
+    await staleRejected;
+    await workerA.stop({ graceMs: 1_000 });
+    await workerB.stop({ graceMs: 1_000 });
+
+    pendingRunId = (await engine.client.enqueue(refund, { invoice: 'inv-2' })).runId; // nobody serves refund
+  });
+
+  afterAll(async () => {
+    releaseZombie();
+    await engine?.close({ graceMs: 0 });
+  });
+
+  it('lists runs newest first, as a table that fits 100 columns and as JSON', async () => {
+    const [text, json, filtered] = await Promise.all([
+      runCli(['runs', 'list', ...target(schema)]),
+      runCli(['runs', 'list', '--json', ...target(schema)]),
+      runCli(['runs', 'list', '--status', 'completed', '--json', ...target(schema)]),
+    ]);
+
+    expect(text.stderr).toBe('');
+    expect(text.code).toBe(0);
+    const out = lines(text.stdout);
+    expect(out[0]).toMatch(/^RUN ID\s+STATUS\s+KIND\s+NAME\s+CREATED \(UTC\)\s+DURATION$/);
+    expect(out[1]).toMatch(
+      new RegExp(`^${pendingRunId}\\s+pending\\s+act\\s+refund\\s+\\d{4}-\\d\\d-\\d\\d `),
+    );
+    expect(out[2]).toMatch(
+      new RegExp(`^${chargeRunId}\\s+completed\\s+act\\s+charge\\s+\\d{4}-\\d\\d-\\d\\d `),
+    );
+    expect(out).toHaveLength(3);
+    expectTerminalFriendly(text.stdout);
+
+    expect(json.code).toBe(0);
+    const rows = JSON.parse(json.stdout) as { id: string; status: string; name: string; kind: string }[];
+    expect(rows.map((r) => [r.id, r.status, r.name, r.kind])).toEqual([
+      [pendingRunId, 'pending', 'refund', 'activity'],
+      [chargeRunId, 'completed', 'charge', 'activity'],
+    ]);
+    expect((JSON.parse(filtered.stdout) as { id: string }[]).map((r) => r.id)).toEqual([chargeRunId]);
+  });
+
+  it('reads DATABASE_URL when no --database-url is given', async () => {
+    const result = await runCli(['runs', 'list', '--json', '--schema', schema], {
+      env: { DATABASE_URL: databaseUrl() },
+    });
+    expect(result.code).toBe(0);
+    expect((JSON.parse(result.stdout) as unknown[]).length).toBe(2);
+  });
+
+  it('shows every attempt with epoch, token, worker, outcome and duration, and the stale write with both tokens', async () => {
+    const description: RunDescription = await engine.client.getHandle(chargeRunId).describe();
+    const attempts = description.steps.flatMap((s) => s.attempts);
+    // The arrangement itself: failed on A, superseded on A, completed on B.
+    expect(attempts.map((a) => [a.epoch, a.worker_id])).toEqual([
+      [1, 'worker-a'],
+      [2, 'worker-a'],
+      [3, 'worker-b'],
+    ]);
+    expect(attempts[0]?.outcome).toBe('failed');
+    expect(attempts[2]?.outcome).toBe('completed');
+    const stale = description.events.filter((e) => e.type === 'attempt:stale-rejected');
+    expect(stale).toHaveLength(1);
+    const staleData = stale[0]?.data as { staleToken: string; currentToken: string; operation: string };
+    expect(staleData.staleToken).toBe(attempts[1]?.token);
+    expect(staleData.currentToken).toBe(attempts[2]?.token);
+
+    const [text, json] = await Promise.all([
+      runCli(['runs', 'show', chargeRunId, ...target(schema)]),
+      runCli(['runs', 'show', chargeRunId, '--json', ...target(schema)]),
+    ]);
+    expect(text.stderr).toBe('');
+    expect(text.code).toBe(0);
+    const out = text.stdout;
+    expect(out).toMatch(new RegExp(`^run\\s+${chargeRunId}$`, 'm'));
+    expect(out).toMatch(/^status\s+completed$/m);
+    expect(out).toMatch(/^ATTEMPTS \(3\)$/m);
+    expect(out).toMatch(/^\s+STEP\s+EPOCH\s+ATT\s+TOKEN\s+WORKER\s+OUTCOME\s+CLAIMED \(UTC\)\s+DURATION$/m);
+    for (const a of attempts) {
+      const row = new RegExp(
+        `^\\s+charge#\\d+\\s+${a.epoch}\\s+${a.attempt}\\s+${a.token}\\s+${a.worker_id}\\s+${a.outcome}\\s+` +
+          `\\d\\d:\\d\\d:\\d\\d\\.\\d{3}\\s+(\\d+ms|[\\d.]+s|\\d+m\\d\\ds)$`,
+        'm',
+      );
+      expect(out).toMatch(row);
+    }
+    expect(out).toContain('↳ CardDeclined: card declined');
+    expect(out).toMatch(/^REJECTED STALE WRITES \(1\)$/m);
+    expect(out).toMatch(
+      new RegExp(
+        `^\\s+\\S+\\s+charge#\\d+\\s+${staleData.operation} by token ${staleData.staleToken} rejected: ` +
+          `current token ${staleData.currentToken} \\(superseded\\)`,
+        'm',
+      ),
+    );
+    expect(out).toMatch(/^EVENTS \(\d+\)$/m);
+    expect(out).toMatch(/attempt:stale-rejected/);
+    expectTerminalFriendly(out);
+
+    expect(json.code).toBe(0);
+    const shown = JSON.parse(json.stdout) as RunDescription & { turns: unknown[] };
+    expect(shown.run.id).toBe(chargeRunId);
+    expect(shown.steps.flatMap((s) => s.attempts)).toEqual(attempts);
+    expect(shown.events).toEqual(description.events);
+    expect(shown.turns).toEqual([]);
+  });
+
+  it('cancels a pending run, says so when asked again, and retries it', async () => {
+    const cancelled = await runCli([
+      'runs',
+      'cancel',
+      pendingRunId,
+      '--reason',
+      'customer withdrew',
+      ...target(schema),
+    ]);
+    expect(cancelled.stderr).toBe('');
+    expect(cancelled.code).toBe(0);
+    expect(cancelled.stdout).toBe(`run ${pendingRunId} cancelled\n`);
+    const afterCancel = (await engine.client.getHandle(pendingRunId).describe()).run;
+    expect([afterCancel.status, afterCancel.cancel_reason]).toEqual(['cancelled', 'customer withdrew']);
+
+    const again = await runCli(['runs', 'cancel', pendingRunId, '--json', ...target(schema)]);
+    expect(again.code).toBe(0);
+    expect(JSON.parse(again.stdout)).toEqual({
+      runId: pendingRunId,
+      status: 'cancelled',
+      previousStatus: 'cancelled',
+      cancelRequested: false,
+    });
+
+    const retried = await runCli(['runs', 'retry', pendingRunId, '--json', ...target(schema)]);
+    expect(retried.stderr).toBe('');
+    expect(retried.code).toBe(0);
+    expect(JSON.parse(retried.stdout)).toEqual({ runId: pendingRunId, status: 'pending' });
+    expect((await engine.client.getHandle(pendingRunId).describe()).run.status).toBe('pending');
+  });
+
+  it('refuses to retry a completed run with exit code 1 and the [INVALID_OPTIONS] message', async () => {
+    const result = await runCli(['runs', 'retry', chargeRunId, ...target(schema)]);
+    expect(result.code).toBe(1);
+    expect(result.stdout).toBe('');
+    expect(result.stderr).toMatch(
+      /^\[INVALID_OPTIONS\] .*is completed; only failed or cancelled runs can be retried/,
+    );
+    expect((await engine.client.getHandle(chargeRunId).describe()).run.status).toBe('completed');
+  });
+
+  it('exits 1 with [RUN_NOT_FOUND] for an unknown run id', async () => {
+    const unknown = randomUUID();
+    const results = await Promise.all(
+      (['show', 'cancel', 'retry'] as const).map((command) =>
+        runCli(['runs', command, unknown, ...target(schema)]),
+      ),
+    );
+    for (const result of results) {
+      expect(result.code).toBe(1);
+      expect(result.stdout).toBe('');
+      expect(result.stderr).toBe(
+        `[RUN_NOT_FOUND] run ${unknown} does not exist; check the id (runs list shows existing runs)\n`,
+      );
+    }
+  });
+
+  it('exits 2 with the usage on bad arguments', async () => {
+    const cases: [string[], RegExp][] = [
+      [['runs', 'show'], /error: missing required argument 'id'[\s\S]*Usage: palisade runs show/],
+      [
+        ['runs', 'list', '--limit', '0'],
+        /--limit <n>' argument '0' is invalid[\s\S]*Usage: palisade runs list/,
+      ],
+      [
+        ['runs', 'list', '--status', 'sleeping'],
+        /argument 'sleeping' is invalid[\s\S]*Usage: palisade runs list/,
+      ],
+      [['runs', 'frobnicate'], /error: unknown command 'frobnicate'/],
+      [['worker'], /error: missing required argument 'module'[\s\S]*Usage: palisade worker/],
+      [
+        ['--data-dir', '/tmp/x', '--database-url', 'postgres://h/d', 'runs', 'list'],
+        /either --database-url or --data-dir/,
+      ],
+    ];
+    const results = await Promise.all(cases.map(([args]) => runCli([...args, '--schema', schema])));
+    for (const [i, result] of results.entries()) {
+      expect(result.code, cases[i]?.[0].join(' ')).toBe(2);
+      expect(result.stdout).toBe('');
+      expect(result.stderr).toMatch(cases[i]?.[1] as RegExp);
+    }
+  });
+
+  it('refuses to read a schema that was never migrated, and says how to fix it', async () => {
+    const result = await runCli(['runs', 'list', ...target(freshSchema())]);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(
+      /^\[INVALID_OPTIONS\] no Palisade schema cli_\w+ in postgres:.*Run `palisade migrate`/,
+    );
+  });
+});

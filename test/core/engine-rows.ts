@@ -1,0 +1,101 @@
+/**
+ * Plain SQL reads of an engine's own tables, for assertions: the rows exactly as stored, not as the client
+ * presents them. Shared by the fencing tests in this folder.
+ */
+import { sql } from 'drizzle-orm';
+import type { Engine } from '@palisade/engine';
+
+/** A step row as stored, serialized by the database (`to_jsonb(steps.*)::text`), to compare byte for byte. */
+export async function stepRowJson(engine: Engine, stepId: string): Promise<string> {
+  const rows = await engine.database.rows<{ row: string }>(
+    sql`SELECT to_jsonb(s.*)::text AS row FROM ${engine.names.steps} s WHERE s.id = ${stepId}::uuid`,
+  );
+  if (!rows[0]) throw new Error(`no step ${stepId}`);
+  return rows[0].row;
+}
+
+export interface StoredStep {
+  id: string;
+  run_id: string;
+  status: string;
+  attempt: number;
+  epoch: number;
+  token: string | null;
+  nonce: string | null;
+  error: unknown;
+  output: unknown;
+  lease_expires_at: string | null;
+}
+
+/** The one step of a standalone run. */
+export async function stepOfRun(engine: Engine, runId: string): Promise<StoredStep> {
+  const rows = await engine.database.rows<StoredStep>(sql`
+    SELECT id::text, run_id::text, status, attempt, epoch, fencing_token::text AS token, nonce::text, error, output,
+           lease_expires_at::text
+      FROM ${engine.names.steps} WHERE run_id = ${runId}::uuid ORDER BY seq LIMIT 1`);
+  if (!rows[0]) throw new Error(`run ${runId} has no step`);
+  return rows[0];
+}
+
+export interface StoredAttempt {
+  attempt: number;
+  epoch: number;
+  token: string;
+  worker_id: string;
+  outcome: string | null;
+}
+
+/** The attempts rows of a step, in claim order. */
+export async function attemptsOfStep(engine: Engine, stepId: string): Promise<StoredAttempt[]> {
+  return engine.database.rows<StoredAttempt>(sql`
+    SELECT attempt, epoch, fencing_token::text AS token, worker_id, outcome
+      FROM ${engine.names.attempts} WHERE step_id = ${stepId}::uuid ORDER BY id`);
+}
+
+export interface StoredEvent {
+  type: string;
+  step_id: string | null;
+  attempt: number | null;
+  epoch: number | null;
+  token: string | null;
+  worker_id: string | null;
+  data: Record<string, unknown> | null;
+  terminal: boolean;
+}
+
+/** Events of a run in append order, optionally only those of one type. */
+export async function eventsOfRun(engine: Engine, runId: string, type?: string): Promise<StoredEvent[]> {
+  return engine.database.rows<StoredEvent>(sql`
+    SELECT type, step_id::text, attempt, epoch, fencing_token::text AS token, worker_id, data, terminal
+      FROM ${engine.names.events}
+     WHERE run_id = ${runId}::uuid AND (${type ?? null}::text IS NULL OR type = ${type ?? null})
+     ORDER BY id`);
+}
+
+/** Events of one type across every run of the engine's schema, in append order. */
+export async function eventsOfType(engine: Engine, type: string): Promise<StoredEvent[]> {
+  return engine.database.rows<StoredEvent>(sql`
+    SELECT type, step_id::text, attempt, epoch, fencing_token::text AS token, worker_id, data, terminal
+      FROM ${engine.names.events} WHERE type = ${type} ORDER BY id`);
+}
+
+/** The SQLSTATE of a database error, wherever the driver wrapper put it. */
+export function sqlState(error: unknown): string | undefined {
+  let current: unknown = error;
+  for (let depth = 0; depth < 5 && current && typeof current === 'object'; depth++) {
+    const code = (current as { code?: unknown }).code;
+    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return code;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
+/** Resolve with what `promise` rejected with; fail if it resolved. */
+export async function rejectionOf(promise: Promise<unknown>): Promise<unknown> {
+  try {
+    await promise;
+  } catch (error) {
+    return error;
+  }
+  throw new Error('expected a rejection, but the promise resolved');
+}

@@ -1,0 +1,364 @@
+import { sql } from 'drizzle-orm';
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import {
+  AttemptAbortedError,
+  LeaseLostError,
+  defineActivity,
+  type ActivityContext,
+  type ActivityInfo,
+} from '@palisade/sdk';
+import type { Engine } from '@palisade/engine';
+import { advanceClock } from '@palisade/engine/testing';
+import { useEngineTarget } from '../support/engine.js';
+import {
+  aborted,
+  attemptsOf,
+  eventsOf,
+  gate,
+  settle,
+  stepOf,
+  warmUp,
+  workerEvent,
+  type Gate,
+} from './helpers.js';
+
+/**
+ * Make the first claim of every step arrive stale, deterministically: a trigger moves the DB clock forward by
+ * `jumpMs` inside the claiming statement, after the lease was set from the statement's clock reading and before
+ * the lease left is measured (the same statement reads `now()` again). The grant then reports `leaseMs - jumpMs`
+ * left, as if its reply had been that late. Later claims (epoch > 1) are untouched.
+ */
+async function makeFirstGrantsStale(engine: Engine, jumpMs: number): Promise<void> {
+  const schema = engine.names.schema;
+  await engine.database.rows(
+    sql.raw(`
+    CREATE FUNCTION "${schema}".test_stale_first_grant() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF OLD.status = 'scheduled' AND NEW.status = 'running' AND NEW.epoch = 1 THEN
+        INSERT INTO "${schema}".clock_offset (id, offset_ms) VALUES (true, ${jumpMs})
+        ON CONFLICT (id) DO UPDATE SET offset_ms = "${schema}".clock_offset.offset_ms + ${jumpMs};
+      END IF;
+      RETURN NEW;
+    END $$`),
+  );
+  await engine.database.rows(
+    sql.raw(`
+    CREATE TRIGGER test_stale_first_grant BEFORE UPDATE ON "${schema}".steps
+      FOR EACH ROW EXECUTE FUNCTION "${schema}".test_stale_first_grant()`),
+  );
+}
+
+for (const driver of ['postgres', 'pglite'] as const) {
+  describe(`abort signal, local deadline and activity context on ${driver}`, () => {
+    const target = useEngineTarget(driver);
+    warmUp(target);
+
+    it('fires lease-lost and rejects ctx.heartbeat once another worker took over the expired step', async () => {
+      const zombie: Gate<{ heartbeat: unknown; reason: unknown; again: unknown }> = gate();
+      const resume = gate();
+      const job = defineActivity({
+        name: 'job',
+        input: z.object({}),
+        output: z.object({ attempt: z.number() }),
+        async run(_input, ctx) {
+          if (ctx.info.attempt > 1) return { attempt: ctx.info.attempt };
+          await resume.promise;
+          const heartbeat = await settle(ctx.heartbeat({ page: 2 }));
+          const reason: unknown = ctx.signal.reason;
+          const again = await settle(ctx.fencedTransaction(() => Promise.resolve(1)));
+          zombie.open({ heartbeat, reason, again });
+          return { attempt: ctx.info.attempt };
+        },
+      });
+      const engine = await target.engine();
+      // One slot each, so neither worker reclaims the step it is itself running.
+      const first = engine.worker({ activities: [job], concurrency: 1, pollIntervalMs: 20, workerId: 'a' });
+      await first.start();
+      const started = workerEvent(first, 'attempt:started');
+      const handle = await engine.client.enqueue(job, {});
+      const { attempt: stale } = await started;
+
+      await advanceClock(engine, 31_000); // past the 30 s lease, by the DB clock only
+      const second = engine.worker({ activities: [job], concurrency: 1, pollIntervalMs: 20, workerId: 'b' });
+      await second.start();
+      await expect(handle.result({ timeoutMs: 10_000 })).resolves.toEqual({ attempt: 2 });
+      const current = (await attemptsOf(engine, handle.runId))[1]!;
+
+      const lost = workerEvent(first, 'attempt:aborted');
+      resume.open();
+      const { heartbeat, reason, again } = await zombie.promise;
+      expect((await lost).reason).toBe('lease-lost');
+
+      const rejection = (heartbeat as { error: unknown }).error;
+      expect(rejection).toBeInstanceOf(LeaseLostError);
+      expect(rejection).toMatchObject({
+        code: 'LEASE_LOST',
+        operation: 'heartbeat',
+        reason: 'superseded',
+        staleToken: stale.token,
+        currentToken: BigInt(current.token),
+      });
+      expect(reason).toBeInstanceOf(AttemptAbortedError);
+      expect(reason).toMatchObject({ reason: 'lease-lost', cause: rejection });
+      // Poisoned: the next call throws the same error without another round trip.
+      expect(again).toEqual({ ok: false, error: rejection });
+
+      const events = await eventsOf(engine, handle.runId);
+      const rejected = events.filter((e) => e.type === 'attempt:stale-rejected');
+      expect(rejected).toHaveLength(1);
+      expect(rejected[0]).toMatchObject({
+        token: stale.token.toString(),
+        data: {
+          operation: 'heartbeat',
+          reason: 'superseded',
+          staleToken: stale.token.toString(),
+          currentToken: current.token,
+        },
+      });
+      const step = await stepOf(engine, handle.runId);
+      expect(step).toMatchObject({ status: 'completed', output: { attempt: 2 }, token: current.token });
+      expect(step.heartbeat_details).toBeNull(); // the stale heartbeat stored nothing
+      expect((await attemptsOf(engine, handle.runId)).map((a) => [a.worker_id, a.outcome])).toEqual([
+        ['a', 'lease_expired'],
+        ['b', 'completed'],
+      ]);
+    });
+
+    it('fires lease-lost from a background heartbeat once the lease expired by DB time, even with no new owner', async () => {
+      const reasons: unknown[] = [];
+      const job = defineActivity({
+        name: 'job',
+        input: z.object({}),
+        output: z.object({ attempt: z.number() }),
+        async run(_input, ctx) {
+          if (ctx.info.attempt === 1) {
+            reasons.push(await aborted(ctx.signal));
+            throw new Error('stopped');
+          }
+          return { attempt: ctx.info.attempt };
+        },
+      });
+      const engine = await target.engine();
+      const worker = engine.worker({
+        activities: [job],
+        concurrency: 1,
+        pollIntervalMs: 20,
+        heartbeatIntervalMs: 100,
+      });
+      await worker.start();
+      const started = workerEvent(worker, 'attempt:started');
+      const handle = await engine.client.enqueue(job, {});
+      const { attempt: ref } = await started;
+      await workerEvent(worker, 'heartbeat:sent', (e) => e.renewed === 1);
+
+      const rejected = workerEvent(worker, 'attempt:stale-rejected');
+      await advanceClock(engine, 31_000);
+      const { error } = await rejected;
+      // Expiry is final: the heartbeat does not revive the lease although nobody reclaimed it.
+      expect(error).toMatchObject({ code: 'LEASE_LOST', reason: 'expired', currentToken: ref.token });
+      await expect(handle.result({ timeoutMs: 10_000 })).resolves.toEqual({ attempt: 2 });
+      expect(reasons).toHaveLength(1);
+      expect(reasons[0]).toMatchObject({ reason: 'lease-lost', cause: error });
+      expect((await attemptsOf(engine, handle.runId)).map((a) => [a.attempt, a.outcome])).toEqual([
+        [1, 'rejected_stale'],
+        [2, 'completed'],
+      ]);
+      const events = await eventsOf(engine, handle.runId);
+      expect(events.find((e) => e.type === 'attempt:stale-rejected')?.data).toMatchObject({
+        operation: 'heartbeat',
+        reason: 'expired',
+      });
+    });
+
+    it('fires deadline at the start-to-close timeout, records the attempt timed_out and retries it', async () => {
+      const reasons: unknown[] = [];
+      const slow = defineActivity({
+        name: 'slow',
+        input: z.object({}),
+        output: z.object({ attempt: z.number() }),
+        startToCloseTimeoutMs: 1_500,
+        retry: { initialIntervalMs: 60_000, jitter: 0, maximumAttempts: 3 },
+        async run(_input, ctx) {
+          if (ctx.info.attempt === 1) {
+            reasons.push(await aborted(ctx.signal));
+            throw ctx.signal.reason;
+          }
+          return { attempt: ctx.info.attempt };
+        },
+      });
+      const engine = await target.engine();
+      // The default margin (3 s, a tenth of the 30 s lease) would leave no time inside a 1.5 s deadline.
+      const worker = engine.worker({ activities: [slow], pollIntervalMs: 20, leaseSafetyMarginMs: 200 });
+      await worker.start();
+      const failed = workerEvent(worker, 'attempt:failed');
+      const handle = await engine.client.enqueue(slow, {});
+
+      const { failure, retry } = await failed;
+      expect(reasons).toHaveLength(1);
+      expect(reasons[0]).toMatchObject({ code: 'ATTEMPT_ABORTED', reason: 'deadline' });
+      expect(failure).toMatchObject({ type: 'StartToCloseTimeout', nonRetryable: false });
+      expect(retry).toBe(true);
+      // Recorded by its owner (fenced, inside the lease), so with its error and the retry's backoff.
+      const [first] = await attemptsOf(engine, handle.runId);
+      expect(first).toMatchObject({
+        attempt: 1,
+        outcome: 'timed_out',
+        error: { type: 'StartToCloseTimeout' },
+      });
+      const ranMs = first!.ended_at_ms! - first!.claimed_at_ms;
+      expect(ranMs).toBeGreaterThanOrEqual(1_000);
+      expect(ranMs).toBeLessThan(1_500);
+      const step = await stepOf(engine, handle.runId);
+      expect(step).toMatchObject({ status: 'scheduled', attempt: 1 });
+      expect(Math.abs(step.next_run_at_ms! - first!.ended_at_ms! - 60_000)).toBeLessThan(100);
+
+      await advanceClock(engine, 61_000);
+      await expect(handle.result({ timeoutMs: 10_000 })).resolves.toEqual({ attempt: 2 });
+      expect((await attemptsOf(engine, handle.runId)).map((a) => [a.attempt, a.outcome])).toEqual([
+        [1, 'timed_out'],
+        [2, 'completed'],
+      ]);
+    });
+
+    it('releases a grant that arrives with too little lease left unstarted, without charging an attempt', async () => {
+      const infos: ActivityInfo[] = [];
+      const job = defineActivity({
+        name: 'job',
+        input: z.object({}),
+        output: z.object({}),
+        run(_input, ctx) {
+          infos.push(ctx.info);
+          return Promise.resolve({});
+        },
+      });
+      const engine = await target.engine();
+      await makeFirstGrantsStale(engine, 25_000); // 5 s of a 30 s lease left: below the default half
+      const worker = engine.worker({ activities: [job], pollIntervalMs: 20 });
+      const started: number[] = [];
+      worker.events.on('attempt:started', ({ attempt }) => started.push(attempt.attempt));
+      await worker.start();
+      const released = workerEvent(worker, 'attempt:released');
+      const handle = await engine.client.enqueue(job, {});
+
+      const { why, attempt: stale } = await released;
+      expect(why).toBe('stale-grant');
+      await expect(handle.result({ timeoutMs: 10_000 })).resolves.toEqual({});
+      // The stale grant never ran; the next claim runs it as attempt 1 of epoch 2.
+      expect(started).toEqual([1]);
+      expect(infos.map((i) => [i.attempt, i.epoch])).toEqual([[1, 2]]);
+      const attempts = await attemptsOf(engine, handle.runId);
+      expect(attempts.map((a) => [a.attempt, a.epoch, a.outcome])).toEqual([
+        [1, 1, 'released'],
+        [1, 2, 'completed'],
+      ]);
+      expect(attempts[0]!.token).toBe(stale.token.toString());
+      const events = await eventsOf(engine, handle.runId);
+      expect(events.find((e) => e.type === 'attempt:released')?.data).toEqual({ why: 'stale-grant' });
+      expect(await stepOf(engine, handle.runId)).toMatchObject({ status: 'completed', attempt: 1, epoch: 2 });
+    });
+
+    it('runs a step whose start-to-close timeout is shorter than its lease instead of releasing it forever', async () => {
+      let releases = 0;
+      const quick = defineActivity({
+        name: 'quick',
+        input: z.object({}),
+        output: z.object({ attempt: z.number(), epoch: z.number() }),
+        startToCloseTimeoutMs: 5_000, // the claim caps the 30 s lease at 5 s
+        run(_input, ctx) {
+          return Promise.resolve({ attempt: ctx.info.attempt, epoch: ctx.info.epoch });
+        },
+      });
+      const engine = await target.engine();
+      const worker = engine.worker({ activities: [quick], pollIntervalMs: 20 });
+      // Were every grant judged stale, the worker would release and reclaim it in a tight loop (starving PGlite's
+      // event loop): stop after a few so that the test fails instead of hanging.
+      worker.events.on('attempt:released', () => {
+        if (++releases === 3) void worker.stop({ graceMs: 0 });
+      });
+      await worker.start();
+      const handle = await engine.client.enqueue(quick, {});
+      await expect(handle.result({ timeoutMs: 5_000 })).resolves.toEqual({ attempt: 1, epoch: 1 });
+      expect(releases).toBe(0);
+    });
+
+    it('tells the attempt who it is: attempt, epoch, fencing scope and the token stored on the step', async () => {
+      const seen: { info: ActivityInfo; stepToken: string | null }[] = [];
+      const engine = await target.engine();
+      const job = defineActivity({
+        name: 'job',
+        input: z.object({}),
+        output: z.object({}),
+        queue: 'jobs',
+        leaseMs: 20_000,
+        startToCloseTimeoutMs: 60_000,
+        async run(_input, ctx: ActivityContext) {
+          const step = await stepOf(engine, ctx.info.runId);
+          seen.push({ info: ctx.info, stepToken: step.token });
+          return {};
+        },
+      });
+      const worker = engine.worker({
+        activities: [job],
+        queues: ['jobs'],
+        pollIntervalMs: 20,
+        workerId: 'w-1',
+      });
+      await worker.start();
+      const handle = await engine.client.enqueue(job, {});
+      await handle.result({ timeoutMs: 10_000 });
+
+      const step = await stepOf(engine, handle.runId);
+      expect(seen).toHaveLength(1);
+      const { info, stepToken } = seen[0]!;
+      expect(info).toMatchObject({
+        runId: handle.runId,
+        stepId: step.id,
+        activityName: 'job',
+        seq: 0,
+        attempt: 1,
+        epoch: 1,
+        queue: 'jobs',
+        workerId: 'w-1',
+        leaseMs: 20_000,
+        startToCloseTimeoutMs: 60_000,
+        heartbeatDetails: undefined,
+      });
+      expect(info.fencing.scope).toBe(`step:${step.id}`);
+      expect(typeof info.fencing.token).toBe('bigint');
+      expect(info.fencing.token.toString()).toBe(stepToken);
+      expect(info.fencing.token.toString()).toBe(step.token);
+      expect(Object.isFrozen(info)).toBe(true);
+    });
+
+    it('stores heartbeat details and hands them to the next attempt as ctx.info.heartbeatDetails', async () => {
+      const details: unknown[] = [];
+      const engine = await target.engine();
+      const stored: unknown[] = [];
+      const job = defineActivity({
+        name: 'job',
+        input: z.object({}),
+        output: z.object({ resumedFrom: z.number() }),
+        retry: { initialIntervalMs: 60_000, jitter: 0, maximumAttempts: 3 },
+        async run(_input, ctx) {
+          details.push(ctx.info.heartbeatDetails);
+          if (ctx.info.attempt === 1) {
+            await ctx.heartbeat({ page: 3, cursor: 'c-3' });
+            stored.push((await stepOf(engine, ctx.info.runId)).heartbeat_details);
+            throw new Error('crashed on page 4');
+          }
+          const last = ctx.info.heartbeatDetails as { page: number };
+          return { resumedFrom: last.page };
+        },
+      });
+      const worker = engine.worker({ activities: [job], pollIntervalMs: 20 });
+      worker.events.on('attempt:failed', () => void advanceClock(engine, 61_000));
+      await worker.start();
+      const handle = await engine.client.enqueue(job, {});
+      await expect(handle.result({ timeoutMs: 10_000 })).resolves.toEqual({ resumedFrom: 3 });
+      expect(stored).toEqual([{ page: 3, cursor: 'c-3' }]); // persisted by the time heartbeat() resolved
+      expect(details).toEqual([undefined, { page: 3, cursor: 'c-3' }]);
+      expect((await stepOf(engine, handle.runId)).heartbeat_details).toEqual({ page: 3, cursor: 'c-3' });
+    });
+  });
+}

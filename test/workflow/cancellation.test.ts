@@ -1,0 +1,237 @@
+import { AsyncResource } from 'node:async_hooks';
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import {
+  AttemptAbortedError,
+  CancelledFailure,
+  defineActivity,
+  defineWorkflow,
+  type AbortReason,
+} from '@palisade/sdk';
+import { useEngineTarget } from '../support/engine.js';
+import { attemptsOf, deferred, runOf, stepsOf, until, warmUp } from './workflow-rows.js';
+
+const HEARTBEAT_MS = 500;
+
+function fixture() {
+  const executions: string[] = [];
+  const started = deferred();
+  const aborted = deferred<{ reason: AbortReason | undefined; afterMs: number }>();
+  let cancelSentAt = 0;
+  const long = defineActivity({
+    name: 'long',
+    input: z.object({}),
+    output: z.string(),
+    leaseMs: '3s',
+    async run(_input, ctx) {
+      executions.push('long');
+      started.resolve();
+      // Runs until told to stop; it never heartbeats itself: the worker's heartbeat carries the cancel.
+      await new Promise<void>((resolve) =>
+        ctx.signal.addEventListener('abort', () => resolve(), { once: true }),
+      );
+      const reason = (ctx.signal.reason as AttemptAbortedError | undefined)?.reason;
+      aborted.resolve({ reason, afterMs: performance.now() - cancelSentAt });
+      throw ctx.signal.reason;
+    },
+  });
+  const compensate = defineActivity({
+    name: 'compensate',
+    input: z.object({ why: z.string() }),
+    output: z.string(),
+    async run({ why }) {
+      executions.push(`compensate:${why}`);
+      return 'undone';
+    },
+  });
+  const seen: string[] = [];
+  const careful = defineWorkflow({
+    name: 'careful',
+    input: z.object({}),
+    output: z.string(),
+    async run(_input, ctx) {
+      try {
+        return await ctx.run(long, {});
+      } catch (error) {
+        seen.push(`${(error as Error).constructor.name}:${(error as { code?: string }).code}`);
+        if (error instanceof CancelledFailure) await ctx.run(compensate, { why: 'catch' });
+        throw error;
+      }
+    },
+  });
+  const sleepy = defineWorkflow({
+    name: 'sleepy',
+    input: z.object({}),
+    output: z.string(),
+    async run(_input, ctx) {
+      try {
+        await ctx.sleep('1h');
+        return 'woke';
+      } finally {
+        await ctx.run(compensate, { why: 'finally' });
+      }
+    },
+  });
+  return {
+    executions,
+    started,
+    aborted,
+    seen,
+    long,
+    compensate,
+    careful,
+    sleepy,
+    markCancelSent: () => (cancelSentAt = performance.now()),
+  };
+}
+
+for (const driver of ['postgres', 'pglite'] as const) {
+  describe(`cancellation on ${driver}`, () => {
+    const target = useEngineTarget(driver);
+    warmUp(target);
+
+    it('cancels a running activity at its next heartbeat; the workflow compensates and the run ends cancelled', async () => {
+      const f = fixture();
+      const engine = await target.engine();
+      const worker = engine.worker({
+        workflows: [f.careful],
+        activities: [f.long, f.compensate],
+        heartbeatIntervalMs: HEARTBEAT_MS,
+        heartbeatTimeoutMs: HEARTBEAT_MS,
+        pollIntervalMs: 50,
+      });
+      await worker.start();
+      const handle = await engine.client.start(f.careful, {});
+      await f.started.promise;
+      f.markCancelSent();
+      expect(await handle.cancel('customer asked')).toBe('running');
+      const { reason, afterMs } = await f.aborted.promise;
+      expect(reason).toBe('cancelled');
+      expect(afterMs).toBeLessThan(HEARTBEAT_MS + 2_000);
+
+      const error = await handle.result({ timeoutMs: 15_000 }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(CancelledFailure);
+      expect((error as CancelledFailure).message).toContain('customer asked');
+      expect(f.seen).toContain('CancelledFailure:CANCELLED');
+      expect(new Set(f.seen)).toEqual(new Set(['CancelledFailure:CANCELLED']));
+      expect(f.executions).toEqual(['long', 'compensate:catch']);
+      expect((await runOf(engine, handle.runId)).status).toBe('cancelled');
+      const steps = await stepsOf(engine, handle.runId);
+      expect(steps.map((s) => [s.name, s.status])).toEqual([
+        ['long', 'cancelled'],
+        ['compensate', 'completed'],
+      ]);
+      const attempts = await attemptsOf(engine, handle.runId);
+      expect(attempts.filter((a) => a.kind === 'activity').map((a) => [a.seq, a.outcome])).toEqual([
+        [0, 'cancelled'],
+        [1, 'completed'],
+      ]);
+      const events = (await handle.describe()).events.map((e) => e.type);
+      expect(events).toContain('run:cancel-requested');
+      expect(events.at(-1)).toBe('run:cancelled');
+      // Cancelling again is a no-op that reports the final status.
+      expect(await handle.cancel('again')).toBe('cancelled');
+    });
+
+    it('cancels a sleeping run without time travel; its finally block compensates', async () => {
+      const f = fixture();
+      const engine = await target.engine();
+      const worker = engine.worker({ workflows: [f.sleepy], activities: [f.compensate], pollIntervalMs: 50 });
+      await worker.start();
+      const handle = await engine.client.start(f.sleepy, {});
+      await until([worker], async () => (await stepsOf(engine, handle.runId))[0]?.kind === 'timer', 'asleep');
+      await handle.cancel('not needed');
+      const error = await handle.result({ timeoutMs: 15_000 }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(CancelledFailure);
+      expect(f.executions).toEqual(['compensate:finally']);
+      const steps = await stepsOf(engine, handle.runId);
+      expect(steps.map((s) => [s.kind, s.status])).toEqual([
+        ['timer', 'cancelled'],
+        ['activity', 'completed'],
+      ]);
+      expect((await runOf(engine, handle.runId)).status).toBe('cancelled');
+    });
+
+    it('does not lose a cancel requested while a turn that schedules the next step is in flight', async () => {
+      const executions: string[] = [];
+      const act = (name: string) =>
+        defineActivity({
+          name,
+          input: z.object({}),
+          output: z.string(),
+          run: async () => {
+            executions.push(name);
+            return name;
+          },
+        });
+      const [first, second, undo] = [act('first'), act('second'), act('undo')];
+      let fired = false;
+      let cancelRequest: Promise<string> | undefined;
+      // Runs outside the turn's async context, so the engine does not take the request for workflow I/O.
+      const fireCancel = AsyncResource.bind(() => {
+        cancelRequest = engine.client.getHandle(runId).cancel('raced');
+      });
+      const racing = defineWorkflow({
+        name: 'racing',
+        input: z.object({}),
+        output: z.string(),
+        async run(_input, ctx) {
+          await ctx.run(first, {});
+          if (!fired) {
+            fired = true;
+            fireCancel(); // the request commits while this turn is still replaying (before it commits)
+          }
+          try {
+            return await ctx.run(second, {});
+          } catch (error) {
+            await ctx.run(undo, {});
+            throw error;
+          }
+        },
+      });
+      const engine = await target.engine();
+      const worker = engine.worker({
+        workflows: [racing],
+        activities: [first, second, undo],
+        pollIntervalMs: 50,
+      });
+      await worker.start();
+      const handle = await engine.client.start(racing, {});
+      const runId = handle.runId;
+      const error = await handle.result({ timeoutMs: 15_000 }).catch((e: unknown) => e);
+      expect(await cancelRequest).toBe('running');
+      expect(error).toBeInstanceOf(CancelledFailure);
+      expect(executions).toEqual(['first', 'undo']);
+      const steps = await stepsOf(engine, runId);
+      expect(steps.map((s) => [s.name, s.status])).toEqual([
+        ['first', 'completed'],
+        ['second', 'cancelled'],
+        ['undo', 'completed'],
+      ]);
+      if (driver === 'pglite') {
+        // One connection, statements in order: the cancel committed first, so the racing turn was handed back.
+        const turns = (await attemptsOf(engine, runId)).filter((a) => a.kind === 'turn');
+        expect(turns.map((a) => a.outcome)).toContain('released');
+      }
+    });
+
+    it('cancels a run that no worker has picked up yet, before any of its steps runs', async () => {
+      const f = fixture();
+      const engine = await target.engine();
+      const handle = await engine.client.start(f.careful, {});
+      expect(await handle.cancel('changed my mind')).toBe('pending');
+      const worker = engine.worker({
+        workflows: [f.careful],
+        activities: [f.long, f.compensate],
+        heartbeatIntervalMs: HEARTBEAT_MS,
+        heartbeatTimeoutMs: HEARTBEAT_MS,
+        pollIntervalMs: 50,
+      });
+      await worker.start();
+      const error = await handle.result({ timeoutMs: 15_000 }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(CancelledFailure);
+      expect(f.executions.filter((e) => e === 'long')).toEqual([]);
+      expect((await runOf(engine, handle.runId)).status).toBe('cancelled');
+    });
+  });
+}

@@ -1,0 +1,237 @@
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineActivity, defineWorkflow, PalisadeError, RunFailedError } from '@palisade/sdk';
+import { useEngineTarget } from '../support/engine.js';
+import { attemptsOf, stepsOf, warmUp } from './workflow-rows.js';
+
+const greet = defineWorkflow({
+  name: 'greet',
+  input: z.object({ name: z.string() }),
+  output: z.string(),
+  run: async ({ name }) => `hello ${name}`,
+});
+
+for (const driver of ['postgres', 'pglite'] as const) {
+  describe(`workflow client on ${driver}`, () => {
+    const target = useEngineTarget(driver);
+    warmUp(target);
+
+    it('returns the existing run when a workflow is started again with the same key, even after it ended', async () => {
+      let executions = 0;
+      const once = defineActivity({
+        name: 'once',
+        input: z.string(),
+        output: z.string(),
+        run: async (s) => {
+          executions++;
+          return s;
+        },
+      });
+      const keyed = defineWorkflow({
+        name: 'keyed',
+        input: z.string(),
+        output: z.string(),
+        run: (s, ctx) => ctx.run(once, s),
+      });
+      const engine = await target.engine();
+      const [a, b] = await Promise.all([
+        engine.client.start(keyed, 'first', { key: 'order-42' }),
+        engine.client.start(keyed, 'second', { key: 'order-42' }),
+      ]);
+      expect(b.runId).toBe(a.runId);
+      const worker = engine.worker({ workflows: [keyed], activities: [once] });
+      await worker.start();
+      const output = await a.result({ timeoutMs: 15_000 });
+      expect(['first', 'second']).toContain(output);
+      const again = await engine.client.start(keyed, 'third', { key: 'order-42' });
+      expect(again.runId).toBe(a.runId);
+      await expect(again.result({ timeoutMs: 5_000 })).resolves.toBe(output);
+      expect(executions).toBe(1);
+      expect(await engine.client.list({ name: 'keyed' })).toHaveLength(1);
+      const other = await engine.client.start(keyed, 'x', { key: 'order-43' });
+      expect(other.runId).not.toBe(a.runId);
+    });
+
+    it('wakes result() on the NOTIFY of the commit that ends the run, not on its poll interval', async () => {
+      const engine = await target.engine();
+      const handle = await engine.client.start(greet, { name: 'ada' });
+      // With a 10-minute poll, only the NOTIFY can wake the waiter within the test's timeout.
+      const result = handle.result({ pollIntervalMs: 600_000, timeoutMs: 900_000 });
+      const worker = engine.worker({ workflows: [greet] });
+      const started = performance.now();
+      await worker.start();
+      await expect(result).resolves.toBe('hello ada');
+      expect(performance.now() - started).toBeLessThan(15_000);
+    });
+
+    it('describes a run: its steps with every attempt’s epoch, token and outcome, and its events', async () => {
+      let calls = 0;
+      const shaky = defineActivity({
+        name: 'shaky',
+        input: z.object({}),
+        output: z.number(),
+        retry: { maximumAttempts: 3, initialIntervalMs: 10, jitter: 0 },
+        run: async () => {
+          if (++calls === 1) throw new Error('first try fails');
+          return calls;
+        },
+      });
+      const wf = defineWorkflow({
+        name: 'describe-me',
+        input: z.object({}),
+        output: z.number(),
+        run: async (_i, ctx) => ctx.run(shaky, {}),
+      });
+      const engine = await target.engine();
+      const worker = engine.worker({ workflows: [wf], activities: [shaky], pollIntervalMs: 50 });
+      await worker.start();
+      const handle = await engine.client.start(wf, {});
+      await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe(2);
+      const d = await handle.describe();
+      expect(d.run).toMatchObject({
+        id: handle.runId,
+        kind: 'workflow',
+        name: 'describe-me',
+        status: 'completed',
+        output: 2,
+      });
+      expect(d.steps).toHaveLength(1);
+      const [step] = d.steps;
+      expect(step).toMatchObject({
+        seq: 0,
+        kind: 'activity',
+        name: 'shaky',
+        status: 'completed',
+        attempt: 2,
+        epoch: 2,
+      });
+      expect(step?.attempts.map((a) => [a.kind, a.attempt, a.epoch, a.outcome, a.worker_id])).toEqual([
+        ['activity', 1, 1, 'failed', worker.workerId],
+        ['activity', 2, 2, 'completed', worker.workerId],
+      ]);
+      expect(step?.token).toBe(step?.attempts[1]?.token);
+      expect(BigInt(step?.attempts[1]?.token ?? 0)).toBeGreaterThan(BigInt(step?.attempts[0]?.token ?? 0));
+      const types = d.events.map((e) => e.type);
+      expect(types[0]).toBe('run:started');
+      expect(types).toContain('step:scheduled');
+      expect(types.filter((t) => t === 'attempt:claimed')).toHaveLength(2);
+      expect(types).toContain('attempt:failed');
+      expect(types.at(-1)).toBe('run:completed');
+    });
+
+    it('lists runs newest first, filtered by status and name, up to a limit', async () => {
+      const parked = defineWorkflow({
+        name: 'parked',
+        input: z.object({}),
+        output: z.null(),
+        run: async () => null,
+      });
+      const engine = await target.engine();
+      const greeted = [];
+      for (const name of ['a', 'b', 'c']) greeted.push(await engine.client.start(greet, { name }));
+      const waiting = await engine.client.start(parked, {});
+      const worker = engine.worker({ workflows: [greet] });
+      await worker.start();
+      await Promise.all(greeted.map((h) => h.result({ timeoutMs: 15_000 })));
+
+      expect((await engine.client.list()).map((r) => r.id).sort()).toEqual(
+        [...greeted.map((h) => h.runId), waiting.runId].sort(),
+      );
+      const completed = await engine.client.list({ status: 'completed' });
+      expect(completed.map((r) => r.name)).toEqual(['greet', 'greet', 'greet']);
+      expect(completed.map((r) => r.output).sort()).toEqual(['hello a', 'hello b', 'hello c']);
+      expect((await engine.client.list({ status: 'pending' })).map((r) => r.id)).toEqual([waiting.runId]);
+      expect((await engine.client.list({ name: 'parked' })).map((r) => r.status)).toEqual(['pending']);
+      expect(await engine.client.list({ name: 'greet', status: 'failed' })).toEqual([]);
+      expect(await engine.client.list({ limit: 2 })).toHaveLength(2);
+      const all = await engine.client.list();
+      const created = all.map((r) => r.created_at);
+      expect(created).toEqual([...created].sort().reverse());
+    });
+
+    it('retries a failed run from its history: completed steps are not run again, tokens and epochs keep growing', async () => {
+      const executions: string[] = [];
+      let healthy = false;
+      const prepare = defineActivity({
+        name: 'prepare',
+        input: z.object({}),
+        output: z.string(),
+        run: async () => {
+          executions.push('prepare');
+          return 'prepared';
+        },
+      });
+      const ship = defineActivity({
+        name: 'ship',
+        input: z.string(),
+        output: z.string(),
+        retry: { maximumAttempts: 2, initialIntervalMs: 10, jitter: 0 },
+        run: async (s) => {
+          executions.push('ship');
+          if (!healthy) throw new Error('carrier down');
+          return `${s} and shipped`;
+        },
+      });
+      const order = defineWorkflow({
+        name: 'order',
+        input: z.object({}),
+        output: z.string(),
+        async run(_input, ctx) {
+          const prepared = await ctx.run(prepare, {});
+          return ctx.run(ship, prepared);
+        },
+      });
+      const engine = await target.engine();
+      const worker = engine.worker({ workflows: [order], activities: [prepare, ship], pollIntervalMs: 50 });
+      await worker.start();
+      const handle = await engine.client.start(order, {});
+      const failure = await handle.result({ timeoutMs: 15_000 }).catch((e: unknown) => e);
+      expect(failure).toBeInstanceOf(RunFailedError);
+      expect((failure as RunFailedError).failure.code).toBe('ACTIVITY_FAILURE');
+      expect(executions).toEqual(['prepare', 'ship', 'ship']);
+      const before = await attemptsOf(engine, handle.runId);
+
+      healthy = true;
+      const retried = await engine.client.retry(handle.runId);
+      expect(retried.runId).toBe(handle.runId);
+      await expect(retried.result({ timeoutMs: 15_000 })).resolves.toBe('prepared and shipped');
+      expect(executions).toEqual(['prepare', 'ship', 'ship', 'ship']);
+
+      const after = await attemptsOf(engine, handle.runId);
+      expect(after.slice(0, before.length)).toEqual(before.map((a) => ({ ...a, outcome: a.outcome })));
+      const added = after.slice(before.length);
+      // The retry claimed the step under a fresh budget (attempt 1) but the third epoch, and new turns.
+      expect(
+        added.filter((a) => a.kind === 'activity').map((a) => [a.seq, a.attempt, a.epoch, a.outcome]),
+      ).toEqual([[1, 1, 3, 'completed']]);
+      const turnEpochs = after.filter((a) => a.kind === 'turn').map((a) => a.epoch);
+      expect(turnEpochs).toEqual(turnEpochs.map((_, i) => i + 1));
+      const maxBefore = before.reduce((m, a) => (BigInt(a.token) > m ? BigInt(a.token) : m), 0n);
+      for (const a of added) expect(BigInt(a.token)).toBeGreaterThan(maxBefore);
+      const steps = await stepsOf(engine, handle.runId);
+      expect(steps.map((s) => [s.name, s.status, s.attempt, s.epoch])).toEqual([
+        ['prepare', 'completed', 1, 1],
+        ['ship', 'completed', 1, 3],
+      ]);
+      const events = (await handle.describe()).events.map((e) => e.type);
+      expect(events).toContain('run:retry-requested');
+      expect(events.filter((t) => t === 'run:failed')).toHaveLength(1);
+      expect(events.at(-1)).toBe('run:completed');
+    });
+
+    it('refuses to retry a run that did not fail, and an unknown run', async () => {
+      const engine = await target.engine();
+      const worker = engine.worker({ workflows: [greet] });
+      await worker.start();
+      const handle = await engine.client.start(greet, { name: 'x' });
+      await handle.result({ timeoutMs: 15_000 });
+      await expect(engine.client.retry(handle.runId)).rejects.toMatchObject({ code: 'INVALID_OPTIONS' });
+      await expect(engine.client.retry('00000000-0000-4000-8000-000000000000')).rejects.toMatchObject({
+        code: 'RUN_NOT_FOUND',
+      });
+      await expect(
+        engine.client.getHandle('00000000-0000-4000-8000-000000000000').result(),
+      ).rejects.toBeInstanceOf(PalisadeError);
+    });
+  });
+}

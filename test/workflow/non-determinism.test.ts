@@ -1,0 +1,222 @@
+/**
+ * F10 — workflow code changed under in-flight runs (shared/cases/FAILURE-CASES.md).
+ * v1 `onboard`: createUser → sendWelcome → sleep 10 s → sendFollowup. Runs start on v1; during the sleep the
+ * v1 worker stops and a worker with a v2 definition of the same name takes over.
+ */
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineActivity, defineWorkflow, RunFailedError, type WorkflowContext } from '@palisade/sdk';
+import { advanceClock } from '@palisade/engine/testing';
+import { useEngineTarget } from '../support/engine.js';
+import { runOf, stepsOf, until, warmUp } from './workflow-rows.js';
+
+const RUNS = 10;
+const user = z.object({ user: z.string() });
+
+function fixture() {
+  /** The ledger: one entry per execution of each activity, by run input. */
+  const ledger: string[] = [];
+  const activity = (name: string) =>
+    defineActivity({
+      name,
+      input: user,
+      output: z.string(),
+      async run({ user }) {
+        ledger.push(`${name}:${user}`);
+        return `${name}(${user})`;
+      },
+    });
+  const acts = {
+    createUser: activity('createUser'),
+    sendWelcome: activity('sendWelcome'),
+    sendHello: activity('sendHello'),
+    sendFollowup: activity('sendFollowup'),
+    audit: activity('audit'),
+  };
+  const v1 = defineWorkflow({
+    name: 'onboard',
+    input: user,
+    output: z.array(z.string()),
+    async run(input, ctx) {
+      const created = await ctx.run(acts.createUser, input);
+      const welcomed = await ctx.run(acts.sendWelcome, input);
+      await ctx.sleep('10s');
+      return [created, welcomed, await ctx.run(acts.sendFollowup, input)];
+    },
+  });
+  const v2: Record<string, (input: { user: string }, ctx: WorkflowContext) => Promise<string[]>> = {
+    renamed: async (input, ctx) => {
+      const created = await ctx.run(acts.createUser, input);
+      const welcomed = await ctx.run(acts.sendHello, input);
+      await ctx.sleep('10s');
+      return [created, welcomed, await ctx.run(acts.sendFollowup, input)];
+    },
+    swapped: async (input, ctx) => {
+      const welcomed = await ctx.run(acts.sendWelcome, input);
+      const created = await ctx.run(acts.createUser, input);
+      await ctx.sleep('10s');
+      return [created, welcomed, await ctx.run(acts.sendFollowup, input)];
+    },
+    inserted: async (input, ctx) => {
+      const created = await ctx.run(acts.createUser, input);
+      const welcomed = await ctx.run(acts.sendWelcome, input);
+      await ctx.run(acts.audit, input);
+      await ctx.sleep('10s');
+      return [created, welcomed, await ctx.run(acts.sendFollowup, input)];
+    },
+    'body changed': async (input, ctx) => {
+      const created = await ctx.run(acts.createUser, { user: input.user.toUpperCase() });
+      const welcomed = await ctx.run(acts.sendWelcome, input);
+      await ctx.sleep('10s');
+      return [`${created}!`, welcomed, await ctx.run(acts.sendFollowup, input)];
+    },
+    'step added after the sleep': async (input, ctx) => {
+      const created = await ctx.run(acts.createUser, input);
+      const welcomed = await ctx.run(acts.sendWelcome, input);
+      await ctx.sleep('10s');
+      const followed = await ctx.run(acts.sendFollowup, input);
+      await ctx.run(acts.audit, input);
+      return [created, welcomed, followed];
+    },
+  };
+  const version2 = (variant: string) =>
+    defineWorkflow({ name: 'onboard', input: user, output: z.array(z.string()), run: v2[variant] as never });
+  return { ledger, acts, v1, version2 };
+}
+
+const failing = [
+  { variant: 'renamed', position: 1, recorded: 'activity sendWelcome', current: 'activity sendHello' },
+  { variant: 'swapped', position: 0, recorded: 'activity createUser', current: 'activity sendWelcome' },
+  { variant: 'inserted', position: 2, recorded: 'timer sleep', current: 'activity audit' },
+] as const;
+
+for (const driver of ['postgres', 'pglite'] as const) {
+  describe(`F10 code changed under in-flight runs, on ${driver}`, () => {
+    const target = useEngineTarget(driver);
+    warmUp(target);
+
+    /** Start RUNS runs on v1, wait until all sleep, stop v1, start v2 and let the timers fall due. */
+    async function deployDuringSleep(variant: string) {
+      const { ledger, acts, v1, version2 } = fixture();
+      const engine = await target.engine();
+      const activities = Object.values(acts);
+      const w1 = engine.worker({ workflows: [v1], activities, pollIntervalMs: 50, workerId: 'v1' });
+      await w1.start();
+      const handles = await Promise.all(
+        Array.from({ length: RUNS }, (_, i) => engine.client.start(v1, { user: `u${i}` })),
+      );
+      const asleep = async () => {
+        for (const h of handles) {
+          const steps = await stepsOf(engine, h.runId);
+          if (steps[2]?.kind !== 'timer') return false;
+        }
+        return true;
+      };
+      await until([w1], asleep, `${RUNS} runs asleep`);
+      await w1.stop();
+      const w2 = engine.worker({
+        workflows: [version2(variant)],
+        activities,
+        pollIntervalMs: 50,
+        workerId: 'v2',
+      });
+      await w2.start();
+      await advanceClock(engine, 10_000);
+      const outcomes = await Promise.all(
+        handles.map((h) =>
+          h.result({ timeoutMs: 20_000 }).then(
+            (output) => ({ output }),
+            (error: unknown) => ({ error }),
+          ),
+        ),
+      );
+      return { engine, ledger, handles, outcomes };
+    }
+
+    it.each(failing)(
+      'fails every run with NON_DETERMINISM when a step was $variant, naming position and both names',
+      async ({ variant, position, recorded, current }) => {
+        const { engine, ledger, handles, outcomes } = await deployDuringSleep(variant);
+        for (const [i, outcome] of outcomes.entries()) {
+          expect(outcome).toHaveProperty('error');
+          const error = (outcome as { error: RunFailedError }).error;
+          expect(error).toBeInstanceOf(RunFailedError);
+          expect(error.failure.code).toBe('NON_DETERMINISM');
+          expect(error.failure.message).toContain(`replayed step ${position} as ${current}`);
+          expect(error.failure.message).toContain(`history recorded ${recorded}`);
+          const run = await runOf(engine, handles[i]?.runId ?? '');
+          expect(run.status).toBe('failed');
+          // Nothing was scheduled by v2, and the pending timer ended with the run.
+          const steps = await stepsOf(engine, handles[i]?.runId ?? '');
+          expect(steps.map((s) => [s.seq, s.name, s.status])).toEqual([
+            [0, 'createUser', 'completed'],
+            [1, 'sendWelcome', 'completed'],
+            [2, 'sleep', 'cancelled'],
+          ]);
+        }
+        // No side effect ran again, and none of another name ran on a recorded result.
+        expect(ledger.filter((e) => e.startsWith('createUser:'))).toHaveLength(RUNS);
+        expect(ledger.filter((e) => e.startsWith('sendWelcome:'))).toHaveLength(RUNS);
+        expect(ledger.filter((e) => !e.startsWith('createUser:') && !e.startsWith('sendWelcome:'))).toEqual(
+          [],
+        );
+        expect(new Set(ledger).size).toBe(ledger.length);
+      },
+    );
+
+    it.each(['body changed', 'step added after the sleep'])(
+      'completes every run when only the %s (control)',
+      async (variant) => {
+        const { ledger, outcomes } = await deployDuringSleep(variant);
+        for (const [i, outcome] of outcomes.entries()) {
+          expect(outcome).toHaveProperty('output');
+          const prefix = variant === 'body changed' ? `createUser(u${i})!` : `createUser(u${i})`;
+          expect((outcome as { output: string[] }).output).toEqual([
+            prefix,
+            `sendWelcome(u${i})`,
+            `sendFollowup(u${i})`,
+          ]);
+        }
+        // createUser ran once per run, on v1's input: the recorded result was reused, not recomputed.
+        expect(ledger.filter((e) => e.startsWith('createUser:')).sort()).toEqual(
+          Array.from({ length: RUNS }, (_, i) => `createUser:u${i}`).sort(),
+        );
+        expect(ledger.filter((e) => e.startsWith('sendFollowup:'))).toHaveLength(RUNS);
+        expect(ledger.filter((e) => e.startsWith('audit:'))).toHaveLength(
+          variant === 'body changed' ? 0 : RUNS,
+        );
+      },
+    );
+
+    it('fails a run whose new code returns before a recorded step (a step was removed)', async () => {
+      const { ledger, acts, v1 } = fixture();
+      const engine = await target.engine();
+      const w1 = engine.worker({ workflows: [v1], activities: Object.values(acts), pollIntervalMs: 50 });
+      await w1.start();
+      const handle = await engine.client.start(v1, { user: 'solo' });
+      await until([w1], async () => (await stepsOf(engine, handle.runId))[2]?.kind === 'timer', 'asleep');
+      await w1.stop();
+      const shortened = defineWorkflow({
+        name: 'onboard',
+        input: user,
+        output: z.array(z.string()),
+        run: async (input, ctx) => [await ctx.run(acts.createUser, input)],
+      });
+      const w2 = engine.worker({
+        workflows: [shortened],
+        activities: Object.values(acts),
+        pollIntervalMs: 50,
+      });
+      await w2.start();
+      await advanceClock(engine, 10_000);
+      const error = await handle.result({ timeoutMs: 20_000 }).then(
+        () => undefined,
+        (e: unknown) => e as RunFailedError,
+      );
+      expect(error?.failure.code).toBe('NON_DETERMINISM');
+      expect(error?.failure.message).toContain('replayed step 1 as no call (the workflow ended first)');
+      expect(error?.failure.message).toContain('history recorded activity sendWelcome');
+      expect(ledger).toEqual(['createUser:solo', 'sendWelcome:solo']);
+    });
+  });
+}

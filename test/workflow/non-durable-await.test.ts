@@ -1,0 +1,95 @@
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineActivity, defineWorkflow, RunFailedError } from '@palisade/sdk';
+import { useEngineTarget } from '../support/engine.js';
+import { runOf, stepsOf, warmUp } from './workflow-rows.js';
+
+const server = createServer((_req, res) => res.end('pong'));
+let baseUrl = '';
+beforeAll(async () => {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+afterAll(async () => {
+  server.closeAllConnections();
+  await new Promise((resolve) => server.close(resolve));
+});
+
+const executions: string[] = [];
+const step = defineActivity({
+  name: 'step',
+  input: z.string(),
+  output: z.string(),
+  run: async (s) => {
+    executions.push(s);
+    return s;
+  },
+});
+
+const napsOnATimer = defineWorkflow({
+  name: 'naps-on-a-timer',
+  input: z.object({}),
+  output: z.string(),
+  async run(_input, ctx) {
+    await ctx.run(step, 'before');
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    return ctx.run(step, 'after');
+  },
+});
+
+const fetchesInline = defineWorkflow({
+  name: 'fetches-inline',
+  input: z.object({}),
+  output: z.string(),
+  async run(_input, ctx) {
+    await ctx.run(step, 'before');
+    const res = await fetch(`${baseUrl}/ping`);
+    return ctx.run(step, await res.text());
+  },
+});
+
+const wellBehaved = defineWorkflow({
+  name: 'well-behaved',
+  input: z.object({}),
+  output: z.string(),
+  run: async (_input, ctx) => ctx.run(step, 'fine'),
+});
+
+for (const driver of ['postgres', 'pglite'] as const) {
+  describe(`non-durable awaits in workflow code on ${driver}`, () => {
+    const target = useEngineTarget(driver);
+    warmUp(target);
+
+    it.each([
+      { workflow: napsOnATimer, resource: 'Timeout' },
+      { workflow: fetchesInline, resource: 'TCPWRAP' },
+    ])('fails $workflow.name with NON_DURABLE_AWAIT naming the workflow', async ({ workflow, resource }) => {
+      executions.length = 0;
+      const engine = await target.engine();
+      const worker = engine.worker({
+        workflows: [workflow, wellBehaved],
+        activities: [step],
+        pollIntervalMs: 50,
+      });
+      await worker.start();
+      const handle = await engine.client.start(workflow, {});
+      const good = await engine.client.start(wellBehaved, {});
+      const error = await handle.result({ timeoutMs: 15_000 }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(RunFailedError);
+      const { failure } = error as RunFailedError;
+      expect(failure.code).toBe('NON_DURABLE_AWAIT');
+      expect(failure.message).toContain(`workflow ${workflow.name} started a ${resource}`);
+      expect(failure.message).toContain('move the work into an activity');
+      expect((await runOf(engine, handle.runId)).error?.code).toBe('NON_DURABLE_AWAIT');
+      // The turn that misbehaved recorded nothing: the step after the non-durable await never existed.
+      expect((await stepsOf(engine, handle.runId)).map((s) => [s.name, s.status])).toEqual([
+        ['step', 'completed'],
+      ]);
+      // The same worker goes on running other workflows.
+      await expect(good.result({ timeoutMs: 15_000 })).resolves.toBe('fine');
+      expect(executions.sort()).toEqual(['before', 'fine']);
+    });
+  });
+}

@@ -1,0 +1,161 @@
+/**
+ * Reads of a workflow run's rows as stored, and event-driven waits, for the tests in this folder.
+ */
+import { sql } from 'drizzle-orm';
+import { beforeAll } from 'vitest';
+import type { Engine, Worker, WorkerEventMap } from '@palisade/engine';
+import type { EngineTarget } from '../support/engine.js';
+
+/**
+ * Start the file's PGlite in a hook (its cold start takes seconds on a loaded machine) instead of inside the
+ * first test's timeout. The engine made here is closed after the first test, like any other.
+ */
+export function warmUp(target: EngineTarget): void {
+  beforeAll(async () => {
+    if (target.driver === 'pglite') await target.engine();
+  });
+}
+
+export interface StoredRun {
+  status: string;
+  error: { code?: string; message: string; type: string } | null;
+  turn_attempt: number;
+  turn_epoch: number;
+  turn_token: string | null;
+  turn_lease_expires_at: string | null;
+  turn_next_run_at_ms: number | null;
+}
+
+export async function runOf(engine: Engine, runId: string): Promise<StoredRun> {
+  const rows = await engine.database.rows<StoredRun>(sql`
+    SELECT status, error, turn_attempt, turn_epoch, turn_token::text, turn_lease_expires_at::text,
+           (extract(epoch FROM turn_next_run_at) * 1000)::float8 AS turn_next_run_at_ms
+      FROM ${engine.names.runs} WHERE id = ${runId}::uuid`);
+  if (!rows[0]) throw new Error(`no run ${runId}`);
+  return rows[0];
+}
+
+export interface StoredStep {
+  id: string;
+  seq: number;
+  kind: string;
+  name: string;
+  status: string;
+  queue: string;
+  attempt: number;
+  epoch: number;
+  token: string | null;
+  lease_ms: number;
+  start_to_close_timeout_ms: number;
+  retry_policy: Record<string, unknown>;
+  output: unknown;
+  error: { type: string; message: string } | null;
+  lease_expires_at: string | null;
+  delivered_seq: number | null;
+  next_run_at_ms: number | null;
+  created_at_ms: number;
+}
+
+/** A run's steps in position order. */
+export async function stepsOf(engine: Engine, runId: string): Promise<StoredStep[]> {
+  return engine.database.rows<StoredStep>(sql`
+    SELECT id::text, seq, kind, name, status, queue, attempt, epoch, fencing_token::text AS token, lease_ms,
+           start_to_close_timeout_ms, retry_policy, output, error, lease_expires_at::text, delivered_seq,
+           (extract(epoch FROM next_run_at) * 1000)::float8 AS next_run_at_ms,
+           (extract(epoch FROM created_at) * 1000)::float8 AS created_at_ms
+      FROM ${engine.names.steps} WHERE run_id = ${runId}::uuid ORDER BY seq`);
+}
+
+export interface StoredAttempt {
+  kind: 'activity' | 'turn';
+  seq: number | null;
+  attempt: number;
+  epoch: number;
+  token: string;
+  worker_id: string;
+  outcome: string | null;
+  claimed_at_ms: number;
+}
+
+/** Every claim of the run (its turns and its steps), in claim order. */
+export async function attemptsOf(engine: Engine, runId: string): Promise<StoredAttempt[]> {
+  return engine.database.rows<StoredAttempt>(sql`
+    SELECT a.kind, s.seq, a.attempt, a.epoch, a.fencing_token::text AS token, a.worker_id, a.outcome,
+           (extract(epoch FROM a.claimed_at) * 1000)::float8 AS claimed_at_ms
+      FROM ${engine.names.attempts} a LEFT JOIN ${engine.names.steps} s ON s.id = a.step_id
+     WHERE a.run_id = ${runId}::uuid ORDER BY a.id`);
+}
+
+/** The engine's database time, epoch ms. */
+export async function dbNowMs(engine: Engine): Promise<number> {
+  const rows = await engine.database.rows<{ ms: number }>(
+    sql`SELECT (extract(epoch FROM ${engine.names.now}) * 1000)::float8 AS ms`,
+  );
+  return Number(rows[0]?.ms);
+}
+
+/**
+ * Resolve once `check()` holds: checked now and again after every `turn:committed`, `attempt:completed` or
+ * `attempt:failed` of the given workers (no sleeping); reject after `timeoutMs`.
+ */
+export function until(
+  workers: readonly Worker[],
+  check: () => Promise<boolean> | boolean,
+  what: string,
+  timeoutMs = 20_000,
+): Promise<void> {
+  const names = ['turn:committed', 'attempt:completed', 'attempt:failed'] as const;
+  return new Promise<void>((resolve, reject) => {
+    let done = false;
+    let checking = false;
+    let again = false;
+    const finish = (error?: unknown) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      for (const w of workers) for (const n of names) w.events.off(n, onEvent);
+      if (error === undefined) resolve();
+      else reject(error instanceof Error ? error : new Error(String(error)));
+    };
+    const timer = setTimeout(
+      () => finish(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)),
+      timeoutMs,
+    );
+    const run = async () => {
+      if (checking) {
+        again = true;
+        return;
+      }
+      checking = true;
+      try {
+        do {
+          again = false;
+          if (await check()) return finish();
+        } while (again && !done);
+      } catch (error) {
+        finish(error);
+      } finally {
+        checking = false;
+      }
+    };
+    function onEvent(): void {
+      void run();
+    }
+    for (const w of workers) for (const n of names) w.events.on(n, onEvent);
+    void run();
+  });
+}
+
+/** Every `turn:committed` event `worker` emits from now on, in order. */
+export function turnLog(worker: Worker): WorkerEventMap['turn:committed'][0][] {
+  const log: WorkerEventMap['turn:committed'][0][] = [];
+  worker.events.on('turn:committed', (e) => log.push(e));
+  return log;
+}
+
+/** A promise with its resolve function outside. */
+export function deferred<T = void>(): { promise: Promise<T>; resolve: (value: T) => void } {
+  let resolve!: (value: T) => void;
+  const promise = new Promise<T>((r) => (resolve = r));
+  return { promise, resolve };
+}
