@@ -72,13 +72,13 @@ describe('transcoding example', () => {
     const databaseUrl = useTestDatabase('transcoding');
     it("reclaims the stalled transcode, refuses the zombie's late upload and assembles playable outputs", async () => {
       await expectEveryCheckToPass({ databaseUrl: databaseUrl() });
-    }, 180_000);
+    }, 300_000);
   });
 
   describe('on the embedded database', () => {
     it("reclaims the stalled transcode, refuses the zombie's late upload and assembles playable outputs", async () => {
       await expectEveryCheckToPass({});
-    }, 180_000);
+    }, 300_000);
   });
 
   it("kills ffmpeg as soon as the attempt's signal fires", async () => {

@@ -74,7 +74,8 @@ export const TRANSCODING_DEMO = Object.freeze({
    * out at most this long after its last renewal.
    */
   leaseMs: 3_000,
-  pollIntervalMs: 100,
+  /** Polling fallback of every worker (wake-ups come by LISTEN/NOTIFY; reclaims of expired leases by polling). */
+  pollIntervalMs: 250,
   /** How far an output's duration may be from the input's (s). */
   durationToleranceS: 0.25,
   /** Give up on the run after this long (ms). */

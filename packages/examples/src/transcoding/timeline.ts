@@ -19,6 +19,8 @@ export class Timeline {
   private readonly buckets = new Map<string, number>();
   /** Workers whose heartbeats are failing (one line per streak, not per retry). */
   private readonly failing = new Set<string>();
+  /** Tokens whose attempt recorded a failure (its step is then retried, not reclaimed). */
+  private readonly failed = new Set<bigint>();
 
   constructor(private readonly log: (line: string) => void) {}
 
@@ -44,12 +46,13 @@ export class Timeline {
     e.on('attempt:completed', ({ attempt }) =>
       this.line(workerId, `completed ${name(attempt)} (token ${attempt.token})`),
     );
-    e.on('attempt:failed', ({ attempt, failure, retry }) =>
+    e.on('attempt:failed', ({ attempt, failure, retry }) => {
+      this.failed.add(attempt.token);
       this.line(
         workerId,
         `failed ${name(attempt)} (token ${attempt.token}): ${failure.type}: ${failure.message}${retry ? ' — will retry' : ''}`,
-      ),
-    );
+      );
+    });
     e.on('attempt:aborted', ({ attempt, reason }) => {
       const why =
         reason === 'lease-expired-locally'
@@ -101,12 +104,17 @@ export class Timeline {
       this.tokens.set(event.stepId, event.token);
       if (before === undefined) {
         this.line(event.workerId, `claimed ${event.label}: epoch ${event.epoch}, token ${event.token}`);
+      } else if (this.failed.has(before)) {
+        this.line(
+          event.workerId,
+          `retrying ${event.label}: epoch ${event.epoch}, token ${event.token} (token ${before} failed)`,
+        );
       } else {
         const percent = this.percents.get(event.stepId);
         this.line(
           event.workerId,
-          `RECLAIMED ${event.label}: epoch ${event.epoch}, token ${event.token} (token ${before} lost its lease` +
-            `${percent === undefined ? '' : ` after reporting ${percent}%`}); starting over`,
+          `RECLAIMED ${event.label}: epoch ${event.epoch}, token ${event.token} (token ${before}'s lease expired` +
+            `${percent === undefined ? '' : ` after it reported ${percent}%`}); starting over`,
         );
       }
       return;
