@@ -18,6 +18,7 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { ENV, loadConfig, type BenchConfig, type ScenarioName } from './config.js';
 import { openBenchServer, type BenchServer } from './database.js';
+import { formatJson } from './json.js';
 import { loadAverage, machineInfo, postgresInfo } from './machine.js';
 import { renderReport, type BenchResults, type MemorySnapshot } from './report.js';
 import { activityThroughput, type ActivityThroughputResult } from './scenarios/activities.js';
@@ -185,7 +186,7 @@ async function main(): Promise<number> {
   }
   process.stdout.write('\n' + renderReport(results));
   await mkdir(dirname(config.resultsPath), { recursive: true });
-  await writeFile(config.resultsPath, JSON.stringify(results, null, 2) + '\n');
+  await writeFile(config.resultsPath, formatJson(results));
   process.stdout.write(`\nJSON: ${config.resultsPath}\n`);
   return results.failures.length > 0 ? 1 : 0;
 }

@@ -60,6 +60,24 @@ describe('F02: a healthy long job is not reclaimed', () => {
     return { w1, w2, runId, t1: claim.attempt.token, claimedWallMs: claim.wallMs };
   }
 
+  /**
+   * Every heartbeat call has its own deadline ≤ H, and a failed one is retried before expiry: each failure is
+   * followed by a renewal less than L after the last renewal before it.
+   */
+  async function expectHeartbeatsBoundedAndRetried(w1: WorkerProcess): Promise<void> {
+    const ready = await w1.waitFor('process:ready');
+    expect(ready.options.heartbeatIntervalMs).toBe(HEARTBEAT_MS);
+    expect(ready.options.heartbeatTimeoutMs).toBeLessThanOrEqual(HEARTBEAT_MS);
+    const renewals = w1.all('heartbeat:sent', (m) => m.renewed === 1).map((m) => m.wallMs);
+    for (const failure of w1.all('heartbeat:failed')) {
+      expect(failure.error.message).toBe(`heartbeat timed out after ${ready.options.heartbeatTimeoutMs} ms`);
+      const before = Math.max(...renewals.filter((t) => t < failure.wallMs));
+      const after = Math.min(...renewals.filter((t) => t > failure.wallMs));
+      expect(after - before).toBeLessThan(timings.leaseMs);
+    }
+    expect(w1.all('heartbeat:sent', (m) => m.lost > 0)).toEqual([]);
+  }
+
   /** The single-attempt outcome both (a) and (b) must end with, read from the database. */
   async function expectRanOnceWithoutReclaim(
     c: FaultCase,
@@ -103,15 +121,11 @@ describe('F02: a healthy long job is not reclaimed', () => {
       timeoutMs: JOB_MS + 10_000,
     });
     expect(completed.wallMs - claimedWallMs).toBeGreaterThanOrEqual(JOB_MS);
-    // Each heartbeat call is bounded by its own timeout ≤ H; none failed, ~one renewal per H.
-    const ready = await w1.waitFor('process:ready');
-    expect(ready.options.heartbeatIntervalMs).toBe(HEARTBEAT_MS);
-    expect(ready.options.heartbeatTimeoutMs).toBeLessThanOrEqual(HEARTBEAT_MS);
-    expect(w1.all('heartbeat:failed')).toEqual([]);
+    // About one renewal per H (a heartbeat that times out on a loaded machine must be retried in time).
     expect(w1.all('heartbeat:sent', (m) => m.renewed === 1).length).toBeGreaterThanOrEqual(
       JOB_MS / HEARTBEAT_MS - 3,
     );
-    expect(w1.all('heartbeat:sent', (m) => m.lost > 0)).toEqual([]);
+    await expectHeartbeatsBoundedAndRetried(w1);
     await expectRanOnceWithoutReclaim(c, w1, w2, runId, t1);
   });
 
@@ -121,7 +135,6 @@ describe('F02: a healthy long job is not reclaimed', () => {
     const { w1, w2, runId, t1, claimedWallMs } = await longJob(c, proxy.url(c.databaseUrl), JOB_MS, {
       leaseSafetyMarginMs: 300,
     });
-    const ready = await w1.waitFor('process:ready');
     const cuts: { startWallMs: number; endWallMs: number; lastRenewalWallMs: number }[] = [];
     for (const atMs of [5_000, 12_000]) {
       // Cut 200 ms after a renewal at or after `atMs` was acknowledged: the next heartbeat then goes out into
@@ -141,16 +154,12 @@ describe('F02: a healthy long job is not reclaimed', () => {
     await w1.waitFor('attempt:completed', (m) => m.attempt.runId === runId, { timeoutMs: JOB_MS + 10_000 });
 
     for (const cut of cuts) {
-      // The cut was real: a heartbeat went out into it and timed out after its own deadline (≤ H).
+      // The cut was real: a heartbeat went out into it and timed out on its own deadline (≤ H, checked below).
       const failed = w1.all(
         'heartbeat:failed',
         (m) => m.wallMs >= cut.startWallMs && m.wallMs <= cut.endWallMs + 100,
       );
       expect(failed.length).toBeGreaterThanOrEqual(1);
-      for (const f of failed) {
-        expect(f.error.message).toBe(`heartbeat timed out after ${ready.options.heartbeatTimeoutMs} ms`);
-      }
-      expect(ready.options.heartbeatTimeoutMs).toBeLessThanOrEqual(HEARTBEAT_MS);
       // … and was retried as soon as the connection came back, well before the lease could have expired.
       const renewedAgain = await w1.waitFor(
         'heartbeat:sent',
@@ -158,6 +167,7 @@ describe('F02: a healthy long job is not reclaimed', () => {
       );
       expect(renewedAgain.wallMs).toBeLessThan(cut.lastRenewalWallMs + timings.leaseMs);
     }
+    await expectHeartbeatsBoundedAndRetried(w1);
     await expectRanOnceWithoutReclaim(c, w1, w2, runId, t1);
   });
 

@@ -225,10 +225,12 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
     }
     expect(out).toContain('↳ CardDeclined: card declined');
     expect(out).toMatch(/^REJECTED STALE WRITES \(1\)$/m);
+    const zombie = attempts[1];
     expect(out).toMatch(
       new RegExp(
-        `^\\s+\\S+\\s+charge#\\d+\\s+${staleData.operation} by token ${staleData.staleToken} rejected: ` +
-          `current token ${staleData.currentToken} \\(superseded\\)`,
+        `^\\s+\\d\\d:\\d\\d:\\d\\d\\.\\d{3}\\s+charge#\\d+\\s+${staleData.operation} rejected \\(superseded\\)\\n` +
+          `\\s+stale token ${staleData.staleToken} · current token ${staleData.currentToken} · ` +
+          `epoch ${zombie?.epoch} · ${zombie?.worker_id}$`,
         'm',
       ),
     );

@@ -34,11 +34,6 @@ const SIDE_ITERATIONS = Number(
   process.env.PALISADE_CLAIM_RACE_SIDE_ITERATIONS ?? Math.max(8, Math.ceil(ITERATIONS / 8)),
 );
 const LEASE_MS = 30_000;
-/**
- * How far before the lease's expiry the clock may stand when a near-boundary race opens: about as long as the
- * racing statements take to run, so the lease tends to expire while they run (which one sees it live is chance).
- */
-const NEAR_BOUNDARY_MS = 25;
 /** advisory-lock class of the barriers of this file (two-int form: never collides with the migrator's lock). */
 const BARRIER_CLASS = 0x5041_4c;
 
@@ -47,8 +42,8 @@ const raced = defineActivity({
   input: z.object({}),
   output: z.object({}),
   leaseMs: LEASE_MS,
-  async run() {
-    return {};
+  run() {
+    return Promise.resolve({});
   },
 });
 
@@ -63,10 +58,10 @@ interface Racer {
    * Run each contender on its own connection, all released at the same instant; at most CONTENDERS of them.
    * Contenders run as separate statements (autocommit), as a worker's statements do.
    */
-  race<T>(
+  race: <T>(
     contenders: readonly ((db: Database) => Promise<T>)[],
     beforeRelease?: () => Promise<unknown>,
-  ): Promise<Outcome<T>[]>;
+  ) => Promise<Outcome<T>[]>;
 }
 
 /** How long to wait for a shared server to have enough free connections for the contenders. */
@@ -126,7 +121,8 @@ function useContenderClients(target: EngineTarget): () => Promise<postgres.Sql[]
 }
 
 async function racer(target: EngineTarget, contenderClients: () => Promise<postgres.Sql[]>): Promise<Racer> {
-  const engine = await target.engine();
+  // Its own statements are few and sequential; the contenders already take most of a server's connections.
+  const engine = await target.engine({ poolSize: 2 });
   const holder = await target.sql().reserve();
   onTestFinished(() => holder.release());
   // An engine view of each contender's connection, on this test's schema (no connection of its own).
@@ -140,18 +136,17 @@ async function racer(target: EngineTarget, contenderClients: () => Promise<postg
   let round = 0;
   return {
     engine,
-    async race<T>(
+    race: async <T>(
       contenders: readonly ((db: Database) => Promise<T>)[],
       beforeRelease?: () => Promise<unknown>,
-    ): Promise<Outcome<T>[]> {
+    ): Promise<Outcome<T>[]> => {
       if (contenders.length > connections.length) throw new Error('more contenders than connections');
       const key = ++round;
       const lock = sql`SELECT pg_advisory_lock_shared(${BARRIER_CLASS}::int, ${key}::int)`;
       const unlock = sql`SELECT pg_advisory_unlock_shared(${BARRIER_CLASS}::int, ${key}::int)`;
       await holder`SELECT pg_advisory_lock(${BARRIER_CLASS}::int, ${key}::int)`;
       let settled = 0;
-      const runs = contenders.map(async (contender, i) => {
-        const db = connections[i] as Database;
+      const run = async (contender: (db: Database) => Promise<T>, db: Database): Promise<Outcome<T>> => {
         const queued = db.rows(lock);
         const outcome = contender(db).then(
           (value): Outcome<T> => ({ ok: true, value }),
@@ -165,7 +160,16 @@ async function racer(target: EngineTarget, contenderClients: () => Promise<postg
         } finally {
           settled++;
         }
-      });
+      };
+      // Queued in random order: the lock wakes its waiters in queue order, and no contender may always be first.
+      const slots = shuffled(contenders.map((_, i) => i));
+      const runs: Promise<Outcome<T>>[] = [];
+      for (const i of slots) {
+        runs[i] = run(
+          contenders[i] as (db: Database) => Promise<T>,
+          connections[slots[i] as number] as Database,
+        );
+      }
       const started = performance.now();
       for (;;) {
         const [row] = await holder<{ waiting: number }[]>`
@@ -241,6 +245,45 @@ async function overlappingAttempts(engine: Engine): Promise<unknown[]> {
 /** Strictly increasing, as bigints. */
 function strictlyIncreasing(tokens: readonly bigint[]): boolean {
   return tokens.every((t, i) => i === 0 || t > (tokens[i - 1] as bigint));
+}
+
+/**
+ * Where the database clock stands when a race on a lease's expiry opens. `before`/`after`: 2 s before or after
+ * the expiry, so the outcome is known. `crossing`: 1 s before it, and one more contender moves the clock 1 s
+ * past it while the others run — which of them still sees the lease live depends only on the interleaving.
+ */
+type Boundary = 'before' | 'after' | 'crossing';
+
+function boundaryOf(i: number, period: number): Boundary {
+  return i % period === 0 ? 'before' : i % period === 1 ? 'after' : 'crossing';
+}
+
+function expiryRace(engine: Engine, stepId: string, boundary: Boundary) {
+  const n = engine.names;
+  const offsetMs = boundary === 'before' ? -2_000 : boundary === 'after' ? 2_000 : -1_000;
+  return {
+    /** Moves the clock to `offsetMs` from the step's lease expiry (run just before the barrier opens). */
+    place: () =>
+      engine.database.rows(sql`
+        UPDATE ${n.clockOffset} o
+           SET offset_ms = o.offset_ms + round(extract(epoch FROM (s.lease_expires_at - ${n.now})) * 1000 + ${offsetMs})
+          FROM ${n.steps} s WHERE s.id = ${stepId}::uuid`),
+    /** The contender that moves the clock past the expiry, for a `crossing` race; none otherwise. */
+    ticks:
+      boundary === 'crossing'
+        ? [
+            async (db: Database) => {
+              // One statement, so it is already queued behind the barrier; visible the moment it commits, not
+              // after a WAL flush: the others race the clock, not its fsync.
+              await db.rows(sql`DO $$ BEGIN
+                PERFORM set_config('synchronous_commit', 'off', true);
+                UPDATE ${n.clockOffset} SET offset_ms = offset_ms + 2000;
+              END $$`);
+              return 'ticked';
+            },
+          ]
+        : [],
+  };
 }
 
 describe('claim races on postgres (F12)', { timeout: 180_000 }, () => {
@@ -403,25 +446,23 @@ describe('claim races on postgres (F12)', { timeout: 180_000 }, () => {
     let rejections = 0;
     for (let i = 0; i < SIDE_ITERATIONS && owner; i++) {
       const current: ClaimedStepRow = owner;
-      // Where the clock stands when the barrier opens, relative to the owner's lease expiry: surely before,
-      // surely after, or just before it (a true race).
-      const offsetMs = i % 4 === 0 ? -2_000 : i % 4 === 1 ? 2_000 : -Math.random() * NEAR_BOUNDARY_MS;
-      const toBoundary = () =>
-        engine.database.rows(sql`
-          UPDATE ${n.clockOffset} o
-             SET offset_ms = o.offset_ms + round(extract(epoch FROM (s.lease_expires_at - ${n.now})) * 1000 + ${offsetMs})
-            FROM ${n.steps} s WHERE s.id = ${current.id}::uuid`);
+      const boundary = boundaryOf(i, 4);
+      const clock = expiryRace(engine, current.id, boundary);
       const heartbeat = (db: Database) =>
         heartbeatSteps(db, n, [{ stepId: current.id, token: BigInt(current.token), nonce: current.nonce }]);
-      const [beat, ...claims] = await race<unknown>([heartbeat, ...claimers(engine)], toBoundary);
+      const [beat, ...rest] = await race<unknown>(
+        [heartbeat, ...clock.ticks, ...claimers(engine, CLAIMERS - clock.ticks.length)],
+        clock.place,
+      );
+      const claims = rest.slice(clock.ticks.length);
       if (!beat?.ok) throw beat?.error;
       const renewed = (beat.value as { renewed: boolean }[])[0]?.renewed === true;
       if (!renewed) rejections++;
       const won = grantsOf(claims);
       if (won.length > 1) problems.push(`iteration ${i}: ${won.length} winners`);
       if (renewed && won.length > 0) problems.push(`iteration ${i}: renewed and reclaimed`);
-      if (offsetMs === -2_000 && !(renewed && won.length === 0)) problems.push(`iteration ${i}: early`);
-      if (offsetMs === 2_000 && !(!renewed && won.length === 1)) problems.push(`iteration ${i}: late`);
+      if (boundary === 'before' && !(renewed && won.length === 0)) problems.push(`iteration ${i}: early`);
+      if (boundary === 'after' && !(!renewed && won.length === 1)) problems.push(`iteration ${i}: late`);
       if (renewed) {
         tally.renewed++;
         continue;
@@ -456,12 +497,8 @@ describe('claim races on postgres (F12)', { timeout: 180_000 }, () => {
       const [owner] = await claimOnce(engine);
       if (!owner) throw new Error(`iteration ${i}: nothing to claim`);
       const completes = i % 2 === 1;
-      const offsetMs = i % 8 === 0 ? -2_000 : i % 8 === 1 ? 2_000 : -Math.random() * NEAR_BOUNDARY_MS;
-      const toBoundary = () =>
-        engine.database.rows(sql`
-          UPDATE ${n.clockOffset} o
-             SET offset_ms = o.offset_ms + round(extract(epoch FROM (s.lease_expires_at - ${n.now})) * 1000 + ${offsetMs})
-            FROM ${n.steps} s WHERE s.id = ${owner.id}::uuid`);
+      const boundary = boundaryOf(i, 8);
+      const clock = expiryRace(engine, owner.id, boundary);
       const ownerWrite = completes
         ? (db: Database) => completeStep(db, n, { ...attemptRef(owner), output: {} })
         : async (db: Database) => {
@@ -472,10 +509,11 @@ describe('claim races on postgres (F12)', { timeout: 180_000 }, () => {
             return 'applied';
           };
       const expire = (db: Database) => expireSteps(db, n);
-      const [mine, expired, ...claims] = await race<unknown>(
-        [ownerWrite, expire, ...claimers(engine, 8)],
-        toBoundary,
+      const [mine, expired, ...rest] = await race<unknown>(
+        [ownerWrite, expire, ...clock.ticks, ...claimers(engine, 8)],
+        clock.place,
       );
+      const claims = rest.slice(clock.ticks.length);
       if (!expired?.ok) throw expired?.error;
       if (grantsOf(claims).length > 0)
         problems.push(`iteration ${i}: a step with no attempts left was claimed`);
@@ -483,8 +521,8 @@ describe('claim races on postgres (F12)', { timeout: 180_000 }, () => {
       const expiredIt = (expired.value as { id: string }[]).some((r) => r.id === owner.id);
       if (ownerWon && expiredIt) problems.push(`iteration ${i}: owner and expiry both won`);
       if (!ownerWon && completes && !(mine?.error instanceof LeaseLostError)) throw mine?.error;
-      if (offsetMs === -2_000 && !ownerWon) problems.push(`iteration ${i}: early expiry`);
-      if (offsetMs === 2_000 && ownerWon) problems.push(`iteration ${i}: late owner write accepted`);
+      if (boundary === 'before' && !ownerWon) problems.push(`iteration ${i}: early expiry`);
+      if (boundary === 'after' && ownerWon) problems.push(`iteration ${i}: late owner write accepted`);
       if (ownerWon) tally.owner++;
       else if (expiredIt) tally.expired++;
       else tally.neither++;
@@ -507,3 +545,12 @@ describe('claim races on postgres (F12)', { timeout: 180_000 }, () => {
     expect(terminal).toEqual([{ steps: SIDE_ITERATIONS, runs: SIDE_ITERATIONS }]);
   });
 });
+
+function shuffled<T>(items: readonly T[]): T[] {
+  const out = [...items];
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [out[i], out[j]] = [out[j] as T, out[i] as T];
+  }
+  return out;
+}

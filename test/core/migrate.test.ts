@@ -98,51 +98,64 @@ function freshSchema(): string {
 describe('migrations on postgres', () => {
   const target = useEngineTarget('postgres');
 
-  it(`applies every migration exactly once when ${MIGRATORS} processes migrate a fresh schema at once`, async () => {
-    const admin = target.sql();
-    const schema = freshSchema();
-    const key = Math.floor(Math.random() * 1_000_000);
-    const holder = await admin.reserve();
-    let results: MigratorResult[];
-    try {
-      await holder`SELECT pg_advisory_lock(${BARRIER_CLASS}::int, ${key}::int)`;
-      const migrators = Array.from({ length: MIGRATORS }, () =>
-        runMigrator(target.url(), schema, `${BARRIER_CLASS}:${key}`),
-      );
-      let exited = false;
-      void Promise.all(migrators).finally(() => (exited = true));
-      // Release them together once all ten are waiting at the barrier (or report what went wrong).
-      for (;;) {
-        const [row] = await holder<{ waiting: number }[]>`
+  // Ten Node processes each load the engine from source (tsx): on a busy two-core machine that alone takes a while.
+  it(
+    `applies every migration exactly once when ${MIGRATORS} processes migrate a fresh schema at once`,
+    { timeout: 180_000 },
+    async () => {
+      const admin = target.sql();
+      const schema = freshSchema();
+      const key = Math.floor(Math.random() * 1_000_000);
+      const holder = await admin.reserve();
+      let results: MigratorResult[];
+      try {
+        await holder`SELECT pg_advisory_lock(${BARRIER_CLASS}::int, ${key}::int)`;
+        const migrators = Array.from({ length: MIGRATORS }, () =>
+          runMigrator(target.url(), schema, `${BARRIER_CLASS}:${key}`),
+        );
+        let exited = false;
+        void Promise.all(migrators).finally(() => (exited = true));
+        // Release them together once all ten are waiting at the barrier (or report what went wrong).
+        for (;;) {
+          const [row] = await holder<{ waiting: number }[]>`
           SELECT count(*)::int AS waiting FROM pg_locks
            WHERE locktype = 'advisory' AND classid = ${BARRIER_CLASS} AND objid = ${key} AND objsubid = 2
              AND NOT granted`;
-        if ((row?.waiting ?? 0) >= MIGRATORS || exited) break;
+          if ((row?.waiting ?? 0) >= MIGRATORS || exited) break;
+        }
+        await holder`SELECT pg_advisory_unlock(${BARRIER_CLASS}::int, ${key}::int)`;
+        results = await Promise.all(migrators);
+      } finally {
+        holder.release();
       }
-      await holder`SELECT pg_advisory_unlock(${BARRIER_CLASS}::int, ${key}::int)`;
-      results = await Promise.all(migrators);
-    } finally {
-      holder.release();
-    }
 
-    const migrations = await loadMigrations();
-    expect(results.map((r) => [r.code, r.output.error ?? null, r.stderr])).toEqual(
-      results.map(() => [0, null, '']),
-    );
-    // Between them they applied each migration once; every one ends at the latest version.
-    expect(results.flatMap((r) => r.output.applied ?? []).sort()).toEqual(
-      migrations.map((m) => m.name).sort(),
-    );
-    expect(results.map((r) => r.output.version)).toEqual(results.map(() => migrations.length));
-    expect(await migrationRows(admin, schema)).toEqual(
-      migrations.map((m) => ({ id: m.id, name: m.name, hash: m.hash })),
-    );
-    const tables = await admin<{ name: string }[]>`
+      const migrations = await loadMigrations();
+      expect(results.map((r) => [r.code, r.output.error ?? null, r.stderr])).toEqual(
+        results.map(() => [0, null, '']),
+      );
+      // Between them they applied each migration once; every one ends at the latest version.
+      expect(results.flatMap((r) => r.output.applied ?? []).sort()).toEqual(
+        migrations.map((m) => m.name).sort(),
+      );
+      expect(results.map((r) => r.output.version)).toEqual(results.map(() => migrations.length));
+      expect(await migrationRows(admin, schema)).toEqual(
+        migrations.map((m) => ({ id: m.id, name: m.name, hash: m.hash })),
+      );
+      const tables = await admin<{ name: string }[]>`
       SELECT table_name AS name FROM information_schema.tables WHERE table_schema = ${schema} ORDER BY 1`;
-    expect(tables.map((t) => t.name)).toEqual(
-      expect.arrayContaining(['attempts', 'clock_offset', 'events', 'fences', 'migrations', 'runs', 'steps']),
-    );
-  });
+      expect(tables.map((t) => t.name)).toEqual(
+        expect.arrayContaining([
+          'attempts',
+          'clock_offset',
+          'events',
+          'fences',
+          'migrations',
+          'runs',
+          'steps',
+        ]),
+      );
+    },
+  );
 
   it('applies nothing and changes nothing when migrating an up-to-date schema again', async () => {
     const admin = target.sql();
@@ -213,8 +226,8 @@ describe('migrations on postgres', () => {
       name: 'echo',
       input: z.object({ n: z.number() }),
       output: z.object({ n: z.number() }),
-      async run(input) {
-        return input;
+      run(input) {
+        return Promise.resolve(input);
       },
     });
     await engine.worker({ activities: [echo] }).start();

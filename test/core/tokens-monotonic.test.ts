@@ -21,8 +21,8 @@ const alwaysFails = defineActivity({
   output: z.object({}),
   leaseMs: LEASE_MS,
   retry: { maximumAttempts: 1 },
-  async run() {
-    throw new ApplicationFailure('refused on purpose', { type: 'Refused' });
+  run() {
+    return Promise.reject(new ApplicationFailure('refused on purpose', { type: 'Refused' }));
   },
 });
 

@@ -50,11 +50,12 @@ function trackTimers(): { pendingFrom(path: string): string[]; restore(): void }
     pending.set(handle, stack);
     return handle;
   };
-  globalThis.setTimeout = Object.assign(tracked, realSet) as unknown as typeof setTimeout;
-  globalThis.clearTimeout = ((handle?: Parameters<typeof clearTimeout>[0]) => {
+  const trackedClear: typeof clearTimeout = (handle) => {
     pending.delete(handle);
     realClear(handle);
-  }) as typeof clearTimeout;
+  };
+  // Object.assign keeps setTimeout's extra properties (its util.promisify.custom variant).
+  Object.assign(globalThis, { setTimeout: Object.assign(tracked, realSet), clearTimeout: trackedClear });
   return {
     pendingFrom: (path) => [...pending.values()].filter((stack) => stack.includes(path)),
     restore() {

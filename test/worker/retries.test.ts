@@ -9,7 +9,7 @@ import { attemptsOf, eventsOf, settle, stepOf, warmUp, workerEvent } from './hel
 /** Backoff long enough that only time travel can make a retry due within a test. */
 const MINUTE_BACKOFF = { initialIntervalMs: 60_000, backoffCoefficient: 2, jitter: 0 } as const;
 
-/** Answers to the probe's claim prove the worker ran a claim pass at the DB time the test set. */
+/** A probe run that completes proves the worker made a claim pass after the test set the DB clock. */
 const probe = defineActivity({
   name: 'probe',
   input: z.object({}),

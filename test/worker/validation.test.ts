@@ -72,7 +72,9 @@ for (const driver of ['postgres', 'pglite'] as const) {
         retry: { maximumAttempts: 5, initialIntervalMs: 10 },
         run() {
           runs++;
-          return Promise.resolve({ receipt: { chargeId: 42 } } as unknown as { receipt: { chargeId: string } });
+          return Promise.resolve({ receipt: { chargeId: 42 } } as unknown as {
+            receipt: { chargeId: string };
+          });
         },
       });
       const engine = await target.engine();

@@ -2,11 +2,11 @@ import { AsyncResource } from 'node:async_hooks';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import {
-  AttemptAbortedError,
   CancelledFailure,
   defineActivity,
   defineWorkflow,
   type AbortReason,
+  type AttemptAbortedError,
 } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
 import { attemptsOf, deferred, runOf, stepsOf, until, warmUp } from './workflow-rows.js';
@@ -39,9 +39,9 @@ function fixture() {
     name: 'compensate',
     input: z.object({ why: z.string() }),
     output: z.string(),
-    async run({ why }) {
+    run({ why }) {
       executions.push(`compensate:${why}`);
-      return 'undone';
+      return Promise.resolve('undone');
     },
   });
   const seen: string[] = [];
@@ -159,9 +159,9 @@ for (const driver of ['postgres', 'pglite'] as const) {
           name,
           input: z.object({}),
           output: z.string(),
-          run: async () => {
+          run: () => {
             executions.push(name);
-            return name;
+            return Promise.resolve(name);
           },
         });
       const [first, second, undo] = [act('first'), act('second'), act('undo')];

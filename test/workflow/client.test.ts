@@ -8,7 +8,7 @@ const greet = defineWorkflow({
   name: 'greet',
   input: z.object({ name: z.string() }),
   output: z.string(),
-  run: async ({ name }) => `hello ${name}`,
+  run: ({ name }) => Promise.resolve(`hello ${name}`),
 });
 
 for (const driver of ['postgres', 'pglite'] as const) {
@@ -22,9 +22,9 @@ for (const driver of ['postgres', 'pglite'] as const) {
         name: 'once',
         input: z.string(),
         output: z.string(),
-        run: async (s) => {
+        run: (s) => {
           executions++;
-          return s;
+          return Promise.resolve(s);
         },
       });
       const keyed = defineWorkflow({
@@ -71,9 +71,9 @@ for (const driver of ['postgres', 'pglite'] as const) {
         input: z.object({}),
         output: z.number(),
         retry: { maximumAttempts: 3, initialIntervalMs: 10, jitter: 0 },
-        run: async () => {
+        run: () => {
           if (++calls === 1) throw new Error('first try fails');
-          return calls;
+          return Promise.resolve(calls);
         },
       });
       const wf = defineWorkflow({
@@ -124,7 +124,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         name: 'parked',
         input: z.object({}),
         output: z.null(),
-        run: async () => null,
+        run: () => Promise.resolve(null),
       });
       const engine = await target.engine();
       const greeted = [];
@@ -156,9 +156,9 @@ for (const driver of ['postgres', 'pglite'] as const) {
         name: 'prepare',
         input: z.object({}),
         output: z.string(),
-        run: async () => {
+        run: () => {
           executions.push('prepare');
-          return 'prepared';
+          return Promise.resolve('prepared');
         },
       });
       const ship = defineActivity({
@@ -166,10 +166,10 @@ for (const driver of ['postgres', 'pglite'] as const) {
         input: z.string(),
         output: z.string(),
         retry: { maximumAttempts: 2, initialIntervalMs: 10, jitter: 0 },
-        run: async (s) => {
+        run: (s) => {
           executions.push('ship');
           if (!healthy) throw new Error('carrier down');
-          return `${s} and shipped`;
+          return Promise.resolve(`${s} and shipped`);
         },
       });
       const order = defineWorkflow({

@@ -17,9 +17,9 @@ for (const driver of ['postgres', 'pglite'] as const) {
         name: 'add',
         input: num,
         output: num,
-        async run({ n }) {
+        run({ n }) {
           executions.push(n);
-          return { n: n + 1 };
+          return Promise.resolve({ n: n + 1 });
         },
       });
       const chain = defineWorkflow({
@@ -116,9 +116,9 @@ for (const driver of ['postgres', 'pglite'] as const) {
         input: z.object({ fail: z.boolean() }),
         output: z.string(),
         retry: { maximumAttempts: 1 },
-        async run({ fail }) {
+        run({ fail }) {
           if (fail) throw ApplicationFailure.nonRetryable('no stock', 'OutOfStock', { sku: 'A1' });
-          return 'ok';
+          return Promise.resolve('ok');
         },
       });
       const settle = defineWorkflow({
@@ -211,7 +211,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         input: num,
         output: z.string(),
         retry: { maximumAttempts: 2, initialIntervalMs: 10, jitter: 0 },
-        async run() {
+        run() {
           charges++;
           throw new ApplicationFailure('card declined', {
             type: 'CardDeclined',
@@ -223,7 +223,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         name: 'notify',
         input: z.string(),
         output: z.string(),
-        run: async (s) => `told ${s}`,
+        run: (s) => Promise.resolve(`told ${s}`),
       });
       const checkout = defineWorkflow({
         name: 'checkout',
@@ -267,10 +267,10 @@ for (const driver of ['postgres', 'pglite'] as const) {
         retry: { maximumAttempts: 1 },
         leaseMs: '30s',
         startToCloseTimeoutMs: '10m',
-        async run({ n }, ctx) {
+        run({ n }, ctx) {
           calls++;
           if (calls < 3) throw new Error(`transient ${calls}`);
-          return { n: n + ctx.info.attempt };
+          return Promise.resolve({ n: n + ctx.info.attempt });
         },
       });
       const wf = defineWorkflow({

@@ -14,9 +14,9 @@ function napFixture() {
     name: 'mark',
     input: z.object({ step: z.string() }),
     output: z.string(),
-    async run({ step }) {
+    run({ step }) {
       executions.push(step);
-      return step;
+      return Promise.resolve(step);
     },
   });
   const nap = defineWorkflow({
@@ -117,7 +117,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         name: 'tick',
         input: z.number(),
         output: z.number(),
-        run: async (n) => n + 1,
+        run: (n) => Promise.resolve(n + 1),
       });
       const values = defineWorkflow({
         name: 'values',

@@ -17,9 +17,9 @@ function fixture() {
     name: 'where',
     input: z.object({ tag: z.string() }),
     output: z.string(),
-    async run({ tag }, ctx) {
+    run({ tag }, ctx) {
       executedBy.push(`${tag}@${ctx.info.workerId}`);
-      return `${tag}@${ctx.info.workerId}`;
+      return Promise.resolve(`${tag}@${ctx.info.workerId}`);
     },
   });
   const trip = defineWorkflow({
@@ -128,7 +128,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         const db = drizzlePostgres(client);
         host = {
           client: { sql: client },
-          query: () => client`SELECT 1 AS one`,
+          query: async () => [...(await client`SELECT 1 AS one`)],
           end: () => client.end({ timeout: 5 }),
         };
         hostDrizzle = { client: { db }, query: async () => db.execute(sql`SELECT 1 AS one`) };

@@ -21,9 +21,9 @@ function fixture() {
       name,
       input: user,
       output: z.string(),
-      async run({ user }) {
+      run({ user }) {
         ledger.push(`${name}:${user}`);
-        return `${name}(${user})`;
+        return Promise.resolve(`${name}(${user})`);
       },
     });
   const acts = {

@@ -22,9 +22,9 @@ const step = defineActivity({
   name: 'step',
   input: z.string(),
   output: z.string(),
-  run: async (s) => {
+  run: (s) => {
     executions.push(s);
-    return s;
+    return Promise.resolve(s);
   },
 });
 

@@ -115,7 +115,7 @@ export function until(
       clearTimeout(timer);
       for (const w of workers) for (const n of names) w.events.off(n, onEvent);
       if (error === undefined) resolve();
-      else reject(error instanceof Error ? error : new Error(String(error)));
+      else reject(error instanceof Error ? error : new Error(JSON.stringify(error)));
     };
     const timer = setTimeout(
       () => finish(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)),

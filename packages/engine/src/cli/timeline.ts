@@ -11,6 +11,7 @@ import {
   table,
   truncate,
   type Row,
+  type Style,
   type Terminal,
 } from './format.js';
 
@@ -44,31 +45,46 @@ function data(e: EventRow): Record<string, unknown> {
 const text = (v: unknown): string | undefined =>
   typeof v === 'string' ? v : typeof v === 'number' || typeof v === 'bigint' ? String(v) : undefined;
 
-/** `complete by token 42 rejected: current token 57 (superseded)` */
-export function describeStaleRejection(e: EventRow): string {
-  const d = data(e);
-  const stale = text(d.staleToken) ?? e.token ?? '?';
-  const current = text(d.currentToken) ?? 'none';
-  const reason = text(d.reason);
-  return (
-    `${text(d.operation) ?? 'write'} by token ${stale} rejected: current token ${current}` +
-    (reason ? ` (${reason})` : '')
-  );
+interface StaleRejection {
+  readonly operation: string;
+  readonly staleToken: string;
+  readonly currentToken: string;
+  readonly reason: string | undefined;
 }
 
-/** Who made a rejected write: `epoch 2 · attempt 2 · worker host:41:ab12cd34`. */
-function staleWriter(e: EventRow): string {
+function staleRejection(e: EventRow): StaleRejection {
+  const d = data(e);
+  return {
+    operation: text(d.operation) ?? 'write',
+    staleToken: text(d.staleToken) ?? e.token ?? '?',
+    currentToken: text(d.currentToken) ?? 'none',
+    reason: text(d.reason),
+  };
+}
+
+/**
+ * `stale token 41 · current token 57 · epoch 2 · host:41:ab12cd34` (the rejected writer): the tokens first, so
+ * that cutting the line to the terminal's width never loses them.
+ */
+function staleDetails(e: EventRow, r: StaleRejection): string {
   return [
+    `stale token ${r.staleToken}`,
+    `current token ${r.currentToken}`,
     e.epoch !== null ? `epoch ${e.epoch}` : '',
-    e.attempt !== null ? `attempt ${e.attempt}` : '',
-    e.worker_id ? `worker ${e.worker_id}` : '',
+    e.worker_id ?? '',
   ]
     .filter(Boolean)
     .join(' · ');
 }
 
 function eventDetails(e: EventRow, reference: string): string {
-  if (e.type === 'attempt:stale-rejected') return describeStaleRejection(e);
+  if (e.type === 'attempt:stale-rejected') {
+    const r = staleRejection(e);
+    // Both tokens first and compact, so that cutting the line to the terminal's width keeps them.
+    return [`stale ${r.staleToken} → current ${r.currentToken}`, `${r.operation} rejected`, r.reason ?? '']
+      .filter(Boolean)
+      .join(' · ');
+  }
   const d = data(e);
   const parts: string[] = [];
   if (e.epoch !== null) parts.push(`epoch ${e.epoch}`);
@@ -146,12 +162,14 @@ export function formatRunTimeline(
   const names = lookup(t);
   const reference = run.created_at;
   const width = term.width;
-  const field = (key: string, value: string) => `${paint(term, 'dim', key.padEnd(9))} ${value}`;
+  // `key value`, the value cut to the width (ids, names and idempotency keys can be long).
+  const field = (key: string, value: string, style?: Style) =>
+    `${paint(term, 'dim', key.padEnd(9))} ${paint(term, style, truncate(value, width - 10))}`;
   const lines: string[] = [];
 
-  lines.push(field('run', paint(term, 'bold', run.id)));
+  lines.push(field('run', run.id, 'bold'));
   lines.push(field('name', `${run.name} (${run.kind === 'workflow' ? 'workflow' : 'activity'} run)`));
-  lines.push(field('status', paint(term, statusStyle(run.status), run.status)));
+  lines.push(field('status', run.status, statusStyle(run.status)));
   lines.push(
     field(
       'queue',
@@ -168,12 +186,12 @@ export function formatRunTimeline(
   } else if (run.started_at) {
     lines.push(field('running', `for ${formatDuration(msBetween(run.started_at, options.nowIso))}`));
   }
-  if (run.cancel_reason) lines.push(field('cancel', truncate(run.cancel_reason, width - 10)));
+  if (run.cancel_reason) lines.push(field('cancel', run.cancel_reason));
   lines.push(field('input', compactJson(run.input, width - 10)));
   if (run.output !== null && run.output !== undefined)
     lines.push(field('output', compactJson(run.output, width - 10)));
   const runError = formatFailure(run.error);
-  if (runError) lines.push(field('error', paint(term, 'red', truncate(runError, width - 10))));
+  if (runError) lines.push(field('error', runError, 'red'));
 
   const attempts = attemptRows(t, names);
   const count = t.turns.length + t.steps.reduce((n, s) => n + s.attempts.length, 0);
@@ -203,12 +221,12 @@ export function formatRunTimeline(
   lines.push('', paint(term, 'bold', `REJECTED STALE WRITES (${stale.length})`));
   if (stale.length === 0) lines.push(INDENT + paint(term, 'dim', 'none'));
   for (const e of stale) {
+    const r = staleRejection(e);
     const head = `${formatClock(e.at, reference)}  ${names.label(e.step_id, e.type)}  `;
     const room = Math.max(20, width - INDENT.length - head.length);
-    lines.push(INDENT + head + paint(term, 'red', truncate(describeStaleRejection(e), room)));
-    const writer = staleWriter(e);
-    if (writer)
-      lines.push(INDENT + ' '.repeat(head.length) + paint(term, 'dim', truncate(writer, room, 'middle')));
+    const what = `${r.operation} rejected${r.reason ? ` (${r.reason})` : ''}`;
+    lines.push(INDENT + head + paint(term, 'red', truncate(what, room)));
+    lines.push(INDENT + ' '.repeat(head.length) + truncate(staleDetails(e, r), room));
   }
 
   if (options.events) {

@@ -1,5 +1,5 @@
+import { constants } from 'node:os';
 import { Command } from 'commander';
-import type { AttemptAbortedError, LeaseLostError, SerializedFailure } from '@palisade/sdk';
 import type { Worker } from '../index.js';
 import { formatFailure, paint, truncate, type Style } from './format.js';
 import { globalOptions, type Output } from './output.js';
@@ -51,36 +51,26 @@ function reportEvents(worker: Worker, output: Output, json: boolean): void {
   e.on('attempt:completed', ({ attempt: a }) =>
     emit('attempt:completed', 'completed', 'green', a.stepLabel, a.runId, `token ${a.token}`, ref(a)),
   );
-  e.on(
-    'attempt:failed',
-    ({
-      attempt: a,
-      failure,
-      retry,
-    }: {
-      attempt: AttemptFields;
-      failure: SerializedFailure;
-      retry: boolean;
-    }) =>
-      emit(
-        'attempt:failed',
-        'failed',
-        'red',
-        a.stepLabel,
-        a.runId,
-        `token ${a.token} · ${retry ? 'will retry' : 'final'} · ${formatFailure(failure) ?? ''}`,
-        { ...ref(a), retry, failure: { type: failure.type, message: failure.message } },
-      ),
+  e.on('attempt:failed', ({ attempt: a, failure, retry }) =>
+    emit(
+      'attempt:failed',
+      'failed',
+      'red',
+      a.stepLabel,
+      a.runId,
+      `token ${a.token} · ${retry ? 'will retry' : 'final'} · ${formatFailure(failure) ?? ''}`,
+      { ...ref(a), retry, failure: { type: failure.type, message: failure.message } },
+    ),
   );
-  e.on('attempt:stale-rejected', ({ attempt: a, error }: { attempt: AttemptFields; error: LeaseLostError }) =>
+  e.on('attempt:stale-rejected', ({ attempt: a, error }) =>
     emit(
       'attempt:stale-rejected',
       'STALE',
       'magenta',
       a.stepLabel,
       a.runId,
-      `${error.operation} by token ${error.staleToken} rejected: current token ${error.currentToken ?? 'none'}` +
-        ` (${error.reason})`,
+      `${error.operation} rejected (${error.reason}) · stale token ${error.staleToken} · ` +
+        `current token ${error.currentToken ?? 'none'}`,
       {
         ...ref(a),
         operation: error.operation,
@@ -96,13 +86,11 @@ function reportEvents(worker: Worker, output: Output, json: boolean): void {
       why,
     }),
   );
-  e.on(
-    'attempt:aborted',
-    ({ attempt: a, reason }: { attempt: AttemptFields; reason: AttemptAbortedError['reason'] }) =>
-      emit('attempt:aborted', 'aborted', 'yellow', a.stepLabel, a.runId, `token ${a.token} · ${reason}`, {
-        ...ref(a),
-        reason,
-      }),
+  e.on('attempt:aborted', ({ attempt: a, reason }) =>
+    emit('attempt:aborted', 'aborted', 'yellow', a.stepLabel, a.runId, `token ${a.token} · ${reason}`, {
+      ...ref(a),
+      reason,
+    }),
   );
   e.on('turn:committed', ({ runId, workflow, outcome }) =>
     emit('turn:committed', 'turn', outcome === 'failed' ? 'red' : undefined, workflow, runId, outcome, {
@@ -131,7 +119,7 @@ function stopSignals(output: Output): { first: Promise<NodeJS.Signals>; dispose(
       return;
     }
     output.error(`${signal} again: exiting now; the leases of unfinished attempts expire on their own`);
-    process.exit(130);
+    process.exit(128 + (constants.signals[signal] ?? 1)); // the shell's convention: 130 for SIGINT, 143 for SIGTERM
   };
   process.on('SIGINT', handler);
   process.on('SIGTERM', handler);

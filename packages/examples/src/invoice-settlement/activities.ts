@@ -33,7 +33,12 @@ export type InvoiceActivityEvent =
       readonly ledgerEntryId: number;
       readonly alreadyRecorded: boolean;
     }
-  | { readonly type: 'ledger:refused'; readonly by: AttemptStamp; readonly invoiceNumber: string; readonly error: unknown };
+  | {
+      readonly type: 'ledger:refused';
+      readonly by: AttemptStamp;
+      readonly invoiceNumber: string;
+      readonly error: unknown;
+    };
 
 /** What the activities need from their host. */
 export interface InvoiceActivityDependencies {
@@ -51,7 +56,11 @@ export interface InvoiceActivityTimings {
   readonly leaseMs?: number;
 }
 
-const malformedRow = z.object({ line: z.number().int(), invoiceNumber: z.string().nullable(), reason: z.string() });
+const malformedRow = z.object({
+  line: z.number().int(),
+  invoiceNumber: z.string().nullable(),
+  reason: z.string(),
+});
 
 export const batchInvoice = z.object({
   invoiceNumber: z.string(),
@@ -81,7 +90,9 @@ export const chargeOutcome = z.object({
 
 export const settlement = z.object({
   invoiceCount: z.number().int(),
-  totals: z.array(z.object({ currency: z.string(), invoices: z.number().int(), amountMinor: z.number().int() })),
+  totals: z.array(
+    z.object({ currency: z.string(), invoices: z.number().int(), amountMinor: z.number().int() }),
+  ),
   settledAt: z.string(),
 });
 
@@ -107,7 +118,10 @@ function stamp(ctx: ActivityContext): AttemptStamp {
  * `ctx.fencedTransaction`, so it commits only while the attempt still owns its step; each is also idempotent
  * across attempts (a retry finds what an earlier attempt committed and returns it).
  */
-export function createInvoiceActivities(deps: InvoiceActivityDependencies, timings: InvoiceActivityTimings = {}) {
+export function createInvoiceActivities(
+  deps: InvoiceActivityDependencies,
+  timings: InvoiceActivityTimings = {},
+) {
   const t = deps.tables;
   const leaseMs = timings.leaseMs ?? 3_000;
   const emit = (event: InvoiceActivityEvent): void => deps.onEvent?.(event);
@@ -194,11 +208,20 @@ export function createInvoiceActivities(deps: InvoiceActivityDependencies, timin
         customer: input.customer,
         description: `${invoiceNumber} (${input.batchId})`,
       });
-      emit({ type: 'charge:answered', by, invoiceNumber, chargeId: charge.id, replayed: charge.idempotentReplayed });
+      emit({
+        type: 'charge:answered',
+        by,
+        invoiceNumber,
+        chargeId: charge.id,
+        replayed: charge.idempotentReplayed,
+      });
       let written: { ledgerEntryId: number; alreadyRecorded: boolean };
       try {
         written = await ctx.fencedTransaction(async (tx) => {
-          const where = and(eq(t.invoices.batchId, input.batchId), eq(t.invoices.invoiceNumber, invoiceNumber));
+          const where = and(
+            eq(t.invoices.batchId, input.batchId),
+            eq(t.invoices.invoiceNumber, invoiceNumber),
+          );
           // The invoice's row lock orders the attempts of this invoice; the fence (the transaction's last
           // statement, added by the engine) decides whether this one may commit at all.
           const [invoice] = await tx
@@ -207,7 +230,10 @@ export function createInvoiceActivities(deps: InvoiceActivityDependencies, timin
             .where(where)
             .for('update');
           if (!invoice) {
-            throw ApplicationFailure.nonRetryable(`invoice ${invoiceNumber} is not in batch ${input.batchId}`, 'UnknownInvoice');
+            throw ApplicationFailure.nonRetryable(
+              `invoice ${invoiceNumber} is not in batch ${input.batchId}`,
+              'UnknownInvoice',
+            );
           }
           if (invoice.status === 'paid') {
             // An earlier attempt committed the entry, then lost its lease before its completion was recorded.
@@ -220,7 +246,12 @@ export function createInvoiceActivities(deps: InvoiceActivityDependencies, timin
             const [entry] = await tx
               .select({ id: t.ledgerEntries.id })
               .from(t.ledgerEntries)
-              .where(and(eq(t.ledgerEntries.batchId, input.batchId), eq(t.ledgerEntries.invoiceNumber, invoiceNumber)));
+              .where(
+                and(
+                  eq(t.ledgerEntries.batchId, input.batchId),
+                  eq(t.ledgerEntries.invoiceNumber, invoiceNumber),
+                ),
+              );
             return { ledgerEntryId: entry?.id ?? -1, alreadyRecorded: true };
           }
           const [entry] = await tx
@@ -273,7 +304,10 @@ export function createInvoiceActivities(deps: InvoiceActivityDependencies, timin
           .where(eq(t.batches.id, input.batchId))
           .for('update');
         if (!batch) throw ApplicationFailure.nonRetryable(`no batch ${input.batchId}`, 'UnknownBatch');
-        const [existing] = await tx.select().from(t.settlements).where(eq(t.settlements.batchId, input.batchId));
+        const [existing] = await tx
+          .select()
+          .from(t.settlements)
+          .where(eq(t.settlements.batchId, input.batchId));
         if (existing) {
           return {
             invoiceCount: existing.invoiceCount,
@@ -286,10 +320,17 @@ export function createInvoiceActivities(deps: InvoiceActivityDependencies, timin
           .from(t.invoices)
           .where(and(eq(t.invoices.batchId, input.batchId), eq(t.invoices.status, 'open')));
         if ((open?.n ?? 0) > 0) {
-          throw ApplicationFailure.nonRetryable(`batch ${input.batchId} still has ${open?.n} unpaid invoices`, 'BatchNotPaid');
+          throw ApplicationFailure.nonRetryable(
+            `batch ${input.batchId} still has ${open?.n} unpaid invoices`,
+            'BatchNotPaid',
+          );
         }
         const rows = await tx
-          .select({ currency: t.ledgerEntries.currency, invoices: count(), amountMinor: sum(t.ledgerEntries.amountMinor) })
+          .select({
+            currency: t.ledgerEntries.currency,
+            invoices: count(),
+            amountMinor: sum(t.ledgerEntries.amountMinor),
+          })
           .from(t.ledgerEntries)
           .where(eq(t.ledgerEntries.batchId, input.batchId))
           .groupBy(t.ledgerEntries.currency)

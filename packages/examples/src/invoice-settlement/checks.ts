@@ -36,9 +36,10 @@ export interface StaleWriteRejection {
   readonly currentToken: string | null;
   readonly currentEpoch: number | null;
   /**
-   * Who refused it: `database` — the fence statement at the end of its transaction matched nothing (LeaseLostError);
-   * `worker` — the engine refused it before sending any SQL, because the attempt had already been given up
-   * (its local lease deadline passed: AttemptAbortedError).
+   * Who refused it: `database` — the fence statement at the end of its transaction matched nothing (LeaseLostError,
+   * operation `fenced-transaction`); `worker` — the engine refused it before sending any SQL, because the attempt
+   * had already been given up (its local lease deadline passed: AttemptAbortedError; or the database had rejected
+   * one of its earlier writes, such as a heartbeat: LeaseLostError of that operation).
    */
   readonly refusedBy: 'database' | 'worker' | 'not refused';
   readonly error: { readonly name: string; readonly code: string | undefined; readonly message: string };
@@ -78,7 +79,8 @@ export interface VerifyInput {
   readonly keyOf: (invoiceNumber: string) => string;
   readonly ledger: readonly LedgerRow[];
   readonly invoices: readonly InvoiceRow[];
-  readonly settlement: { invoiceCount: number; totals: { currency: string; amountMinor: number }[] } | undefined;
+  readonly settlement:
+    { invoiceCount: number; totals: { currency: string; amountMinor: number }[] } | undefined;
   readonly stall: StallRecord | undefined;
   readonly description: RunDescription | undefined;
 }
@@ -104,7 +106,11 @@ function tally<T>(items: readonly T[], key: (item: T) => string): Map<string, T[
   return groups;
 }
 
-function sumBy<T>(items: readonly T[], currency: string, pick: (item: T) => { currency: string; amountMinor: number }): number {
+function sumBy<T>(
+  items: readonly T[],
+  currency: string,
+  pick: (item: T) => { currency: string; amountMinor: number },
+): number {
   return items.map(pick).reduce((total, r) => (r.currency === currency ? total + r.amountMinor : total), 0);
 }
 
@@ -208,7 +214,9 @@ export function verifySettlement(input: VerifyInput): Verified {
     settledMinor: sumBy(input.settlement?.totals ?? [], currency, (t) => t),
   }));
   const totalsAgree =
-    totals.every((t) => t.csvMinor === t.providerMinor && t.csvMinor === t.ledgerMinor && t.csvMinor === t.settledMinor) &&
+    totals.every(
+      (t) => t.csvMinor === t.providerMinor && t.csvMinor === t.ledgerMinor && t.csvMinor === t.settledMinor,
+    ) &&
     (input.settlement?.totals.length ?? 0) === totals.length &&
     input.settlement?.invoiceCount === expected.length;
   checks.push(
@@ -269,7 +277,8 @@ export function verifySettlement(input: VerifyInput): Verified {
         (e) =>
           e.type === 'attempt:claimed' &&
           e.step_id === stall.stepId &&
-          (e.data as { reclaimedFromToken?: unknown } | null)?.reclaimedFromToken === stall.staleToken.toString(),
+          (e.data as { reclaimedFromToken?: unknown } | null)?.reclaimedFromToken ===
+            stall.staleToken.toString(),
       )
     : undefined;
   const staleEnded = staleAttempt?.outcome === 'lease_expired' || staleAttempt?.outcome === 'rejected_stale';
@@ -304,7 +313,8 @@ function describeRejection(
     (e) => e.type === 'attempt:stale-rejected' && e.token === staleToken,
   );
   const event =
-    rejected.find((e) => (e.data as { operation?: unknown } | null)?.operation === 'fenced-transaction') ?? rejected[0];
+    rejected.find((e) => (e.data as { operation?: unknown } | null)?.operation === 'fenced-transaction') ??
+    rejected[0];
   const data = (event?.data ?? {}) as {
     operation?: string;
     staleToken?: string;
@@ -320,14 +330,16 @@ function describeRejection(
     staleEpoch: stall.staleEpoch,
     currentWorker: current?.worker_id ?? null,
     currentToken:
-      error instanceof LeaseLostError && error.currentToken !== null ? error.currentToken.toString() : (current?.token ?? null),
+      error instanceof LeaseLostError && error.currentToken !== null
+        ? error.currentToken.toString()
+        : (current?.token ?? null),
     currentEpoch: current?.epoch ?? null,
     refusedBy:
       stall.outcome !== 'refused'
         ? 'not refused'
-        : error instanceof LeaseLostError
+        : error instanceof LeaseLostError && error.operation === 'fenced-transaction'
           ? 'database'
-          : error instanceof AttemptAbortedError
+          : error instanceof LeaseLostError || error instanceof AttemptAbortedError
             ? 'worker'
             : 'not refused',
     error: {

@@ -93,7 +93,8 @@ export async function linkPostgres(link: DatabaseLink, databaseUrl: string): Pro
     server.listen(0, '127.0.0.1', () => resolve());
   });
   const address = server.address();
-  if (address === null || typeof address === 'string') throw new Error('database link proxy has no TCP address');
+  if (address === null || typeof address === 'string')
+    throw new Error('database link proxy has no TCP address');
   const url = new URL(databaseUrl);
   url.hostname = '127.0.0.1';
   url.port = String(address.port);

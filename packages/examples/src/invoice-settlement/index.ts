@@ -4,10 +4,20 @@
  * late write is refused. See `runInvoiceSettlementDemo`.
  * @module
  */
-export { createInvoiceActivities, chargeKey, type InvoiceActivities, type InvoiceActivityEvent } from './activities.js';
+export {
+  createInvoiceActivities,
+  chargeKey,
+  type InvoiceActivities,
+  type InvoiceActivityEvent,
+} from './activities.js';
 export type { CurrencyTotal, DemoCheck, StaleWriteRejection } from './checks.js';
 export { CURRENCIES, formatMoney, type CurrencyCode } from './currencies.js';
-export { parseInvoiceCsv, type MalformedRow, type ParsedBatch, type ParsedInvoice } from './parse-invoices.js';
+export {
+  parseInvoiceCsv,
+  type MalformedRow,
+  type ParsedBatch,
+  type ParsedInvoice,
+} from './parse-invoices.js';
 export { PaymentProvider, createCharge, type Charge, type ChargeResponse } from './payment-provider.js';
 export {
   INVOICE_SETTLEMENT_DEMO,

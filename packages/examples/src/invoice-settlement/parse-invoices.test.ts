@@ -25,7 +25,9 @@ describe('the committed invoice batch', () => {
       [120, 'INV-2026-00119'],
       [203, 'INV-2026-00202'],
     ]);
-    expect(batch.malformed[0]?.reason).toMatch(/^amount_minor "1249\.50" must be a whole number of minor units/);
+    expect(batch.malformed[0]?.reason).toMatch(
+      /^amount_minor "1249\.50" must be a whole number of minor units/,
+    );
     expect(batch.malformed[1]?.reason).toMatch(/^currency "SKR" is not a supported currency/);
     expect(batch.malformed[2]?.reason).toBe('due_date "2026-02-30" is not a calendar date');
     // A customer name with a comma survives quoting.
@@ -66,10 +68,18 @@ describe('parseInvoiceCsv', () => {
     expect(batch.rowsRead).toBe(5);
     expect(batch.invoices.map((i) => i.line)).toEqual([2]);
     expect(batch.malformed).toEqual([
-      { line: 3, invoiceNumber: 'INV-2026-00002', reason: expect.stringMatching(/^has 3 fields, expected 5/) as string },
+      {
+        line: 3,
+        invoiceNumber: 'INV-2026-00002',
+        reason: expect.stringMatching(/^has 3 fields, expected 5/) as string,
+      },
       { line: 4, invoiceNumber: 'INV-2026-00003', reason: 'customer "" is empty' },
       { line: 5, invoiceNumber: 'INV-2026-00004', reason: 'amount_minor "0" must be greater than zero' },
-      { line: 6, invoiceNumber: 'INV-2026-00001', reason: 'invoice_number "INV-2026-00001" already appeared on line 2' },
+      {
+        line: 6,
+        invoiceNumber: 'INV-2026-00001',
+        reason: 'invoice_number "INV-2026-00001" already appeared on line 2',
+      },
     ]);
   });
 

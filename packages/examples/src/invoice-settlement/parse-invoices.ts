@@ -3,7 +3,13 @@ import { z } from 'zod';
 import { CURRENCIES, CURRENCY_CODES, isCurrencyCode, type CurrencyCode } from './currencies.js';
 
 /** The columns an invoice CSV must have, in this order. */
-export const INVOICE_CSV_COLUMNS = ['invoice_number', 'customer', 'currency', 'amount_minor', 'due_date'] as const;
+export const INVOICE_CSV_COLUMNS = [
+  'invoice_number',
+  'customer',
+  'currency',
+  'amount_minor',
+  'due_date',
+] as const;
 
 /** One valid invoice of a batch, with the CSV line it came from. */
 export interface ParsedInvoice {
@@ -63,7 +69,10 @@ const rowSchema = z.object({
 });
 
 /** Why a field failed, in words that name the column and quote the value. */
-function describeIssues(issues: readonly z.core.$ZodIssue[], record: Record<string, string | undefined>): string {
+function describeIssues(
+  issues: readonly z.core.$ZodIssue[],
+  record: Record<string, string | undefined>,
+): string {
   return issues
     .map((issue) => {
       const column = String(issue.path[0] ?? 'row');
@@ -158,5 +167,9 @@ export function parseInvoiceCsv(csv: string): ParsedBatch {
     });
   }
   malformed.sort((a, b) => a.line - b.line);
-  return { rowsRead: rows.length + malformed.filter((m) => m.reason.startsWith('not valid CSV')).length, invoices, malformed };
+  return {
+    rowsRead: rows.length + malformed.filter((m) => m.reason.startsWith('not valid CSV')).length,
+    invoices,
+    malformed,
+  };
 }

@@ -144,8 +144,14 @@ export class PaymentProvider {
       server.listen(0, '127.0.0.1', () => resolve());
     });
     const address = server.address();
-    if (address === null || typeof address === 'string') throw new Error('payment provider has no TCP address');
-    holder.provider = new PaymentProvider(options.database, server, `http://127.0.0.1:${address.port}`, options.schema);
+    if (address === null || typeof address === 'string')
+      throw new Error('payment provider has no TCP address');
+    holder.provider = new PaymentProvider(
+      options.database,
+      server,
+      `http://127.0.0.1:${address.port}`,
+      options.schema,
+    );
     return holder.provider;
   }
 
@@ -195,7 +201,9 @@ export class PaymentProvider {
       if (req.method === 'GET' && byId) return await this.getCharge(byId[1] as string, res);
       send(res, 404, { error: { type: 'not_found', message: `no route ${req.method} ${req.url}` } });
     } catch (error) {
-      send(res, 500, { error: { type: 'api_error', message: error instanceof Error ? error.message : String(error) } });
+      send(res, 500, {
+        error: { type: 'api_error', message: error instanceof Error ? error.message : String(error) },
+      });
     }
   }
 
@@ -203,7 +211,10 @@ export class PaymentProvider {
     const key = req.headers['idempotency-key'];
     if (typeof key !== 'string' || !KEY.test(key)) {
       return send(res, 400, {
-        error: { type: 'invalid_request', message: 'an Idempotency-Key header (1–255 visible ASCII characters) is required' },
+        error: {
+          type: 'invalid_request',
+          message: 'an Idempotency-Key header (1–255 visible ASCII characters) is required',
+        },
       });
     }
     let body: unknown;
@@ -215,7 +226,10 @@ export class PaymentProvider {
     const parsed = chargeRequest.safeParse(body);
     if (!parsed.success) {
       return send(res, 400, {
-        error: { type: 'invalid_request', message: parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ') },
+        error: {
+          type: 'invalid_request',
+          message: parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; '),
+        },
       });
     }
     const p = parsed.data;
@@ -234,7 +248,10 @@ export class PaymentProvider {
     if (!row) throw new Error('charge upsert returned no row');
     const charge = toCharge(row);
     const replayed = row.replayed === true;
-    if (replayed && (charge.amountMinor !== p.amount || charge.currency !== p.currency || charge.customer !== p.customer)) {
+    if (
+      replayed &&
+      (charge.amountMinor !== p.amount || charge.currency !== p.currency || charge.customer !== p.customer)
+    ) {
       return send(res, 422, {
         error: {
           type: 'idempotency_error',
@@ -275,7 +292,12 @@ export class PaymentProvider {
   }
 }
 
-function send(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+function send(
+  res: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void {
   res.writeHead(status, { 'content-type': 'application/json', ...headers });
   res.end(JSON.stringify(body));
 }
@@ -321,7 +343,10 @@ export async function createCharge(baseUrl: string, request: CreateChargeRequest
   const text = await response.text();
   if (!response.ok) {
     const message = `payment provider answered ${response.status} for key ${request.idempotencyKey}: ${text}`;
-    throw response.status >= 400 && response.status < 500 && response.status !== 409 && response.status !== 429
+    throw response.status >= 400 &&
+      response.status < 500 &&
+      response.status !== 409 &&
+      response.status !== 429
       ? ApplicationFailure.nonRetryable(message, 'ChargeRefused')
       : ApplicationFailure.retryable(message, 'ProviderError');
   }

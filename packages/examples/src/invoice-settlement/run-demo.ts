@@ -59,7 +59,12 @@ export interface InvoiceSettlementDemoResult {
   readonly rejection: StaleWriteRejection | undefined;
   /** What the workflow returned. */
   readonly report: SettlementReport | undefined;
-  readonly timingsMs: { readonly setup: number; readonly run: number; readonly verify: number; readonly total: number };
+  readonly timingsMs: {
+    readonly setup: number;
+    readonly run: number;
+    readonly verify: number;
+    readonly total: number;
+  };
 }
 
 /** The demo's fixed scenario. */
@@ -74,14 +79,18 @@ export const INVOICE_SETTLEMENT_DEMO = Object.freeze({
   concurrency: 4,
   /** Charges the workflow keeps in flight. */
   parallelism: 8,
-  /** Lease of every attempt (ms): the production minimum; the worker heartbeats every third of it. */
-  leaseMs: 3_000,
-  pollIntervalMs: 500,
+  /**
+   * Lease of every attempt (ms); the worker heartbeats every third of it and gives a lease up locally a safety margin
+   * (1 s) before it ends. Short, so the stall takes seconds; not the 3 s minimum, so a busy machine does not lose
+   * leases the demo did not mean to lose.
+   */
+  leaseMs: 4_000,
+  pollIntervalMs: 1_000,
   /**
    * Client-side limit of one heartbeat (ms): the whole interval (a third of the lease) rather than the default half,
    * so a busy machine does not time out heartbeats the database would have answered.
    */
-  heartbeatTimeoutMs: 1_000,
+  heartbeatTimeoutMs: 1_333,
   /** Give up on the run after this long (ms). */
   runTimeoutMs: 180_000,
 });
@@ -274,7 +283,9 @@ function watchBatchSteps(orchestrator: ReturnType<Engine['worker']>, timeline: T
       timeline.line(
         'orchestrator',
         `settled ${o.invoiceCount} invoices: ` +
-          o.totals.map((t) => (isCurrencyCode(t.currency) ? formatMoney(t.amountMinor, t.currency) : t.currency)).join(', '),
+          o.totals
+            .map((t) => (isCurrencyCode(t.currency) ? formatMoney(t.amountMinor, t.currency) : t.currency))
+            .join(', '),
       );
     }
   });
@@ -293,11 +304,15 @@ function printSummary(
   log('');
   log(`totals (${s.database}) — CSV | provider | ledger | settlement:`);
   for (const t of s.totals) {
-    const money = (n: number): string => (isCurrencyCode(t.currency) ? formatMoney(n, t.currency) : String(n));
-    const same = t.csvMinor === t.providerMinor && t.csvMinor === t.ledgerMinor && t.csvMinor === t.settledMinor;
+    const money = (n: number): string =>
+      isCurrencyCode(t.currency) ? formatMoney(n, t.currency) : String(n);
+    const same =
+      t.csvMinor === t.providerMinor && t.csvMinor === t.ledgerMinor && t.csvMinor === t.settledMinor;
     log(
       `  ${same ? '=' : '≠'} ${String(t.invoices).padStart(3)} invoices  ${money(t.csvMinor).padStart(20)}` +
-        (same ? '  (all four agree)' : ` | ${money(t.providerMinor)} | ${money(t.ledgerMinor)} | ${money(t.settledMinor)}`),
+        (same
+          ? '  (all four agree)'
+          : ` | ${money(t.providerMinor)} | ${money(t.ledgerMinor)} | ${money(t.settledMinor)}`),
     );
   }
   const r = s.rejection;
@@ -305,7 +320,9 @@ function printSummary(
     log('');
     log(`rejected write (${r.invoiceNumber}):`);
     log(`  stale   token ${r.staleToken} · epoch ${r.staleEpoch} · ${r.staleWorker}`);
-    log(`  current token ${r.currentToken ?? '?'} · epoch ${r.currentEpoch ?? '?'} · ${r.currentWorker ?? '?'} (its ledger entry counts: token ${r.ledgerToken ?? '?'})`);
+    log(
+      `  current token ${r.currentToken ?? '?'} · epoch ${r.currentEpoch ?? '?'} · ${r.currentWorker ?? '?'} (its ledger entry counts: token ${r.ledgerToken ?? '?'})`,
+    );
     log(`  refused by the ${r.refusedBy}: ${r.error.message || '(no error)'}`);
     if (r.recorded) {
       log(
@@ -321,7 +338,10 @@ function printSummary(
 
 async function readBack(app: AppDatabase, t: InvoiceTables, batchId: string) {
   const db = app.db;
-  const [batch] = await db.select({ malformed: t.batches.malformed }).from(t.batches).where(eq(t.batches.id, batchId));
+  const [batch] = await db
+    .select({ malformed: t.batches.malformed })
+    .from(t.batches)
+    .where(eq(t.batches.id, batchId));
   const ledger = await db
     .select({
       invoiceNumber: t.ledgerEntries.invoiceNumber,
@@ -335,7 +355,11 @@ async function readBack(app: AppDatabase, t: InvoiceTables, batchId: string) {
     .where(eq(t.ledgerEntries.batchId, batchId))
     .orderBy(t.ledgerEntries.id);
   const invoices = await db
-    .select({ invoiceNumber: t.invoices.invoiceNumber, status: t.invoices.status, chargeId: t.invoices.chargeId })
+    .select({
+      invoiceNumber: t.invoices.invoiceNumber,
+      status: t.invoices.status,
+      chargeId: t.invoices.chargeId,
+    })
     .from(t.invoices)
     .where(eq(t.invoices.batchId, batchId));
   const [settlement] = await db.select().from(t.settlements).where(eq(t.settlements.batchId, batchId));
@@ -364,7 +388,9 @@ async function historyWithStaleRejection(
 
 async function openResources(databaseUrl: string | undefined, schema: string): Promise<Resources> {
   const logger = pino({ level: 'silent' });
-  const links = new Map(INVOICE_SETTLEMENT_DEMO.chargeWorkers.map((id) => [id, new DatabaseLink(id)] as const));
+  const links = new Map(
+    INVOICE_SETTLEMENT_DEMO.chargeWorkers.map((id) => [id, new DatabaseLink(id)] as const),
+  );
   const close: (() => Promise<void>)[] = [];
   const chargeEngines = new Map<string, Engine>();
   const base: CreateEngineOptions = { schema, logger };
@@ -407,7 +433,9 @@ async function closeResources(
 ): Promise<void> {
   for (const link of resources.links.values()) link.heal();
   // Workers first (they stop claiming and release their pools), then the provider, then the schemas.
-  await Promise.all([...resources.chargeEngines.values(), resources.main].map((e) => e.close({ graceMs: 0 })));
+  await Promise.all(
+    [...resources.chargeEngines.values(), resources.main].map((e) => e.close({ graceMs: 0 })),
+  );
   await provider?.close();
   if (resources.app.driver === 'postgres' && dropSchemas.length > 0) {
     await resources.app.run(dropSchemas.map((s) => `DROP SCHEMA IF EXISTS ${quoteIdent(s)} CASCADE`));

@@ -15,7 +15,12 @@ export interface StallRecord {
   readonly partitionedAtMs: number;
   healedAtMs?: number;
   /** The attempt that finished the invoice while the stalled one waited. */
-  takeover?: { readonly workerId: string; readonly token: bigint; readonly epoch: number; readonly ledgerEntryId: number };
+  takeover?: {
+    readonly workerId: string;
+    readonly token: bigint;
+    readonly epoch: number;
+    readonly ledgerEntryId: number;
+  };
   /** How the stalled attempt's own fenced write ended once it woke up. */
   outcome?: 'refused' | 'committed';
   /** What its `ctx.fencedTransaction` threw. */
@@ -50,18 +55,28 @@ export class StallFault {
   private settle!: () => void;
   private readonly hold: HeldResponse;
   private firstStart: { workerId: string; token: bigint; epoch: number; stepId: string } | undefined;
+  /** Fenced transactions each worker may have open (from a charge's answer to its ledger write's end). */
+  private readonly openWrites = new Map<string, number>();
+  private cutPending = false;
+  private cutDone = false;
   private readonly timers: NodeJS.Timeout[] = [];
 
   constructor(private readonly options: StallFaultOptions) {
     this.settled = new Promise<void>((resolve) => (this.settle = resolve));
     this.hold = options.provider.holdFirstResponse(options.idempotencyKey);
-    void this.hold.reached.then(() => this.cut());
+    void this.hold.reached.then(() => this.requestCut());
   }
 
   /** Give every charge activity event to this (after the timeline). */
   readonly onActivityEvent = (event: InvoiceActivityEvent): void => {
-    if (event.invoiceNumber !== this.options.invoiceNumber) return;
     const { by } = event;
+    const open = this.openWrites.get(by.workerId) ?? 0;
+    if (event.type === 'charge:answered') this.openWrites.set(by.workerId, open + 1);
+    if (event.type === 'ledger:written' || event.type === 'ledger:refused') {
+      this.openWrites.set(by.workerId, Math.max(0, open - 1));
+      if (this.cutPending && open <= 1 && by.workerId === this.firstStart?.workerId) this.cut();
+    }
+    if (event.invoiceNumber !== this.options.invoiceNumber) return;
     if (event.type === 'charge:started') {
       this.firstStart ??= { workerId: by.workerId, token: by.token, epoch: by.epoch, stepId: by.stepId };
       return;
@@ -70,7 +85,12 @@ export class StallFault {
     if (!r) return;
     const stale = by.token === r.staleToken;
     if (event.type === 'ledger:written' && !stale && !r.takeover) {
-      r.takeover = { workerId: by.workerId, token: by.token, epoch: by.epoch, ledgerEntryId: event.ledgerEntryId };
+      r.takeover = {
+        workerId: by.workerId,
+        token: by.token,
+        epoch: by.epoch,
+        ledgerEntryId: event.ledgerEntryId,
+      };
       this.timers.push(setTimeout(() => this.wake(), 150));
     } else if (event.type === 'ledger:written' && stale) {
       r.outcome = 'committed';
@@ -82,11 +102,31 @@ export class StallFault {
     }
   };
 
+  /**
+   * Cut the link at the first moment the worker has no fenced transaction open. A cut in the middle of one would
+   * leave the server holding its locks until `idle_in_transaction_session_timeout` ends the session — safe, but
+   * postgres.js 3.4.9 then crashes the process when the link heals (a write scheduled on the closed connection:
+   * porsager/postgres#1154, #1208), which is a fault of its own and not the one this demo is about.
+   */
+  private requestCut(): void {
+    const worker = this.firstStart?.workerId;
+    if (worker === undefined || (this.openWrites.get(worker) ?? 0) === 0) return this.cut();
+    this.cutPending = true;
+    // Fenced transactions take milliseconds; if none ever ends, cut anyway rather than never.
+    this.timers.push(setTimeout(() => this.cut(), 10_000));
+  }
+
   private cut(): void {
+    if (this.cutDone) return;
+    this.cutDone = true;
+    this.cutPending = false;
     const first = this.firstStart;
     const link = first && this.options.links.get(first.workerId);
     if (!first || !link) {
-      this.options.timeline.line('FAULT', `no link for the worker charging ${this.options.invoiceNumber}; not stalling it`);
+      this.options.timeline.line(
+        'FAULT',
+        `no link for the worker charging ${this.options.invoiceNumber}; not stalling it`,
+      );
       this.hold.release();
       return;
     }

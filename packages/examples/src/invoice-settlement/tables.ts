@@ -1,4 +1,14 @@
-import { bigint, bigserial, date, integer, jsonb, pgSchema, primaryKey, text, timestamp } from 'drizzle-orm/pg-core';
+import {
+  bigint,
+  bigserial,
+  date,
+  integer,
+  jsonb,
+  pgSchema,
+  primaryKey,
+  text,
+  timestamp,
+} from 'drizzle-orm/pg-core';
 import type { MalformedRow } from './parse-invoices.js';
 
 /** Per-currency total of a settled batch, in minor units. */

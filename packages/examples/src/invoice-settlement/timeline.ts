@@ -59,11 +59,17 @@ export class Timeline {
     const e = worker.events;
     e.on('attempt:claimed', ({ attempt, epoch, activity }) => {
       if (activity.endsWith('charge-invoice')) return; // shown by the activity's own start event, with the invoice
-      this.line(workerId, `claimed ${activity.replace(/^invoice-settlement\./, '')} · epoch ${epoch} · token ${attempt.token}`);
+      this.line(
+        workerId,
+        `claimed ${activity.replace(/^invoice-settlement\./, '')} · epoch ${epoch} · token ${attempt.token}`,
+      );
     });
     e.on('attempt:completed', ({ attempt }) => {
       if (this.watched(attempt.stepId)) {
-        this.line(workerId, `completed ${this.label(attempt.stepId, attempt.stepLabel)} (token ${attempt.token})`);
+        this.line(
+          workerId,
+          `completed ${this.label(attempt.stepId, attempt.stepLabel)} (token ${attempt.token})`,
+        );
       }
     });
     e.on('attempt:failed', ({ attempt, failure, retry }) =>
@@ -81,7 +87,10 @@ export class Timeline {
           : reason === 'lease-lost'
             ? 'the database rejected its lease'
             : reason;
-      this.line(workerId, `signal fired for ${this.label(attempt.stepId, attempt.stepLabel)} (token ${attempt.token}): ${why}`);
+      this.line(
+        workerId,
+        `signal fired for ${this.label(attempt.stepId, attempt.stepLabel)} (token ${attempt.token}): ${why}`,
+      );
     });
     e.on('attempt:stale-rejected', ({ attempt, error }) =>
       this.line(
@@ -113,10 +122,16 @@ export class Timeline {
       }
     });
     provider.events.on('response:held', ({ idempotencyKey, chargeId }) =>
-      this.line('provider', `charged ${invoiceOf(idempotencyKey)} as ${chargeId} — and holds the answer (slow card network)`),
+      this.line(
+        'provider',
+        `charged ${invoiceOf(idempotencyKey)} as ${chargeId} — and holds the answer (slow card network)`,
+      ),
     );
     provider.events.on('response:released', ({ idempotencyKey, chargeId }) =>
-      this.line('provider', `finally answers the held request for ${invoiceOf(idempotencyKey)} (${chargeId})`),
+      this.line(
+        'provider',
+        `finally answers the held request for ${invoiceOf(idempotencyKey)} (${chargeId})`,
+      ),
     );
   }
 
@@ -166,11 +181,14 @@ export class Timeline {
       case 'ledger:refused': {
         const error = event.error;
         const where =
-          error instanceof LeaseLostError
-            ? `the database's fence matched nothing (${error.operation}: stale token ${error.staleToken}, current token ${error.currentToken ?? 'none'})`
-            : error instanceof AttemptAbortedError
-              ? `the worker refused it before sending any SQL: the attempt is already aborted (${error.reason})`
-              : `it failed: ${describeError(error)}`;
+          error instanceof LeaseLostError && error.operation === 'fenced-transaction'
+            ? `the database's fence matched nothing: stale token ${error.staleToken}, current token ${error.currentToken ?? 'none'}`
+            : error instanceof LeaseLostError
+              ? `the worker refused it before sending any SQL: the database had already rejected its ${error.operation} ` +
+                `(stale token ${error.staleToken}, current token ${error.currentToken ?? 'none'})`
+              : error instanceof AttemptAbortedError
+                ? `the worker refused it before sending any SQL: the attempt is already aborted (${error.reason})`
+                : `it failed: ${describeError(error)}`;
         this.line(by.workerId, `fenced write for ${invoiceNumber} REFUSED (token ${by.token}): ${where}`);
         return;
       }

@@ -28,81 +28,93 @@ function mulberry32(seed: number): () => number {
   };
 }
 
-
 /** Where customers are, the currency they are billed in, and how businesses there are named. */
-const REGIONS: readonly { currency: CurrencyCode; weight: number; stems: string[]; trades: string[]; forms: string[] }[] =
-  [
-    {
-      currency: 'USD',
-      weight: 28,
-      stems: ['Blue Ridge', 'Cascade', 'Harbor Point', 'Lone Star', 'Redwood', 'Prairie Wind', 'Brightwater'],
-      trades: ['Outfitters', 'Analytics', 'Logistics', 'Dental Group', 'Coffee Roasters', 'Software', 'Builders'],
-      forms: ['Inc.', 'LLC', 'Corp.', 'Co.'],
-    },
-    {
-      currency: 'EUR',
-      weight: 10,
-      stems: ['Müller', 'Schröder', 'Hoffmann', 'Nordlicht', 'Weißenberg'],
-      trades: ['Maschinenbau', 'Logistik', 'Feinkost', 'Elektrotechnik'],
-      forms: ['GmbH', 'KG', 'AG'],
-    },
-    {
-      currency: 'EUR',
-      weight: 8,
-      stems: ['Lefèvre', 'Moreau', 'Lumière', 'Durand & Fils'],
-      trades: ['Distribution', 'Transports', 'Conseil', 'Boulangerie'],
-      forms: ['SARL', 'SAS'],
-    },
-    {
-      currency: 'EUR',
-      weight: 6,
-      stems: ['Van der Berg', 'De Vries', 'Jansen', 'Bakker'],
-      trades: ['Bouwtechniek', 'Logistiek', 'Installatie'],
-      forms: ['B.V.'],
-    },
-    {
-      currency: 'EUR',
-      weight: 6,
-      stems: ['Ferrari', 'Bianchi', 'García Ortega', 'Navarro'],
-      trades: ['Ricambi', 'Arredamenti', 'Asesores', 'Construcciones'],
-      forms: ['S.r.l.', 'S.p.A.', 'S.L.'],
-    },
-    {
-      currency: 'GBP',
-      weight: 14,
-      stems: ['Ashworth', 'Pemberton', 'Whitcombe', "O'Neill", 'Harrow & Finch', 'Blackthorn'],
-      trades: ['Joinery', 'Haulage', 'Consulting', 'Bakery', 'Surveyors', 'Print Works'],
-      forms: ['Ltd', 'plc', 'LLP'],
-    },
-    {
-      currency: 'JPY',
-      weight: 10,
-      stems: ['Yamada', 'Suzuki', 'Ōsaka', 'Sakura', 'Takahashi', 'Kōbe'],
-      trades: ['Shōji', 'Seisakusho', 'Trading', 'Electronics', 'Foods'],
-      forms: ['K.K.', 'Co., Ltd.', 'G.K.'],
-    },
-    {
-      currency: 'CHF',
-      weight: 7,
-      stems: ['Zürcher', 'Bernina', 'Alpenblick', 'Rheintal', 'Léman'],
-      trades: ['Uhren', 'Treuhand', 'Präzisionstechnik', 'Käserei'],
-      forms: ['AG', 'GmbH', 'SA'],
-    },
-    {
-      currency: 'SEK',
-      weight: 7,
-      stems: ['Lindqvist', 'Björk', 'Nordström', 'Åkesson', 'Sjöberg'],
-      trades: ['Bygg', 'Konsult', 'Design', 'Transport', 'Snickeri'],
-      forms: ['AB', 'Handelsbolag'],
-    },
-    {
-      currency: 'KWD',
-      weight: 4,
-      stems: ['Al-Ghanim', 'Gulf Pearl', 'Al-Mutawa', 'Al-Shaya', 'Dasman'],
-      trades: ['General Trading', 'Contracting', 'Logistics', 'Marine Services'],
-      forms: ['Co. W.L.L.', 'K.S.C.C.'],
-    },
-  ];
+const REGIONS: readonly {
+  currency: CurrencyCode;
+  weight: number;
+  stems: string[];
+  trades: string[];
+  forms: string[];
+}[] = [
+  {
+    currency: 'USD',
+    weight: 28,
+    stems: ['Blue Ridge', 'Cascade', 'Harbor Point', 'Lone Star', 'Redwood', 'Prairie Wind', 'Brightwater'],
+    trades: [
+      'Outfitters',
+      'Analytics',
+      'Logistics',
+      'Dental Group',
+      'Coffee Roasters',
+      'Software',
+      'Builders',
+    ],
+    forms: ['Inc.', 'LLC', 'Corp.', 'Co.'],
+  },
+  {
+    currency: 'EUR',
+    weight: 10,
+    stems: ['Müller', 'Schröder', 'Hoffmann', 'Nordlicht', 'Weißenberg'],
+    trades: ['Maschinenbau', 'Logistik', 'Feinkost', 'Elektrotechnik'],
+    forms: ['GmbH', 'KG', 'AG'],
+  },
+  {
+    currency: 'EUR',
+    weight: 8,
+    stems: ['Lefèvre', 'Moreau', 'Lumière', 'Durand & Fils'],
+    trades: ['Distribution', 'Transports', 'Conseil', 'Boulangerie'],
+    forms: ['SARL', 'SAS'],
+  },
+  {
+    currency: 'EUR',
+    weight: 6,
+    stems: ['Van der Berg', 'De Vries', 'Jansen', 'Bakker'],
+    trades: ['Bouwtechniek', 'Logistiek', 'Installatie'],
+    forms: ['B.V.'],
+  },
+  {
+    currency: 'EUR',
+    weight: 6,
+    stems: ['Ferrari', 'Bianchi', 'García Ortega', 'Navarro'],
+    trades: ['Ricambi', 'Arredamenti', 'Asesores', 'Construcciones'],
+    forms: ['S.r.l.', 'S.p.A.', 'S.L.'],
+  },
+  {
+    currency: 'GBP',
+    weight: 14,
+    stems: ['Ashworth', 'Pemberton', 'Whitcombe', "O'Neill", 'Harrow & Finch', 'Blackthorn'],
+    trades: ['Joinery', 'Haulage', 'Consulting', 'Bakery', 'Surveyors', 'Print Works'],
+    forms: ['Ltd', 'plc', 'LLP'],
+  },
+  {
+    currency: 'JPY',
+    weight: 10,
+    stems: ['Yamada', 'Suzuki', 'Ōsaka', 'Sakura', 'Takahashi', 'Kōbe'],
+    trades: ['Shōji', 'Seisakusho', 'Trading', 'Electronics', 'Foods'],
+    forms: ['K.K.', 'Co., Ltd.', 'G.K.'],
+  },
+  {
+    currency: 'CHF',
+    weight: 7,
+    stems: ['Zürcher', 'Bernina', 'Alpenblick', 'Rheintal', 'Léman'],
+    trades: ['Uhren', 'Treuhand', 'Präzisionstechnik', 'Käserei'],
+    forms: ['AG', 'GmbH', 'SA'],
+  },
+  {
+    currency: 'SEK',
+    weight: 7,
+    stems: ['Lindqvist', 'Björk', 'Nordström', 'Åkesson', 'Sjöberg'],
+    trades: ['Bygg', 'Konsult', 'Design', 'Transport', 'Snickeri'],
+    forms: ['AB', 'Handelsbolag'],
+  },
+  {
+    currency: 'KWD',
+    weight: 4,
+    stems: ['Al-Ghanim', 'Gulf Pearl', 'Al-Mutawa', 'Al-Shaya', 'Dasman'],
+    trades: ['General Trading', 'Contracting', 'Logistics', 'Marine Services'],
+    forms: ['Co. W.L.L.', 'K.S.C.C.'],
+  },
+];
 
 /** The range of one invoice in major units of each currency (drawn log-uniformly). */
 const RANGE: Record<CurrencyCode, { min: number; max: number }> = {

@@ -1,0 +1,202 @@
+import { describe, expect, it } from 'vitest';
+import type { AttemptRow, EventRow, RunRow, StepRow } from '../index.js';
+import {
+  detectTerminal,
+  formatClock,
+  formatDuration,
+  paint,
+  redactUrl,
+  table,
+  truncate,
+  type Terminal,
+} from './format.js';
+import { formatRunsTable } from './runs-list.js';
+import { formatRunTimeline, type RunTimeline } from './timeline.js';
+
+const plain: Terminal = { color: false, width: 100 };
+const widthOf = (line: string) => [...line].length;
+
+describe('terminal detection', () => {
+  it('uses colours only on a TTY, never under NO_COLOR, and caps the width at 100 columns', () => {
+    expect(detectTerminal({ isTTY: false, columns: 300 }, {})).toEqual({ color: false, width: 100 });
+    expect(detectTerminal({ isTTY: true, columns: 300 }, {})).toEqual({ color: true, width: 100 });
+    expect(detectTerminal({ isTTY: true, columns: 72 }, { NO_COLOR: '1' })).toEqual({
+      color: false,
+      width: 72,
+    });
+    expect(paint(plain, 'red', 'failed')).toBe('failed');
+    expect(paint({ color: true, width: 100 }, 'red', 'failed')).toBe('\u001b[31mfailed\u001b[39m');
+  });
+});
+
+describe('text helpers', () => {
+  it('cuts text at the end or in the middle, marking the cut', () => {
+    expect(truncate('charge-the-card', 8)).toBe('charge-…');
+    expect(truncate('host-name:4242:ab12cd34', 11, 'middle')).toBe('host-…2cd34');
+    expect(truncate('short', 8)).toBe('short');
+  });
+
+  it('writes durations with their unit', () => {
+    expect([850, 12_345, 245_000, 7_380_000, 273_600_000, null].map(formatDuration)).toEqual([
+      '850ms',
+      '12.3s',
+      '4m05s',
+      '2h03m',
+      '3d04h',
+      '—',
+    ]);
+  });
+
+  it('shows the date of a timeline timestamp only when it differs from the reference day', () => {
+    expect(formatClock('2025-06-01T12:00:01.250Z', '2025-06-01T11:59:00.000Z')).toBe('12:00:01.250');
+    expect(formatClock('2025-06-02T00:00:01.250Z', '2025-06-01T11:59:00.000Z')).toBe(
+      '2025-06-02 00:00:01.250',
+    );
+  });
+
+  it('removes the password from a connection URL', () => {
+    expect(redactUrl('postgres://app:s3cret@db:5432/prod')).toBe('postgres://app:***@db:5432/prod');
+  });
+});
+
+describe('table', () => {
+  it('narrows the widest shrinkable column to fit, and never the fixed ones', () => {
+    const lines = table(
+      { color: false, width: 40 },
+      [
+        { header: 'ID' },
+        { header: 'WORKER', shrink: 'middle', minWidth: 8 },
+        { header: 'N', align: 'right' },
+      ],
+      [['a1', 'a-very-long-worker-name:12345:abcdef12', '7'], { note: 'a note under the row' }],
+    );
+    expect(lines).toHaveLength(3);
+    expect(lines[0]).toMatch(/^ID {2}WORKER {27} {2}N$/);
+    expect(lines[1]).toBe('a1  a-very-long-work…e:12345:abcdef12  7');
+    expect(lines[2]).toBe('    a note under the row');
+    expect(lines.every((l) => widthOf(l) <= 40)).toBe(true);
+  });
+});
+
+const run: RunRow = {
+  id: '7d1c2b9e-0c1f-4d53-9a55-2f7d0e7b6a10',
+  kind: 'workflow',
+  name: 'settle-invoices-for-a-very-long-customer-name',
+  status: 'completed',
+  input: { invoice: 'inv-1' },
+  output: { ok: true },
+  error: null,
+  idempotency_key: 'batch-42',
+  queue: 'default',
+  priority: 0,
+  cancel_reason: null,
+  created_at: '2025-06-01T12:00:00.000Z',
+  started_at: '2025-06-01T12:00:00.100Z',
+  finished_at: '2025-06-01T12:01:01.300Z',
+};
+
+const step: StepRow = {
+  id: 'a0000000-0000-0000-0000-000000000001',
+  seq: 0,
+  kind: 'activity',
+  name: 'charge',
+  status: 'completed',
+  attempt: 2,
+  epoch: 2,
+  token: '9000000000000057',
+  output: {},
+  error: null,
+  next_run_at: null,
+  lease_expires_at: null,
+};
+
+const attempt = (over: Partial<AttemptRow>): AttemptRow => ({
+  step_id: step.id,
+  kind: 'activity',
+  attempt: 1,
+  epoch: 1,
+  token: '9000000000000041',
+  worker_id: 'a-rather-long-host-name.internal.example.com:41234:ab12cd34',
+  claimed_at: '2025-06-01T12:00:00.200Z',
+  ended_at: '2025-06-01T12:01:00.200Z',
+  outcome: 'lease_expired',
+  duration_ms: 60_000,
+  ...over,
+});
+
+const staleEvent: EventRow = {
+  id: '9',
+  step_id: step.id,
+  type: 'attempt:stale-rejected',
+  attempt: 1,
+  epoch: 1,
+  token: '9000000000000041',
+  worker_id: 'a-rather-long-host-name.internal.example.com:41234:ab12cd34',
+  data: {
+    operation: 'complete',
+    staleToken: '9000000000000041',
+    currentToken: '9000000000000057',
+    reason: 'superseded',
+  },
+  at: '2025-06-01T12:01:01.000Z',
+};
+
+const timeline: RunTimeline = {
+  run,
+  steps: [
+    {
+      ...step,
+      attempts: [
+        attempt({}),
+        attempt({
+          attempt: 2,
+          epoch: 2,
+          token: '9000000000000057',
+          worker_id: 'w2',
+          outcome: 'completed',
+          duration_ms: 12,
+        }),
+      ],
+    },
+  ],
+  turns: [
+    attempt({ step_id: null, kind: 'turn', token: '9000000000000040', outcome: 'completed', duration_ms: 3 }),
+  ],
+  events: [staleEvent],
+};
+
+describe('runs show timeline', () => {
+  const lines = formatRunTimeline(plain, timeline, { nowIso: '2025-06-01T13:00:00.000Z', events: true });
+
+  it('lists every attempt, turns included, in token order, within 100 columns', () => {
+    const rows = lines.filter((l) => /^ {2}(turn|charge#0)\s/.test(l));
+    expect(rows.map((r) => r.trim().split(/\s+/).slice(0, 4))).toEqual([
+      ['turn', '1', '1', '9000000000000040'],
+      ['charge#0', '1', '1', '9000000000000041'],
+      ['charge#0', '2', '2', '9000000000000057'],
+    ]);
+    expect(rows[1]).toMatch(/a-rather-.*….*ab12cd34\s+lease_expired\s+12:00:00\.200\s+1m00s$/);
+    for (const line of lines) expect(widthOf(line), line).toBeLessThanOrEqual(100);
+  });
+
+  it('names the stale and the current token of every rejected write', () => {
+    const at = lines.indexOf('REJECTED STALE WRITES (1)');
+    expect(lines.slice(at + 1, at + 3)).toEqual([
+      '  12:01:01.000  charge#0  complete rejected (superseded)',
+      '                          stale token 9000000000000041 · current token 9000000000000057 · epoch 1 ·…',
+    ]);
+    expect(lines.find((l) => l.includes('attempt:stale-rejected'))).toBe(
+      '  12:01:01.000  attempt:stale-rejected  charge#0  stale 9000000000000041 → current 9000000000000057…',
+    );
+  });
+});
+
+describe('runs list table', () => {
+  it('prints the full run id and fits 100 columns even with a long name', () => {
+    const lines = formatRunsTable(plain, [run], '2025-06-01T13:00:00.000Z');
+    expect(lines[1]).toMatch(
+      /^7d1c2b9e-0c1f-4d53-9a55-2f7d0e7b6a10 {2}completed {2}wf {4}settle-.*… {2}2025-06-01 12:00:00 +1m01s$/,
+    );
+    for (const line of lines) expect(widthOf(line)).toBeLessThanOrEqual(100);
+  });
+});
