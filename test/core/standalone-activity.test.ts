@@ -7,8 +7,8 @@ const double = defineActivity({
   name: 'double',
   input: z.object({ n: z.number().int() }),
   output: z.object({ n: z.number().int() }),
-  async run(input) {
-    return { n: input.n * 2 };
+  run(input) {
+    return Promise.resolve({ n: input.n * 2 });
   },
 });
 
