@@ -43,6 +43,30 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(await engine.client.list()).toEqual([]);
     });
 
+    it('refuses a per-run lease shorter than the activity lease its workers heartbeat for, storing nothing', async () => {
+      const bill = defineActivity({
+        name: 'bill',
+        input: invoice,
+        output: z.object({}),
+        leaseMs: '30s',
+        run() {
+          return Promise.resolve({});
+        },
+      });
+      const engine = await target.engine();
+      const outcome = await settle(
+        engine.client.enqueue(bill, { invoiceId: 'inv-3', lines: [] }, { leaseMs: '3s' }),
+      );
+      const error = (outcome as { error: unknown }).error as InvalidOptionsError;
+      expect(error).toBeInstanceOf(InvalidOptionsError);
+      expect(error.issues).toEqual([
+        { path: 'leaseMs', message: expect.stringContaining('≥ the activity') as unknown },
+      ]);
+      expect(await engine.client.list()).toEqual([]);
+      const longer = await engine.client.enqueue(bill, { invoiceId: 'inv-4', lines: [] }, { leaseMs: '60s' });
+      expect((await stepOf(engine, longer.runId)).lease_ms).toBe(60_000);
+    });
+
     it('refuses bad enqueue options with an InvalidOptionsError naming the option', async () => {
       const bill = defineActivity({
         name: 'bill',

@@ -265,7 +265,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         input: num,
         output: num,
         retry: { maximumAttempts: 1 },
-        leaseMs: '30s',
+        leaseMs: '4s',
         startToCloseTimeoutMs: '10m',
         run({ n }, ctx) {
           calls++;
@@ -280,7 +280,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         async run(input, ctx) {
           return ctx.run(flaky, input, {
             retry: { maximumAttempts: 3, initialIntervalMs: 5, backoffCoefficient: 1, jitter: 0 },
-            leaseMs: '4s',
+            leaseMs: '30s',
             startToCloseTimeoutMs: '20s',
             queue: 'side-queue',
           });
@@ -299,7 +299,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const [step] = await stepsOf(engine, handle.runId);
       expect(step).toMatchObject({
         queue: 'side-queue',
-        lease_ms: 4_000,
+        lease_ms: 30_000,
         start_to_close_timeout_ms: 20_000,
         attempt: 3,
         epoch: 3,

@@ -15,6 +15,7 @@ import {
 import type { Database } from '../db/database.js';
 import type { NotificationHub } from '../db/notification-hub.js';
 import { withInfraRetry } from '../infra-retry.js';
+import { shorterLeaseMessage } from '../lease-override.js';
 import { insertStandaloneRun } from '../queries/insert-standalone-run.js';
 import { listRuns, readRun, type ListRunsFilter, type RunRow } from '../queries/read-run.js';
 import { insertWorkflowRun } from '../queries/insert-workflow-run.js';
@@ -104,6 +105,11 @@ export class Client {
     const o = parsed.data;
     const value = validate(activity.input, input, `input of activity ${activity.name}`);
     const retryPolicy = mergeRetryPolicy(activity.retry, options.retry, `enqueue retry of ${activity.name}`);
+    if (o.leaseMs !== undefined && o.leaseMs < activity.leaseMs) {
+      throw new InvalidOptionsError(`enqueue options of ${activity.name}`, [
+        { path: 'leaseMs', message: shorterLeaseMessage(activity.leaseMs, o.leaseMs) },
+      ]);
+    }
     const runId = randomUUID();
     const { runId: id } = await withInfraRetry(() =>
       insertStandaloneRun(this.db, this.names, {

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import {
   ActivityFailure,
   CancelledFailure,
+  InvalidOptionsError,
   NonDeterminismError,
   PalisadeError,
   mergeRetryPolicy,
@@ -17,6 +18,7 @@ import {
   type WorkflowDefinition,
   type WorkflowInfo,
 } from '@palisade/sdk';
+import { shorterLeaseMessage } from '../lease-override.js';
 import type { HistoryStepRow } from '../queries/claim-turns.js';
 import { trackNonDurable, type NonDurableSink } from './non-durable-await.js';
 
@@ -88,6 +90,18 @@ interface Deferred {
 }
 
 const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
+
+/** A per-call lease may lengthen the activity's lease, never shorten it (see {@link shorterLeaseMessage}). */
+function overrideLease(activity: ActivityDefinition, leaseMs: Duration | undefined): number {
+  if (leaseMs === undefined) return activity.leaseMs;
+  const ms = toMs(leaseMs, `leaseMs of ctx.run(${activity.name})`);
+  if (ms < activity.leaseMs) {
+    throw new InvalidOptionsError(`ctx.run options of ${activity.name}`, [
+      { path: 'leaseMs', message: shorterLeaseMessage(activity.leaseMs, ms) },
+    ]);
+  }
+  return ms;
+}
 
 function macrotask(): Promise<void> {
   return new Promise((resolve) => setImmediate(resolve));
@@ -203,7 +217,7 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
         queue: options.queue ?? activity.queue,
         priority: options.priority ?? turn.priority,
         retryPolicy: mergeRetryPolicy(activity.retry, options.retry, `retry of ${activity.name}`),
-        leaseMs: options.leaseMs !== undefined ? toMs(options.leaseMs, 'leaseMs') : activity.leaseMs,
+        leaseMs: overrideLease(activity, options.leaseMs),
         startToCloseTimeoutMs:
           options.startToCloseTimeoutMs !== undefined
             ? toMs(options.startToCloseTimeoutMs, 'startToCloseTimeoutMs')
