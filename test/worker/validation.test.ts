@@ -1,3 +1,4 @@
+import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { InvalidOptionsError, RunFailedError, ValidationError, defineActivity } from '@palisade/sdk';
@@ -64,7 +65,10 @@ for (const driver of ['postgres', 'pglite'] as const) {
       ]);
       expect(await engine.client.list()).toEqual([]);
       const longer = await engine.client.enqueue(bill, { invoiceId: 'inv-4', lines: [] }, { leaseMs: '60s' });
-      expect((await stepOf(engine, longer.runId)).lease_ms).toBe(60_000);
+      const [step] = await engine.database.rows<{ lease_ms: number }>(
+        sql`SELECT lease_ms FROM ${engine.names.steps} WHERE run_id = ${longer.runId}::uuid`,
+      );
+      expect(step?.lease_ms).toBe(60_000);
     });
 
     it('refuses bad enqueue options with an InvalidOptionsError naming the option', async () => {
