@@ -10,6 +10,9 @@ export default defineConfig({
     root: fileURLToPath(new URL('.', import.meta.url)),
     include: ['**/*.test.ts'],
     globalSetup: ['./support/global-setup.ts'],
+    // Most files wait on the database, worker processes or real leases rather than on the CPU: three files at
+    // a time on two cores keeps CI well inside its budget.
+    maxWorkers: 3,
     testTimeout: 60_000,
     hookTimeout: 120_000,
   },
