@@ -6,9 +6,10 @@
 const PRINT_WIDTH = 110;
 const INDENT = '  ';
 
-type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+type Primitive = null | boolean | number | string;
+type Json = Primitive | Json[] | { [key: string]: Json };
 
-function isPrimitive(value: Json): boolean {
+function isPrimitive(value: Json): value is Primitive {
   return value === null || typeof value !== 'object';
 }
 

@@ -73,6 +73,7 @@ export interface StepState {
   output: unknown;
   error: { type: string; message: string; nonRetryable: boolean; details?: unknown } | null;
   heartbeat_details: unknown;
+  lease_ms: number;
   /** DB-clock epoch ms. */
   next_run_at_ms: number | null;
   lease_expires_at_ms: number | null;
@@ -83,7 +84,7 @@ export interface StepState {
 export async function stepOf(engine: Engine, runId: string): Promise<StepState> {
   const n = engine.names;
   const rows = await engine.database.rows<StepState>(sql`
-    SELECT id::text, status, attempt, epoch, fencing_token::text AS token, output, error, heartbeat_details,
+    SELECT id::text, status, attempt, epoch, fencing_token::text AS token, output, error, heartbeat_details, lease_ms,
            (extract(epoch FROM next_run_at) * 1000)::float8 AS next_run_at_ms,
            (extract(epoch FROM lease_expires_at) * 1000)::float8 AS lease_expires_at_ms,
            (extract(epoch FROM last_heartbeat_at) * 1000)::float8 AS last_heartbeat_at_ms

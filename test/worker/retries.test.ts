@@ -262,9 +262,12 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const decisions: boolean[] = [];
       worker.events.on('attempt:failed', ({ retry }) => decisions.push(retry));
       await worker.start();
+      // result() may wake (on the run's NOTIFY) before the worker has announced its own write: wait for both.
+      const lastFailure = workerEvent(worker, 'attempt:failed', ({ retry }) => !retry);
 
       const handle = await engine.client.enqueue(down, {});
       const outcome = await settle(handle.result({ timeoutMs: 10_000 }));
+      await lastFailure;
       const error = (outcome as { error: unknown }).error;
       expect(error).toBeInstanceOf(RunFailedError);
       expect(error).toMatchObject({

@@ -75,10 +75,13 @@ export const INVOICE_SETTLEMENT_DEMO = Object.freeze({
   /** The invoice whose first charge stalls. */
   stalledInvoice: 'INV-2026-00005',
   chargeWorkers: Object.freeze(['worker-1', 'worker-2']),
-  /** Charge attempts each worker runs at once. */
-  concurrency: 4,
-  /** Charges the workflow keeps in flight. */
-  parallelism: 8,
+  /**
+   * Charge attempts each worker runs at once: one, so that when a worker stalls nothing else of it is caught half-way
+   * (see `StallFault`), and the stall shows alone.
+   */
+  concurrency: 1,
+  /** Charges the workflow keeps scheduled at once (two running, two waiting for a free worker). */
+  parallelism: 4,
   /**
    * Lease of every attempt (ms); the worker heartbeats every third of it and gives a lease up locally a safety margin
    * (1 s) before it ends. Short, so the stall takes seconds; not the 3 s minimum, so a busy machine does not lose
@@ -191,8 +194,8 @@ export async function runInvoiceSettlementDemo(
     timeline.line(
       'setup',
       `${database === 'postgres' ? 'PostgreSQL' : 'embedded PGlite'}, schemas ${schema} (engine), ${appSchema} ` +
-        `(invoices, ledger), ${providerSchema} (provider at ${provider.url}); ${chargeWorkers.length} charge workers × ` +
-        `${demo.concurrency} slots, each with its own database link; lease ${demo.leaseMs} ms, heartbeat every ` +
+        `(invoices, ledger), ${providerSchema} (provider at ${provider.url}); ${chargeWorkers.length} charge workers, ` +
+        `${demo.concurrency} attempt at a time, each with its own database link; lease ${demo.leaseMs} ms, heartbeat every ` +
         `${Math.floor(demo.leaseMs / 3)} ms; the first charge of ${demo.stalledInvoice} will stall`,
     );
 

@@ -40,13 +40,18 @@ export interface StallFaultOptions {
 }
 
 /**
- * The demo's one fault. The first charge request for the chosen invoice reaches the provider, which commits the
- * charge and holds its answer (a slow card network); at that moment the requesting worker's database link is cut
- * (as if its process were paused, or its network partitioned). Its activity keeps waiting on the provider, its
+ * The demo's one fault. As the first attempt at the chosen invoice starts, its worker stalls: its database link is
+ * cut (as if its process were paused, or its network partitioned), and the provider, which commits the charge
+ * request as usual, holds its answer (a slow card network). The activity keeps waiting on the provider, its
  * heartbeats cannot get through, its lease runs out by the database clock, and the other worker reclaims the step,
  * charges with the same idempotency key (the provider replays the same charge) and commits the ledger entry. Then
- * the link heals and the provider finally answers the stalled request: the old attempt wakes up and tries to write
- * its ledger entry through `ctx.fencedTransaction` — which must be refused.
+ * the link heals and the provider finally answers: the old attempt wakes up and tries to write its ledger entry
+ * through `ctx.fencedTransaction` — which must be refused.
+ *
+ * The link is cut at the attempt's start, before its lease could be lost any other way (a busy machine can delay
+ * heartbeats too), and the charge workers run one attempt at a time, so the cut never catches a transaction open:
+ * the server would end such a session (`idle_in_transaction_session_timeout`), and postgres.js 3.4.9 then crashes
+ * the process when the link heals (porsager/postgres#1154, #1208) — a fault of its own, not the one shown here.
  */
 export class StallFault {
   record: StallRecord | undefined;
@@ -54,34 +59,22 @@ export class StallFault {
   readonly settled: Promise<void>;
   private settle!: () => void;
   private readonly hold: HeldResponse;
-  private firstStart: { workerId: string; token: bigint; epoch: number; stepId: string } | undefined;
-  /** Fenced transactions each worker may have open (from a charge's answer to its ledger write's end). */
-  private readonly openWrites = new Map<string, number>();
-  private cutPending = false;
-  private cutDone = false;
   private readonly timers: NodeJS.Timeout[] = [];
 
   constructor(private readonly options: StallFaultOptions) {
     this.settled = new Promise<void>((resolve) => (this.settle = resolve));
     this.hold = options.provider.holdFirstResponse(options.idempotencyKey);
-    void this.hold.reached.then(() => this.requestCut());
   }
 
   /** Give every charge activity event to this (after the timeline). */
   readonly onActivityEvent = (event: InvoiceActivityEvent): void => {
-    const { by } = event;
-    const open = this.openWrites.get(by.workerId) ?? 0;
-    if (event.type === 'charge:answered') this.openWrites.set(by.workerId, open + 1);
-    if (event.type === 'ledger:written' || event.type === 'ledger:refused') {
-      this.openWrites.set(by.workerId, Math.max(0, open - 1));
-      if (this.cutPending && open <= 1 && by.workerId === this.firstStart?.workerId) this.cut();
-    }
     if (event.invoiceNumber !== this.options.invoiceNumber) return;
+    const { by } = event;
+    const r = this.record;
     if (event.type === 'charge:started') {
-      this.firstStart ??= { workerId: by.workerId, token: by.token, epoch: by.epoch, stepId: by.stepId };
+      if (!r) this.cut(by);
       return;
     }
-    const r = this.record;
     if (!r) return;
     const stale = by.token === r.staleToken;
     if (event.type === 'ledger:written' && !stale && !r.takeover) {
@@ -102,48 +95,29 @@ export class StallFault {
     }
   };
 
-  /**
-   * Cut the link at the first moment the worker has no fenced transaction open. A cut in the middle of one would
-   * leave the server holding its locks until `idle_in_transaction_session_timeout` ends the session — safe, but
-   * postgres.js 3.4.9 then crashes the process when the link heals (a write scheduled on the closed connection:
-   * porsager/postgres#1154, #1208), which is a fault of its own and not the one this demo is about.
-   */
-  private requestCut(): void {
-    const worker = this.firstStart?.workerId;
-    if (worker === undefined || (this.openWrites.get(worker) ?? 0) === 0) return this.cut();
-    this.cutPending = true;
-    // Fenced transactions take milliseconds; if none ever ends, cut anyway rather than never.
-    this.timers.push(setTimeout(() => this.cut(), 10_000));
-  }
-
-  private cut(): void {
-    if (this.cutDone) return;
-    this.cutDone = true;
-    this.cutPending = false;
-    const first = this.firstStart;
-    const link = first && this.options.links.get(first.workerId);
-    if (!first || !link) {
-      this.options.timeline.line(
-        'FAULT',
-        `no link for the worker charging ${this.options.invoiceNumber}; not stalling it`,
-      );
-      this.hold.release();
-      return;
-    }
-    link.partition();
+  private cut(by: { workerId: string; stepId: string; token: bigint; epoch: number }): void {
     this.record = {
       invoiceNumber: this.options.invoiceNumber,
-      stepId: first.stepId,
-      staleWorker: first.workerId,
-      staleToken: first.token,
-      staleEpoch: first.epoch,
+      stepId: by.stepId,
+      staleWorker: by.workerId,
+      staleToken: by.token,
+      staleEpoch: by.epoch,
       partitionedAtMs: this.options.timeline.elapsedMs(),
     };
-    this.options.timeline.line(
-      'FAULT',
-      `${first.workerId} stalls: its database link is cut while its request for ${this.options.invoiceNumber} ` +
-        `(token ${first.token}) waits on the provider; it cannot renew its lease, and does not know it`,
-    );
+    const link = this.options.links.get(by.workerId);
+    if (!link) {
+      this.options.timeline.line(
+        'FAULT',
+        `${by.workerId} has no database link to cut; the provider still holds its answer`,
+      );
+    } else {
+      link.partition();
+      this.options.timeline.line(
+        'FAULT',
+        `${by.workerId} stalls on ${this.options.invoiceNumber} (token ${by.token}): its database link is cut as its ` +
+          'charge request leaves for the provider; it cannot renew its lease, and does not know it',
+      );
+    }
     this.timers.push(setTimeout(() => this.wake(), this.options.maxStallMs ?? 30_000));
   }
 
