@@ -44,15 +44,19 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('keeps tokens and epochs growing across manual retries of a failed run', async () => {
       const engine = await target.engine();
-      const worker = engine.worker({ activities: [alwaysFails], pollIntervalMs: 50 });
+      let worker = engine.worker({ activities: [alwaysFails], pollIntervalMs: 50 });
       await worker.start();
       const run = await engine.client.enqueue(alwaysFails, {});
       expect(await resultError(engine, run.runId)).toBeInstanceOf(RunFailedError);
 
       for (let retry = 1; retry <= 3; retry++) {
         const failed = await stepOfRun(engine, run.runId);
+        // No worker while the reset is read, or it may already have claimed the step again.
+        await worker.stop({ graceMs: 0 });
         await engine.client.retry(run.runId);
         const reset = await stepOfRun(engine, run.runId);
+        worker = engine.worker({ activities: [alwaysFails], pollIntervalMs: 50 });
+        await worker.start();
         // A retry resets the retry budget, never the token or the epoch.
         expect([reset.status, reset.attempt, reset.epoch, reset.token]).toEqual([
           'scheduled',
