@@ -39,6 +39,12 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await worker.start();
       const handle = await engine.client.start(chain, { n: 1 });
       await expect(handle.result({ timeoutMs: 15_000 })).resolves.toEqual({ total: 211 });
+      // result() wakes on the NOTIFY of the commit, which can arrive before the worker reports that commit.
+      await until(
+        [worker],
+        () => turns.some((t) => t.runId === handle.runId && t.outcome === 'completed'),
+        'the last turn',
+      );
 
       // Every completed step was replayed by every later turn, yet each activity ran exactly once.
       expect(executions).toEqual([1, 20, 210]);
