@@ -13,7 +13,7 @@ export default defineConfig({
     // Most files wait on the database, worker processes or real leases rather than on the CPU: three files at
     // a time on two cores keeps CI well inside its budget.
     maxWorkers: 3,
-    testTimeout: 60_000,
+    testTimeout: 180_000,
     hookTimeout: 120_000,
   },
 });

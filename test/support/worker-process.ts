@@ -221,7 +221,7 @@ export async function spawnWorkerProcess(
   };
 
   try {
-    await waitFor('process:ready', undefined, { timeoutMs: options.readyTimeoutMs ?? 30_000 });
+    await waitFor('process:ready', undefined, { timeoutMs: options.readyTimeoutMs ?? 120_000 });
   } catch (error) {
     child.kill('SIGKILL');
     throw error;
