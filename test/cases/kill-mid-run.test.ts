@@ -1,0 +1,239 @@
+/**
+ * Issue 3: a worker process killed in the middle of a run — mid-activity, mid-turn, mid-sleep — and the run
+ * finishes on another worker with no completed step executed again.
+ *
+ * The run is `steps-with-sleep` (test/fixtures/activities.ts): step A → sleep → step B → step C, each step a
+ * `record-step` whose attempts each write one `executions` row, fenced, when they start. W1 and W2 are separate
+ * worker processes on one database; W1 runs the run alone until the fault point, then W2 starts serving and W1
+ * is SIGKILLed and never comes back. Fault points, each announced by the code that reached it (no timing
+ * guesses): (a) B's first attempt is holding, its lease live; (b) the workflow turn that has seen B's result
+ * BLOCKs its event loop before it schedules C (`ctx.info.turnAttempt` 4, so W2's replay does not block);
+ * (c) the run is asleep (its timer is pending, nothing holds a lease).
+ */
+import { describe, expect, it } from 'vitest';
+import { fixtureActivities, fixtureWorkflows } from '../fixtures/activities.js';
+import type { FixtureTimings, WorkerProcessConfig } from '../fixtures/worker-protocol.js';
+import { useEngineTarget } from '../support/engine.js';
+import { useFaultCase, waitUntil, type FaultCase } from '../support/fault-case.js';
+import { runRecords, type RunAttempt, type RunRecords } from '../support/run-records.js';
+import { useWorkerProcesses, type WorkerProcess } from '../support/worker-process.js';
+
+const timings: FixtureTimings = {
+  leaseMs: 2_000,
+  // The reclaim backoff after an expiry is the retry interval: short, no jitter.
+  retry: { maximumAttempts: 3, initialIntervalMs: 100, jitter: 0 },
+};
+const TURN_LEASE_MS = 2_000;
+const HEARTBEAT_MS = 500;
+const POLL_MS = 200;
+/** Long enough that the fault, not the end of the hold or block, ends it. */
+const FOREVER_MS = 60_000;
+/** Turns of a `steps-with-sleep` run up to the one that has seen B's result: A, the sleep, B, then C. */
+const TURN_AFTER_B = 4;
+
+type StepResult = { step: string; token: string; workerId: string };
+
+describe('issue 3: a worker killed mid-run; the run finishes on another worker', () => {
+  const target = useEngineTarget('postgres');
+  const workers = useWorkerProcesses();
+  const faults = useFaultCase(target);
+  const { stepsWithSleep } = fixtureWorkflows(fixtureActivities(timings));
+
+  const config = (c: FaultCase, workerId: string, deferStart = false): WorkerProcessConfig => ({
+    databaseUrl: c.databaseUrl,
+    schema: c.schema,
+    workerId,
+    timings,
+    heartbeatIntervalMs: HEARTBEAT_MS,
+    heartbeatTimeoutMs: HEARTBEAT_MS,
+    pollIntervalMs: POLL_MS,
+    turnLeaseMs: TURN_LEASE_MS,
+    deferStart,
+  });
+
+  async function setUp(): Promise<{ c: FaultCase; db: RunRecords; w1: WorkerProcess; w2: WorkerProcess }> {
+    const c = await faults.setUp();
+    const [w1, w2] = await Promise.all([
+      workers.spawn(config(c, 'w1')),
+      workers.spawn(config(c, 'w2', true)),
+    ]);
+    return { c, db: runRecords(c.sql, c.schema), w1, w2 };
+  }
+
+  /** W2 starts serving while W1 is still alive at its fault point; then W1 is SIGKILLed. @returns DB time of the kill. */
+  async function killW1(db: RunRecords, w1: WorkerProcess, w2: WorkerProcess): Promise<number> {
+    await w2.start();
+    expect(w1.kill('SIGKILL')).toBe(true);
+    expect(await w1.exited).toMatchObject({ signal: 'SIGKILL' });
+    return db.nowMs();
+  }
+
+  /**
+   * What every case must end with: the output holds each step's result from the attempt that completed it;
+   * each step that completed before the kill has exactly one `executions` row (under the token its result
+   * carries); the killed step (if any) has one row per attempt; every claim ended; tokens grow in claim order.
+   */
+  async function expectFinishedWithoutReexecution(
+    db: RunRecords,
+    runId: string,
+    output: StepResult[],
+    expected: { A: string; B: string; C: string },
+  ): Promise<RunAttempt[]> {
+    expect(output.map((r) => [r.step, r.workerId])).toEqual([
+      ['A', expected.A],
+      ['B', expected.B],
+      ['C', expected.C],
+    ]);
+    const steps = await db.steps(runId);
+    expect(steps.map((s) => [s.seq, s.kind, s.label, s.status])).toEqual([
+      [0, 'activity', 'A', 'completed'],
+      [1, 'timer', null, 'completed'],
+      [2, 'activity', 'B', 'completed'],
+      [3, 'activity', 'C', 'completed'],
+    ]);
+    // Each recorded result is the one its completing attempt returned.
+    for (const s of steps.filter((x) => x.kind === 'activity')) {
+      expect(output.find((r) => r.step === s.label)).toMatchObject({ token: s.token, workerId: s.worker_id });
+    }
+    const executions = await db.executions(runId);
+    for (const s of steps.filter((x) => x.kind === 'activity')) {
+      const rows = executions.filter((e) => e.step_id === s.id);
+      // The last execution is the attempt that completed the step; earlier ones (only for a killed step) ran
+      // under older tokens.
+      expect(rows.at(-1)).toMatchObject({ label: s.label, token: s.token, worker_id: s.worker_id });
+      expect(rows).toHaveLength(s.attempt);
+    }
+    const attempts = await db.attempts(runId);
+    expect(attempts.filter((a) => a.outcome === null)).toEqual([]);
+    const tokens = attempts.map((a) => BigInt(a.token));
+    for (let i = 1; i < tokens.length; i++) expect(tokens[i]).toBeGreaterThan(tokens[i - 1] as bigint);
+    return attempts;
+  }
+
+  it('(a) mid-activity: W2 reclaims the killed attempt after its lease expired (attempt 2); A and C run once', async () => {
+    const { c, db, w1, w2 } = await setUp();
+    const handle = await c.engine.client.start(stepsWithSleep, {
+      sleepMs: 500,
+      after: ['B', 'C'],
+      hold: { step: 'B', ms: FOREVER_MS, onEpoch: 1 },
+    });
+    const runId = handle.runId;
+    const holding = await w1.waitFor('fixture:holding', (m) => m.attempt.runId === runId);
+    expect(holding.step).toBe('B');
+    const killedAtMs = await killW1(db, w1, w2);
+
+    const output = await handle.result({ timeoutMs: 30_000 });
+    const attempts = await expectFinishedWithoutReexecution(db, runId, output, { A: 'w1', B: 'w2', C: 'w2' });
+
+    const b = attempts.filter((a) => a.label === 'B');
+    expect(b.map((a) => [a.attempt, a.epoch, a.worker_id, a.outcome])).toEqual([
+      [1, 1, 'w1', 'lease_expired'],
+      [2, 2, 'w2', 'completed'],
+    ]);
+    const [b1, b2] = b as [RunAttempt, RunAttempt];
+    expect(b1.token).toBe(holding.attempt.token);
+    // Attempt 1's lease (its end, for an expired attempt) outlived the kill, and attempt 2 came only after it.
+    expect(b1.ended_at_ms).toBeGreaterThan(killedAtMs);
+    expect(b2.claimed_at_ms).toBeGreaterThanOrEqual(b1.ended_at_ms ?? Infinity);
+    expect(
+      (await db.executions(runId)).filter((e) => e.label === 'B').map((e) => [e.token, e.worker_id]),
+    ).toEqual([
+      [b1.token, 'w1'],
+      [b2.token, 'w2'],
+    ]);
+    // W1 died before the outcome of B; every other attempt ran once.
+    expect(w1.all('attempt:completed', (m) => m.attempt.token === b1.token)).toEqual([]);
+    expect(attempts.filter((a) => a.kind === 'activity' && a.label !== 'B').map((a) => a.attempt)).toEqual([
+      1, 1,
+    ]);
+  });
+
+  it('(b) mid-turn: W2 replays the killed turn after its lease expired and schedules C; A and B run once', async () => {
+    const { c, db, w1, w2 } = await setUp();
+    const handle = await c.engine.client.start(stepsWithSleep, {
+      sleepMs: 500,
+      after: ['B', 'C'],
+      blockTurn: { turnAttempt: TURN_AFTER_B, ms: FOREVER_MS },
+    });
+    const runId = handle.runId;
+    const blocking = await w1.waitFor('fixture:turn-blocking', (m) => m.runId === runId);
+    expect(blocking.turnAttempt).toBe(TURN_AFTER_B);
+    // The turn holds its lease and has committed nothing: C does not exist yet.
+    const [run] = await c.sql.unsafe<{ turn_worker_id: string; turn_attempt: number; leased: boolean }[]>(
+      `SELECT turn_worker_id, turn_attempt, turn_lease_expires_at > "${c.schema}".now() AS leased
+         FROM "${c.schema}".runs WHERE id = $1`,
+      [runId],
+    );
+    expect(run).toEqual({ turn_worker_id: 'w1', turn_attempt: TURN_AFTER_B, leased: true });
+    expect((await db.steps(runId)).map((s) => s.label ?? s.kind)).toEqual(['A', 'timer', 'B']);
+    const killedAtMs = await killW1(db, w1, w2);
+
+    const output = await handle.result({ timeoutMs: 30_000 });
+    const attempts = await expectFinishedWithoutReexecution(db, runId, output, { A: 'w1', B: 'w1', C: 'w2' });
+    expect(attempts.filter((a) => a.kind === 'activity').map((a) => [a.label, a.attempt])).toEqual([
+      ['A', 1],
+      ['B', 1],
+      ['C', 1],
+    ]);
+
+    const turns = attempts.filter((a) => a.kind === 'turn');
+    expect(turns.map((t) => [t.attempt, t.worker_id, t.outcome])).toEqual([
+      [1, 'w1', 'completed'],
+      [2, 'w1', 'completed'],
+      [3, 'w1', 'completed'],
+      [TURN_AFTER_B, 'w1', 'lease_expired'],
+      [TURN_AFTER_B + 1, 'w2', 'completed'],
+      [TURN_AFTER_B + 2, 'w2', 'completed'],
+    ]);
+    const killed = turns[TURN_AFTER_B - 1] as RunAttempt;
+    const replay = turns[TURN_AFTER_B] as RunAttempt;
+    // The killed turn's lease ran from its claim for TURN_LEASE_MS, past the kill; the replay came after that.
+    expect(killed.claimed_at_ms + TURN_LEASE_MS).toBeGreaterThan(killedAtMs);
+    expect(replay.claimed_at_ms).toBeGreaterThanOrEqual(killed.claimed_at_ms + TURN_LEASE_MS);
+    // W2's replay did not block (it is attempt 5): it committed the turn that scheduled C.
+    expect(w2.all('fixture:turn-blocking')).toEqual([]);
+    expect(w2.all('turn:committed', (m) => m.runId === runId).map((m) => m.outcome)).toEqual([
+      'blocked',
+      'completed',
+    ]);
+  });
+
+  it('(c) mid-sleep: W2 fires the timer at its due time and runs B and C; A runs once', async () => {
+    const { c, db, w1, w2 } = await setUp();
+    const sleepMs = 3_000;
+    const handle = await c.engine.client.start(stepsWithSleep, { sleepMs, after: ['B', 'C'] });
+    const runId = handle.runId;
+    const [, timer] = await waitUntil(
+      () => db.steps(runId),
+      (steps) => steps[1]?.kind === 'timer',
+      { what: 'the sleep to start' },
+    );
+    const dueMs = timer?.next_run_at_ms ?? NaN;
+    const killedAtMs = await killW1(db, w1, w2);
+    // The kill was mid-sleep: before the due time, with no lease held by anyone.
+    expect(killedAtMs).toBeLessThan(dueMs);
+    const asleep = await db.attempts(runId);
+    expect(asleep.filter((a) => a.outcome === null)).toEqual([]);
+
+    const output = await handle.result({ timeoutMs: 30_000 });
+    const attempts = await expectFinishedWithoutReexecution(db, runId, output, { A: 'w1', B: 'w2', C: 'w2' });
+    expect(attempts.filter((a) => a.kind === 'activity').map((a) => [a.label, a.attempt])).toEqual([
+      ['A', 1],
+      ['B', 1],
+      ['C', 1],
+    ]);
+    // The timer fired once, on W2's turn, at or after its due time (DB clock); B was claimed after that.
+    const events = await db.events(runId);
+    const fired = events.filter((e) => e.type === 'timer:fired');
+    expect(fired).toHaveLength(1);
+    expect(fired[0]?.at_ms).toBeGreaterThanOrEqual(dueMs);
+    expect(attempts.find((a) => a.label === 'B')?.claimed_at_ms).toBeGreaterThanOrEqual(dueMs);
+    expect(attempts.filter((a) => a.kind === 'turn').map((t) => t.worker_id)).toEqual([
+      'w1',
+      'w1',
+      'w2',
+      'w2',
+      'w2',
+    ]);
+  });
+});
