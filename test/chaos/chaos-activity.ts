@@ -1,0 +1,205 @@
+/**
+ * The chaos suite's test activity, `chaos-loop`, served by worker processes (test/fixtures/worker-main.ts loads
+ * this module through `WorkerProcessConfig.extensionModule`) and enqueued by scenarios (./harness.ts).
+ *
+ * Each loop iteration: a fenced write (`ctx.fencedTransaction` inserting an `effects` row with `fenced = true`),
+ * an unfenced write (the same row through a plain postgres.js connection, `fenced = false`: a system that
+ * ignores tokens), then a short sleep. Every row records the step, the attempt's token, the worker, the
+ * iteration and the database's clock. Every operation is reported over IPC as a `chaos:op` message in Jepsen's
+ * invoke / ok / fail / info style, with the worker's wall time (the same clock as the DB's on one host).
+ *
+ * The loop is a cooperative activity: it stops at the first failed fenced write and, when `honourSignal` is
+ * set, as soon as `ctx.signal` fires (checked before each write and during the sleep).
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import { sql as drizzleSql } from 'drizzle-orm';
+import { z } from 'zod';
+import { defineActivity, type ActivityContext } from '@palisade/sdk';
+import {
+  attemptInfo,
+  blockEventLoop,
+  blockInThread,
+  errorInfo,
+  type FixtureEnvironment,
+} from '../fixtures/activities.js';
+import type { FixtureTimings } from '../fixtures/worker-protocol.js';
+
+export const CHAOS_ACTIVITY = 'chaos-loop';
+
+/** The `effects` table of the chaos activity, in the engine's schema `schema`. */
+export function effectsTableDdl(schema: string): string {
+  const q = `"${schema}"`;
+  return `
+    CREATE TABLE ${q}.effects (
+      id bigserial PRIMARY KEY,
+      run_id uuid NOT NULL,
+      step_id uuid NOT NULL,
+      fencing_token bigint NOT NULL,
+      worker_id text NOT NULL,
+      seq integer NOT NULL,
+      fenced boolean NOT NULL,
+      db_time timestamptz NOT NULL DEFAULT clock_timestamp(),
+      engine_time timestamptz NOT NULL DEFAULT ${q}."now"(),
+      UNIQUE (step_id, fencing_token, seq, fenced));`;
+}
+
+export const chaosInput = z.object({
+  /** Loop iterations (each: fenced write, unfenced write, sleep). */
+  iterations: z.number().int().positive(),
+  /** @defaultValue 50 */
+  sleepMs: z.number().int().nonnegative().default(50),
+  /** Stop as soon as `ctx.signal` fires. @defaultValue true */
+  honourSignal: z.boolean().default(true),
+  /** Block synchronously before iteration `atSeq`, on the attempt with epoch `onEpoch` only. */
+  block: z
+    .object({
+      atSeq: z.number().int().nonnegative(),
+      ms: z.number().int().positive(),
+      where: z.enum(['main', 'thread']),
+      onEpoch: z.number().int().positive().default(1),
+    })
+    .optional(),
+});
+export type ChaosInput = z.input<typeof chaosInput>;
+
+const chaosOutput = z.object({ iterations: z.number().int() });
+
+/** The `chaos-loop` definition; `env` only in a worker process (the parent uses it to enqueue). */
+export function chaosActivity(timings: FixtureTimings, env?: FixtureEnvironment) {
+  return defineActivity({
+    name: CHAOS_ACTIVITY,
+    input: chaosInput,
+    output: chaosOutput,
+    leaseMs: timings.leaseMs,
+    startToCloseTimeoutMs: timings.startToCloseTimeoutMs ?? 120_000,
+    ...(timings.retry ? { retry: timings.retry } : {}),
+    async run(input, ctx) {
+      if (!env) throw new Error('chaos-loop runs only inside a worker process');
+      return runLoop(input, ctx, env);
+    },
+  });
+}
+
+async function runLoop(
+  input: z.output<typeof chaosInput>,
+  ctx: ActivityContext,
+  env: FixtureEnvironment,
+): Promise<{ iterations: number }> {
+  const attempt = attemptInfo(ctx);
+  const { report } = env;
+  const effects = `"${env.schema}"."effects"`;
+  const token = ctx.info.fencing.token.toString();
+  report({ type: 'fixture:started', activity: CHAOS_ACTIVITY, attempt, epoch: ctx.info.epoch });
+  const onAbort = (): void => {
+    const reason: unknown = ctx.signal.reason;
+    report({
+      type: 'chaos:op',
+      attempt,
+      op: 'signal',
+      phase: 'info',
+      seq: -1,
+      reason: (reason as { reason?: string } | undefined)?.reason,
+    });
+  };
+  if (ctx.signal.aborted) onAbort();
+  else ctx.signal.addEventListener('abort', onAbort, { once: true });
+  const stopIfAborted = (): void => {
+    if (input.honourSignal && ctx.signal.aborted) throw ctx.signal.reason;
+  };
+
+  let seq = 0;
+  try {
+    for (; seq < input.iterations; seq++) {
+      stopIfAborted();
+      const block = input.block;
+      if (block && block.atSeq === seq && block.onEpoch === ctx.info.epoch) {
+        report({ type: 'fixture:blocking', attempt, ms: block.ms, where: block.where });
+        if (block.where === 'main') blockEventLoop(block.ms);
+        else await blockInThread(block.ms, ctx.signal);
+        report({ type: 'fixture:unblocked', attempt, where: block.where });
+        stopIfAborted();
+      }
+
+      report({ type: 'chaos:op', attempt, op: 'fenced-write', phase: 'invoke', seq });
+      try {
+        await ctx.fencedTransaction(async (tx) => {
+          await tx.execute(drizzleSql`
+            INSERT INTO ${drizzleSql.raw(effects)} (run_id, step_id, fencing_token, worker_id, seq, fenced)
+            VALUES (${ctx.info.runId}, ${ctx.info.stepId}, ${token}::bigint, ${ctx.info.workerId}, ${seq}, true)`);
+        });
+      } catch (error) {
+        // A fenced write that threw did not commit, except when its COMMIT's outcome is unknown: a connection
+        // error (no SQLSTATE-typed engine error) is reported as indeterminate.
+        const info = errorInfo(error);
+        const sure = info.code === 'LEASE_LOST' || info.code === 'ATTEMPT_ABORTED';
+        report({
+          type: 'chaos:op',
+          attempt,
+          op: 'fenced-write',
+          phase: sure ? 'fail' : 'info',
+          seq,
+          error: info,
+        });
+        throw error;
+      }
+      report({ type: 'chaos:op', attempt, op: 'fenced-write', phase: 'ok', seq });
+
+      stopIfAborted();
+      report({ type: 'chaos:op', attempt, op: 'unfenced-write', phase: 'invoke', seq });
+      try {
+        await env.sql.unsafe(
+          `INSERT INTO ${effects} (run_id, step_id, fencing_token, worker_id, seq, fenced)
+           VALUES ($1, $2, $3::bigint, $4, $5, false)`,
+          [ctx.info.runId, ctx.info.stepId, token, ctx.info.workerId, seq],
+        );
+      } catch (error) {
+        report({
+          type: 'chaos:op',
+          attempt,
+          op: 'unfenced-write',
+          phase: 'info',
+          seq,
+          error: errorInfo(error),
+        });
+        throw error;
+      }
+      report({ type: 'chaos:op', attempt, op: 'unfenced-write', phase: 'ok', seq });
+
+      if (input.sleepMs > 0) {
+        await sleep(input.sleepMs, undefined, input.honourSignal ? { signal: ctx.signal } : {}).catch(() => {
+          throw ctx.signal.reason;
+        });
+      }
+    }
+    report({ type: 'fixture:ended', attempt, outcome: 'returned' });
+    return { iterations: seq };
+  } catch (error) {
+    report({ type: 'fixture:ended', attempt, outcome: 'threw', error: errorInfo(error) });
+    throw error;
+  }
+}
+
+const LAG_PROBE_MS = 20;
+const LAG_REPORT_MS = 250;
+
+/**
+ * Entry point for worker-main's `extensionModule`: the activities this suite adds to a worker process. Also
+ * starts an event-loop lag probe (a 20 ms timer whose lateness is measured), reported as `chaos:lag` every
+ * 250 ms, so bounds such as T8's H + T_hb + λ use the lag the worker really had.
+ */
+export function extensionActivities(env: FixtureEnvironment, timings: FixtureTimings) {
+  let expected = performance.now() + LAG_PROBE_MS;
+  let maxLagMs = 0;
+  let lastReport = performance.now();
+  setInterval(() => {
+    const now = performance.now();
+    maxLagMs = Math.max(maxLagMs, now - expected);
+    expected = now + LAG_PROBE_MS;
+    if (now - lastReport >= LAG_REPORT_MS) {
+      env.report({ type: 'chaos:lag', maxLagMs: Math.round(maxLagMs) });
+      maxLagMs = 0;
+      lastReport = now;
+    }
+  }, LAG_PROBE_MS).unref();
+  return [chaosActivity(timings, env)];
+}

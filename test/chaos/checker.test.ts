@@ -1,0 +1,227 @@
+/**
+ * The chaos checker must be able to fail: on a real engine schema with the audit trigger and effects table
+ * installed, one clean step passes, and each planted violation (rows written as a buggy engine or a zombie
+ * would) is counted by the check it belongs to.
+ */
+import { randomBytes } from 'node:crypto';
+import postgres from 'postgres';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createEngine, type Engine } from '@palisade/engine';
+import type { ChildMessage } from '../fixtures/worker-protocol.js';
+import { useTestDatabase } from '../support/postgres.js';
+import { auditDdl } from './audit.js';
+import { chaosActivity, effectsTableDdl } from './chaos-activity.js';
+import { checkScenario, type CheckName } from './checker.js';
+
+describe('chaos checker', () => {
+  const url = useTestDatabase();
+  let sql: postgres.Sql;
+  const engines: Engine[] = [];
+  beforeAll(() => {
+    sql = postgres(url(), { max: 2, onnotice: () => undefined });
+  });
+  afterAll(async () => {
+    await Promise.all(engines.map((e) => e.close({ graceMs: 0 })));
+    await sql.end({ timeout: 5 });
+  });
+
+  /** A schema with one step claimed (token t1, lease 2 s), 3 fenced + 3 unfenced effects, then completed. */
+  async function cleanStep(): Promise<{ schema: string; stepId: string; runId: string; t1: string }> {
+    const schema = `chk_${randomBytes(4).toString('hex')}`;
+    const engine = await createEngine({ databaseUrl: url(), schema });
+    engines.push(engine);
+    await sql.unsafe(effectsTableDdl(schema) + auditDdl(schema));
+    const handle = await engine.client.enqueue(chaosActivity({ leaseMs: 2_000 }), { iterations: 1 });
+    const s = `"${schema}"`;
+    const [step] = await sql.unsafe<{ id: string; token: string }[]>(
+      `UPDATE ${s}.steps SET status = 'running', fencing_token = nextval('${s}.fencing_token_seq'),
+              nonce = gen_random_uuid(), worker_id = 'w1', attempt = 1, epoch = 1,
+              lease_expires_at = ${s}.now() + interval '2 s'
+        WHERE run_id = $1 RETURNING id::text, fencing_token::text AS token`,
+      [handle.runId],
+    );
+    if (!step) throw new Error('no step');
+    for (let seq = 0; seq < 3; seq++) await effect(schema, handle.runId, step.id, step.token, seq, true);
+    for (let seq = 0; seq < 3; seq++) await effect(schema, handle.runId, step.id, step.token, seq, false);
+    await sql.unsafe(`UPDATE ${s}.steps SET status = 'completed' WHERE id = $1`, [step.id]);
+    await sql.unsafe(`UPDATE ${s}.runs SET status = 'completed' WHERE id = $1`, [handle.runId]);
+    return { schema, stepId: step.id, runId: handle.runId, t1: step.token };
+  }
+
+  async function effect(
+    schema: string,
+    runId: string,
+    stepId: string,
+    token: string,
+    seq: number,
+    fenced: boolean,
+  ) {
+    await sql.unsafe(
+      `INSERT INTO "${schema}".effects (run_id, step_id, fencing_token, worker_id, seq, fenced)
+       VALUES ($1, $2, $3::bigint, 'w1', $4, $5)`,
+      [runId, stepId, token, seq, fenced],
+    );
+  }
+
+  const nonZero = (v: Record<CheckName, number>) => Object.entries(v).filter(([, n]) => n > 0);
+
+  it('passes a clean step and counts what it looked at', async () => {
+    const { schema } = await cleanStep();
+    const result = await checkScenario(sql, schema, []);
+    expect(nonZero(result.violations)).toEqual([]);
+    expect(result).toMatchObject({ steps: 1, runs: 1, fencedEffects: 3, unfencedByZombies: 0 });
+    expect(result.grantsPerStep).toEqual([1]);
+  });
+
+  it('counts a grant inside the previous live lease as C-overlap', async () => {
+    const { schema, stepId } = await cleanStep();
+    const s = `"${schema}"`;
+    // A second claim while token 1's lease (2 s) is still live: back to running under a new token.
+    await sql.unsafe(`UPDATE ${s}.steps SET status = 'running' WHERE id = $1`, [stepId]);
+    await sql.unsafe(
+      `UPDATE ${s}.steps SET fencing_token = nextval('${s}.fencing_token_seq'), worker_id = 'w2' WHERE id = $1`,
+      [stepId],
+    );
+    // (planted on a completed step, so C-terminal sees it leave 'completed' too)
+    const result = await checkScenario(sql, schema, []);
+    expect(result.violations.terminal).toBeGreaterThan(0);
+    const { schema: schema2, stepId: step2 } = await cleanStep();
+    const s2 = `"${schema2}"`;
+    await sql.unsafe(`DELETE FROM ${s2}.audit WHERE status = 'completed'`);
+    await sql.unsafe(`ALTER TABLE ${s2}.steps DISABLE TRIGGER USER`);
+    await sql.unsafe(`UPDATE ${s2}.steps SET status = 'running' WHERE id = $1`, [step2]);
+    await sql.unsafe(`ALTER TABLE ${s2}.steps ENABLE TRIGGER USER`);
+    await sql.unsafe(
+      `UPDATE ${s2}.steps SET fencing_token = nextval('${s2}.fencing_token_seq'), worker_id = 'w2',
+              lease_expires_at = ${s2}.now() + interval '2 s' WHERE id = $1`,
+      [step2],
+    );
+    const overlap = await checkScenario(sql, schema2, []);
+    expect(overlap.violations.overlap).toBe(1);
+  });
+
+  it('counts a lease renewed after it expired as C-overlap', async () => {
+    const { schema, stepId } = await cleanStep();
+    const s = `"${schema}"`;
+    // While still running (the completion's audit row removed), a heartbeat 10 s after the 2 s lease expired.
+    await sql.unsafe(`DELETE FROM ${s}.audit WHERE status = 'completed'`);
+    await sql.unsafe(
+      `INSERT INTO ${s}.audit (step_id, run_id, op, fencing_token, status, worker_id, lease_expires_at, at)
+       SELECT id, run_id, 'update', fencing_token, 'running', worker_id, clock_timestamp() + interval '1 h',
+              clock_timestamp() + interval '10 s'
+         FROM ${s}.steps WHERE id = $1`,
+      [stepId],
+    );
+    const result = await checkScenario(sql, schema, []);
+    expect(result.violations.overlap).toBeGreaterThan(0);
+  });
+
+  it('counts a lower or reused token as C-mono', async () => {
+    const { schema, stepId, t1 } = await cleanStep();
+    const s = `"${schema}"`;
+    await sql.unsafe(
+      `INSERT INTO ${s}.audit (step_id, run_id, op, fencing_token, status, worker_id, lease_expires_at, at)
+       SELECT id, run_id, 'update', $2::bigint - 1, 'scheduled', worker_id, NULL, clock_timestamp() + interval '1 h'
+         FROM ${s}.steps WHERE id = $1`,
+      [stepId, t1],
+    );
+    const result = await checkScenario(sql, schema, []);
+    expect(result.violations.mono).toBeGreaterThan(0);
+  });
+
+  it('counts a fenced effect after supersession, or under a token never granted, as C-stale-fenced', async () => {
+    const { schema, stepId, runId, t1 } = await cleanStep();
+    // Under a token never granted for the step:
+    await effect(schema, runId, stepId, String(BigInt(t1) + 100n), 9, true);
+    // Under t1, but 1 h after its lease expired:
+    await sql.unsafe(
+      `INSERT INTO "${schema}".effects (run_id, step_id, fencing_token, worker_id, seq, fenced, db_time)
+       VALUES ($1, $2, $3::bigint, 'w1', 10, true, clock_timestamp() + interval '1 h')`,
+      [runId, stepId, t1],
+    );
+    const result = await checkScenario(sql, schema, []);
+    expect(result.violations.staleFenced).toBe(2);
+  });
+
+  it('counts unfenced effects after the lease as zombie writes, without a violation', async () => {
+    const { schema, stepId, runId, t1 } = await cleanStep();
+    await sql.unsafe(
+      `INSERT INTO "${schema}".effects (run_id, step_id, fencing_token, worker_id, seq, fenced, db_time)
+       VALUES ($1, $2, $3::bigint, 'w1', 10, false, clock_timestamp() + interval '1 h')`,
+      [runId, stepId, t1],
+    );
+    const result = await checkScenario(sql, schema, []);
+    expect(result.unfencedByZombies).toBe(1);
+    expect(nonZero(result.violations)).toEqual([]);
+  });
+
+  it('counts two terminal outcomes, a step never ended and a run left running', async () => {
+    const { schema, stepId, runId } = await cleanStep();
+    const s = `"${schema}"`;
+    await sql.unsafe(
+      `INSERT INTO ${s}.audit (step_id, run_id, op, fencing_token, status, worker_id, at)
+       SELECT id, run_id, 'update', fencing_token, 'scheduled', worker_id, clock_timestamp() FROM ${s}.steps WHERE id = $1;`,
+      [stepId],
+    );
+    await sql.unsafe(
+      `INSERT INTO ${s}.audit (step_id, run_id, op, fencing_token, status, worker_id, at)
+       SELECT id, run_id, 'update', fencing_token, 'failed', worker_id, clock_timestamp() FROM ${s}.steps WHERE id = $1`,
+      [stepId],
+    );
+    await sql.unsafe(`UPDATE ${s}.runs SET status = 'running' WHERE id = $1`, [runId]);
+    const result = await checkScenario(sql, schema, []);
+    expect(result.violations.terminal).toBeGreaterThanOrEqual(2); // left 'completed', then 2 terminal outcomes
+    expect(result.violations.lost).toBe(1);
+  });
+
+  it('counts an acknowledged completion missing from the DB (C-ack) and a stale write not rejected (C-reject)', async () => {
+    const { schema, stepId, runId, t1 } = await cleanStep();
+    const attempt = { runId, stepId, attempt: 2, token: String(BigInt(t1) + 1n) };
+    const base = { workerId: 'w2', pid: 1 };
+    const staleAttempt = { runId, stepId, attempt: 1, token: t1 };
+    const later = Date.now() + 3_600_000; // after t1's lease expired
+    const history: ChildMessage[] = [
+      { type: 'attempt:completed', attempt, ...base, wallMs: Date.now() },
+      {
+        type: 'chaos:op',
+        op: 'fenced-write',
+        phase: 'invoke',
+        seq: 7,
+        attempt: staleAttempt,
+        ...base,
+        wallMs: later,
+      },
+      {
+        type: 'chaos:op',
+        op: 'fenced-write',
+        phase: 'ok',
+        seq: 7,
+        attempt: staleAttempt,
+        ...base,
+        wallMs: later,
+      },
+      {
+        type: 'chaos:op',
+        op: 'fenced-write',
+        phase: 'invoke',
+        seq: 8,
+        attempt: staleAttempt,
+        ...base,
+        wallMs: later,
+      },
+      {
+        type: 'chaos:op',
+        op: 'fenced-write',
+        phase: 'fail',
+        seq: 8,
+        attempt: staleAttempt,
+        ...base,
+        wallMs: later,
+      },
+    ];
+    const result = await checkScenario(sql, schema, history);
+    expect(result.violations.ack).toBe(1);
+    expect(result.violations.reject).toBe(1);
+    expect([result.staleAttempted, result.staleRejected]).toEqual([2, 1]);
+  });
+});

@@ -1,0 +1,335 @@
+/**
+ * The chaos suite's checker (research/fencing-semantics.md §3.2), run over the database after a scenario: the
+ * audit ledger (./audit.ts, written by a trigger the suite installed, not by the engine), the `effects` rows of
+ * the chaos activity (./chaos-activity.ts) and the client history the worker processes reported over IPC. It
+ * never reads the engine's `attempts` or `events` tables, so it cannot inherit a bookkeeping bug.
+ *
+ * Every check but C-unfenced is a violation count that must be 0:
+ * - C-overlap: a grant of a step inside the live interval of the step's previous grant (live until its final
+ *   lease expiry, its release, its terminal outcome or an operator revoke), or a lease renewed after it expired.
+ * - C-mono: grant tokens of a step not strictly increasing, or one token granted twice anywhere.
+ * - C-stale-fenced: a fenced effect committed after a higher token was granted for its step, after its own
+ *   lease expired, or under a token never granted for that step.
+ * - C-terminal: a step with other than exactly one terminal transition, or completed outside the live lease of
+ *   the token it was completed under.
+ * - C-ack: a completion a worker saw acknowledged (`attempt:completed`) that is not the step's recorded outcome.
+ * - C-reject: a fenced write invoked after its attempt was stale (superseded or expired) that did not end in a
+ *   rejection (`fail`); `staleAttempted` and `staleRejected` are the two counts (they must be equal).
+ * - C-lost: a run not terminal after the heal phase.
+ * - C-unfenced (reported, not asserted): unfenced effects written after their attempt was stale.
+ *
+ * All times are compared on the host clock (the DB's `clock_timestamp()` = the workers' `Date.now()`), except
+ * lease expiries, which are converted from the engine's clock with the offset recorded in the same audit row.
+ */
+import type postgres from 'postgres';
+import type { ChildMessage, ChildMessageOf } from '../fixtures/worker-protocol.js';
+import { OPERATOR_PREFIX } from './audit.js';
+
+export const CHECKS = ['overlap', 'mono', 'staleFenced', 'terminal', 'ack', 'reject', 'lost'] as const;
+export type CheckName = (typeof CHECKS)[number];
+
+export interface CheckResult {
+  /** Violations per check; each must be 0. */
+  readonly violations: Record<CheckName, number>;
+  /** Up to a few descriptions per check, for the failure message. */
+  readonly examples: Record<CheckName, string[]>;
+  /** Fenced writes invoked by stale attempts, and how many of them were rejected (must be equal). */
+  readonly staleAttempted: number;
+  readonly staleRejected: number;
+  /** Unfenced effects written by stale attempts (zombies): reported, not asserted. */
+  readonly unfencedByZombies: number;
+  /** Grants (claims) per step, for "attempts per step". */
+  readonly grantsPerStep: number[];
+  /** Steps and runs looked at, so a vacuous pass is visible. */
+  readonly steps: number;
+  readonly runs: number;
+  readonly fencedEffects: number;
+}
+
+/** One token's tenure of a step, reconstructed from the audit ledger. */
+export interface Grant {
+  readonly stepId: string;
+  readonly token: bigint;
+  readonly workerId: string;
+  /** Host-clock ms when the grant's row change ran. */
+  readonly atMs: number;
+  /** Operator revoke (worker id `operator:…`): ends the previous grant, is not itself a live grant. */
+  readonly revoke: boolean;
+  /** Host-clock ms when the grant stopped being live (expiry, release, terminal, next grant's revoke). */
+  endMs: number;
+  /** Host-clock ms of the last lease expiry recorded for this token. */
+  expiryMs: number;
+  /** Host-clock ms when a higher token was granted (or revoked) for the step; Infinity if never. */
+  supersededMs: number;
+}
+
+interface AuditRow {
+  id: string;
+  step_id: string;
+  run_id: string;
+  token: string | null;
+  status: string;
+  worker_id: string | null;
+  at_ms: number;
+  /** lease_expires_at converted to the host clock (engine offset removed); null when unset. */
+  expiry_ms: number | null;
+}
+
+const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
+const MAX_EXAMPLES = 5;
+
+/** Run every check over schema `schema`; `history` is every message of every worker process of the scenario. */
+export async function checkScenario(
+  sql: postgres.Sql,
+  schema: string,
+  history: readonly ChildMessage[],
+): Promise<CheckResult> {
+  const t = (name: string) => `"${schema}"."${name}"`;
+  const ms = (expr: string) => `(extract(epoch from ${expr}) * 1000)::float8`;
+  const audit = await sql.unsafe<AuditRow[]>(
+    `SELECT id::text, step_id::text, run_id::text, fencing_token::text AS token, status, worker_id,
+            ${ms('at')} AS at_ms, ${ms('lease_expires_at - (engine_at - at)')} AS expiry_ms
+       FROM ${t('audit')} a ORDER BY a.step_id, a.id`,
+  );
+  const effects = await sql.unsafe<
+    { step_id: string; token: string; fenced: boolean; worker_id: string; seq: number; at_ms: number }[]
+  >(
+    `SELECT step_id::text, fencing_token::text AS token, fenced, worker_id, seq, ${ms('db_time')} AS at_ms
+       FROM ${t('effects')} e ORDER BY e.id`,
+  );
+  const runs = await sql.unsafe<{ id: string; status: string }[]>(
+    `SELECT id::text, status FROM ${t('runs')}`,
+  );
+
+  const violations = Object.fromEntries(CHECKS.map((c) => [c, 0])) as Record<CheckName, number>;
+  const examples = Object.fromEntries(CHECKS.map((c) => [c, [] as string[]])) as Record<CheckName, string[]>;
+  const violate = (check: CheckName, description: string): void => {
+    violations[check]++;
+    if (examples[check].length < MAX_EXAMPLES) examples[check].push(description);
+  };
+
+  // Reconstruct each step's grants, and check C-overlap, C-mono and C-terminal on the way.
+  const grantsByStep = new Map<string, Grant[]>();
+  const grantByKey = new Map<string, Grant>();
+  const tokensSeen = new Map<string, string>();
+  const terminalCount = new Map<string, number>();
+  const byStep = groupBy(audit, (r) => r.step_id);
+  for (const [stepId, rows] of byStep) {
+    const grants: Grant[] = [];
+    let current: Grant | undefined;
+    let prevStatus: string | undefined;
+    let prevToken: string | null = null;
+    terminalCount.set(stepId, 0);
+    for (const row of rows) {
+      const tokenChanged = row.token !== null && row.token !== prevToken;
+      if (tokenChanged) {
+        const token = BigInt(row.token as string);
+        const revoke = (row.worker_id ?? '').startsWith(OPERATOR_PREFIX);
+        if (current) {
+          if (token <= current.token) {
+            violate('mono', `step ${stepId}: token ${token} granted after ${current.token}`);
+          }
+          current.supersededMs = row.at_ms;
+          if (!revoke && !current.revoke && row.at_ms < current.endMs) {
+            violate(
+              'overlap',
+              `step ${stepId}: token ${token} granted at ${iso(row.at_ms)} while token ${current.token} ` +
+                `was live until ${iso(current.endMs)}`,
+            );
+          }
+          current.endMs = Math.min(current.endMs, row.at_ms);
+        }
+        const other = tokensSeen.get(row.token as string);
+        if (other !== undefined) violate('mono', `token ${row.token} granted on step ${other} and ${stepId}`);
+        tokensSeen.set(row.token as string, stepId);
+        const expiry = row.expiry_ms ?? row.at_ms;
+        current = {
+          stepId,
+          token,
+          workerId: row.worker_id ?? '',
+          atMs: row.at_ms,
+          revoke,
+          endMs: revoke ? row.at_ms : row.status === 'running' ? expiry : row.at_ms,
+          expiryMs: revoke ? row.at_ms : expiry,
+          supersededMs: Infinity,
+        };
+        grants.push(current);
+        grantByKey.set(`${stepId}:${row.token}`, current);
+      } else if (current && row.status === 'running' && prevStatus === 'running') {
+        // Same token, still running: a heartbeat. It must not revive an expired lease (expiry is final, I4).
+        if (row.expiry_ms !== null && row.expiry_ms !== current.expiryMs) {
+          if (row.at_ms >= current.expiryMs) {
+            violate(
+              'overlap',
+              `step ${stepId}: token ${current.token}'s lease renewed at ${iso(row.at_ms)} after it expired at ` +
+                `${iso(current.expiryMs)}`,
+            );
+          }
+          if (current.endMs === current.expiryMs) current.endMs = row.expiry_ms;
+          current.expiryMs = row.expiry_ms;
+        }
+      } else if (current && row.status !== 'running') {
+        current.endMs = Math.min(current.endMs, row.at_ms);
+      }
+      if (TERMINAL.has(row.status) && !(prevStatus !== undefined && TERMINAL.has(prevStatus))) {
+        terminalCount.set(stepId, (terminalCount.get(stepId) ?? 0) + 1);
+        if (row.status === 'completed' && current && !current.revoke && row.at_ms >= current.expiryMs) {
+          violate(
+            'terminal',
+            `step ${stepId}: completed under token ${current.token} at ${iso(row.at_ms)}, after its lease ` +
+              `expired at ${iso(current.expiryMs)}`,
+          );
+        }
+        if (row.status === 'completed' && current?.revoke) {
+          violate('terminal', `step ${stepId}: completed under a revoked token ${current.token}`);
+        }
+      }
+      if (prevStatus !== undefined && TERMINAL.has(prevStatus) && !TERMINAL.has(row.status)) {
+        // A terminal step left its terminal state: only an explicit retry of a failed run may do that.
+        if (prevStatus === 'completed')
+          violate('terminal', `step ${stepId}: left 'completed' for ${row.status}`);
+      }
+      prevStatus = row.status;
+      prevToken = row.token ?? prevToken;
+    }
+    grantsByStep.set(stepId, grants);
+  }
+  for (const [stepId, count] of terminalCount) {
+    if (count !== 1) violate('terminal', `step ${stepId}: ${count} terminal outcomes`);
+  }
+
+  // When a token became stale: superseded by a higher grant, or its lease expired (whichever came first).
+  const staleSince = (stepId: string, token: string): number => {
+    const g = grantByKey.get(`${stepId}:${token}`);
+    return g ? Math.min(g.supersededMs, g.expiryMs) : -Infinity;
+  };
+
+  // C-stale-fenced and C-unfenced over the effects.
+  let fencedEffects = 0;
+  let unfencedByZombies = 0;
+  for (const e of effects) {
+    const g = grantByKey.get(`${e.step_id}:${e.token}`);
+    if (e.fenced) {
+      fencedEffects++;
+      if (!g || g.revoke) {
+        violate('staleFenced', `fenced effect ${e.step_id}#${e.seq} under token ${e.token}, never granted`);
+      } else if (e.at_ms >= Math.min(g.supersededMs, g.expiryMs)) {
+        violate(
+          'staleFenced',
+          `fenced effect ${e.step_id}#${e.seq} under token ${e.token} at ${iso(e.at_ms)}, stale since ` +
+            `${iso(Math.min(g.supersededMs, g.expiryMs))}`,
+        );
+      }
+    } else if (e.at_ms >= staleSince(e.step_id, e.token)) {
+      unfencedByZombies++;
+    }
+  }
+
+  // C-reject: fenced writes invoked by a stale attempt must all end rejected.
+  let staleAttempted = 0;
+  let staleRejected = 0;
+  const ops = history.filter((m): m is ChildMessageOf<'chaos:op'> => m.type === 'chaos:op');
+  const outcomeOf = new Map<string, ChildMessageOf<'chaos:op'>>();
+  for (const m of ops) {
+    if (m.op === 'fenced-write' && m.phase !== 'invoke') outcomeOf.set(opKey(m), m);
+  }
+  for (const m of ops) {
+    if (m.op !== 'fenced-write' || m.phase !== 'invoke') continue;
+    if (m.wallMs < staleSince(m.attempt.stepId, m.attempt.token)) continue;
+    staleAttempted++;
+    const outcome = outcomeOf.get(opKey(m));
+    if (outcome?.phase === 'fail') staleRejected++;
+    else {
+      violate(
+        'reject',
+        `stale fenced write ${m.attempt.stepId}#${m.seq} by ${m.workerId} (token ${m.attempt.token}) ended ` +
+          `${outcome ? `${outcome.phase}` : 'without an outcome'}`,
+      );
+    }
+  }
+
+  // C-ack: every acknowledged completion is the step's recorded outcome.
+  const finalRows = new Map<string, AuditRow>();
+  for (const row of audit) finalRows.set(row.step_id, row);
+  for (const m of history) {
+    if (m.type !== 'attempt:completed') continue;
+    const row = finalRows.get(m.attempt.stepId);
+    if (!row) continue; // a step of another activity (workflow turns are not audited)
+    if (row.status !== 'completed' || row.token !== m.attempt.token) {
+      violate(
+        'ack',
+        `step ${m.attempt.stepId}: ${m.workerId} saw token ${m.attempt.token} complete, the DB has ` +
+          `${row.status} under ${row.token}`,
+      );
+    }
+  }
+
+  // C-lost: after the heal phase every run is terminal.
+  for (const run of runs) {
+    if (!TERMINAL.has(run.status)) violate('lost', `run ${run.id} is ${run.status} after the heal phase`);
+  }
+
+  return {
+    violations,
+    examples,
+    staleAttempted,
+    staleRejected,
+    unfencedByZombies,
+    grantsPerStep: [...grantsByStep.values()].map((g) => g.filter((x) => !x.revoke).length),
+    steps: byStep.size,
+    runs: runs.length,
+    fencedEffects,
+  };
+}
+
+/** The grants of every step, as the checker reconstructs them (scenarios use them for latencies). */
+export async function readGrants(sql: postgres.Sql, schema: string, stepId: string): Promise<Grant[]> {
+  const rows = await sql.unsafe<{ token: string; worker_id: string | null; at_ms: number }[]>(
+    `SELECT DISTINCT ON (fencing_token) fencing_token::text AS token, worker_id,
+            (extract(epoch from at) * 1000)::float8 AS at_ms
+       FROM "${schema}".audit WHERE step_id = $1 AND fencing_token IS NOT NULL ORDER BY fencing_token, id`,
+    [stepId],
+  );
+  return rows.map((r) => ({
+    stepId,
+    token: BigInt(r.token),
+    workerId: r.worker_id ?? '',
+    atMs: r.at_ms,
+    revoke: (r.worker_id ?? '').startsWith(OPERATOR_PREFIX),
+    endMs: NaN,
+    expiryMs: NaN,
+    supersededMs: NaN,
+  }));
+}
+
+/** A one-line summary of the non-zero checks, with examples. */
+export function describeViolations(result: CheckResult): string {
+  const lines: string[] = [];
+  for (const check of CHECKS) {
+    if (result.violations[check] === 0) continue;
+    lines.push(`${check}: ${result.violations[check]}`, ...result.examples[check].map((e) => `  - ${e}`));
+  }
+  if (result.staleAttempted !== result.staleRejected) {
+    lines.push(`stale fenced writes attempted ${result.staleAttempted} ≠ rejected ${result.staleRejected}`);
+  }
+  return lines.join('\n');
+}
+
+function opKey(m: ChildMessageOf<'chaos:op'>): string {
+  return `${m.workerId}:${m.attempt.token}:${m.seq}`;
+}
+
+function groupBy<T>(items: readonly T[], key: (item: T) => string): Map<string, T[]> {
+  const map = new Map<string, T[]>();
+  for (const item of items) {
+    const k = key(item);
+    const list = map.get(k);
+    if (list) list.push(item);
+    else map.set(k, [item]);
+  }
+  return map;
+}
+
+function iso(ms: number): string {
+  return Number.isFinite(ms) ? new Date(ms).toISOString() : String(ms);
+}

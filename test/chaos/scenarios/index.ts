@@ -1,0 +1,8 @@
+/** Every chaos scenario, in the order `pnpm chaos` and the CI subset run them. Add new ones here. */
+import type { Scenario } from '../harness.js';
+import { frozenZombie } from './t02-frozen-zombie.js';
+import { blockedLoop } from './t03-blocked-loop.js';
+import { sigkill } from './t04-sigkill.js';
+import { revoke } from './t08-revoke.js';
+
+export const SCENARIOS: readonly Scenario[] = [frozenZombie, blockedLoop, sigkill, revoke];
