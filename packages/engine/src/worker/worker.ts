@@ -15,6 +15,7 @@ import { TurnLoop } from '../workflow/turn-loop.js';
 import { ActivityAttempt } from './activity-attempt.js';
 import { HeartbeatLoop } from './heartbeat-loop.js';
 import { isGrantFresh, monotonicNow } from './lease-clock.js';
+import { WakeSignal } from './wake-signal.js';
 import { WorkerEvents } from './worker-events.js';
 
 /** Options of {@link Worker.stop}. */
@@ -47,7 +48,7 @@ export class Worker {
   private heartbeatConnection: (Database & { release(): Promise<void> }) | undefined;
   private unlisten: (() => Promise<void>) | undefined;
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
-  private wake: (() => void) | undefined;
+  private readonly wakeSignal = new WakeSignal();
   private loop: Promise<void> | undefined;
   private lastMaintenanceMs = 0;
   private readonly unsettledClaims: string[] = [];
@@ -94,7 +95,7 @@ export class Worker {
     this.unlisten = await db.listen(names.channel, (payload) => {
       const [kind, queue] = [payload.slice(0, payload.indexOf(':')), payload.slice(payload.indexOf(':') + 1)];
       if (!this.options.queues.includes(queue)) return;
-      if (kind === 'step') this.wake?.();
+      if (kind === 'step') this.wakeSignal.notify();
       else if (kind === 'turn') this.turns?.wake();
     });
     if (this.options.activities.size > 0) this.loop = this.claimLoop();
@@ -123,6 +124,7 @@ export class Worker {
     let failures = 0;
     while (this.state === 'running') {
       let waitMs = this.options.pollIntervalMs;
+      this.wakeSignal.take();
       try {
         await this.maintain();
         const free = this.options.concurrency - this.active.size;
@@ -144,14 +146,7 @@ export class Worker {
         this.events.emit('worker:error', { error });
       }
       if (this.state !== 'running') break;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, waitMs);
-        this.wake = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-      this.wake = undefined;
+      await this.wakeSignal.sleep(waitMs);
     }
   }
 
@@ -236,7 +231,7 @@ export class Worker {
           this.active.delete(attempt);
           this.heartbeats?.delete(attempt);
           this.executions.delete(execution);
-          this.wake?.();
+          this.wakeSignal.notify();
         });
       this.executions.add(execution);
     }
@@ -258,7 +253,7 @@ export class Worker {
     this.state = 'stopping';
     this.events.emit('worker:stopping', { workerId: this.workerId });
     this.host.logger.info({ workerId: this.workerId }, 'worker:stopping');
-    this.wake?.();
+    this.wakeSignal.notify();
     await this.loop;
     await this.turns?.stop();
     const graceMs = options.graceMs ?? this.options.shutdownGraceMs;

@@ -10,6 +10,7 @@ import {
 } from '../queries/claim-turns.js';
 import { TurnConflict, commitTurn } from '../queries/commit-turn.js';
 import type { SchemaNames } from '../queries/schema-names.js';
+import { WakeSignal } from '../worker/wake-signal.js';
 import type { WorkerEvents } from '../worker/worker-events.js';
 import { runTurn } from './turn-runtime.js';
 
@@ -32,7 +33,7 @@ export interface TurnLoopOptions {
 export class TurnLoop {
   private readonly running = new Set<Promise<void>>();
   private state: 'running' | 'stopping' = 'running';
-  private wakeUp: (() => void) | undefined;
+  private readonly wakeSignal = new WakeSignal();
   private readonly done: Promise<void>;
 
   constructor(
@@ -45,8 +46,9 @@ export class TurnLoop {
     this.done = this.loop();
   }
 
+  /** There may be a due turn (a NOTIFY): claim again now, or right after the claim in progress. */
   wake(): void {
-    this.wakeUp?.();
+    this.wakeSignal.notify();
   }
 
   private async loop(): Promise<void> {
@@ -54,6 +56,7 @@ export class TurnLoop {
     let failures = 0;
     while (this.state === 'running') {
       let waitMs = this.options.pollIntervalMs;
+      this.wakeSignal.take();
       try {
         const free = this.options.concurrency - this.running.size;
         if (free > 0) {
@@ -81,14 +84,7 @@ export class TurnLoop {
         this.events.emit('worker:error', { error });
       }
       if (this.state !== 'running') break;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, waitMs);
-        this.wakeUp = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-      this.wakeUp = undefined;
+      await this.wakeSignal.sleep(waitMs);
     }
   }
 
@@ -101,7 +97,7 @@ export class TurnLoop {
       })
       .finally(() => {
         this.running.delete(execution);
-        this.wakeUp?.();
+        this.wakeSignal.notify();
       });
     this.running.add(execution);
   }
@@ -135,6 +131,7 @@ export class TurnLoop {
         attempt: row.turn_attempt,
         wakeCount: row.wake_count,
         cancelRequested: row.cancel_requested,
+        leaseMs: this.options.turnLeaseMs,
       },
       result,
     );
@@ -144,7 +141,7 @@ export class TurnLoop {
   /** Stop claiming; wait for turns in progress (they are short) to commit. */
   async stop(): Promise<void> {
     this.state = 'stopping';
-    this.wakeUp?.();
+    this.wakeSignal.notify();
     await this.done;
     await Promise.allSettled([...this.running]);
   }

@@ -1,0 +1,40 @@
+/**
+ * A latch between "there may be work" (a NOTIFY, a finished attempt, stop()) and a claim loop that sleeps
+ * between claims. A wake-up that arrives while the loop is busy claiming is remembered, so the next `sleep`
+ * returns at once instead of waiting out the poll interval: no wake-up is lost.
+ *
+ *   const wake = new WakeSignal();
+ *   for (;;) { wake.take(); await claim(); await wake.sleep(pollMs); }   // elsewhere: wake.notify()
+ */
+export class WakeSignal {
+  private pending = false;
+  private resolve: (() => void) | undefined;
+
+  /** Note that there may be work; ends a sleep in progress, or the next one before it starts. */
+  notify(): void {
+    this.pending = true;
+    this.resolve?.();
+  }
+
+  /** Forget earlier wake-ups; call it just before looking for work, so later ones are kept. */
+  take(): void {
+    this.pending = false;
+  }
+
+  /**
+   * Sleep up to `ms` milliseconds (≥ 0), or until {@link notify}; returns at once if a wake-up arrived since
+   * the last {@link take}. Only one sleep may be in progress at a time.
+   */
+  sleep(ms: number): Promise<void> {
+    if (this.pending) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer);
+        this.resolve = undefined;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.resolve = done;
+    });
+  }
+}
