@@ -14,6 +14,8 @@ export interface TurnRef {
   readonly wakeCount: number;
   /** Whether the run had a cancel request when the turn was claimed. */
   readonly cancelRequested: boolean;
+  /** The turn's lease (ms); a third of it (at least 500 ms) bounds how long the commit may sit idle. */
+  readonly leaseMs: number;
 }
 
 /** Stored error of a step a turn recorded cancelled (see {@link commitTurn}, 2). */
@@ -51,6 +53,9 @@ export async function commitTurn(
   const token = ref.token.toString();
   const fenced = await db
     .transaction(async (tx) => {
+      // A worker frozen mid-commit must not hold the run row (locked by the fence) past its lease (I16).
+      const idleMs = Math.max(500, Math.floor(ref.leaseMs / 3));
+      await tx.rows(sql`SELECT set_config('idle_in_transaction_session_timeout', ${String(idleMs)}, true)`);
       const fence = await tx.rows<{ wake_count: number; queue: string; cancel_requested: boolean }>(sql`
         UPDATE ${n.runs} SET turn_lease_expires_at = NULL
          WHERE id = ${ref.runId}::uuid AND turn_token = ${token}::bigint AND turn_nonce = ${ref.nonce}::uuid
