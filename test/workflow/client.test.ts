@@ -1,3 +1,4 @@
+import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineActivity, defineWorkflow, PalisadeError, RunFailedError } from '@palisade/sdk';
@@ -216,6 +217,93 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const events = (await handle.describe()).events.map((e) => e.type);
       expect(events).toContain('run:retry-requested');
       expect(events.filter((t) => t === 'run:failed')).toHaveLength(1);
+      expect(events.at(-1)).toBe('run:completed');
+    });
+
+    it('retries a run that compensated: the steps scheduled after the failure are retired, not replayed', async () => {
+      const executions: string[] = [];
+      let healthy = false;
+      const charge = defineActivity({
+        name: 'charge',
+        input: z.object({}),
+        output: z.string(),
+        retry: { maximumAttempts: 1 },
+        run: () => {
+          executions.push('charge');
+          if (!healthy) throw new Error('card declined');
+          return Promise.resolve('charged');
+        },
+      });
+      const refund = defineActivity({
+        name: 'refund',
+        input: z.object({}),
+        output: z.string(),
+        run: () => {
+          executions.push('refund');
+          return Promise.resolve('refunded');
+        },
+      });
+      const ship = defineActivity({
+        name: 'ship',
+        input: z.string(),
+        output: z.string(),
+        run: (s) => {
+          executions.push('ship');
+          return Promise.resolve(`${s} and shipped`);
+        },
+      });
+      const saga = defineWorkflow({
+        name: 'saga',
+        input: z.object({}),
+        output: z.string(),
+        async run(_input, ctx) {
+          const at = ctx.now(); // a recorded value before the failure: kept and replayed
+          let charged: string;
+          try {
+            charged = await ctx.run(charge, {});
+          } catch (error) {
+            await ctx.run(refund, {}); // compensation, scheduled after the failure was delivered
+            ctx.now(); // a recorded value after the failure: retired with the compensation
+            throw error;
+          }
+          return `${await ctx.run(ship, charged)} at ${at.getTime() > 0 ? 'a time' : 'no time'}`;
+        },
+      });
+      const engine = await target.engine();
+      const worker = engine.worker({ workflows: [saga], activities: [charge, refund, ship], pollIntervalMs: 50 });
+      await worker.start();
+      const handle = await engine.client.start(saga, {});
+      await expect(handle.result({ timeoutMs: 15_000 })).rejects.toBeInstanceOf(RunFailedError);
+      expect(executions).toEqual(['charge', 'refund']);
+      const before = await stepsOf(engine, handle.runId);
+
+      healthy = true;
+      await engine.client.retry(handle.runId);
+      await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe('charged and shipped at a time');
+      expect(executions).toEqual(['charge', 'refund', 'charge', 'ship']);
+
+      const rows = await engine.database.rows<{
+        seq: number;
+        name: string;
+        status: string;
+        retired: boolean;
+        after_delivered_seq: number;
+      }>(sql`
+        SELECT seq, name, status, retired_at IS NOT NULL AS retired, after_delivered_seq
+          FROM ${engine.names.steps} WHERE run_id = ${handle.runId}::uuid ORDER BY seq, created_at`);
+      expect(rows.map((r) => [r.seq, r.name, r.status, r.retired])).toEqual([
+        [0, 'now', 'completed', false],
+        [1, 'charge', 'completed', false],
+        [2, 'refund', 'completed', true],
+        [2, 'ship', 'completed', false],
+        [3, 'now', 'completed', true],
+      ]);
+      // The value recorded before the failure was replayed, not drawn again.
+      const nowBefore = before.find((s) => s.seq === 0);
+      const nowAfter = (await stepsOf(engine, handle.runId)).find((s) => s.seq === 0 && s.name === 'now');
+      expect(nowAfter?.output).toEqual(nowBefore?.output);
+      const events = (await handle.describe()).events.map((e) => e.type);
+      expect(events.filter((t) => t === 'step:retired')).toHaveLength(2);
       expect(events.at(-1)).toBe('run:completed');
     });
 

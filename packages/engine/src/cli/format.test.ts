@@ -108,6 +108,7 @@ const step: StepRow = {
   error: null,
   next_run_at: null,
   lease_expires_at: null,
+  retired_at: null,
 };
 
 const attempt = (over: Partial<AttemptRow>): AttemptRow => ({

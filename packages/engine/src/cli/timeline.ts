@@ -27,7 +27,7 @@ interface Lookup {
 }
 
 function lookup(t: RunTimeline): Lookup {
-  const labels = new Map(t.steps.map((s) => [s.id, `${s.name}#${s.seq}`]));
+  const labels = new Map(t.steps.map((s) => [s.id, `${s.name}#${s.seq}${s.retired_at ? ' (retired)' : ''}`]));
   return {
     label: (stepId, eventType) =>
       stepId === null

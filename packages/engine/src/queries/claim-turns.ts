@@ -103,7 +103,7 @@ export async function loadRunHistory(db: Database, n: SchemaNames, runId: string
     SELECT id::text, seq, kind, name, status, output, error, delivered_seq,
            (extract(epoch FROM next_run_at) * 1000)::float8 AS due_ms,
            (extract(epoch FROM finished_at) * 1000)::float8 AS finished_ms
-      FROM ${n.steps} WHERE run_id = ${runId}::uuid ORDER BY seq`);
+      FROM ${n.steps} WHERE run_id = ${runId}::uuid AND retired_at IS NULL ORDER BY seq`);
 }
 
 /**

@@ -73,6 +73,7 @@ export async function commitTurn(
         seq: s.seq,
         kind: s.kind,
         name: s.name,
+        after_delivered_seq: s.afterDeliveredSeq,
         status: s.kind === 'value' ? 'completed' : s.cancelled ? 'cancelled' : 'scheduled',
         delivered_seq: s.kind === 'value' ? null : (s.deliveredSeq ?? null),
         error: s.kind !== 'value' && s.cancelled ? CANCELLED_UNSEEN : null,
@@ -94,13 +95,15 @@ export async function commitTurn(
       const applied = await tx.rows<{ fired_expected: number; fired: number; queues: string[] | null }>(sql`
         WITH ns AS (
           SELECT * FROM jsonb_to_recordset(${JSON.stringify(steps)}::jsonb) AS x(
-            seq int, kind text, name text, status text, delivered_seq int, error jsonb, input jsonb, output jsonb,
+            seq int, kind text, name text, after_delivered_seq int, status text, delivered_seq int, error jsonb, input jsonb, output jsonb,
             queue text, priority int, retry_policy jsonb, lease_ms int, start_to_close_timeout_ms int,
             delay_ms float8, due_at_ms float8)),
         inserted AS (
-          INSERT INTO ${n.steps} (run_id, seq, kind, name, status, delivered_seq, error, input, output, queue, priority,
-                                  retry_policy, lease_ms, start_to_close_timeout_ms, next_run_at, finished_at, created_at)
-          SELECT ${ref.runId}::uuid, seq, kind, name, status, delivered_seq, error, input, output, queue, priority,
+          INSERT INTO ${n.steps} (run_id, seq, kind, name, after_delivered_seq, status, delivered_seq, error, input,
+                                  output, queue, priority, retry_policy, lease_ms, start_to_close_timeout_ms,
+                                  next_run_at, finished_at, created_at)
+          SELECT ${ref.runId}::uuid, seq, kind, name, after_delivered_seq, status, delivered_seq, error, input,
+                 output, queue, priority,
                  retry_policy, lease_ms, start_to_close_timeout_ms,
                  CASE WHEN status <> 'scheduled' THEN NULL
                       WHEN due_at_ms IS NOT NULL THEN to_timestamp(due_at_ms / 1000.0)

@@ -60,6 +60,8 @@ export interface StepRow {
   error: unknown;
   next_run_at: string | null;
   lease_expires_at: string | null;
+  /** Set (ISO 8601) when `client.retry` withdrew the step from the replayed history; the row is kept. */
+  retired_at: string | null;
 }
 
 export interface AttemptRow {
@@ -98,8 +100,9 @@ export async function readRunHistory(
   const [steps, attempts, events] = await Promise.all([
     db.rows<StepRow>(sql`
       SELECT id::text, seq, kind, name, status, attempt, epoch, fencing_token::text AS token, output, error,
-             ${ts('next_run_at')} AS next_run_at, ${ts('lease_expires_at')} AS lease_expires_at
-        FROM ${n.steps} WHERE run_id = ${runId}::uuid ORDER BY seq`),
+             ${ts('next_run_at')} AS next_run_at, ${ts('lease_expires_at')} AS lease_expires_at,
+             ${ts('retired_at')} AS retired_at
+        FROM ${n.steps} WHERE run_id = ${runId}::uuid ORDER BY seq, created_at`),
     db.rows<AttemptRow>(sql`
       SELECT step_id::text, kind, attempt, epoch, fencing_token::text AS token, worker_id,
              ${ts('claimed_at')} AS claimed_at, ${ts('ended_at')} AS ended_at, outcome,

@@ -6,7 +6,9 @@ import type { SchemaNames } from './schema-names.js';
  * Retry a `failed` or `cancelled` run from its recorded history (Temporal's reset, DBOS's resume): its failed
  * and cancelled steps return to `scheduled`, due now, with a fresh retry budget (`attempt = 0`); completed steps
  * keep their results and are not executed again. A workflow run's next turn is due now and replays over that
- * history; outcomes delivered after the first reset step are forgotten so they are delivered again in order.
+ * history; outcomes delivered after the first reset step are forgotten so they are delivered again in order,
+ * and the steps the code scheduled after it saw that first reset outcome (compensation in a `catch`, say) are
+ * retired: kept with their attempts and events, marked `retired_at`, and no longer part of the replayed history.
  * Tokens and epochs are kept: the next claim takes a higher token and epoch + 1 (invariant 6), so anything
  * earlier attempts held stays fenced. One statement; locks the run row and its steps.
  * @returns false when the run is not failed or cancelled.
@@ -22,7 +24,22 @@ export async function retryRun(db: Database, n: SchemaNames, runId: string): Pro
       RETURNING id, kind, queue),
     first_reset AS (
       SELECT min(s.delivered_seq) AS delivered_seq FROM ${n.steps} s, run
-       WHERE s.run_id = run.id AND s.status IN ('failed', 'cancelled')),
+       WHERE s.run_id = run.id AND s.status IN ('failed', 'cancelled') AND s.retired_at IS NULL),
+    -- Steps the code scheduled after it was handed the first withdrawn outcome (compensation in a catch, a
+    -- step after a failed race) belong to the branch that saw it: retired, kept for the record, never replayed.
+    retired AS (
+      UPDATE ${n.steps} s
+         SET retired_at = ${n.now},
+             status = CASE WHEN s.status IN ('scheduled', 'running') THEN 'cancelled' ELSE s.status END,
+             next_run_at = NULL, cancel_requested_at = NULL
+        FROM run
+       WHERE s.run_id = run.id AND s.retired_at IS NULL
+         AND s.after_delivered_seq >= (SELECT delivered_seq FROM first_reset)
+      RETURNING s.id, s.seq, s.name),
+    retired_events AS (
+      INSERT INTO ${n.events} (run_id, step_id, type, data, at)
+      SELECT ${runId}::uuid, id, 'step:retired', jsonb_build_object('seq', seq, 'name', name), ${n.now} FROM retired
+      RETURNING 1),
     reset AS (
       UPDATE ${n.steps} s
          SET status = CASE WHEN s.status IN ('failed', 'cancelled') THEN 'scheduled' ELSE s.status END,
@@ -35,7 +52,8 @@ export async function retryRun(db: Database, n: SchemaNames, runId: string): Pro
              delivered_seq = CASE WHEN s.delivered_seq >= (SELECT delivered_seq FROM first_reset) THEN NULL
                                   ELSE s.delivered_seq END
         FROM run
-       WHERE s.run_id = run.id
+       WHERE s.run_id = run.id AND s.retired_at IS NULL
+         AND s.after_delivered_seq < coalesce((SELECT delivered_seq FROM first_reset), 2147483647)
          AND (s.status IN ('failed', 'cancelled') OR s.delivered_seq >= (SELECT delivered_seq FROM first_reset))
       RETURNING s.id, s.run_id, s.epoch, s.fencing_token, s.queue, s.kind, s.status),
     -- The unique "one terminal event per step/run" indexes then admit the retry's outcomes; the earlier
@@ -56,6 +74,6 @@ export async function retryRun(db: Database, n: SchemaNames, runId: string): Pro
       UNION ALL SELECT pg_notify(${n.channel}, 'turn:' || queue) FROM run WHERE kind = 'workflow')
     SELECT (SELECT count(*) FROM run)::int AS retried,
            (SELECT count(*) FROM ev) + (SELECT count(*) FROM notified) + (SELECT count(*) FROM unflagged)
-             + (SELECT count(*) FROM unflagged_run) AS effects`);
+             + (SELECT count(*) FROM unflagged_run) + (SELECT count(*) FROM retired_events) AS effects`);
   return (rows[0]?.retried ?? 0) > 0;
 }

@@ -113,12 +113,23 @@ export function defineTables(schemaName: string) {
       cancelRequestedAt: ts('cancel_requested_at'),
       /** Order in which workflow turns delivered this step's outcome to the code; replay repeats it. */
       deliveredSeq: integer('delivered_seq'),
+      /**
+       * How many outcomes the workflow code had been handed (the highest `delivered_seq` it had seen) when it
+       * scheduled this step; 0 for steps scheduled before any. A retry that withdraws delivery k retires the
+       * steps scheduled after it (`after_delivered_seq >= k`): they belong to the branch that saw the failure.
+       */
+      afterDeliveredSeq: integer('after_delivered_seq').notNull().default(0),
+      /** Set when a retry withdrew this step from the run's history; kept for the record, never replayed. */
+      retiredAt: ts('retired_at'),
       createdAt: ts('created_at').notNull().defaultNow(),
       startedAt: ts('started_at'),
       finishedAt: ts('finished_at'),
     },
     (t) => [
-      unique('steps_run_id_seq_unique').on(t.runId, t.seq),
+      // One live step per position; retired steps keep their rows (and attempts, events) beside the new ones.
+      uniqueIndex('steps_run_id_seq_live_unique')
+        .on(t.runId, t.seq)
+        .where(sql`${t.retiredAt} IS NULL`),
       index('steps_claimable_idx')
         .on(t.queue, t.nextRunAt)
         .where(sql`${t.status} IN ('scheduled', 'running')`),

@@ -181,7 +181,8 @@ describe('runTurn: races keep their winner across replays', () => {
       step(0, 'activity', 'slow', { finished_ms: NOW_MS - 10 }),
       step(1, 'activity', 'fast', { status: 'running', finished_ms: null }),
     ]);
-    expect(first.newSteps.map((s) => s.name)).toEqual(['compensate']);
+    // Scheduled after the code was handed slow's outcome (delivery 1): a retry withdrawing it retires the step.
+    expect(first.newSteps.map((s) => [s.name, s.afterDeliveredSeq])).toEqual([['compensate', 1]]);
     expect(first.deliveries).toEqual([
       { stepId: step(0, 'activity', '').id, deliveredSeq: 1, firesTimer: false },
     ]);
@@ -313,15 +314,21 @@ describe('runTurn: durable timers and recorded values', () => {
     });
     const result = await turn(clock, [], { nowMs: NOW_MS + 0.875 });
     expect(seen).toBe(NOW_MS);
-    expect(result.newSteps[0]).toEqual({ seq: 0, kind: 'value', name: 'now', output: NOW_MS });
+    expect(result.newSteps[0]).toEqual({
+      seq: 0,
+      kind: 'value',
+      name: 'now',
+      output: NOW_MS,
+      afterDeliveredSeq: 0,
+    });
   });
 
   it('records ctx.now() as a value step and schedules the sleep with its delay', async () => {
     const result = await turn(napper, []);
     expect(result.outcome).toEqual({ kind: 'blocked' });
     expect(result.newSteps).toEqual([
-      { seq: 0, kind: 'value', name: 'now', output: NOW_MS },
-      { seq: 1, kind: 'timer', name: 'sleep', delayMs: 300_000 },
+      { seq: 0, kind: 'value', name: 'now', output: NOW_MS, afterDeliveredSeq: 0 },
+      { seq: 1, kind: 'timer', name: 'sleep', delayMs: 300_000, afterDeliveredSeq: 0 },
     ]);
   });
 
@@ -334,7 +341,10 @@ describe('runTurn: durable timers and recorded values', () => {
     expect(early).toEqual({ newSteps: [], deliveries: [], outcome: { kind: 'blocked' } });
     const due = await turn(napper, history, { nowMs: NOW_MS + 300_000 });
     expect(due.deliveries).toEqual([{ stepId: history[1]?.id, deliveredSeq: 1, firesTimer: true }]);
-    expect(due.newSteps).toEqual([{ seq: 2, kind: 'timer', name: 'sleep', dueAtMs: NOW_MS + 3_600_000 }]);
+    // Scheduled after the code saw the first timer fire (delivery 1).
+    expect(due.newSteps).toEqual([
+      { seq: 2, kind: 'timer', name: 'sleep', dueAtMs: NOW_MS + 3_600_000, afterDeliveredSeq: 1 },
+    ]);
   });
 
   it('replays now, random and uuid from history whatever the clock and randomness say now', async () => {
@@ -371,9 +381,9 @@ describe('runTurn: durable timers and recorded values', () => {
     if (result.outcome.kind !== 'completed') throw new Error(result.outcome.kind);
     const output = result.outcome.output as { after: number; r: number; id: string };
     expect(result.newSteps).toEqual([
-      { seq: 3, kind: 'value', name: 'now', output: NOW_MS + 3_600_500 },
-      { seq: 4, kind: 'value', name: 'random', output: output.r },
-      { seq: 5, kind: 'value', name: 'uuid', output: output.id },
+      { seq: 3, kind: 'value', name: 'now', output: NOW_MS + 3_600_500, afterDeliveredSeq: 2 },
+      { seq: 4, kind: 'value', name: 'random', output: output.r, afterDeliveredSeq: 2 },
+      { seq: 5, kind: 'value', name: 'uuid', output: output.id, afterDeliveredSeq: 2 },
     ]);
     expect(output.after).toBe(NOW_MS + 3_600_500);
     expect(output.id).toMatch(/^[0-9a-f-]{36}$/);

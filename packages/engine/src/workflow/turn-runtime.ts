@@ -22,8 +22,8 @@ import { shorterLeaseMessage } from '../lease-override.js';
 import type { HistoryStepRow } from '../queries/claim-turns.js';
 import { trackNonDurable, type NonDurableSink } from './non-durable-await.js';
 
-/** A step a turn adds to its run. Durations in ms; due times are fixed by the DB clock at commit. */
-export type NewStep =
+/** A durable call that has no recorded step yet. Durations in ms; due times are fixed by the DB clock at commit. */
+type StepCall =
   | {
       readonly seq: number;
       readonly kind: 'activity';
@@ -48,6 +48,12 @@ export type NewStep =
       readonly deliveredSeq?: number;
     }
   | { readonly seq: number; readonly kind: 'value'; readonly name: string; readonly output: unknown };
+
+/**
+ * A step a turn adds to its run: the call, and `afterDeliveredSeq`, the highest delivery order the code had
+ * seen when it made the call (0: none yet), so a retry can tell the steps that depended on a withdrawn outcome.
+ */
+export type NewStep = StepCall & { readonly afterDeliveredSeq: number };
 
 /** A recorded outcome this turn handed to the workflow code for the first time, in order. */
 export interface Delivery {
@@ -132,6 +138,8 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
   const newSteps: NewStep[] = [];
   const deliveries: Delivery[] = [];
   let position = 0;
+  /** The highest delivery order handed to the code so far (recorded or new); 0 before the first. */
+  let seenDeliveredSeq = 0;
   let fatal: PalisadeError | undefined;
   let closed = false;
   let nonDurable: string | undefined;
@@ -169,12 +177,12 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
   const durable = <T>(
     kind: 'activity' | 'timer',
     name: string,
-    schedule: (seq: number) => NewStep,
+    schedule: (seq: number) => StepCall,
   ): Promise<T> => {
     if (closed || fatal) return never<T>();
     const { seq, recorded, ok } = take(kind, name);
     if (!ok) return never<T>();
-    if (!recorded) newSteps.push(schedule(seq));
+    if (!recorded) newSteps.push({ ...schedule(seq), afterDeliveredSeq: seenDeliveredSeq });
     return new Promise<T>((resolve, reject) => {
       requested.set(seq, {
         kind,
@@ -191,7 +199,7 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
     const { seq, recorded, ok } = take('value', name);
     if (recorded && ok) return recorded.output as T;
     const fresh = make();
-    if (ok) newSteps.push({ seq, kind: 'value', name, output: fresh });
+    if (ok) newSteps.push({ seq, kind: 'value', name, output: fresh, afterDeliveredSeq: seenDeliveredSeq });
     return fresh;
   };
 
@@ -308,6 +316,7 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
       );
       break;
     }
+    seenDeliveredSeq = h.delivered_seq as number;
     deliver(h);
     await macrotask();
   }
@@ -317,6 +326,7 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
     const index = remaining.findIndex((h) => requested.has(h.seq));
     if (index >= 0) {
       const [h] = remaining.splice(index, 1) as [HistoryStepRow];
+      seenDeliveredSeq = nextDeliveredSeq;
       deliver(h);
       deliveries.push({
         stepId: h.id,
@@ -339,6 +349,7 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
       const d = requested.get(s.seq) as Deferred;
       d.settled = true;
       cancelSeen = true;
+      seenDeliveredSeq = nextDeliveredSeq;
       newSteps[newSteps.indexOf(s)] = { ...s, cancelled: true, deliveredSeq: nextDeliveredSeq++ } as NewStep;
       d.reject(new CancelledFailure(`step ${s.name}#${s.seq} was cancelled`, { runId: turn.info.runId }));
       await macrotask();
