@@ -3,7 +3,9 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['**/dist/**', '**/node_modules/**', '**/.palisade/**', '**/migrations/**', 'eslint.config.js'] },
+  {
+    ignores: ['**/dist/**', '**/node_modules/**', '**/.palisade/**', '**/migrations/**', 'eslint.config.js'],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {

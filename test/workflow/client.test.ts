@@ -270,7 +270,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
         },
       });
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [saga], activities: [charge, refund, ship], pollIntervalMs: 50 });
+      const worker = engine.worker({
+        workflows: [saga],
+        activities: [charge, refund, ship],
+        pollIntervalMs: 50,
+      });
       await worker.start();
       const handle = await engine.client.start(saga, {});
       await expect(handle.result({ timeoutMs: 15_000 })).rejects.toBeInstanceOf(RunFailedError);

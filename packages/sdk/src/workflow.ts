@@ -83,7 +83,9 @@ const workflowOptionsSchema = z
     input: z.instanceof(z.ZodType, { message: 'must be a zod schema' }),
     output: z.instanceof(z.ZodType, { message: 'must be a zod schema' }),
     queue: z.string().regex(NAME, 'must be 1–128 characters of letters, digits, and _ . : -').optional(),
-    run: z.custom<(...args: unknown[]) => unknown>((v) => typeof v === 'function', { message: 'must be a function' }),
+    run: z.custom<(...args: unknown[]) => unknown>((v) => typeof v === 'function', {
+      message: 'must be a function',
+    }),
   })
   .strict();
 
