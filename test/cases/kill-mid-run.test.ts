@@ -8,14 +8,22 @@
  * is SIGKILLed and never comes back. Fault points, each announced by the code that reached it (no timing
  * guesses): (a) B's first attempt is holding, its lease live; (b) the workflow turn that has seen B's result
  * BLOCKs its event loop before it schedules C (`ctx.info.turnAttempt` 4, so W2's replay does not block);
- * (c) the run is asleep (its timer is pending, nothing holds a lease).
+ * (c) the run is asleep (its timer is pending, nothing holds a lease). A sampler of the database also checks
+ * that the run never sat unfinished with nothing holding it (no live lease, no pending timer) for longer than
+ * a lease plus the poll interval.
  */
 import { describe, expect, it } from 'vitest';
 import { fixtureActivities, fixtureWorkflows } from '../fixtures/activities.js';
 import type { FixtureTimings, WorkerProcessConfig } from '../fixtures/worker-protocol.js';
 import { useEngineTarget } from '../support/engine.js';
 import { useFaultCase, waitUntil, type FaultCase } from '../support/fault-case.js';
-import { runRecords, type RunAttempt, type RunRecords } from '../support/run-records.js';
+import {
+  expectNeverUnownedLonger,
+  runRecords,
+  sampleRuns,
+  type RunAttempt,
+  type RunRecords,
+} from '../support/run-records.js';
 import { useWorkerProcesses, type WorkerProcess } from '../support/worker-process.js';
 
 const timings: FixtureTimings = {
@@ -118,6 +126,7 @@ describe('issue 3: a worker killed mid-run; the run finishes on another worker',
       hold: { step: 'B', ms: FOREVER_MS, onEpoch: 1 },
     });
     const runId = handle.runId;
+    const sampler = sampleRuns(c.sql, c.schema, [runId]);
     const holding = await w1.waitFor('fixture:holding', (m) => m.attempt.runId === runId);
     expect(holding.step).toBe('B');
     const killedAtMs = await killW1(db, w1, w2);
@@ -146,6 +155,7 @@ describe('issue 3: a worker killed mid-run; the run finishes on another worker',
     expect(attempts.filter((a) => a.kind === 'activity' && a.label !== 'B').map((a) => a.attempt)).toEqual([
       1, 1,
     ]);
+    await expectNeverUnownedLonger(sampler, timings.leaseMs + POLL_MS);
   });
 
   it('(b) mid-turn: W2 replays the killed turn after its lease expired and schedules C; A and B run once', async () => {
@@ -156,6 +166,7 @@ describe('issue 3: a worker killed mid-run; the run finishes on another worker',
       blockTurn: { turnAttempt: TURN_AFTER_B, ms: FOREVER_MS },
     });
     const runId = handle.runId;
+    const sampler = sampleRuns(c.sql, c.schema, [runId]);
     const blocking = await w1.waitFor('fixture:turn-blocking', (m) => m.runId === runId);
     expect(blocking.turnAttempt).toBe(TURN_AFTER_B);
     // The turn holds its lease and has committed nothing: C does not exist yet.
@@ -196,6 +207,7 @@ describe('issue 3: a worker killed mid-run; the run finishes on another worker',
       'blocked',
       'completed',
     ]);
+    await expectNeverUnownedLonger(sampler, TURN_LEASE_MS + POLL_MS);
   });
 
   it('(c) mid-sleep: W2 fires the timer at its due time and runs B and C; A runs once', async () => {
@@ -203,6 +215,7 @@ describe('issue 3: a worker killed mid-run; the run finishes on another worker',
     const sleepMs = 3_000;
     const handle = await c.engine.client.start(stepsWithSleep, { sleepMs, after: ['B', 'C'] });
     const runId = handle.runId;
+    const sampler = sampleRuns(c.sql, c.schema, [runId]);
     const [, timer] = await waitUntil(
       () => db.steps(runId),
       (steps) => steps[1]?.kind === 'timer',
@@ -235,5 +248,6 @@ describe('issue 3: a worker killed mid-run; the run finishes on another worker',
       'w2',
       'w2',
     ]);
+    await expectNeverUnownedLonger(sampler, timings.leaseMs + POLL_MS);
   });
 });

@@ -5,6 +5,7 @@
  * checked against what the database recorded. The one-step readers are in ./fault-case.ts.
  */
 import type postgres from 'postgres';
+import { expect } from 'vitest';
 
 /** One step of a run. `label` is the `step` input of a `record-step` call (A, B, …), null for other kinds. */
 export interface RunStep {
@@ -57,13 +58,13 @@ export interface RunEvent {
 
 export interface RunRecords {
   /** The run's steps in position order. */
-  steps(runId: string): Promise<RunStep[]>;
+  steps: (runId: string) => Promise<RunStep[]>;
   /** Every claim of the run (turns and steps), in claim order. */
-  attempts(runId: string): Promise<RunAttempt[]>;
-  executions(runId: string): Promise<Execution[]>;
-  events(runId: string): Promise<RunEvent[]>;
+  attempts: (runId: string) => Promise<RunAttempt[]>;
+  executions: (runId: string) => Promise<Execution[]>;
+  events: (runId: string) => Promise<RunEvent[]>;
   /** The database time (`<schema>.now()`), epoch ms. */
-  nowMs(): Promise<number>;
+  nowMs: () => Promise<number>;
 }
 
 const ms = (column: string): string => `(extract(epoch FROM ${column}) * 1000)::float8`;
@@ -101,7 +102,7 @@ export function runRecords(sql: postgres.Sql, schema: string): RunRecords {
            FROM ${t('events')} WHERE run_id = $1 ORDER BY id`,
         [runId],
       ),
-    async nowMs() {
+    nowMs: async () => {
       const [row] = await sql.unsafe<{ now_ms: number }[]>(`SELECT ${ms(`"${schema}"."now"()`)} AS now_ms`);
       return Number(row?.now_ms);
     },
@@ -127,7 +128,7 @@ export interface RunSample {
 
 export interface RunSampler {
   readonly samples: readonly RunSample[];
-  /** Stop sampling; resolves after the sample in progress. */
+  /** Stop sampling; resolves after the sample in progress. @throws the error of a sample that failed. */
   stop(): Promise<readonly RunSample[]>;
 }
 
@@ -144,6 +145,9 @@ export function sampleRuns(
   const t = (name: string): string => `"${schema}"."${name}"`;
   const samples: RunSample[] = [];
   let stopped = false;
+  // A failed sample ends the loop and is thrown by stop(), not left as an unhandled rejection (a test that
+  // fails before stop() closes the client under the loop).
+  let failure: unknown;
   const loop = (async () => {
     while (!stopped) {
       const rows = await sql.unsafe<RunSample[]>(
@@ -164,12 +168,16 @@ export function sampleRuns(
       samples.push(...rows);
       if (!stopped) await new Promise((resolve) => setTimeout(resolve, intervalMs));
     }
-  })();
+  })().catch((error: unknown) => {
+    failure = error;
+  });
   return {
     samples,
     async stop() {
       stopped = true;
       await loop;
+      if (failure !== undefined)
+        throw failure instanceof Error ? failure : new Error(JSON.stringify(failure));
       return samples;
     },
   };
@@ -200,4 +208,17 @@ export function longestUnownedMs(samples: readonly RunSample[]): {
     if (!unowned) since.delete(s.runId);
   }
   return worst;
+}
+
+/**
+ * Stop `sampler` and expect that no sampled run sat unfinished with nothing holding it for longer than
+ * `boundMs` (F07: the lease plus the poll interval), and that there were samples to judge by.
+ */
+export async function expectNeverUnownedLonger(sampler: RunSampler, boundMs: number): Promise<void> {
+  const samples = await sampler.stop();
+  expect(samples.length).toBeGreaterThan(20);
+  const worst = longestUnownedMs(samples);
+  expect(worst.ms, `run ${worst.runId} was unowned from ${worst.fromMs} (DB ms)`).toBeLessThanOrEqual(
+    boundMs,
+  );
 }
