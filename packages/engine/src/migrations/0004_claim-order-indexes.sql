@@ -1,0 +1,2 @@
+CREATE INDEX "runs_turn_claim_order_idx" ON "palisade"."runs" USING btree ("queue","priority" DESC NULLS FIRST,"turn_next_run_at") WHERE "palisade"."runs"."turn_next_run_at" IS NOT NULL;--> statement-breakpoint
+CREATE INDEX "steps_claim_order_idx" ON "palisade"."steps" USING btree ("queue","priority" DESC NULLS FIRST,"next_run_at") WHERE "palisade"."steps"."status" IN ('scheduled', 'running');
