@@ -9,7 +9,7 @@ import { chargeKey, createInvoiceActivities } from './activities.js';
 import { pgliteAppDatabase, postgresAppDatabase, type AppDatabase } from './app-database.js';
 import { verifySettlement, type CurrencyTotal, type DemoCheck, type StaleWriteRejection } from './checks.js';
 import { formatMoney, isCurrencyCode } from './currencies.js';
-import { DatabaseLink, linkPglite, linkPostgres } from './database-link.js';
+import { NetworkLink, linkPglite, linkPostgres } from '../shared/network-link.js';
 import { parseInvoiceCsv, type MalformedRow } from './parse-invoices.js';
 import { PaymentProvider } from './payment-provider.js';
 import { StallFault, type StallRecord } from './stall-fault.js';
@@ -101,7 +101,7 @@ export const INVOICE_SETTLEMENT_DEMO = Object.freeze({
 interface Resources {
   readonly main: Engine;
   readonly chargeEngines: Map<string, Engine>;
-  readonly links: Map<string, DatabaseLink>;
+  readonly links: Map<string, NetworkLink>;
   readonly app: AppDatabase;
   readonly close: (() => Promise<void>)[];
 }
@@ -392,7 +392,7 @@ async function historyWithStaleRejection(
 async function openResources(databaseUrl: string | undefined, schema: string): Promise<Resources> {
   const logger = pino({ level: 'silent' });
   const links = new Map(
-    INVOICE_SETTLEMENT_DEMO.chargeWorkers.map((id) => [id, new DatabaseLink(id)] as const),
+    INVOICE_SETTLEMENT_DEMO.chargeWorkers.map((id) => [id, new NetworkLink(id)] as const),
   );
   const close: (() => Promise<void>)[] = [];
   const chargeEngines = new Map<string, Engine>();

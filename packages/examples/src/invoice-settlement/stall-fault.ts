@@ -1,5 +1,5 @@
 import type { InvoiceActivityEvent } from './activities.js';
-import type { DatabaseLink } from './database-link.js';
+import type { NetworkLink } from '../shared/network-link.js';
 import type { HeldResponse, PaymentProvider } from './payment-provider.js';
 import type { Timeline } from './timeline.js';
 
@@ -33,7 +33,7 @@ export interface StallFaultOptions {
   readonly idempotencyKey: string;
   readonly provider: PaymentProvider;
   /** Each charge worker's database link, by worker id. */
-  readonly links: ReadonlyMap<string, DatabaseLink>;
+  readonly links: ReadonlyMap<string, NetworkLink>;
   readonly timeline: Timeline;
   /** Heal and answer after this long whatever happened, so a broken run cannot hang the demo. @defaultValue 30_000 */
   readonly maxStallMs?: number;

@@ -26,7 +26,8 @@ export {
   type MediaStream,
   type RunFfmpegOptions,
 } from './ffmpeg.js';
-export { NetworkLink, linkPglite, linkPostgres, linkStore, type LinkStoreOptions } from './network-link.js';
+export { NetworkLink, linkPglite, linkPostgres } from '../shared/network-link.js';
+export { linkStore, type LinkStoreOptions } from './store-link.js';
 export { ObjectStore, type Refusal, type StoreClient, type StoredObject } from './object-store.js';
 export {
   TRANSCODING_DEMO,

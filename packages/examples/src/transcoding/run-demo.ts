@@ -7,7 +7,8 @@ import { createEngine, type CreateEngineOptions, type Engine, type RunDescriptio
 import { createTranscodingActivities } from './activities.js';
 import { stalledStepHistory, verifyTranscoding, type DemoCheck, type VerifiedOutput } from './checks.js';
 import { FFMPEG_VERSION, probeMedia } from './ffmpeg.js';
-import { NetworkLink, linkPglite, linkPostgres, linkStore } from './network-link.js';
+import { NetworkLink, linkPglite, linkPostgres } from '../shared/network-link.js';
+import { linkStore } from './store-link.js';
 import { ObjectStore, type StoreClient } from './object-store.js';
 import type { Rendition, TranscodeJob, TranscodeResult } from './schemas.js';
 import { StallFault, type StallRecord } from './stall-fault.js';

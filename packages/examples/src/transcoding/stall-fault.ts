@@ -1,4 +1,4 @@
-import type { NetworkLink } from './network-link.js';
+import type { NetworkLink } from '../shared/network-link.js';
 import type { ObjectStore } from './object-store.js';
 import type { Timeline } from './timeline.js';
 

@@ -1,15 +1,16 @@
 /**
- * Fault injection for the demo: each worker reaches the database and the object store through a network link
- * the demo can cut (a partition) and restore. While a link is down, nothing sent over it arrives and nothing
- * comes back; what was sent is held and delivered, in order, when the link heals — like packets stuck in a
- * congested or partitioned network. The worker itself keeps running: its timers fire, its ffmpeg keeps encoding.
+ * Fault injection for the demos: each worker reaches the database (and, in the transcoding demo, the object
+ * store) over its own link, which the demo can cut (a partition) and restore. While a link is cut nothing sent
+ * over it arrives and nothing comes back; what was sent is held and delivered, in order, when the link heals —
+ * a partitioned network, as seen by the worker. The worker itself keeps running: its timers fire, its local
+ * lease deadline passes, its activity code keeps waiting on whatever it awaits.
  *
- * On real PostgreSQL the link is a TCP proxy in front of the server. On the embedded PGlite (one in-process
- * instance) it wraps the instance so that a call and its reply each wait while the link is down.
+ * On PostgreSQL the link is a TCP proxy on loopback in front of the server. On the embedded PGlite (one
+ * in-process instance, no network) it wraps the instance, so that each call and each reply waits while the
+ * link is cut.
  */
-import { createServer, connect, type Socket } from 'node:net';
+import { connect, createServer, type Socket } from 'node:net';
 import type { PGlite } from '@electric-sql/pglite';
-import type { ObjectStore, StoreClient, StoredObject } from './object-store.js';
 
 /** A worker's network: up or partitioned. */
 export class NetworkLink {
@@ -36,7 +37,7 @@ export class NetworkLink {
     for (const resolve of this.waiting.splice(0)) resolve();
   }
 
-  /** Deliver now if the link is up, otherwise when it heals. */
+  /** Deliver now while the link is up, otherwise when it heals. */
   carry(deliver: () => void): void {
     if (this.down) this.held.push(deliver);
     else deliver();
@@ -48,14 +49,18 @@ export class NetworkLink {
   }
 }
 
-/** A TCP proxy from a local port to the server of `databaseUrl`, carried over `link`. */
+/** A proxy URL that reaches the server of `databaseUrl` over a {@link NetworkLink}. */
 export interface LinkedDatabaseUrl {
   /** `databaseUrl` with host and port replaced by the proxy's. */
   readonly url: string;
   close(): Promise<void>;
 }
 
-/** Put `link` between a worker and the PostgreSQL server of `databaseUrl` (TCP only). */
+/**
+ * Put `link` between a worker and the PostgreSQL server of `databaseUrl` (a TCP server; not a Unix socket). A
+ * transaction caught open by a cut keeps its locks on the server until the server ends it — fenced transactions
+ * carry `idle_in_transaction_session_timeout` (a third of the lease) for exactly this case.
+ */
 export async function linkPostgres(link: NetworkLink, databaseUrl: string): Promise<LinkedDatabaseUrl> {
   const target = new URL(databaseUrl);
   const upstreamHost = target.hostname === '' ? '127.0.0.1' : target.hostname.replace(/^\[|\]$/g, '');
@@ -75,7 +80,7 @@ export async function linkPostgres(link: NetworkLink, databaseUrl: string): Prom
     forward(client, upstream);
     forward(upstream, client);
     const close = (): void => {
-      // A close travels like data: a partitioned peer does not learn of it until the link heals.
+      // A close travels like data: across a cut link the peer learns of it only when the link heals.
       link.carry(() => {
         client.destroy();
         upstream.destroy();
@@ -91,7 +96,8 @@ export async function linkPostgres(link: NetworkLink, databaseUrl: string): Prom
     server.listen(0, '127.0.0.1', () => resolve());
   });
   const address = server.address();
-  if (address === null || typeof address === 'string') throw new Error('proxy has no TCP address');
+  if (address === null || typeof address === 'string')
+    throw new Error('database link proxy has no TCP address');
   const url = new URL(databaseUrl);
   url.hostname = '127.0.0.1';
   url.port = String(address.port);
@@ -99,13 +105,13 @@ export async function linkPostgres(link: NetworkLink, databaseUrl: string): Prom
     url: url.toString(),
     async close() {
       link.heal();
-      for (const s of sockets) s.destroy();
+      for (const socket of sockets) socket.destroy();
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };
 }
 
-/** PGlite methods that talk to the database; each call and each reply crosses the link. */
+/** PGlite methods that talk to the database: each call and each reply crosses the link. */
 const PGLITE_CALLS = new Set<PropertyKey>([
   'query',
   'exec',
@@ -116,7 +122,10 @@ const PGLITE_CALLS = new Set<PropertyKey>([
   'describeQuery',
 ]);
 
-/** Put `link` between a worker and the embedded PGlite: the same instance, reached over the link. */
+/**
+ * Put `link` between a worker and the embedded PGlite: the same instance, reached over the link. A transaction is
+ * one call here (PGlite runs it while holding the instance), so a cut never leaves one open.
+ */
 export function linkPglite(link: NetworkLink, pglite: PGlite): PGlite {
   return new Proxy(pglite, {
     get(target, property) {
@@ -132,31 +141,4 @@ export function linkPglite(link: NetworkLink, pglite: PGlite): PGlite {
       };
     },
   });
-}
-
-/** Options of {@link linkStore}. */
-export interface LinkStoreOptions {
-  /** Recorded as the writer of every upload. */
-  readonly writer: string;
-  /** Called as an upload leaves the worker, before it crosses the link (fault injection may cut it here). */
-  readonly onUpload?: (upload: { key: string; token: bigint; writer: string }) => void;
-}
-
-/** The object store as a worker behind `link` reaches it. */
-export function linkStore(store: ObjectStore, link: NetworkLink, options: LinkStoreOptions): StoreClient {
-  const across = async <T>(request: () => Promise<T>): Promise<T> => {
-    await link.passage();
-    try {
-      return await request();
-    } finally {
-      await link.passage();
-    }
-  };
-  return {
-    get: (key: string): Promise<StoredObject | undefined> => across(() => store.get(key)),
-    put(key: string, file: string, token: bigint): Promise<StoredObject> {
-      options.onUpload?.({ key, token, writer: options.writer });
-      return across(() => store.put(key, file, token, options.writer));
-    },
-  };
 }
