@@ -5,6 +5,7 @@
  *   const url = proxy.url(databaseUrl);       // hand this to the worker under test
  *   proxy.blackhole(); … proxy.restore();      // a cut cable: nothing flows, sockets stay open
  *   proxy.delay(200);                          // 200 ms more latency per chunk, both ways
+ *   proxy.delayReplies(900);                   // 900 ms more on server→client chunks only
  *   proxy.reset();                             // destroy every current connection
  *   proxy.dropReplyAfter('-- commit-me');      // the statement runs; its reply never arrives
  *   await proxy.close();
@@ -50,6 +51,11 @@ export interface TcpProxy {
   restore(): void;
   /** Add `ms` of latency to every chunk, both directions (0 removes it). Order is kept. */
   delay(ms: number): void;
+  /**
+   * Add `ms` of latency to every server→client chunk only (on top of `delay`; 0 removes it): requests reach the
+   * server at once, their replies arrive late (a grant that is old when it arrives). Order is kept.
+   */
+  delayReplies(ms: number): void;
   /** Destroy every current connection (both sockets); new connections are accepted as usual. */
   reset(): void;
   /**
@@ -78,10 +84,12 @@ class Pipe {
     private readonly from: Socket,
     private readonly to: Socket,
     private readonly state: ProxyState,
+    private readonly replies = false,
   ) {}
 
   push(chunk: Buffer): void {
-    this.queue.push({ chunk, dueMs: performance.now() + this.state.delayMs });
+    const delayMs = this.state.delayMs + (this.replies ? this.state.replyDelayMs : 0);
+    this.queue.push({ chunk, dueMs: performance.now() + delayMs });
     this.pump();
   }
 
@@ -115,12 +123,13 @@ class Pipe {
 interface ProxyState {
   blackholed: boolean;
   delayMs: number;
+  replyDelayMs: number;
   dropMarkers: { marker: string; rule: { trip(id: number): void } }[];
 }
 
 /** Start a proxy on 127.0.0.1 (a free port) that forwards every connection to `targetHost:targetPort`. */
 export async function createTcpProxy(targetHost: string, targetPort: number): Promise<TcpProxy> {
-  const state: ProxyState = { blackholed: false, delayMs: 0, dropMarkers: [] };
+  const state: ProxyState = { blackholed: false, delayMs: 0, replyDelayMs: 0, dropMarkers: [] };
   const connections = new Map<number, Connection>();
   let nextId = 1;
   let closed: Promise<void> | undefined;
@@ -158,7 +167,7 @@ export async function createTcpProxy(targetHost: string, targetPort: number): Pr
       client,
       upstream,
       toServer: new Pipe(client, upstream, state),
-      toClient: new Pipe(upstream, client, state),
+      toClient: new Pipe(upstream, client, state, true),
       repliesDropped: false,
       scanTail: '',
     };
@@ -209,12 +218,17 @@ export async function createTcpProxy(targetHost: string, targetPort: number): Pr
     restore(): void {
       state.blackholed = false;
       state.delayMs = 0;
+      state.replyDelayMs = 0;
       state.dropMarkers = [];
       pumpAll();
     },
     delay(ms: number): void {
       if (!(ms >= 0)) throw new RangeError(`delay must be ≥ 0 ms, got ${ms}`);
       state.delayMs = ms;
+    },
+    delayReplies(ms: number): void {
+      if (!(ms >= 0)) throw new RangeError(`reply delay must be ≥ 0 ms, got ${ms}`);
+      state.replyDelayMs = ms;
     },
     reset(): void {
       for (const c of [...connections.values()]) destroy(c);

@@ -4,5 +4,12 @@ import { frozenZombie } from './t02-frozen-zombie.js';
 import { blockedLoop } from './t03-blocked-loop.js';
 import { sigkill } from './t04-sigkill.js';
 import { revoke } from './t08-revoke.js';
+import { delayedGrants } from './t13-delayed-grants.js';
 
-export const SCENARIOS: readonly Scenario[] = [frozenZombie, blockedLoop, sigkill, revoke];
+export const SCENARIOS: readonly Scenario[] = [
+  frozenZombie,
+  blockedLoop,
+  sigkill,
+  revoke,
+  delayedGrants,
+];

@@ -22,13 +22,27 @@ export interface ReleaseStepParams extends AttemptRef {
  * retry budget (`attempt − 1`; `epoch` keeps counting it). The attempt row ends `released`, an
  * `attempt:released` event is appended and workers are NOTIFYed. A rejection is recorded in the same statement
  * and raises {@link LeaseLostError}.
+ *
+ * A grant that never started (`stale-grant`, `ambiguous-claim`) is released even if its lease has already
+ * expired, as long as no other claim took the step (same token and nonce, still `running`). Such a release
+ * arrives late exactly when the link is slow — the reason the grant was stale — and on a fresh connection its
+ * handshake costs several more slow round trips (T13 in the chaos suite). Rejected as `expired`, the never-run
+ * claim was charged to the retry budget when the step was reclaimed, so a slow link could exhaust a step's
+ * attempts without running it once. This does not revive a lease (expiry stays final, I4): the step only
+ * becomes claimable, which it already was, and no effect of the attempt exists to fence. Under row lock, a
+ * concurrent claim that took the step first changes the token, and the release is rejected as `superseded`.
  */
 export async function releaseStep(db: Database, n: SchemaNames, p: ReleaseStepParams): Promise<void> {
+  const fence =
+    p.why === 'shutdown'
+      ? stepFence(n, 's', p)
+      : sql`s.id = ${p.stepId} AND s.fencing_token = ${p.token.toString()}::bigint AND s.nonce = ${p.nonce}::uuid
+          AND s.status = 'running'`;
   const rows = await db.rows<FencedResultRow>(sql`
     WITH applied AS (
       UPDATE ${n.steps} s
          SET status = 'scheduled', attempt = s.attempt - 1, next_run_at = ${n.now}, lease_expires_at = NULL
-       WHERE ${stepFence(n, 's', p)}
+       WHERE ${fence}
       RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, s.worker_id, s.queue),
     ended AS (
       UPDATE ${n.attempts} a SET outcome = 'released', ended_at = ${n.now}
