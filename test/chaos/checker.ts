@@ -333,3 +333,22 @@ function groupBy<T>(items: readonly T[], key: (item: T) => string): Map<string, 
 function iso(ms: number): string {
   return Number.isFinite(ms) ? new Date(ms).toISOString() : String(ms);
 }
+
+/**
+ * The host-clock ms at which the database's lease of `token` on step `stepId` ended: its last recorded expiry,
+ * converted from the engine's clock with the offset of the same audit row. `undefined` if it was never running.
+ */
+export async function leaseExpiryMs(
+  sql: postgres.Sql,
+  schema: string,
+  stepId: string,
+  token: string,
+): Promise<number | undefined> {
+  const [row] = await sql.unsafe<{ expiry_ms: number | null }[]>(
+    `SELECT max((extract(epoch from lease_expires_at - (engine_at - at)) * 1000)::float8) AS expiry_ms
+       FROM "${schema}".audit
+      WHERE step_id = $1 AND fencing_token = $2::bigint AND status = 'running'`,
+    [stepId, token],
+  );
+  return row?.expiry_ms ?? undefined;
+}

@@ -48,8 +48,11 @@ export function figuresTable(reports: readonly ScenarioReport[]): string {
       .filter((r) => (r.metrics.abortLatencyMs ?? []).length > 0)
       .map((r): [string, string] => [`  ${r.name}`, dist(r.metrics.abortLatencyMs ?? [])]),
     [
-      'abort lead before DB expiry, min ms',
-      all('abortLeadMs').length ? round(Math.min(...all('abortLeadMs'))) : '– (no partition scenario yet)',
+      'abort lead before DB expiry, min / p1 / p50 ms',
+      all('abortLeadMs').length
+        ? `${round(Math.min(...all('abortLeadMs')))} / ${round(percentile(all('abortLeadMs'), 1))} / ` +
+          `${round(percentile(all('abortLeadMs'), 50))} (n=${all('abortLeadMs').length})`
+        : '– (no partition scenario ran)',
     ],
     ['reclaim latency after SIGKILL p50/p99/max ms', dist(all('reclaimLatencyMs'))],
     [

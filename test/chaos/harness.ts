@@ -72,6 +72,8 @@ export interface ChaosTimings {
   readonly pollIntervalMs: number;
   /** Reclaim backoff after an expiry (the retry policy's first interval, no jitter). */
   readonly reclaimDelayMs: number;
+  /** The workers' safety margin M. @defaultValue the engine's (max(L / 10, 1 s), capped below L / 3) */
+  readonly leaseSafetyMarginMs?: number;
 }
 
 export const DEFAULT_TIMINGS: ChaosTimings = Object.freeze({
@@ -164,6 +166,12 @@ export interface SpawnOptions {
   /** @defaultValue 1 */
   concurrency?: number;
   timings?: Partial<ChaosTimings>;
+  /**
+   * Lease of `chaos-loop` as this worker defines it (ms), for workers that must be refused at start (T14).
+   * Runs are enqueued with the scenario's lease; the worker's own definition is what its options are checked
+   * against. @defaultValue the scenario's `leaseMs`
+   */
+  activityLeaseMs?: number;
 }
 
 export interface EnqueuedRun {
@@ -285,10 +293,12 @@ export async function runScenario(
       databaseUrl: o.databaseUrl ?? server.databaseUrl,
       schema,
       workerId: o.workerId ?? `w${++workerCount}`,
-      timings: fixtureTimings,
+      timings:
+        o.activityLeaseMs === undefined ? fixtureTimings : { ...fixtureTimings, leaseMs: o.activityLeaseMs },
       heartbeatIntervalMs: t.heartbeatIntervalMs,
       heartbeatTimeoutMs: t.heartbeatTimeoutMs,
       pollIntervalMs: t.pollIntervalMs,
+      ...(t.leaseSafetyMarginMs !== undefined ? { leaseSafetyMarginMs: t.leaseSafetyMarginMs } : {}),
       concurrency: o.concurrency ?? 1,
       shutdownGraceMs: 1_000,
       extensionModule: EXTENSION_MODULE,
