@@ -4,7 +4,7 @@ import postgres, { type Sql } from 'postgres';
 import { pino, type Logger } from 'pino';
 import { PalisadeError } from '@palisade/sdk';
 import { Client } from './client/client.js';
-import { fromPglite, fromPostgres, type Database } from './db/database.js';
+import { fromPglite, fromPostgres, poolReconnectBackoffSeconds, type Database } from './db/database.js';
 import { NotificationHub } from './db/notification-hub.js';
 import { migrate, type MigrateResult } from './migrate.js';
 import { resolveEngineOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js';
@@ -48,6 +48,7 @@ async function openDatabase(options: ResolvedEngineOptions): Promise<Database> {
       const client: Sql = postgres(c.url, {
         max: options.poolSize,
         onnotice: () => undefined,
+        backoff: poolReconnectBackoffSeconds,
         connection: {
           application_name: 'palisade',
           statement_timeout: options.statementTimeoutMs,

@@ -5,6 +5,7 @@ import { blockedLoop } from './t03-blocked-loop.js';
 import { sigkill } from './t04-sigkill.js';
 import { partition } from './t07-partition.js';
 import { revoke } from './t08-revoke.js';
+import { dbRestart } from './t11-db-restart.js';
 import { delayedGrants } from './t13-delayed-grants.js';
 
 export const SCENARIOS: readonly Scenario[] = [
@@ -13,5 +14,6 @@ export const SCENARIOS: readonly Scenario[] = [
   sigkill,
   partition,
   revoke,
+  dbRestart,
   delayedGrants,
 ];

@@ -3,6 +3,27 @@ import { sql, type SQL } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import postgres, { type Sql } from 'postgres';
 
+/**
+ * postgres.js reconnect backoff (seconds) for the clients the engine opens. The driver's default grows as
+ * 3^n / 100 s up to 20 s per failed connect, and every failed attempt during an outage counts: after a database
+ * restart of a few seconds a worker stayed cut off for up to 20 s more, its leases expiring although the
+ * database had long been back (T11 in the chaos suite). Reconnecting is cheap (a refused connect or a
+ * "starting up" reply), so the engine retries within half a second, jittered so a fleet does not reconnect in
+ * lockstep.
+ */
+export function poolReconnectBackoffSeconds(retries: number): number {
+  return (0.5 + Math.random() / 2) * Math.min(0.05 * 2 ** retries, 0.5);
+}
+
+/**
+ * Reconnect backoff (seconds) of the heartbeat client: short and flat. The heartbeat loop already paces its
+ * retries (one in flight, the next a quarter interval after a failure); a driver delay on top only eats into
+ * the lease the last heartbeat left.
+ */
+export function heartbeatReconnectBackoffSeconds(): number {
+  return 0.02 + Math.random() * 0.03;
+}
+
 /** Any drizzle Postgres database or transaction, whatever the driver. */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
@@ -96,7 +117,11 @@ export async function fromPostgres(client: Sql, owned: boolean): Promise<Databas
     // TypeError (porsager/postgres#1208, #1199), which stopped every heartbeat of the worker for good and hung
     // stop(). A client reconnects instead. Two connections, not one: a one-connection postgres.js client loses
     // the query sent right after its connection was reset. At most one heartbeat is in flight either way.
-    const own = postgres({ ...client.options, max: 2 } as unknown as postgres.Options<Record<string, never>>);
+    const own = postgres({
+      ...client.options,
+      max: 2,
+      backoff: heartbeatReconnectBackoffSeconds,
+    } as unknown as postgres.Options<Record<string, never>>);
     const handle = wrap(own, () => Promise.resolve()) as Database & { release(): Promise<void> };
     // Released once the heartbeat loop stopped with nothing in flight: close at once (postgres.js otherwise waits
     // out the whole timeout for a connection whose backend died).
