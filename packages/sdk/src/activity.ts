@@ -66,6 +66,10 @@ export interface ActivityContext {
    * Run `fn` in a database transaction whose last statement is the fence: the transaction commits only if this
    * attempt still holds the current token and an unexpired lease, and rolls back otherwise. Keep it short:
    * the server ends a transaction idle for longer than a third of the lease.
+   * If the connection fails (the server ended the session, a reset, a lost COMMIT reply), the engine settles the
+   * outcome by transaction id before answering: committed → `fn`'s result; rolled back with the lease lost →
+   * LeaseLostError; rolled back with the lease still held → the connection error, which then means "not
+   * committed". Only when the database stays unreachable until the local lease deadline is the error ambiguous.
    * @throws LeaseLostError when the fence fails (nothing `fn` wrote is committed).
    */
   fencedTransaction<T>(fn: (tx: FencedTransaction) => Promise<T>): Promise<T>;

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { sql } from 'drizzle-orm';
 import {
   AttemptAbortedError,
@@ -17,13 +18,19 @@ import {
 } from '@palisade/sdk';
 import type { Logger } from 'pino';
 import type { Database } from '../db/database.js';
-import { withInfraRetry } from '../infra-retry.js';
+import { faultHooks } from '../internal/fault-points.js';
+import { classifyDatabaseError, withInfraRetry } from '../infra-retry.js';
 import type { ActivityTiming } from '../options.js';
 import type { ClaimedStepRow } from '../queries/claim-steps.js';
 import { completeStep } from '../queries/complete-step.js';
 import { failStep } from '../queries/fail-step.js';
 import { fenceStep, recordStaleRejection } from '../queries/fence-step.js';
 import { releaseStep } from '../queries/release-step.js';
+import {
+  fenceHolds,
+  transactionStatus,
+  type TransactionStatus,
+} from '../queries/settle-fenced-transaction.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import type { AttemptRef } from '../queries/fenced-outcome.js';
 import { localLeaseDeadline, monotonicNow } from './lease-clock.js';
@@ -60,6 +67,9 @@ async function settledWithin<T>(promise: Promise<T>, ms: number): Promise<T | un
     clearTimeout(timer);
   }
 }
+
+/** Poll interval while a broken fenced transaction is still in progress on the server (ms). */
+const SETTLE_POLL_MS = 50;
 
 /** How long a shutdown or local-expiry abort waits for the activity to stop before leaving its lease to expire (ms). */
 const SHUTDOWN_SETTLE_MS = 1_000;
@@ -255,14 +265,22 @@ export class ActivityAttempt {
     this.assertUsable();
     const { db, names } = this.services;
     const idleMs = Math.max(500, Math.floor(this.row.lease_ms / 3));
+    let xid: string | undefined;
+    let done: { result: T } | undefined;
     try {
       return await db.transaction(async (tx) => {
         // A frozen process must not hold the step's row lock (taken by the fence) or the user's locks forever (I16).
-        await tx.rows(sql`SELECT set_config('idle_in_transaction_session_timeout', ${String(idleMs)}, true),
-                                 set_config('statement_timeout', ${String(this.row.lease_ms)}, true)`);
+        // The transaction id comes with it, at no extra round trip, to settle a COMMIT whose reply is lost (I15).
+        const [head] = await tx.rows<{ xid: string }>(sql`
+          SELECT set_config('idle_in_transaction_session_timeout', ${String(idleMs)}, true),
+                 set_config('statement_timeout', ${String(this.row.lease_ms)}, true), txid_current()::text AS xid`);
+        xid = head?.xid;
         const result = await fn(tx.drizzle);
         this.assertUsable();
         if (!(await fenceStep(tx, names, this.ref))) throw new FenceFailed();
+        const pause = faultHooks['fenced-transaction:before-commit'];
+        if (pause) await pause(this.ref);
+        done = { result };
         return result;
       });
     } catch (error) {
@@ -277,8 +295,58 @@ export class ActivityAttempt {
           throw lost;
         }
       }
+      if (xid !== undefined && error instanceof Error && classifyDatabaseError(error) === 'transient') {
+        await this.settleBrokenTransaction(xid, error);
+        // Committed: COMMIT is sent only after `fn` resolved and the fence held, so `done` is set.
+        if (done) return done.result;
+      }
       throw error;
     }
+  }
+
+  /**
+   * A fenced transaction failed with a connection-class error (server ended the session, connection reset, reply
+   * lost): whether it committed is unknown to the driver. Settle it on another connection by its transaction id
+   * rather than hand the caller an ambiguous error (I15): `'committed'` (the COMMIT went through; the caller gets
+   * its result), or rolled back — then if the attempt no longer owns the step the caller gets
+   * {@link LeaseLostError} (recorded, and the context is poisoned, as for a failed fence), and otherwise the
+   * original error, which now surely means "not committed". A transaction still in progress (its backend has not
+   * yet noticed the broken connection) is polled until the local lease deadline; if it is still unknown then, or
+   * the database cannot be reached, the original error is thrown.
+   * @returns only when the transaction committed; throws otherwise.
+   */
+  private async settleBrokenTransaction(xid: string, original: Error): Promise<'committed'> {
+    const { db, names } = this.services;
+    let status: TransactionStatus;
+    let holds: boolean;
+    try {
+      const giveUpAt = Math.max(this.localDeadlineMs, monotonicNow() + 1_000);
+      for (;;) {
+        status = await withInfraRetry(() => transactionStatus(db, xid), {
+          maxRetryTimeMs: Math.max(500, giveUpAt - monotonicNow()),
+        });
+        if (status !== 'in progress' || monotonicNow() >= giveUpAt) break;
+        await sleep(SETTLE_POLL_MS);
+      }
+      if (status === 'committed') return 'committed';
+      if (status === 'in progress') throw original;
+      holds = await withInfraRetry(() => fenceHolds(db, names, this.ref), { maxRetryTimeMs: 1_000 });
+    } catch (error) {
+      if (error !== original) {
+        this.services.logger.warn({ step: this.label, err: error }, 'attempt:fenced-transaction-unsettled');
+      }
+      throw original;
+    }
+    if (holds) throw original;
+    try {
+      await recordStaleRejection(db, names, { ...this.ref, operation: 'fenced-transaction' });
+    } catch (error) {
+      if (error instanceof LeaseLostError) {
+        this.leaseLost(error);
+        throw error;
+      }
+    }
+    throw original;
   }
 
   /** Run the activity and record its outcome; resolves when the slot can be reused. */

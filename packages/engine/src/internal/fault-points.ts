@@ -1,0 +1,20 @@
+/**
+ * Fault points: places inside the engine where a fault-injection test may pause it, set only through
+ * `setFaultHook()` from `@palisade/engine/testing`. With no hook set (always, outside tests), each point costs one
+ * property read; nothing else on the hot path depends on a test.
+ */
+import type { AttemptRef } from '../queries/fenced-outcome.js';
+
+/** The points a hook can be attached to. */
+export interface FaultHooks {
+  /**
+   * In `ctx.fencedTransaction`, after the fence UPDATE succeeded and before COMMIT is sent: the transaction holds
+   * the step's row lock and has written the user's rows (research/fencing-semantics.md §3.3 T12 (b)).
+   */
+  'fenced-transaction:before-commit'?: (attempt: AttemptRef) => Promise<void>;
+}
+
+export type FaultPoint = keyof FaultHooks;
+
+/** The hooks in force in this process (empty unless a test set one). */
+export const faultHooks: FaultHooks = {};
