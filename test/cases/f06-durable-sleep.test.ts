@@ -5,7 +5,7 @@
  * during the delay let the lease lapse and the task ran again. Here: step A → sleep → step B, where B writes a
  * ledger row (the `steps-with-sleep` workflow, test/fixtures/activities.ts). During the sleep W1 is SIGKILLed
  * and restarted twice and W2 and W3 start; just before the due time every worker is FROZEN (SIGSTOP) for 5 s.
- * The case's 20 s sleep is shrunk to 4 s; the shape is kept. Scale variant: 1,000 runs asleep at once on two
+ * The case's 20 s sleep is shrunk to 5 s; the shape is kept. Scale variant: 1,000 runs asleep at once on two
  * worker processes, one of which is killed and replaced by a fresh process during the sleep; their (long)
  * sleeps are then brought to an end together by moving the database clock, which every process reads.
  *
@@ -23,7 +23,7 @@ import { useWorkerProcesses, type WorkerProcess } from '../support/worker-proces
 
 const FREEZE_MS = 5_000;
 /** How long before the due time the workers are frozen: room for the test's own polling on a loaded machine. */
-const FREEZE_LEAD_MS = 1_000;
+const FREEZE_LEAD_MS = 1_500;
 const AMOUNT_CENTS = 700;
 
 describe('F06: a durable sleep holds no lease', () => {
@@ -55,7 +55,7 @@ describe('F06: a durable sleep holds no lease', () => {
       leaseMs: 2_000,
       retry: { maximumAttempts: 3, initialIntervalMs: 100, jitter: 0 },
     };
-    const sleepMs = 4_000;
+    const sleepMs = 5_000;
     const c = await faults.setUp();
     const db = runRecords(c.sql, c.schema);
     const spawn = (id: string, deferStart: boolean) =>

@@ -4,7 +4,7 @@
  * Seen in a TypeScript workflow kit that acknowledged a job before its work was durable: a run whose worker
  * crashed during a sleep never resumed. Here, on the `steps-with-sleep` workflow (test/fixtures/activities.ts;
  * step1 = A, step2 = B, each a `record-step` that writes one fenced `executions` row per attempt):
- * (a) A → sleep 3 s → B; the only worker is SIGKILLed 1 s into the sleep and restarted after the due time:
+ * (a) A → sleep 4 s → B; the only worker is SIGKILLed 1 s into the sleep and restarted after the due time:
  *     B starts within one poll interval of the restart, A is not run again;
  * (b) a long activity (A holds 3 s, heartbeating, L = 2 s) SIGKILLed mid-way and restarted at once: the
  *     restarted worker reclaims only after the lease expired, as attempt 2;
@@ -37,7 +37,7 @@ const timings: FixtureTimings = {
 };
 const POLL_MS = 500;
 const HEARTBEAT_MS = 500;
-const SLEEP_MS = 3_000;
+const SLEEP_MS = 4_000;
 const HOLD_MS = 3_000;
 /** Slack for IPC, scheduling and query latency on a loaded two-core machine, added to every timing bound. */
 const MARGIN_MS = 2_000;
@@ -208,13 +208,14 @@ describe('F07: recovery after a crash is continuous', () => {
       workers.spawn(config(c, 'w1')),
       workers.spawn(config(c, 'w2', true)),
     ]);
-    // The sleeper first; once it sleeps, the long activity (longer than the rest of the way to the kill).
+    // The sleeper first; once it sleeps, the long activity.
     const sleeper = await c.engine.client.start(stepsWithSleep, { sleepMs: SLEEP_MS, after: ['B'] });
     const { startedAtMs, dueMs } = await sleepStarted(db, sleeper.runId);
     const longJob = await c.engine.client.start(stepsWithSleep, {
       sleepMs: 100,
       after: ['B'],
-      hold: { step: 'A', ms: HOLD_MS + 1_000 },
+      // Held on its first attempt well past the kill, however slow the machine; attempt 2 returns at once.
+      hold: { step: 'A', ms: 20_000, onEpoch: 1 },
     });
     const sampler = sampleRuns(c.sql, c.schema, [sleeper.runId, longJob.runId]);
     const holding = await w1.waitFor('fixture:holding', (m) => m.attempt.runId === longJob.runId);
