@@ -157,3 +157,44 @@ function shuffled<T>(items: readonly T[]): T[] {
   }
   return out;
 }
+
+describe('fenced resources on PGlite', () => {
+  it('accepts higher and equal tokens and refuses a lower one without committing its write', async () => {
+    const { PGlite } = await import('@electric-sql/pglite');
+    const pglite = new PGlite();
+    try {
+      const resource = createFencedResource({ pglite, schema: 'store' });
+      await resource.install();
+      await pglite.exec(`CREATE TABLE store.documents (id text PRIMARY KEY, body text NOT NULL)`);
+      const write = (token: bigint, body: string) =>
+        resource.write({ scope: 'doc:a', token }, async (tx) => {
+          await tx.query(
+            `INSERT INTO store.documents (id, body) VALUES ('a', $1)
+             ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body`,
+            [body],
+          );
+          return body;
+        });
+      await expect(write(10n, 'at 10')).resolves.toBe('at 10');
+      await expect(write(10n, 'again at 10')).resolves.toBe('again at 10');
+      await expect(write(12n, 'at 12')).resolves.toBe('at 12');
+      const error = await rejectionOf(write(11n, 'stale at 11'));
+      expect(error).toBeInstanceOf(LeaseLostError);
+      expect(error).toMatchObject({ staleToken: 11n, currentToken: 12n, operation: 'fenced-resource' });
+      expect((await pglite.query<{ body: string }>(`SELECT body FROM store.documents`)).rows).toEqual([
+        { body: 'at 12' },
+      ]);
+      await expect(resource.accept({ scope: 'doc:a', token: 9n })).rejects.toBeInstanceOf(LeaseLostError);
+      expect(await resource.highest('doc:a')).toBe(12n);
+      expect(await resource.highest('doc:none')).toBeNull();
+    } finally {
+      await pglite.close();
+    }
+  });
+
+  it('refuses options with neither or both drivers, naming them', () => {
+    expect(() => createFencedResource({} as never)).toThrow(
+      /exactly one of `sql` \(postgres.js\) and `pglite`/,
+    );
+  });
+});

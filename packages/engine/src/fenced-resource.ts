@@ -1,16 +1,26 @@
+import type { PGlite, Transaction as PgliteTransaction } from '@electric-sql/pglite';
 import { LeaseLostError } from '@palisade/sdk';
 import type { Sql, TransactionSql } from 'postgres';
 import { quoteIdent } from './db/database.js';
 
-/** Options of {@link createFencedResource}. */
-export interface FencedResourceOptions {
-  /** A postgres.js client on the database that holds the resource's own data. */
-  readonly sql: Sql;
-  /** Schema of the fences table. @defaultValue `'palisade'` (the engine's; created if absent) */
+/** Where the fences live: a postgres.js client, or a PGlite instance (the embedded database). */
+export type FencedResourceOptions = (
+  | {
+      /** A postgres.js client on the database that holds the resource's own data. */
+      readonly sql: Sql;
+      readonly pglite?: never;
+    }
+  | {
+      /** A PGlite instance (one connection; transactions are serialized by PGlite). */
+      readonly pglite: PGlite;
+      readonly sql?: never;
+    }
+) & {
+  /** Schema of the fences table. @defaultValue `'palisade'` (the engine's; created by `install` if absent) */
   readonly schema?: string;
   /** Fences table name. @defaultValue `'fences'` */
   readonly table?: string;
-}
+};
 
 /** A fencing token as handed to external systems (`ctx.info.fencing`). */
 export interface FencingToken {
@@ -22,10 +32,10 @@ export interface FencingToken {
  * A resource that refuses stale writers (Kleppmann's fencing tokens; research I18): it records, per scope, the
  * highest token it has accepted, and accepts a write only with a token at least that high. Use it in any Node
  * service that has a Postgres connection — the fences live in one small table, by default the engine's own
- * `fences`.
+ * `fences`. `Tx` is the driver's transaction: postgres.js `TransactionSql`, or PGlite's `Transaction`.
  */
-export interface FencedResource {
-  /** Create the fences table if it does not exist (not needed on the engine's database). */
+export interface FencedResource<Tx = TransactionSql> {
+  /** Create the schema and the fences table if they do not exist (not needed on the engine's database). */
   install(): Promise<void>;
   /**
    * Run `write(tx)` in one transaction with the fence check: the scope's row is locked, the token compared and
@@ -33,20 +43,78 @@ export interface FencedResource {
    * (one attempt may write many times).
    * @throws LeaseLostError (operation `fenced-resource`) with the stale and current token; nothing is written.
    */
-  write<T>(fencing: FencingToken, write: (tx: TransactionSql) => Promise<T>): Promise<T>;
+  write<T>(fencing: FencingToken, write: (tx: Tx) => Promise<T>): Promise<T>;
   /** Check and record a token without writing anything else. @throws LeaseLostError as {@link write}. */
   accept(fencing: FencingToken): Promise<void>;
   /** The highest token accepted for `scope`, or null. */
   highest(scope: string): Promise<bigint | null>;
 }
 
-export function createFencedResource(options: FencedResourceOptions): FencedResource {
-  const table = `${quoteIdent(options.schema ?? 'palisade')}.${quoteIdent(options.table ?? 'fences')}`;
-  const { sql } = options;
-  async function check(tx: TransactionSql, f: FencingToken): Promise<void> {
+/** One parameterized statement, its rows back. */
+type Query = <R>(text: string, params: readonly string[]) => Promise<R[]>;
+
+/** What the fence needs of a driver. */
+interface FenceDriver<Tx> {
+  readonly query: Query;
+  exec(text: string): Promise<void>;
+  transaction<T>(fn: (tx: Tx, query: Query) => Promise<T>): Promise<T>;
+}
+
+function postgresDriver(sql: Sql): FenceDriver<TransactionSql> {
+  const on =
+    (client: Sql | TransactionSql): Query =>
+    async <R>(text: string, params: readonly string[]) =>
+      [...(await client.unsafe(text, [...params]))] as R[];
+  return {
+    query: on(sql),
+    exec: async (text) => void (await sql.unsafe(text)),
+    transaction: async <T>(fn: (tx: TransactionSql, query: Query) => Promise<T>) =>
+      (await sql.begin((tx) => fn(tx, on(tx)))) as T,
+  };
+}
+
+function pgliteDriver(pglite: PGlite): FenceDriver<PgliteTransaction> {
+  const on =
+    (client: PGlite | PgliteTransaction): Query =>
+    async <R>(text: string, params: readonly string[]) =>
+      (await client.query<R>(text, [...params])).rows;
+  return {
+    query: on(pglite),
+    exec: async (text) => void (await pglite.exec(text)),
+    transaction: (fn) => pglite.transaction((tx) => fn(tx, on(tx))),
+  };
+}
+
+/**
+ * A {@link FencedResource} on the given database (postgres.js `sql` or PGlite `pglite`).
+ * @throws TypeError when neither or both are given.
+ */
+export function createFencedResource(
+  options: FencedResourceOptions & { readonly sql: Sql },
+): FencedResource<TransactionSql>;
+export function createFencedResource(
+  options: FencedResourceOptions & { readonly pglite: PGlite },
+): FencedResource<PgliteTransaction>;
+export function createFencedResource(
+  options: FencedResourceOptions,
+): FencedResource<TransactionSql> | FencedResource<PgliteTransaction> {
+  if ((options.sql === undefined) === (options.pglite === undefined))
+    throw new TypeError('createFencedResource: give exactly one of `sql` (postgres.js) and `pglite`');
+  return options.sql !== undefined
+    ? fencedResource(postgresDriver(options.sql), options)
+    : fencedResource(pgliteDriver(options.pglite), options);
+}
+
+function fencedResource<Tx>(
+  driver: FenceDriver<Tx>,
+  options: { readonly schema?: string; readonly table?: string },
+): FencedResource<Tx> {
+  const schema = quoteIdent(options.schema ?? 'palisade');
+  const table = `${schema}.${quoteIdent(options.table ?? 'fences')}`;
+  async function check(query: Query, f: FencingToken): Promise<void> {
     // INSERT … ON CONFLICT DO UPDATE … WHERE locks the scope's row; a concurrent higher token waits for our
     // commit and then wins, a lower one sees ours and is refused.
-    const rows = await tx.unsafe<{ token: string }[]>(
+    const rows = await query<{ token: string }>(
       `INSERT INTO ${table} (scope, token, updated_at) VALUES ($1, $2::bigint, clock_timestamp())
        ON CONFLICT (scope) DO UPDATE SET token = EXCLUDED.token, updated_at = EXCLUDED.updated_at
         WHERE ${table}.token <= EXCLUDED.token
@@ -54,10 +122,9 @@ export function createFencedResource(options: FencedResourceOptions): FencedReso
       [f.scope, f.token.toString()],
     );
     if (rows.length === 0) {
-      const current = await tx.unsafe<{ token: string }[]>(
-        `SELECT token::text FROM ${table} WHERE scope = $1`,
-        [f.scope],
-      );
+      const current = await query<{ token: string }>(`SELECT token::text FROM ${table} WHERE scope = $1`, [
+        f.scope,
+      ]);
       throw new LeaseLostError({
         operation: 'fenced-resource',
         stepLabel: f.scope,
@@ -68,23 +135,19 @@ export function createFencedResource(options: FencedResourceOptions): FencedReso
     }
   }
   return {
-    async install() {
-      await sql.unsafe(
-        `CREATE SCHEMA IF NOT EXISTS ${quoteIdent(options.schema ?? 'palisade')};
+    install: () =>
+      driver.exec(
+        `CREATE SCHEMA IF NOT EXISTS ${schema};
          CREATE TABLE IF NOT EXISTS ${table} (scope text PRIMARY KEY, token bigint NOT NULL, updated_at timestamptz NOT NULL)`,
-      );
-    },
-    async write<T>(fencing: FencingToken, write: (tx: TransactionSql) => Promise<T>): Promise<T> {
-      return (await sql.begin(async (tx) => {
-        await check(tx, fencing);
+      ),
+    write: <T>(fencing: FencingToken, write: (tx: Tx) => Promise<T>) =>
+      driver.transaction(async (tx, query) => {
+        await check(query, fencing);
         return write(tx);
-      })) as T;
-    },
-    async accept(fencing: FencingToken): Promise<void> {
-      await sql.begin((tx) => check(tx, fencing));
-    },
-    async highest(scope: string): Promise<bigint | null> {
-      const rows = await sql.unsafe<{ token: string }[]>(
+      }),
+    accept: (fencing) => driver.transaction((_tx, query) => check(query, fencing)),
+    async highest(scope) {
+      const rows = await driver.query<{ token: string }>(
         `SELECT token::text FROM ${table} WHERE scope = $1`,
         [scope],
       );

@@ -1,12 +1,10 @@
 /**
- * The object store's manifest lives in PostgreSQL, on whichever database the demo runs: a real server (through
- * the engine's `createFencedResource` helper, which takes a postgres.js client) or the embedded PGlite (which has
- * no postgres.js client, so the same fence statement is issued here through PGlite's own transaction API).
+ * The object store's manifest lives in PostgreSQL, on whichever database the demo runs: a real server or the
+ * embedded PGlite, each fenced by the engine's `createFencedResource`.
  */
 import type { PGlite, Transaction } from '@electric-sql/pglite';
 import postgres from 'postgres';
 import { createFencedResource, type FencingToken } from '@palisade/engine';
-import { LeaseLostError } from '@palisade/sdk';
 
 /** Runs one parameterized statement and returns its rows. */
 export interface StoreQuery {
@@ -64,10 +62,10 @@ export function postgresStoreDatabase(databaseUrl: string, schema: string): Stor
 
 /**
  * The manifest on the embedded PGlite (the engine's own instance; PGlite is one connection, so nothing is opened
- * or closed here). The fence is the statement `createFencedResource` issues, run in a PGlite transaction.
+ * or closed here). The fence is the engine's `createFencedResource` on the same instance.
  */
 export function pgliteStoreDatabase(pglite: PGlite, schema: string): StoreDatabase {
-  const fencesTable = `${quoteIdent(schema)}.fences`;
+  const fences = createFencedResource({ pglite, schema });
   const runner = (client: PGlite | Transaction): StoreQuery => ({
     async query<T>(text: string, params: readonly unknown[] = []) {
       return (await client.query<T>(text, [...params])).rows;
@@ -77,40 +75,8 @@ export function pgliteStoreDatabase(pglite: PGlite, schema: string): StoreDataba
     driver: 'pglite',
     schema,
     ...runner(pglite),
-    async install() {
-      await pglite.exec(
-        `CREATE SCHEMA IF NOT EXISTS ${quoteIdent(schema)};
-         CREATE TABLE IF NOT EXISTS ${fencesTable} (scope text PRIMARY KEY, token bigint NOT NULL, updated_at timestamptz NOT NULL)`,
-      );
-    },
-    fencedWrite<T>(fencing: FencingToken, write: (tx: StoreQuery) => Promise<T>): Promise<T> {
-      return pglite.transaction(async (tx) => {
-        // INSERT … ON CONFLICT DO UPDATE … WHERE: raises the fence only for a token at least as high as the
-        // stored one; zero rows back means a higher token was accepted before, and this writer is stale.
-        const raised = await tx.query<{ token: string }>(
-          `INSERT INTO ${fencesTable} (scope, token, updated_at) VALUES ($1, $2::bigint, clock_timestamp())
-           ON CONFLICT (scope) DO UPDATE SET token = EXCLUDED.token, updated_at = EXCLUDED.updated_at
-            WHERE ${fencesTable}.token <= EXCLUDED.token
-           RETURNING token::text`,
-          [fencing.scope, fencing.token.toString()],
-        );
-        if (raised.rows.length === 0) {
-          const current = await tx.query<{ token: string }>(
-            `SELECT token::text FROM ${fencesTable} WHERE scope = $1`,
-            [fencing.scope],
-          );
-          const token = current.rows[0]?.token;
-          throw new LeaseLostError({
-            operation: 'fenced-resource',
-            stepLabel: fencing.scope,
-            staleToken: fencing.token,
-            currentToken: token === undefined ? null : BigInt(token),
-            reason: 'superseded',
-          });
-        }
-        return write(runner(tx));
-      });
-    },
+    install: () => fences.install(),
+    fencedWrite: (fencing, write) => fences.write(fencing, (tx) => write(runner(tx))),
     close: () => Promise.resolve(),
   };
 }
