@@ -112,6 +112,12 @@ for (const driver of ['postgres', 'pglite'] as const) {
       ]);
       expect(step?.token).toBe(step?.attempts[1]?.token);
       expect(BigInt(step?.attempts[1]?.token ?? 0)).toBeGreaterThan(BigInt(step?.attempts[0]?.token ?? 0));
+      // Turns: one scheduled shaky, the last completed the run (the activity's retry needs no turn).
+      expect(d.turns.length).toBeGreaterThanOrEqual(2);
+      expect(d.turns.every((t) => t.kind === 'turn' && t.step_id === null && t.outcome === 'completed')).toBe(
+        true,
+      );
+      expect(d.turns.map((t) => t.epoch)).toEqual(d.turns.map((_, i) => i + 1));
       const types = d.events.map((e) => e.type);
       expect(types[0]).toBe('run:started');
       expect(types).toContain('step:scheduled');

@@ -1,6 +1,6 @@
 import { Command } from 'commander';
 import { globalOptions, type Output } from './output.js';
-import { formatRunTimeline, type RunTimeline } from './timeline.js';
+import { formatRunTimeline } from './timeline.js';
 
 /**
  * `palisade runs show <id>`: the timeline of one run — every attempt (epoch, token, worker, outcome, duration),
@@ -14,11 +14,9 @@ export function runsShowCommand(output: Output): Command {
     .action(async (id: string, options: { events: boolean }, command: Command) => {
       const g = globalOptions(command);
       const { resolveTarget, withEngine } = await import('./open-engine.js');
-      const { readTurnAttempts } = await import('./turn-attempts.js');
-      const timeline = await withEngine(resolveTarget(g), 'runs', async (engine): Promise<RunTimeline> => {
-        const description = await engine.client.getHandle(id).describe();
-        return { ...description, turns: await readTurnAttempts(engine, description.run.id) };
-      });
+      const timeline = await withEngine(resolveTarget(g), 'runs', (engine) =>
+        engine.client.getHandle(id).describe(),
+      );
       if (g.json) {
         output.printJson(timeline);
         return;

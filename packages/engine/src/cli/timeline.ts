@@ -16,9 +16,8 @@ import {
 } from './format.js';
 
 /** What `runs show` prints: the run's description plus the attempts of its workflow turns. */
-export interface RunTimeline extends RunDescription {
-  readonly turns: readonly AttemptRow[];
-}
+/** What `runs show` prints: a run's description (turn attempts included). */
+export type RunTimeline = RunDescription;
 
 const INDENT = '  ';
 

@@ -29,7 +29,10 @@ export interface ResultOptions {
 /** A run's current state with its steps, attempts and history, as `describe()` returns it. */
 export interface RunDescription {
   readonly run: RunRow;
+  /** The run's steps in position order (retired ones too, with `retired_at`), each with its attempts. */
   readonly steps: readonly (StepRow & { readonly attempts: readonly AttemptRow[] })[];
+  /** The attempts of a workflow run's turns (`kind: 'turn'`, no step), oldest first; empty for activity runs. */
+  readonly turns: readonly AttemptRow[];
   readonly events: readonly EventRow[];
 }
 
@@ -107,7 +110,8 @@ export class RunHandle<O = unknown> {
   }
 
   /**
-   * The run, its steps (each with its attempts: epoch, token, worker, outcome, duration) and its events.
+   * The run, its steps (each with its attempts: epoch, token, worker, outcome, duration), its workflow turns'
+   * attempts, and its events.
    * @throws RunNotFoundError when there is no such run.
    */
   async describe(): Promise<RunDescription> {
@@ -120,6 +124,7 @@ export class RunHandle<O = unknown> {
         ...s,
         attempts: history.attempts.filter((a) => a.step_id === s.id),
       })),
+      turns: history.attempts.filter((a) => a.step_id === null),
       events: history.events,
     };
   }
