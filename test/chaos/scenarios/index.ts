@@ -7,6 +7,7 @@ import { partition } from './t07-partition.js';
 import { revoke } from './t08-revoke.js';
 import { dbRestart } from './t11-db-restart.js';
 import { delayedGrants } from './t13-delayed-grants.js';
+import { parameterGuard } from './t14-parameter-guard.js';
 
 export const SCENARIOS: readonly Scenario[] = [
   frozenZombie,
@@ -16,4 +17,5 @@ export const SCENARIOS: readonly Scenario[] = [
   revoke,
   dbRestart,
   delayedGrants,
+  parameterGuard,
 ];
