@@ -41,21 +41,6 @@ export interface EnqueueOptions {
   readonly startToCloseTimeoutMs?: Duration;
 }
 
-const enqueueSchema = z
-  .object({
-    key: z.string().min(1).max(512).optional(),
-    queue: z
-      .string()
-      .regex(/^[A-Za-z0-9_.:-]{1,128}$/, 'must be 1–128 letters, digits, _ . : -')
-      .optional(),
-    priority: z.number().int().min(-1000).max(1000).optional(),
-    delayMs: durationMs.optional(),
-    retry: z.any().optional(),
-    leaseMs: durationMs.optional(),
-    startToCloseTimeoutMs: durationMs.pipe(z.number().min(1)).optional(),
-  })
-  .strict();
-
 /** Options of {@link Client.start}. */
 export interface StartOptions {
   /** Idempotency key: starting again with the same key returns the existing run. */
@@ -66,7 +51,8 @@ export interface StartOptions {
   readonly priority?: number;
 }
 
-const startSchema = z
+/** The options every run takes: its key, queue and priority. */
+const runOptionsSchema = z
   .object({
     key: z.string().min(1).max(512).optional(),
     queue: z
@@ -74,6 +60,17 @@ const startSchema = z
       .regex(/^[A-Za-z0-9_.:-]{1,128}$/, 'must be 1–128 letters, digits, _ . : -')
       .optional(),
     priority: z.number().int().min(-1000).max(1000).optional(),
+  })
+  .strict();
+
+const startSchema = runOptionsSchema;
+
+const enqueueSchema = runOptionsSchema
+  .extend({
+    delayMs: durationMs.optional(),
+    retry: z.any().optional(),
+    leaseMs: durationMs.optional(),
+    startToCloseTimeoutMs: durationMs.pipe(z.number().min(1)).optional(),
   })
   .strict();
 
