@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
+import { existingRunId, settleRunInsert } from './run-by-key.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 export interface InsertStandaloneRunParams {
@@ -51,16 +52,8 @@ export async function insertStandaloneRun(
       RETURNING 1),
     notified AS (SELECT pg_notify(${n.channel}, ${'step:' + p.queue}) FROM s WHERE ${p.delayMs}::int = 0)
     SELECT (SELECT id::text FROM r) AS created_id,
-           (SELECT id::text FROM ${n.runs} WHERE idempotency_key = ${p.idempotencyKey} OR id = ${p.runId}::uuid LIMIT 1) AS existing_id,
+           ${existingRunId(n, p)} AS existing_id,
            (SELECT count(*) FROM e)::int AS events,
            (SELECT count(*) FROM notified)::int AS notified`);
-  const row = rows[0];
-  if (row?.created_id) return { runId: row.created_id, created: true };
-  if (row?.existing_id) return { runId: row.existing_id, created: false };
-  // The conflicting run committed after this statement's snapshot was taken: read it now.
-  const again = await db.rows<{ id: string }>(
-    sql`SELECT id::text AS id FROM ${n.runs} WHERE idempotency_key = ${p.idempotencyKey} OR id = ${p.runId}::uuid LIMIT 1`,
-  );
-  if (!again[0]) throw new Error(`enqueue of ${p.activityName} neither created nor found run ${p.runId}`);
-  return { runId: again[0].id, created: false };
+  return settleRunInsert(db, n, p, rows[0], `enqueue of ${p.activityName}`);
 }

@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
+import { existingRunId, settleRunInsert } from './run-by-key.js';
 import type { SchemaNames } from './schema-names.js';
 
 export interface InsertWorkflowRunParams {
@@ -36,14 +37,7 @@ export async function insertWorkflowRun(
       RETURNING 1),
     notified AS (SELECT pg_notify(${n.channel}, ${'turn:' + p.queue}) FROM r)
     SELECT (SELECT id::text FROM r) AS created_id,
-           (SELECT id::text FROM ${n.runs} WHERE idempotency_key = ${p.idempotencyKey} OR id = ${p.runId}::uuid LIMIT 1) AS existing_id,
+           ${existingRunId(n, p)} AS existing_id,
            (SELECT count(*) FROM e) + (SELECT count(*) FROM notified) AS effects`);
-  const row = rows[0];
-  if (row?.created_id) return { runId: row.created_id, created: true };
-  if (row?.existing_id) return { runId: row.existing_id, created: false };
-  const again = await db.rows<{ id: string }>(
-    sql`SELECT id::text AS id FROM ${n.runs} WHERE idempotency_key = ${p.idempotencyKey} OR id = ${p.runId}::uuid LIMIT 1`,
-  );
-  if (!again[0]) throw new Error(`start of ${p.workflowName} neither created nor found run ${p.runId}`);
-  return { runId: again[0].id, created: false };
+  return settleRunInsert(db, n, p, rows[0], `start of ${p.workflowName}`);
 }
