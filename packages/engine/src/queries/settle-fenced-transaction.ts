@@ -9,15 +9,31 @@ export type TransactionStatus = 'committed' | 'aborted' | 'in progress';
 /**
  * The outcome of the transaction `xid` (from `txid_current()` inside it), read on another connection: for a
  * fenced transaction whose connection failed while its COMMIT may have been in flight (I15). `'in progress'`
- * while its backend still holds it open. Takes no locks. PostgreSQL keeps the status of recent transactions
- * (far longer than a lease), so `null` (too old to know) does not occur here; it is reported as `'aborted'`
- * only if the server has truly forgotten.
+ * while its backend still holds it open. Takes no locks. An xid the server calls "in the future" (SQLSTATE 22023)
+ * was handed out but never reached the WAL before a crash, so its transaction cannot have committed: `'aborted'`.
+ * PostgreSQL keeps the status of recent transactions far longer than a lease; `null` (too old to know) is
+ * reported as `'aborted'` only if the server has truly forgotten.
  */
 export async function transactionStatus(db: Database, xid: string): Promise<TransactionStatus> {
-  const rows = await db.rows<{ status: TransactionStatus | null }>(
-    sql`SELECT txid_status(${xid}::bigint) AS status`,
-  );
-  return rows[0]?.status ?? 'aborted';
+  try {
+    const rows = await db.rows<{ status: TransactionStatus | null }>(
+      sql`SELECT txid_status(${xid}::bigint) AS status`,
+    );
+    return rows[0]?.status ?? 'aborted';
+  } catch (error) {
+    if (sqlstateOf(error) === '22023') return 'aborted';
+    throw error;
+  }
+}
+
+/** The SQLSTATE of a database error, looking through the driver's wrapping (`cause`). */
+function sqlstateOf(error: unknown): string | undefined {
+  for (let e = error, depth = 0; e && typeof e === 'object' && depth < 5; depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return code;
+    e = (e as { cause?: unknown }).cause;
+  }
+  return undefined;
 }
 
 /**
