@@ -8,12 +8,18 @@
  * iteration and the database's clock. Every operation is reported over IPC as a `chaos:op` message in Jepsen's
  * invoke / ok / fail / info style, with the worker's wall time (the same clock as the DB's on one host).
  *
+ * A `pause` holds one fenced transaction open at a chosen point (reported as `chaos:pause` with the backend pid,
+ * so a scenario can SIGSTOP the process or terminate the backend there): after the user's INSERT and before the
+ * fence (`before-fence`), inside a long user statement (`in-statement`: `pg_sleep`), or after the fence UPDATE and
+ * before COMMIT (`before-commit`, through the engine's `fenced-transaction:before-commit` fault hook).
+ *
  * The loop is a cooperative activity: it stops at the first failed fenced write and, when `honourSignal` is
  * set, as soon as `ctx.signal` fires (checked before each write and during the sleep).
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { sql as drizzleSql } from 'drizzle-orm';
 import { z } from 'zod';
+import { setFaultHook } from '@palisade/engine/testing';
 import { defineActivity, type ActivityContext } from '@palisade/sdk';
 import {
   attemptInfo,
@@ -56,6 +62,15 @@ export const chaosInput = z.object({
       atSeq: z.number().int().nonnegative(),
       ms: z.number().int().positive(),
       where: z.enum(['main', 'thread']),
+      onEpoch: z.number().int().positive().default(1),
+    })
+    .optional(),
+  /** Hold the fenced transaction of iteration `atSeq` (attempt `onEpoch` only) at `point` for `ms`. */
+  pause: z
+    .object({
+      atSeq: z.number().int().nonnegative(),
+      point: z.enum(['before-fence', 'in-statement', 'before-commit']),
+      ms: z.number().int().positive(),
       onEpoch: z.number().int().positive().default(1),
     })
     .optional(),
@@ -120,12 +135,33 @@ async function runLoop(
         stopIfAborted();
       }
 
+      const pause =
+        input.pause?.atSeq === seq && input.pause.onEpoch === ctx.info.epoch ? input.pause : undefined;
       report({ type: 'chaos:op', attempt, op: 'fenced-write', phase: 'invoke', seq });
       try {
         await ctx.fencedTransaction(async (tx) => {
           await tx.execute(drizzleSql`
             INSERT INTO ${drizzleSql.raw(effects)} (run_id, step_id, fencing_token, worker_id, seq, fenced)
             VALUES (${ctx.info.runId}, ${ctx.info.stepId}, ${token}::bigint, ${ctx.info.workerId}, ${seq}, true)`);
+          if (!pause) return;
+          const result: unknown = await tx.execute(drizzleSql`SELECT pg_backend_pid() AS pid`);
+          const rows = result as readonly { pid: number }[];
+          const held = { type: 'chaos:pause', attempt, seq, point: pause.point, ms: pause.ms } as const;
+          const backendPid = Number(rows[0]?.pid);
+          if (pause.point === 'before-commit') {
+            // One-shot: the engine calls it after this transaction's fence, before its COMMIT.
+            setFaultHook('fenced-transaction:before-commit', async () => {
+              setFaultHook('fenced-transaction:before-commit', undefined);
+              report({ ...held, backendPid });
+              await sleep(pause.ms);
+            });
+          } else if (pause.point === 'before-fence') {
+            report({ ...held, backendPid });
+            await sleep(pause.ms);
+          } else {
+            report({ ...held, backendPid });
+            await tx.execute(drizzleSql`SELECT pg_sleep(${pause.ms / 1000})`);
+          }
         });
       } catch (error) {
         // A fenced write that threw did not commit, except when its COMMIT's outcome is unknown: a connection
@@ -176,6 +212,8 @@ async function runLoop(
   } catch (error) {
     report({ type: 'fixture:ended', attempt, outcome: 'threw', error: errorInfo(error) });
     throw error;
+  } finally {
+    setFaultHook('fenced-transaction:before-commit', undefined);
   }
 }
 

@@ -6,6 +6,7 @@ import { sigkill } from './t04-sigkill.js';
 import { partition } from './t07-partition.js';
 import { revoke } from './t08-revoke.js';
 import { dbRestart } from './t11-db-restart.js';
+import { stalledFencedTransaction } from './t12-stalled-fenced-transaction.js';
 import { delayedGrants } from './t13-delayed-grants.js';
 import { parameterGuard } from './t14-parameter-guard.js';
 
@@ -16,6 +17,7 @@ export const SCENARIOS: readonly Scenario[] = [
   partition,
   revoke,
   dbRestart,
+  stalledFencedTransaction,
   delayedGrants,
   parameterGuard,
 ];
