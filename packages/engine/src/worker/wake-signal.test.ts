@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { WakeSignal } from './wake-signal.js';
+import { WakeSignal, claimRetryDelayMs } from './wake-signal.js';
 
 describe('WakeSignal', () => {
   beforeEach(() => vi.useFakeTimers());
@@ -49,5 +49,19 @@ describe('WakeSignal', () => {
     expect(await settled(sleeping)).toBe(false);
     await vi.advanceTimersByTimeAsync(1_000);
     expect(await settled(sleeping)).toBe(true);
+  });
+});
+
+describe('claimRetryDelayMs', () => {
+  it('doubles from the poll interval and stops at max(poll, 2 s), within ±20 %', () => {
+    const within = (ms: number, base: number) => ms >= base * 0.8 && ms <= base * 1.2;
+    for (let i = 0; i < 50; i++) {
+      expect(within(claimRetryDelayMs(100, 1), 100)).toBe(true);
+      expect(within(claimRetryDelayMs(100, 2), 200)).toBe(true);
+      expect(within(claimRetryDelayMs(100, 5), 1_600)).toBe(true);
+      expect(within(claimRetryDelayMs(100, 40), 2_000)).toBe(true);
+      expect(within(claimRetryDelayMs(1_000, 3), 2_000)).toBe(true);
+      expect(within(claimRetryDelayMs(5_000, 9), 5_000)).toBe(true);
+    }
   });
 });

@@ -38,3 +38,15 @@ export class WakeSignal {
     });
   }
 }
+
+/**
+ * How long a claim loop waits after `failures` (≥ 1) failed claims in a row: doubling from the poll interval,
+ * capped at the larger of the poll interval and 2 s, with ±20 % jitter so workers that lost the database together
+ * do not return in step. The cap is low on purpose: a worker must resume claiming soon after an outage ends
+ * (continuous recovery), and a failed claim costs the database little.
+ */
+export function claimRetryDelayMs(pollIntervalMs: number, failures: number): number {
+  const cap = Math.max(pollIntervalMs, 2_000);
+  const base = Math.min(pollIntervalMs * 2 ** Math.min(failures - 1, 10), cap);
+  return Math.round(base * (0.8 + Math.random() * 0.4));
+}

@@ -15,7 +15,7 @@ import { TurnLoop } from '../workflow/turn-loop.js';
 import { ActivityAttempt } from './activity-attempt.js';
 import { HeartbeatLoop } from './heartbeat-loop.js';
 import { isGrantFresh, monotonicNow } from './lease-clock.js';
-import { WakeSignal } from './wake-signal.js';
+import { WakeSignal, claimRetryDelayMs } from './wake-signal.js';
 import { WorkerEvents } from './worker-events.js';
 
 /** Options of {@link Worker.stop}. */
@@ -141,7 +141,7 @@ export class Worker {
         }
       } catch (error) {
         failures++;
-        waitMs = Math.min(this.options.pollIntervalMs * 2 ** Math.min(failures, 5), 30_000);
+        waitMs = claimRetryDelayMs(this.options.pollIntervalMs, failures);
         logger.warn({ err: error, failures, class: classifyDatabaseError(error) }, 'worker:claim-failed');
         this.events.emit('worker:error', { error });
       }

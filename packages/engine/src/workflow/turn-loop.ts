@@ -10,7 +10,7 @@ import {
 } from '../queries/claim-turns.js';
 import { TurnConflict, commitTurn } from '../queries/commit-turn.js';
 import type { SchemaNames } from '../queries/schema-names.js';
-import { WakeSignal } from '../worker/wake-signal.js';
+import { WakeSignal, claimRetryDelayMs } from '../worker/wake-signal.js';
 import type { WorkerEvents } from '../worker/worker-events.js';
 import { runTurn } from './turn-runtime.js';
 
@@ -79,7 +79,7 @@ export class TurnLoop {
         }
       } catch (error) {
         failures++;
-        waitMs = Math.min(this.options.pollIntervalMs * 2 ** Math.min(failures, 5), 30_000);
+        waitMs = claimRetryDelayMs(this.options.pollIntervalMs, failures);
         this.logger.warn({ err: error, class: classifyDatabaseError(error) }, 'worker:turn-claim-failed');
         this.events.emit('worker:error', { error });
       }
