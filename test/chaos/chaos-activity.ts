@@ -74,10 +74,12 @@ export const chaosInput = z.object({
       onEpoch: z.number().int().positive().default(1),
     })
     .optional(),
+  /** Returned in the output, so a scenario can recognise this step's completion on the wire. */
+  tag: z.string().optional(),
 });
 export type ChaosInput = z.input<typeof chaosInput>;
 
-const chaosOutput = z.object({ iterations: z.number().int() });
+const chaosOutput = z.object({ iterations: z.number().int(), tag: z.string().optional() });
 
 /** The `chaos-loop` definition; `env` only in a worker process (the parent uses it to enqueue). */
 export function chaosActivity(timings: FixtureTimings, env?: FixtureEnvironment) {
@@ -99,7 +101,7 @@ async function runLoop(
   input: z.output<typeof chaosInput>,
   ctx: ActivityContext,
   env: FixtureEnvironment,
-): Promise<{ iterations: number }> {
+): Promise<{ iterations: number; tag?: string }> {
   const attempt = attemptInfo(ctx);
   const { report } = env;
   const effects = `"${env.schema}"."effects"`;
@@ -208,7 +210,7 @@ async function runLoop(
       }
     }
     report({ type: 'fixture:ended', attempt, outcome: 'returned' });
-    return { iterations: seq };
+    return { iterations: seq, ...(input.tag !== undefined ? { tag: input.tag } : {}) };
   } catch (error) {
     report({ type: 'fixture:ended', attempt, outcome: 'threw', error: errorInfo(error) });
     throw error;

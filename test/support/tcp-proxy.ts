@@ -8,6 +8,7 @@
  *   proxy.delayReplies(900);                   // 900 ms more on server→client chunks only
  *   proxy.reset();                             // destroy every current connection
  *   proxy.dropReplyAfter('-- commit-me');      // the statement runs; its reply never arrives
+ *   proxy.resetConnection(id);                 // destroy one connection (say, the one whose reply was dropped)
  *   await proxy.close();
  *
  * A cut is modelled as TCP experiences one: while blackholed, the proxy stops reading and writing in both
@@ -64,6 +65,8 @@ export interface TcpProxy {
    * Applies to current and future connections until `restore()`.
    */
   dropReplyAfter(marker: string): DropReplyRule;
+  /** Destroy one connection (both sockets), e.g. the one a `dropReplyAfter` rule tripped on. @returns false if gone. */
+  resetConnection(id: number): boolean;
   /** Connections open now. */
   readonly connectionCount: () => number;
   /** Whether the proxy is blackholed now. */
@@ -232,6 +235,11 @@ export async function createTcpProxy(targetHost: string, targetPort: number): Pr
     },
     reset(): void {
       for (const c of [...connections.values()]) destroy(c);
+    },
+    resetConnection(id: number): boolean {
+      const c = connections.get(id);
+      if (c) destroy(c);
+      return c !== undefined;
     },
     dropReplyAfter(marker: string): DropReplyRule {
       if (marker.length === 0) throw new RangeError('dropReplyAfter: marker must not be empty');
