@@ -8,7 +8,11 @@
  *
  * `at` is taken when the trigger runs, i.e. after the statement locked and changed the row; for a claim that
  * is after any fenced transaction holding the row's lock committed, so "effect before grant" comparisons on
- * `clock_timestamp()` are sound.
+ * `clock_timestamp()` are sound (and on `engine_at`, as long as the engine's clock only moves forward).
+ *
+ * A second trigger, on the engine's test-only `clock_offset` table, logs every change of the offset of
+ * `<schema>.now()` to `clock_jumps` (host time, new offset), so the checker can tell at which host-clock moment
+ * the engine's clock passed a given engine time (T10 jumps it forward mid-lease).
  */
 export function auditDdl(schema: string): string {
   const q = `"${schema}"`;
@@ -43,7 +47,22 @@ export function auditDdl(schema: string): string {
     END $$;
 
     CREATE TRIGGER chaos_audit AFTER INSERT OR UPDATE ON ${q}.steps
-      FOR EACH ROW EXECUTE FUNCTION ${q}.chaos_audit_step();`;
+      FOR EACH ROW EXECUTE FUNCTION ${q}.chaos_audit_step();
+
+    CREATE TABLE ${q}.clock_jumps (
+      id bigserial PRIMARY KEY,
+      at timestamptz NOT NULL DEFAULT clock_timestamp(),
+      offset_ms bigint NOT NULL);
+
+    CREATE FUNCTION ${q}.chaos_audit_clock() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      INSERT INTO ${q}.clock_jumps (offset_ms)
+      VALUES (CASE WHEN TG_OP = 'DELETE' THEN 0 ELSE NEW.offset_ms END);
+      RETURN NULL;
+    END $$;
+
+    CREATE TRIGGER chaos_audit_clock AFTER INSERT OR UPDATE OR DELETE ON ${q}.clock_offset
+      FOR EACH ROW EXECUTE FUNCTION ${q}.chaos_audit_clock();`;
 }
 
 /** Worker ids starting with this are operator actions (a revoke), not grants to a worker. */

@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createEngine, type Engine } from '@palisade/engine';
+import { advanceClock } from '@palisade/engine/testing';
 import type { ChildMessage } from '../fixtures/worker-protocol.js';
 import { useTestDatabase } from '../support/postgres.js';
 import { auditDdl } from './audit.js';
@@ -27,6 +28,21 @@ describe('chaos checker', () => {
 
   /** A schema with one step claimed (token t1, lease 2 s), 3 fenced + 3 unfenced effects, then completed. */
   async function cleanStep(): Promise<{ schema: string; stepId: string; runId: string; t1: string }> {
+    const { schema, stepId, runId, t1 } = await claimedStep();
+    const s = `"${schema}"`;
+    await sql.unsafe(`UPDATE ${s}.steps SET status = 'completed' WHERE id = $1`, [stepId]);
+    await sql.unsafe(`UPDATE ${s}.runs SET status = 'completed' WHERE id = $1`, [runId]);
+    return { schema, stepId, runId, t1 };
+  }
+
+  /** A schema with one step claimed by w1 (token t1, lease 2 s) and 3 fenced + 3 unfenced effects, still running. */
+  async function claimedStep(): Promise<{
+    schema: string;
+    stepId: string;
+    runId: string;
+    t1: string;
+    engine: Engine;
+  }> {
     const schema = `chk_${randomBytes(4).toString('hex')}`;
     const engine = await createEngine({ databaseUrl: url(), schema });
     engines.push(engine);
@@ -43,9 +59,20 @@ describe('chaos checker', () => {
     if (!step) throw new Error('no step');
     for (let seq = 0; seq < 3; seq++) await effect(schema, handle.runId, step.id, step.token, seq, true);
     for (let seq = 0; seq < 3; seq++) await effect(schema, handle.runId, step.id, step.token, seq, false);
-    await sql.unsafe(`UPDATE ${s}.steps SET status = 'completed' WHERE id = $1`, [step.id]);
-    await sql.unsafe(`UPDATE ${s}.runs SET status = 'completed' WHERE id = $1`, [handle.runId]);
-    return { schema, stepId: step.id, runId: handle.runId, t1: step.token };
+    return { schema, stepId: step.id, runId: handle.runId, t1: step.token, engine };
+  }
+
+  /** Reclaim the running step for `workerId` under a new token with a 2 s lease, as a claim would. */
+  async function grant(schema: string, stepId: string, workerId: string): Promise<string> {
+    const s = `"${schema}"`;
+    const [row] = await sql.unsafe<{ token: string }[]>(
+      `UPDATE ${s}.steps SET fencing_token = nextval('${s}.fencing_token_seq'), nonce = gen_random_uuid(),
+              worker_id = $2, lease_expires_at = ${s}.now() + interval '2 s'
+        WHERE id = $1 RETURNING fencing_token::text AS token`,
+      [stepId, workerId],
+    );
+    if (!row) throw new Error('no step');
+    return row.token;
   }
 
   async function effect(
@@ -106,14 +133,55 @@ describe('chaos checker', () => {
     // While still running (the completion's audit row removed), a heartbeat 10 s after the 2 s lease expired.
     await sql.unsafe(`DELETE FROM ${s}.audit WHERE status = 'completed'`);
     await sql.unsafe(
-      `INSERT INTO ${s}.audit (step_id, run_id, op, fencing_token, status, worker_id, lease_expires_at, at)
-       SELECT id, run_id, 'update', fencing_token, 'running', worker_id, clock_timestamp() + interval '1 h',
-              clock_timestamp() + interval '10 s'
+      `INSERT INTO ${s}.audit (step_id, run_id, op, fencing_token, status, worker_id, lease_expires_at, at,
+                               engine_at)
+       SELECT id, run_id, 'update', fencing_token, 'running', worker_id, ${s}.now() + interval '1 h',
+              clock_timestamp() + interval '10 s', ${s}.now() + interval '10 s'
          FROM ${s}.steps WHERE id = $1`,
       [stepId],
     );
     const result = await checkScenario(sql, schema, []);
     expect(result.violations.overlap).toBeGreaterThan(0);
+  });
+
+  it('judges leases in engine time: a reclaim after a DB clock jump is legitimate, a grant inside the lease is not', async () => {
+    // Token t1 (lease 2 s, engine time); the engine's clock jumps 1 h forward, so t1's lease has expired in
+    // engine time although hardly any host time passed; w2 reclaims. Not an overlap.
+    const jumped = await claimedStep();
+    await advanceClock(jumped.engine, 3_600_000);
+    // After the jump t1 is a zombie: its unfenced write counts as exposure, its fenced write attempt (client
+    // history, host clock) is stale and was rejected.
+    await effect(jumped.schema, jumped.runId, jumped.stepId, jumped.t1, 5, false);
+    const t2 = await grant(jumped.schema, jumped.stepId, 'w2');
+    await effect(jumped.schema, jumped.runId, jumped.stepId, t2, 0, true);
+    const s = `"${jumped.schema}"`;
+    await sql.unsafe(`UPDATE ${s}.steps SET status = 'completed' WHERE id = $1`, [jumped.stepId]);
+    await sql.unsafe(`UPDATE ${s}.runs SET status = 'completed' WHERE id = $1`, [jumped.runId]);
+    const staleAttempt = { runId: jumped.runId, stepId: jumped.stepId, attempt: 1, token: jumped.t1 };
+    const op = {
+      type: 'chaos:op',
+      op: 'fenced-write',
+      seq: 6,
+      attempt: staleAttempt,
+      workerId: 'w1',
+      pid: 1,
+    };
+    const history = [
+      { ...op, phase: 'invoke', wallMs: Date.now() },
+      { ...op, phase: 'fail', wallMs: Date.now() },
+    ] as ChildMessage[];
+    const legit = await checkScenario(sql, jumped.schema, history);
+    expect(nonZero(legit.violations)).toEqual([]);
+    expect(legit.grantsPerStep).toEqual([2]);
+    expect(legit.unfencedByZombies).toBe(1);
+    expect([legit.staleAttempted, legit.staleRejected]).toEqual([1, 1]);
+
+    // A jump shorter than the lease (1 s of 2 s) leaves t1 live in engine time: a grant now overlaps.
+    const short = await claimedStep();
+    await advanceClock(short.engine, 1_000);
+    await grant(short.schema, short.stepId, 'w2');
+    const overlap = await checkScenario(sql, short.schema, []);
+    expect(overlap.violations.overlap).toBe(1);
   });
 
   it('counts a lower or reused token as C-mono', async () => {
@@ -135,8 +203,9 @@ describe('chaos checker', () => {
     await effect(schema, runId, stepId, String(BigInt(t1) + 100n), 9, true);
     // Under t1, but 1 h after its lease expired:
     await sql.unsafe(
-      `INSERT INTO "${schema}".effects (run_id, step_id, fencing_token, worker_id, seq, fenced, db_time)
-       VALUES ($1, $2, $3::bigint, 'w1', 10, true, clock_timestamp() + interval '1 h')`,
+      `INSERT INTO "${schema}".effects (run_id, step_id, fencing_token, worker_id, seq, fenced, db_time, engine_time)
+       VALUES ($1, $2, $3::bigint, 'w1', 10, true, clock_timestamp() + interval '1 h',
+               "${schema}".now() + interval '1 h')`,
       [runId, stepId, t1],
     );
     const result = await checkScenario(sql, schema, []);
@@ -146,8 +215,9 @@ describe('chaos checker', () => {
   it('counts unfenced effects after the lease as zombie writes, without a violation', async () => {
     const { schema, stepId, runId, t1 } = await cleanStep();
     await sql.unsafe(
-      `INSERT INTO "${schema}".effects (run_id, step_id, fencing_token, worker_id, seq, fenced, db_time)
-       VALUES ($1, $2, $3::bigint, 'w1', 10, false, clock_timestamp() + interval '1 h')`,
+      `INSERT INTO "${schema}".effects (run_id, step_id, fencing_token, worker_id, seq, fenced, db_time, engine_time)
+       VALUES ($1, $2, $3::bigint, 'w1', 10, false, clock_timestamp() + interval '1 h',
+               "${schema}".now() + interval '1 h')`,
       [runId, stepId, t1],
     );
     const result = await checkScenario(sql, schema, []);

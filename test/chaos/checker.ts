@@ -18,8 +18,18 @@
  * - C-lost: a run not terminal after the heal phase.
  * - C-unfenced (reported, not asserted): unfenced effects written after their attempt was stale.
  *
- * All times are compared on the host clock (the DB's `clock_timestamp()` = the workers' `Date.now()`), except
- * lease expiries, which are converted from the engine's clock with the offset recorded in the same audit row.
+ * Leases are judged in the engine's own time, as the engine judges them: every audit row records
+ * `<schema>.now()` (`engine_at`) and every effect its `engine_time`, and a lease expiry is an engine time. A grant
+ * overlaps when its `engine_at` falls before the previous grant's live interval ended (engine time); a fenced
+ * effect is stale when its `engine_time` is at or after its token's supersession or expiry (engine time). The
+ * engine's clock may jump forward (T10, test-only time travel): judged in engine time, a legitimate reclaim after
+ * a jump is not an overlap, whereas on the host clock it would look like one. Engine time is also consistent with
+ * the database's commit order: a claim's row change waits for any fenced transaction holding the step's row, so
+ * an effect committed before a grant has an earlier `engine_time`, as long as the engine's clock only moves forward.
+ *
+ * The client history (C-reject) carries the workers' host-clock times; there a token's staleness is taken on the
+ * host clock: the superseding grant's `clock_timestamp()`, or the host moment the engine's clock reached the
+ * expiry, reconstructed from the log of clock jumps (`clock_jumps`, ./audit.ts).
  */
 import type postgres from 'postgres';
 import type { ChildMessage, ChildMessageOf } from '../fixtures/worker-protocol.js';
@@ -46,21 +56,25 @@ export interface CheckResult {
   readonly fencedEffects: number;
 }
 
-/** One token's tenure of a step, reconstructed from the audit ledger. */
+/** One token's tenure of a step, reconstructed from the audit ledger. `engine…Ms` are `<schema>.now()` times. */
 export interface Grant {
   readonly stepId: string;
   readonly token: bigint;
   readonly workerId: string;
   /** Host-clock ms when the grant's row change ran. */
   readonly atMs: number;
+  /** Engine-clock ms when the grant's row change ran. */
+  readonly engineAtMs: number;
   /** Operator revoke (worker id `operator:…`): ends the previous grant, is not itself a live grant. */
   readonly revoke: boolean;
-  /** Host-clock ms when the grant stopped being live (expiry, release, terminal, next grant's revoke). */
-  endMs: number;
-  /** Host-clock ms of the last lease expiry recorded for this token. */
-  expiryMs: number;
-  /** Host-clock ms when a higher token was granted (or revoked) for the step; Infinity if never. */
-  supersededMs: number;
+  /** Engine-clock ms when the grant stopped being live (expiry, release, terminal, next grant's revoke). */
+  engineEndMs: number;
+  /** Engine-clock ms of the last lease expiry recorded for this token. */
+  engineExpiryMs: number;
+  /** Engine-clock ms when a higher token was granted (or revoked) for the step; Infinity if never. */
+  engineSupersededMs: number;
+  /** Host-clock ms of that supersession; Infinity if never. */
+  supersededAtMs: number;
 }
 
 interface AuditRow {
@@ -70,9 +84,18 @@ interface AuditRow {
   token: string | null;
   status: string;
   worker_id: string | null;
+  /** Host clock (`clock_timestamp()`). */
   at_ms: number;
-  /** lease_expires_at converted to the host clock (engine offset removed); null when unset. */
+  /** Engine clock (`<schema>.now()`). */
+  engine_ms: number;
+  /** lease_expires_at (engine clock); null when unset. */
   expiry_ms: number | null;
+}
+
+/** One change of the engine clock's offset: from host-clock `atMs` on, `<schema>.now()` = host + `offsetMs`. */
+export interface ClockJump {
+  readonly atMs: number;
+  readonly offsetMs: number;
 }
 
 const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
@@ -88,15 +111,17 @@ export async function checkScenario(
   const ms = (expr: string) => `(extract(epoch from ${expr}) * 1000)::float8`;
   const audit = await sql.unsafe<AuditRow[]>(
     `SELECT id::text, step_id::text, run_id::text, fencing_token::text AS token, status, worker_id,
-            ${ms('at')} AS at_ms, ${ms('lease_expires_at - (engine_at - at)')} AS expiry_ms
+            ${ms('at')} AS at_ms, ${ms('engine_at')} AS engine_ms, ${ms('lease_expires_at')} AS expiry_ms
        FROM ${t('audit')} a ORDER BY a.step_id, a.id`,
   );
   const effects = await sql.unsafe<
-    { step_id: string; token: string; fenced: boolean; worker_id: string; seq: number; at_ms: number }[]
+    { step_id: string; token: string; fenced: boolean; worker_id: string; seq: number; engine_ms: number }[]
   >(
-    `SELECT step_id::text, fencing_token::text AS token, fenced, worker_id, seq, ${ms('db_time')} AS at_ms
+    `SELECT step_id::text, fencing_token::text AS token, fenced, worker_id, seq,
+            ${ms('engine_time')} AS engine_ms
        FROM ${t('effects')} e ORDER BY e.id`,
   );
+  const hostTimeOf = hostTimeOfEngine(await readClockJumps(sql, schema));
   const runs = await sql.unsafe<{ id: string; status: string }[]>(
     `SELECT id::text, status FROM ${t('runs')}`,
   );
@@ -129,55 +154,63 @@ export async function checkScenario(
           if (token <= current.token) {
             violate('mono', `step ${stepId}: token ${token} granted after ${current.token}`);
           }
-          current.supersededMs = row.at_ms;
-          if (!revoke && !current.revoke && row.at_ms < current.endMs) {
+          current.engineSupersededMs = row.engine_ms;
+          current.supersededAtMs = row.at_ms;
+          if (!revoke && !current.revoke && row.engine_ms < current.engineEndMs) {
             violate(
               'overlap',
-              `step ${stepId}: token ${token} granted at ${iso(row.at_ms)} while token ${current.token} ` +
-                `was live until ${iso(current.endMs)}`,
+              `step ${stepId}: token ${token} granted at engine time ${iso(row.engine_ms)} while token ` +
+                `${current.token} was live until ${iso(current.engineEndMs)}`,
             );
           }
-          current.endMs = Math.min(current.endMs, row.at_ms);
+          current.engineEndMs = Math.min(current.engineEndMs, row.engine_ms);
         }
         const other = tokensSeen.get(row.token as string);
         if (other !== undefined) violate('mono', `token ${row.token} granted on step ${other} and ${stepId}`);
         tokensSeen.set(row.token as string, stepId);
-        const expiry = row.expiry_ms ?? row.at_ms;
+        const expiry = row.expiry_ms ?? row.engine_ms;
         current = {
           stepId,
           token,
           workerId: row.worker_id ?? '',
           atMs: row.at_ms,
+          engineAtMs: row.engine_ms,
           revoke,
-          endMs: revoke ? row.at_ms : row.status === 'running' ? expiry : row.at_ms,
-          expiryMs: revoke ? row.at_ms : expiry,
-          supersededMs: Infinity,
+          engineEndMs: revoke ? row.engine_ms : row.status === 'running' ? expiry : row.engine_ms,
+          engineExpiryMs: revoke ? row.engine_ms : expiry,
+          engineSupersededMs: Infinity,
+          supersededAtMs: Infinity,
         };
         grants.push(current);
         grantByKey.set(`${stepId}:${row.token}`, current);
       } else if (current && row.status === 'running' && prevStatus === 'running') {
         // Same token, still running: a heartbeat. It must not revive an expired lease (expiry is final, I4).
-        if (row.expiry_ms !== null && row.expiry_ms !== current.expiryMs) {
-          if (row.at_ms >= current.expiryMs) {
+        if (row.expiry_ms !== null && row.expiry_ms !== current.engineExpiryMs) {
+          if (row.engine_ms >= current.engineExpiryMs) {
             violate(
               'overlap',
-              `step ${stepId}: token ${current.token}'s lease renewed at ${iso(row.at_ms)} after it expired at ` +
-                `${iso(current.expiryMs)}`,
+              `step ${stepId}: token ${current.token}'s lease renewed at engine time ${iso(row.engine_ms)} ` +
+                `after it expired at ${iso(current.engineExpiryMs)}`,
             );
           }
-          if (current.endMs === current.expiryMs) current.endMs = row.expiry_ms;
-          current.expiryMs = row.expiry_ms;
+          if (current.engineEndMs === current.engineExpiryMs) current.engineEndMs = row.expiry_ms;
+          current.engineExpiryMs = row.expiry_ms;
         }
       } else if (current && row.status !== 'running') {
-        current.endMs = Math.min(current.endMs, row.at_ms);
+        current.engineEndMs = Math.min(current.engineEndMs, row.engine_ms);
       }
       if (TERMINAL.has(row.status) && !(prevStatus !== undefined && TERMINAL.has(prevStatus))) {
         terminalCount.set(stepId, (terminalCount.get(stepId) ?? 0) + 1);
-        if (row.status === 'completed' && current && !current.revoke && row.at_ms >= current.expiryMs) {
+        if (
+          row.status === 'completed' &&
+          current &&
+          !current.revoke &&
+          row.engine_ms >= current.engineExpiryMs
+        ) {
           violate(
             'terminal',
-            `step ${stepId}: completed under token ${current.token} at ${iso(row.at_ms)}, after its lease ` +
-              `expired at ${iso(current.expiryMs)}`,
+            `step ${stepId}: completed under token ${current.token} at engine time ${iso(row.engine_ms)}, ` +
+              `after its lease expired at ${iso(current.engineExpiryMs)}`,
           );
         }
         if (row.status === 'completed' && current?.revoke) {
@@ -198,10 +231,12 @@ export async function checkScenario(
     if (count !== 1) violate('terminal', `step ${stepId}: ${count} terminal outcomes`);
   }
 
-  // When a token became stale: superseded by a higher grant, or its lease expired (whichever came first).
-  const staleSince = (stepId: string, token: string): number => {
+  // When a token became stale: superseded by a higher grant, or its lease expired (whichever came first), in
+  // engine time (effects) and on the host clock (the workers' client history).
+  const staleSinceEngine = (g: Grant): number => Math.min(g.engineSupersededMs, g.engineExpiryMs);
+  const staleSinceHost = (stepId: string, token: string): number => {
     const g = grantByKey.get(`${stepId}:${token}`);
-    return g ? Math.min(g.supersededMs, g.expiryMs) : -Infinity;
+    return g ? Math.min(g.supersededAtMs, hostTimeOf(g.engineExpiryMs)) : -Infinity;
   };
 
   // C-stale-fenced and C-unfenced over the effects.
@@ -213,14 +248,14 @@ export async function checkScenario(
       fencedEffects++;
       if (!g || g.revoke) {
         violate('staleFenced', `fenced effect ${e.step_id}#${e.seq} under token ${e.token}, never granted`);
-      } else if (e.at_ms >= Math.min(g.supersededMs, g.expiryMs)) {
+      } else if (e.engine_ms >= staleSinceEngine(g)) {
         violate(
           'staleFenced',
-          `fenced effect ${e.step_id}#${e.seq} under token ${e.token} at ${iso(e.at_ms)}, stale since ` +
-            `${iso(Math.min(g.supersededMs, g.expiryMs))}`,
+          `fenced effect ${e.step_id}#${e.seq} under token ${e.token} at engine time ${iso(e.engine_ms)}, ` +
+            `stale since ${iso(staleSinceEngine(g))}`,
         );
       }
-    } else if (e.at_ms >= staleSince(e.step_id, e.token)) {
+    } else if (!g || e.engine_ms >= staleSinceEngine(g)) {
       unfencedByZombies++;
     }
   }
@@ -235,7 +270,7 @@ export async function checkScenario(
   }
   for (const m of ops) {
     if (m.op !== 'fenced-write' || m.phase !== 'invoke') continue;
-    if (m.wallMs < staleSince(m.attempt.stepId, m.attempt.token)) continue;
+    if (m.wallMs < staleSinceHost(m.attempt.stepId, m.attempt.token)) continue;
     staleAttempted++;
     const outcome = outcomeOf.get(opKey(m));
     if (outcome?.phase === 'fail') staleRejected++;
@@ -284,9 +319,11 @@ export async function checkScenario(
 
 /** The grants of every step, as the checker reconstructs them (scenarios use them for latencies). */
 export async function readGrants(sql: postgres.Sql, schema: string, stepId: string): Promise<Grant[]> {
-  const rows = await sql.unsafe<{ token: string; worker_id: string | null; at_ms: number }[]>(
+  const rows = await sql.unsafe<
+    { token: string; worker_id: string | null; at_ms: number; engine_ms: number }[]
+  >(
     `SELECT DISTINCT ON (fencing_token) fencing_token::text AS token, worker_id,
-            (extract(epoch from at) * 1000)::float8 AS at_ms
+            (extract(epoch from at) * 1000)::float8 AS at_ms, (extract(epoch from engine_at) * 1000)::float8 AS engine_ms
        FROM "${schema}".audit WHERE step_id = $1 AND fencing_token IS NOT NULL ORDER BY fencing_token, id`,
     [stepId],
   );
@@ -295,10 +332,12 @@ export async function readGrants(sql: postgres.Sql, schema: string, stepId: stri
     token: BigInt(r.token),
     workerId: r.worker_id ?? '',
     atMs: r.at_ms,
+    engineAtMs: r.engine_ms,
     revoke: (r.worker_id ?? '').startsWith(OPERATOR_PREFIX),
-    endMs: NaN,
-    expiryMs: NaN,
-    supersededMs: NaN,
+    engineEndMs: NaN,
+    engineExpiryMs: NaN,
+    engineSupersededMs: NaN,
+    supersededAtMs: NaN,
   }));
 }
 
@@ -335,8 +374,8 @@ function iso(ms: number): string {
 }
 
 /**
- * The host-clock ms at which the database's lease of `token` on step `stepId` ended: its last recorded expiry,
- * converted from the engine's clock with the offset of the same audit row. `undefined` if it was never running.
+ * The host-clock ms at which the database's lease of `token` on step `stepId` ended: the host moment the engine's
+ * clock reached its last recorded expiry (clock jumps included). `undefined` if it was never running.
  */
 export async function leaseExpiryMs(
   sql: postgres.Sql,
@@ -345,10 +384,39 @@ export async function leaseExpiryMs(
   token: string,
 ): Promise<number | undefined> {
   const [row] = await sql.unsafe<{ expiry_ms: number | null }[]>(
-    `SELECT max((extract(epoch from lease_expires_at - (engine_at - at)) * 1000)::float8) AS expiry_ms
+    `SELECT max((extract(epoch from lease_expires_at) * 1000)::float8) AS expiry_ms
        FROM "${schema}".audit
       WHERE step_id = $1 AND fencing_token = $2::bigint AND status = 'running'`,
     [stepId, token],
   );
-  return row?.expiry_ms ?? undefined;
+  if (row?.expiry_ms === null || row?.expiry_ms === undefined) return undefined;
+  return hostTimeOfEngine(await readClockJumps(sql, schema))(row.expiry_ms);
+}
+
+/** Every change of the engine clock's offset, in order (the `clock_jumps` log of ./audit.ts). */
+export async function readClockJumps(sql: postgres.Sql, schema: string): Promise<ClockJump[]> {
+  const rows = await sql.unsafe<{ at_ms: number; offset_ms: number }[]>(
+    `SELECT (extract(epoch from at) * 1000)::float8 AS at_ms, offset_ms::float8 AS offset_ms
+       FROM "${schema}".clock_jumps ORDER BY id`,
+  );
+  return rows.map((r) => ({ atMs: r.at_ms, offsetMs: r.offset_ms }));
+}
+
+/**
+ * Engine time → the first host-clock moment at which `<schema>.now()` read at least that time, given the offset
+ * changes `jumps` (the offset is 0 before the first). A forward jump makes every engine time it skipped map to
+ * the jump's host moment; Infinity stays Infinity.
+ */
+export function hostTimeOfEngine(jumps: readonly ClockJump[]): (engineMs: number) => number {
+  return (engineMs) => {
+    let fromMs = -Infinity;
+    let offsetMs = 0;
+    for (const jump of jumps) {
+      const hostMs = Math.max(fromMs, engineMs - offsetMs);
+      if (hostMs < jump.atMs) return hostMs;
+      fromMs = jump.atMs;
+      offsetMs = jump.offsetMs;
+    }
+    return Math.max(fromMs, engineMs - offsetMs);
+  };
 }
