@@ -9,6 +9,25 @@ const dist = (values: readonly number[]): string =>
     ? '–'
     : `${round(percentile(values, 50))} / ${round(percentile(values, 99))} / ${round(Math.max(...values))} (n=${values.length})`;
 
+/** Metric-name prefixes printed as one figures row per key (`prefix` + key), e.g. one row per DB clock jump size. */
+const KEYED = ['dbJumpExposure:', 'dbJumpWindowMs:'] as const;
+
+/** A heading row and one row per key of the metrics named `prefix` + key; none if no scenario sampled them. */
+function byKey(
+  reports: readonly ScenarioReport[],
+  prefix: (typeof KEYED)[number],
+  heading: string,
+  show: (values: readonly number[]) => string,
+): [string, string][] {
+  const keyed = new Map<string, number[]>();
+  for (const [k, v] of reports.flatMap((r) => Object.entries(r.metrics))) {
+    if (k.startsWith(prefix))
+      keyed.set(k.slice(prefix.length), [...(keyed.get(k.slice(prefix.length)) ?? []), ...v]);
+  }
+  if (keyed.size === 0) return [];
+  return [[heading, ''], ...[...keyed].map(([k, v]): [string, string] => [`  ${k}`, show(v)])];
+}
+
 /** One row per figure, one column per scenario plus a total. */
 export function figuresTable(reports: readonly ScenarioReport[]): string {
   const all = (metric: string): number[] => reports.flatMap((r) => r.metrics[metric] ?? []);
@@ -55,6 +74,18 @@ export function figuresTable(reports: readonly ScenarioReport[]): string {
         : '– (no partition scenario ran)',
     ],
     ['reclaim latency after SIGKILL p50/p99/max ms', dist(all('reclaimLatencyMs'))],
+    ...byKey(
+      reports,
+      'dbJumpExposure:',
+      'unfenced writes after a DB clock jump, by J: total (n, max)',
+      (v) => (v.length ? `${sum(v)} (n=${v.length}, max ${Math.max(...v)})` : '–'),
+    ),
+    ...byKey(
+      reports,
+      'dbJumpWindowMs:',
+      'DB expiry → owner stops after a DB clock jump, p50/p99/max ms',
+      dist,
+    ),
     [
       'attempts (grants) per step mean / max',
       grants.length ? `${(sum(grants) / grants.length).toFixed(2)} / ${Math.max(...grants)}` : '–',
@@ -67,7 +98,11 @@ export function figuresTable(reports: readonly ScenarioReport[]): string {
   const perScenario = reports.map((r) => {
     const violations = sum(Object.values(r.check.violations));
     const extra = Object.entries(r.metrics)
-      .filter(([k]) => !['abortLatencyMs', 'abortLeadMs', 'reclaimLatencyMs'].includes(k))
+      .filter(
+        ([k]) =>
+          !['abortLatencyMs', 'abortLeadMs', 'reclaimLatencyMs'].includes(k) &&
+          !KEYED.some((prefix) => k.startsWith(prefix)),
+      )
       .map(([k, v]) => `${k} ${dist(v)}`);
     return (
       `  ${failed(r) ? 'FAIL' : 'ok  '} ${r.name}: ${r.iterations} iterations, seed ${r.seed}, ` +
