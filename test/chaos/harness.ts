@@ -57,7 +57,7 @@ import { createEngine, type Engine } from '@palisade/engine';
 import type { ChildMessage, ChildMessageOf, FixtureTimings } from '../fixtures/worker-protocol.js';
 import { startPostgresServer, type PostgresServer } from '../support/server.js';
 import { createTcpProxy, type TcpProxy } from '../support/tcp-proxy.js';
-import { spawnWorkerProcess, type WorkerProcess } from '../support/worker-process.js';
+import { spawnWorkerProcess, type WorkerClockSkew, type WorkerProcess } from '../support/worker-process.js';
 import { OPERATOR_PREFIX, auditDdl } from './audit.js';
 import { chaosActivity, effectsTableDdl, type ChaosInput } from './chaos-activity.js';
 import { checkScenario, describeViolations, type CheckResult } from './checker.js';
@@ -172,6 +172,8 @@ export interface SpawnOptions {
    * against. @defaultValue the scenario's `leaseMs`
    */
   activityLeaseMs?: number;
+  /** Run the worker with a wrong clock (`Date` offset, `performance.now()` rate); its messages stay on host time. */
+  clock?: WorkerClockSkew;
 }
 
 export interface EnqueuedRun {
@@ -289,21 +291,26 @@ export async function runScenario(
 
   const spawnWorker = async (o: SpawnOptions = {}): Promise<WorkerProcess> => {
     const t = { ...timings, ...o.timings };
-    const w = await spawnWorkerProcess({
-      databaseUrl: o.databaseUrl ?? server.databaseUrl,
-      schema,
-      workerId: o.workerId ?? `w${++workerCount}`,
-      timings:
-        o.activityLeaseMs === undefined ? fixtureTimings : { ...fixtureTimings, leaseMs: o.activityLeaseMs },
-      heartbeatIntervalMs: t.heartbeatIntervalMs,
-      heartbeatTimeoutMs: t.heartbeatTimeoutMs,
-      pollIntervalMs: t.pollIntervalMs,
-      ...(t.leaseSafetyMarginMs !== undefined ? { leaseSafetyMarginMs: t.leaseSafetyMarginMs } : {}),
-      concurrency: o.concurrency ?? 1,
-      shutdownGraceMs: 1_000,
-      extensionModule: EXTENSION_MODULE,
-      ...(o.deferStart ? { deferStart: true } : {}),
-    });
+    const w = await spawnWorkerProcess(
+      {
+        databaseUrl: o.databaseUrl ?? server.databaseUrl,
+        schema,
+        workerId: o.workerId ?? `w${++workerCount}`,
+        timings:
+          o.activityLeaseMs === undefined
+            ? fixtureTimings
+            : { ...fixtureTimings, leaseMs: o.activityLeaseMs },
+        heartbeatIntervalMs: t.heartbeatIntervalMs,
+        heartbeatTimeoutMs: t.heartbeatTimeoutMs,
+        pollIntervalMs: t.pollIntervalMs,
+        ...(t.leaseSafetyMarginMs !== undefined ? { leaseSafetyMarginMs: t.leaseSafetyMarginMs } : {}),
+        concurrency: o.concurrency ?? 1,
+        shutdownGraceMs: 1_000,
+        extensionModule: EXTENSION_MODULE,
+        ...(o.deferStart ? { deferStart: true } : {}),
+      },
+      o.clock ? { clock: o.clock } : {},
+    );
     workers.push(w);
     alive.add(w);
     void w.exited.then(() => alive.delete(w));

@@ -25,6 +25,7 @@ import type {
 
 const TEST_ROOT = fileURLToPath(new URL('..', import.meta.url));
 const WORKER_MAIN = fileURLToPath(new URL('../fixtures/worker-main.ts', import.meta.url));
+const CLOCK_SKEW_PRELOAD = new URL('./clock-skew.ts', import.meta.url).href;
 const STDERR_TAIL_LINES = 200;
 
 /**
@@ -39,6 +40,25 @@ function tsxLoaderUrl(): string {
 export interface ExitInfo {
   readonly code: number | null;
   readonly signal: NodeJS.Signals | null;
+}
+
+/** A wrong clock for a worker process (./clock-skew.ts, preloaded): research T9. */
+export interface WorkerClockSkew {
+  /** Added to the child's `Date.now()` / `new Date()` (ms). @defaultValue 0 */
+  readonly offsetMs?: number;
+  /** Rate of the child's `performance.now()` relative to real time (1.01: 1 % fast). @defaultValue 1 */
+  readonly rate?: number;
+}
+
+export interface SpawnWorkerOptions {
+  /** @defaultValue 120_000 */
+  readonly readyTimeoutMs?: number;
+  /**
+   * Run the child with a skewed clock. The `wallMs` of its messages is corrected back by `offsetMs` on receipt,
+   * so `messages` stay on the host clock (the checker compares them with the database's); the raw value is
+   * checked once, at `process:ready`, to prove the skew took effect.
+   */
+  readonly clock?: WorkerClockSkew;
 }
 
 export interface WaitOptions {
@@ -86,15 +106,33 @@ export interface WorkerProcess {
 /** Spawn one worker process and wait until it reports `process:ready` (engine open, worker started unless deferred). */
 export async function spawnWorkerProcess(
   config: WorkerProcessConfig,
-  options: { readyTimeoutMs?: number } = {},
+  options: SpawnWorkerOptions = {},
 ): Promise<WorkerProcess> {
+  const skewOffsetMs = options.clock?.offsetMs ?? 0;
+  const skewed = options.clock !== undefined;
   const child: ChildProcess = spawn(
     process.execPath,
-    ['--conditions=@palisade/source', '--import', tsxLoaderUrl(), WORKER_MAIN, JSON.stringify(config)],
+    [
+      '--conditions=@palisade/source',
+      '--import',
+      tsxLoaderUrl(),
+      ...(skewed ? ['--import', CLOCK_SKEW_PRELOAD] : []),
+      WORKER_MAIN,
+      JSON.stringify(config),
+    ],
     {
       cwd: TEST_ROOT,
       stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
-      env: { ...process.env, PALISADE_LOG_LEVEL: process.env.PALISADE_LOG_LEVEL ?? 'warn' },
+      env: {
+        ...process.env,
+        PALISADE_LOG_LEVEL: process.env.PALISADE_LOG_LEVEL ?? 'warn',
+        ...(skewed
+          ? {
+              PALISADE_TEST_CLOCK_OFFSET_MS: String(skewOffsetMs),
+              PALISADE_TEST_CLOCK_RATE: String(options.clock?.rate ?? 1),
+            }
+          : {}),
+      },
     },
   );
   if (child.pid === undefined) {
@@ -124,8 +162,13 @@ export async function spawnWorkerProcess(
       resolve(exitInfo);
     });
   });
+  let skewSeenMs: number | undefined;
   child.on('message', (raw) => {
     const message = raw as ChildMessage;
+    if (skewOffsetMs !== 0) {
+      if (message.type === 'process:ready') skewSeenMs = message.wallMs - Date.now();
+      (message as { wallMs: number }).wallMs -= skewOffsetMs;
+    }
     messages.push(message);
     events.emit(message.type, message);
     events.emit('message', message);
@@ -226,6 +269,12 @@ export async function spawnWorkerProcess(
     child.kill('SIGKILL');
     throw error;
   }
+  if (skewOffsetMs !== 0 && (skewSeenMs === undefined || Math.abs(skewSeenMs - skewOffsetMs) > 10_000)) {
+    child.kill('SIGKILL');
+    throw new Error(
+      `worker ${config.workerId}: clock offset ${skewOffsetMs} ms requested, its clock read ${skewSeenMs} ms off`,
+    );
+  }
   const fatal = messages.find((m) => m.type === 'process:fatal');
   if (fatal) {
     child.kill('SIGKILL');
@@ -236,7 +285,7 @@ export async function spawnWorkerProcess(
 
 /** A set of worker processes that are stopped (or killed) after each test, and killed if the test process exits. */
 export function useWorkerProcesses(): {
-  spawn(config: WorkerProcessConfig, options?: { readyTimeoutMs?: number }): Promise<WorkerProcess>;
+  spawn(config: WorkerProcessConfig, options?: SpawnWorkerOptions): Promise<WorkerProcess>;
 } {
   const live = new Set<WorkerProcess>();
   const killAll = (): void => {

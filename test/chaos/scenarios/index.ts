@@ -6,6 +6,7 @@ import { sigkill } from './t04-sigkill.js';
 import { lostCommitAck } from './t06-lost-commit-ack.js';
 import { partition } from './t07-partition.js';
 import { revoke } from './t08-revoke.js';
+import { workerClock } from './t09-worker-clock.js';
 import { dbClockJump } from './t10-db-clock-jump.js';
 import { dbRestart } from './t11-db-restart.js';
 import { stalledFencedTransaction } from './t12-stalled-fenced-transaction.js';
@@ -19,6 +20,7 @@ export const SCENARIOS: readonly Scenario[] = [
   lostCommitAck,
   partition,
   revoke,
+  workerClock,
   dbClockJump,
   dbRestart,
   stalledFencedTransaction,
