@@ -8,6 +8,7 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
+import postgres from 'postgres';
 import { describe, expect, it } from 'vitest';
 import { useTestDatabase } from '../support/postgres.js';
 
@@ -51,5 +52,37 @@ describe('postgres.js on a connection the server ended', () => {
     const seen = JSON.parse(stdout.trim()) as string[];
     expect(seen.slice(0, 3)).toEqual(['CONNECTION_CLOSED', 'CONNECTION_CLOSED', 'CONNECTION_CLOSED']);
     expect(seen[3]).toBe('pool:1');
+  });
+
+  it("does not raise a terminated session's 57P01 again on the first query of the reconnected connection", async () => {
+    // The server sends ErrorResponse 57P01 and hangs up without ReadyForQuery; unpatched, the error stayed on the
+    // connection object and failed the next query after the reconnect (in the chaos suite's T5: an attempt's
+    // fenced transaction, long after the statement whose session was terminated).
+    const admin = postgres(url(), { max: 1, onnotice: () => undefined });
+    const sql = postgres(url(), { max: 1, onnotice: () => undefined });
+    try {
+      const [row] = await sql<{ pid: number }[]>`SELECT pg_backend_pid() AS pid`;
+      const slow = sql`SELECT pg_sleep(5)`.then(
+        () => 'ok',
+        (error: { code?: string }) => error.code,
+      );
+      const pid = row?.pid ?? 0;
+      // Terminate it mid-statement: once the server runs the pg_sleep (bounded polling).
+      for (let i = 0; i < 200; i++) {
+        const [active] =
+          await admin`SELECT 1 AS one FROM pg_stat_activity WHERE pid = ${pid} AND query LIKE '%pg_sleep%'`;
+        if (active) break;
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      await admin`SELECT pg_terminate_backend(${pid})`;
+      expect(await slow).toBe('CONNECTION_CLOSED');
+      const next = await sql`SELECT 1 AS one`.then(
+        (rows) => `ok:${String(rows[0]?.one)}`,
+        (error: { code?: string }) => error.code,
+      );
+      expect(next).toBe('ok:1');
+    } finally {
+      await Promise.all([admin.end({ timeout: 1 }), sql.end({ timeout: 1 })]);
+    }
   });
 });
