@@ -3,6 +3,7 @@ import type { Scenario } from '../harness.js';
 import { frozenZombie } from './t02-frozen-zombie.js';
 import { blockedLoop } from './t03-blocked-loop.js';
 import { sigkill } from './t04-sigkill.js';
+import { backendTermination } from './t05-backend-termination.js';
 import { lostCommitAck } from './t06-lost-commit-ack.js';
 import { partition } from './t07-partition.js';
 import { revoke } from './t08-revoke.js';
@@ -17,6 +18,7 @@ export const SCENARIOS: readonly Scenario[] = [
   frozenZombie,
   blockedLoop,
   sigkill,
+  backendTermination,
   lostCommitAck,
   partition,
   revoke,
