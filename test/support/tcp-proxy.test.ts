@@ -159,6 +159,25 @@ describe('tcp proxy (against the test PostgreSQL server)', () => {
     await expect(transaction).rejects.toBeDefined();
   });
 
+  it('dropReplyAfter fromNextRequest: an unprepared statement with parameters runs after its describe round', async () => {
+    const p = await proxy();
+    const admin = client(databaseUrl());
+    await admin`create table described_probe (id int primary key)`;
+    const url = new URL(p.url(databaseUrl()));
+    url.searchParams.set('prepare', 'false');
+    const sql = client(url.toString());
+    await sql`select 1`;
+    // The SQL text travels alone first (Parse, Describe, Flush); Bind and Execute follow once that reply is in.
+    const rule = p.dropReplyAfter('-- described', { fromNextRequest: true });
+    const insert = sql.unsafe('insert into described_probe values ($1) -- described', [7]).execute();
+    await rule.tripped;
+    expect(await settledWithin(insert, 700)).toBe('pending');
+    const [row] = await admin<{ n: number }[]>`select count(*)::int as n from described_probe where id = 7`;
+    expect(row?.n).toBe(1);
+    p.reset();
+    await expect(insert).rejects.toBeDefined();
+  });
+
   it('close() stops listening and ends every connection', async () => {
     const p = await proxy();
     const sql = client(p.url(databaseUrl()));

@@ -8,6 +8,7 @@
  *   proxy.delayReplies(900);                   // 900 ms more on server→client chunks only
  *   proxy.reset();                             // destroy every current connection
  *   proxy.dropReplyAfter('-- commit-me');      // the statement runs; its reply never arrives
+ *   proxy.dropReplyAfter('picked', { fromNextRequest: true }); // the same, for a statement described first
  *   proxy.resetConnection(id);                 // destroy one connection (say, the one whose reply was dropped)
  *   await proxy.close();
  *
@@ -29,6 +30,8 @@ interface Connection {
   readonly toClient: Pipe;
   /** Set once `dropReplyAfter`'s marker was seen on this connection: replies are discarded from then on. */
   repliesDropped: boolean;
+  /** Set once a `fromNextRequest` marker was seen: the client's next bytes start dropping replies. */
+  dropFromNextRequest: boolean;
   /** The tail of client bytes already scanned, so a marker split across chunks is still found. */
   scanTail: string;
 }
@@ -39,6 +42,16 @@ export interface DropReplyRule {
   readonly tripped: Promise<number>;
   /** How many connections have tripped so far. */
   readonly trippedCount: () => number;
+}
+
+export interface DropReplyOptions {
+  /**
+   * Let the reply to the request that carried the marker through, and drop from the client's next request on.
+   * For a statement with parameters sent unprepared (`prepare=false`), postgres.js first sends its SQL alone
+   * (Parse, Describe, Flush) and only after that reply the Bind and Execute that run it: a marker in the SQL
+   * text is seen one round before the statement executes. @defaultValue false
+   */
+  readonly fromNextRequest?: boolean;
 }
 
 export interface TcpProxy {
@@ -64,7 +77,7 @@ export interface TcpProxy {
    * the server sends back on that connection: the statement (or COMMIT) runs, the client never hears of it.
    * Applies to current and future connections until `restore()`.
    */
-  dropReplyAfter(marker: string): DropReplyRule;
+  dropReplyAfter(marker: string, options?: DropReplyOptions): DropReplyRule;
   /** Destroy one connection (both sockets), e.g. the one a `dropReplyAfter` rule tripped on. @returns false if gone. */
   resetConnection(id: number): boolean;
   /** Connections open now. */
@@ -127,7 +140,7 @@ interface ProxyState {
   blackholed: boolean;
   delayMs: number;
   replyDelayMs: number;
-  dropMarkers: { marker: string; rule: { trip(id: number): void } }[];
+  dropMarkers: { marker: string; fromNextRequest: boolean; rule: { trip(id: number): void } }[];
 }
 
 /** Start a proxy on 127.0.0.1 (a free port) that forwards every connection to `targetHost:targetPort`. */
@@ -146,12 +159,13 @@ export async function createTcpProxy(targetHost: string, targetPort: number): Pr
   };
 
   const scanForMarkers = (c: Connection, chunk: Buffer): void => {
-    if (c.repliesDropped || state.dropMarkers.length === 0) return;
+    if (c.repliesDropped || c.dropFromNextRequest || state.dropMarkers.length === 0) return;
     // latin1 maps bytes 1:1 to characters, so markers split across chunks are found in the joined tail.
     const text = c.scanTail + chunk.toString('latin1');
-    for (const { marker, rule } of state.dropMarkers) {
+    for (const { marker, rule, fromNextRequest } of state.dropMarkers) {
       if (text.includes(marker)) {
-        c.repliesDropped = true;
+        if (fromNextRequest) c.dropFromNextRequest = true;
+        else c.repliesDropped = true;
         rule.trip(c.id);
         return;
       }
@@ -172,10 +186,15 @@ export async function createTcpProxy(targetHost: string, targetPort: number): Pr
       toServer: new Pipe(client, upstream, state),
       toClient: new Pipe(upstream, client, state, true),
       repliesDropped: false,
+      dropFromNextRequest: false,
       scanTail: '',
     };
     connections.set(id, connection);
     client.on('data', (chunk: Buffer) => {
+      if (connection.dropFromNextRequest) {
+        connection.dropFromNextRequest = false;
+        connection.repliesDropped = true;
+      }
       scanForMarkers(connection, chunk);
       connection.toServer.push(chunk);
     });
@@ -241,13 +260,14 @@ export async function createTcpProxy(targetHost: string, targetPort: number): Pr
       if (c) destroy(c);
       return c !== undefined;
     },
-    dropReplyAfter(marker: string): DropReplyRule {
+    dropReplyAfter(marker: string, options: DropReplyOptions = {}): DropReplyRule {
       if (marker.length === 0) throw new RangeError('dropReplyAfter: marker must not be empty');
       let count = 0;
       let resolve!: (id: number) => void;
       const tripped = new Promise<number>((r) => (resolve = r));
       state.dropMarkers.push({
         marker,
+        fromNextRequest: options.fromNextRequest ?? false,
         rule: {
           trip(id) {
             count++;

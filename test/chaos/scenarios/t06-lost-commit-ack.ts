@@ -9,21 +9,30 @@
  *   give the activity its result — no error, no re-run;
  * - `completion`: the completion statement (its output carries a unique tag); the engine must retry it and
  *   find its own completion (idempotent by nonce) — the step is not run again;
- * - `heartbeat`: a lease renewal (its JSON payload names the step); A treats it as failed and goes on.
+ * - `heartbeat`: a lease renewal (its JSON payload names the step); A treats it as failed and goes on;
+ * - `claim`: the claim statement (its SQL names `prev_deadline_at`, which no other statement does); A is stopped
+ *   while the run is enqueued and the rule armed, so its next claim is the one that takes the step. The claim
+ *   commits, A never learns it; the engine must settle it by its request id and release the grant unstarted
+ *   (I15) — or, failing that, let it expire — and run the step once, on a later grant.
  *
  * Pass: the checker's zeros, and one grant per step (attempts/step = 1: nothing re-ran because of an ambiguous
- * outcome; the lease never expired since L is far longer than the fault).
+ * outcome; the lease never expired since L is far longer than the fault). For `claim`: two grants (the
+ * ambiguous one, released unstarted, and the one that ran), the activity started once.
  */
 import { readGrants } from '../checker.js';
-import type { Scenario } from '../harness.js';
+import type { Scenario, ScenarioContext } from '../harness.js';
+import type { TcpProxy } from '../../support/tcp-proxy.js';
+import type { WorkerProcess } from '../../support/worker-process.js';
 
-const KINDS = ['fenced-transaction', 'completion', 'heartbeat'] as const;
+const KINDS = ['fenced-transaction', 'completion', 'heartbeat', 'claim'] as const;
+/** Text only the claim statement (queries/claim-steps.ts) carries on the wire. */
+const CLAIM_MARKER = 'prev_deadline_at';
 
 export const lostCommitAck: Scenario = {
   name: 'T6 lost commit ack',
   description:
-    'drop the server’s reply to a committed fenced transaction / completion / heartbeat, then reset',
-  iterations: { full: 15, ci: 3 },
+    'drop the server’s reply to a committed fenced transaction / completion / heartbeat / claim, then reset',
+  iterations: { full: 16, ci: 4 },
   async run(ctx, iterations) {
     const L = ctx.timings.leaseMs;
     const proxy = await ctx.proxy();
@@ -36,6 +45,10 @@ export const lostCommitAck: Scenario = {
     };
     for (let i = 0; i < iterations; i++) {
       const kind = KINDS[i % KINDS.length] ?? 'completion';
+      if (kind === 'claim') {
+        await lostClaimAck(ctx, proxy, a);
+        continue;
+      }
       const tag = `t6-${ctx.rng.seed}-${i}-${ctx.rng.int(0, 1e9)}`;
       const { runId, stepId } = await ctx.enqueue({ iterations: kind === 'completion' ? 8 : 12, tag });
       const { claim } = await ctx.waitForClaim(runId, [a]);
@@ -112,3 +125,65 @@ export const lostCommitAck: Scenario = {
     }
   },
 };
+
+/** A claim commits on the server and its reply is lost: released unstarted (or expired), the step runs once. */
+async function lostClaimAck(ctx: ScenarioContext, proxy: TcpProxy, a: WorkerProcess): Promise<void> {
+  const L = ctx.timings.leaseMs;
+  // Stopped, A cannot claim the step before the rule is armed; resumed, its next claim takes it.
+  a.kill('SIGSTOP');
+  let run: { runId: string; stepId: string };
+  let rule: ReturnType<TcpProxy['dropReplyAfter']>;
+  try {
+    run = await ctx.enqueue({ iterations: 8 });
+    rule = proxy.dropReplyAfter(CLAIM_MARKER, { fromNextRequest: true });
+  } finally {
+    a.kill('SIGCONT');
+  }
+  const { runId, stepId } = run;
+  const connection = await Promise.race([
+    rule.tripped,
+    new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 10_000).unref()),
+  ]);
+  if (connection === undefined) {
+    proxy.restore();
+    ctx.expect(false, `${runId} (claim): A sent no claim within 10 s`);
+    await ctx.waitForRunEnd(runId, 10 * L + 20_000);
+    return;
+  }
+  ctx.fault('reply dropped: claim');
+  const granted = async (): Promise<true | undefined> =>
+    (await readGrants(ctx.sql, ctx.schema, stepId)).length > 0 ? true : undefined;
+  const committed = await ctx
+    .poll('the claim with the dropped reply committed', granted, 5_000)
+    .catch(() => false);
+  ctx.fault(`claim: ${committed ? 'committed' : 'not committed'} when the connection died`);
+  proxy.restore();
+  proxy.resetConnection(connection);
+
+  const status = await ctx.waitForRunEnd(runId, 10 * L + 20_000);
+  ctx.expect(status === 'completed', `${runId} (claim): run ${status}, want completed`);
+  const grants = (await readGrants(ctx.sql, ctx.schema, stepId)).filter((g) => !g.revoke);
+  const announced = new Set(
+    a.all('attempt:claimed', (m) => m.attempt.runId === runId).map((m) => m.attempt.token),
+  );
+  const unannounced = grants.filter((g) => !announced.has(g.token.toString()));
+  const started = a.all('fixture:started', (m) => m.attempt.runId === runId);
+  ctx.sample('attemptsPerStep claim', grants.length);
+  ctx.expect(started.length === 1, `${runId} (claim): the activity started ${started.length} times, want 1`);
+  ctx.expect(
+    unannounced.length === (committed ? 1 : 0),
+    `${runId} (claim): ${unannounced.length} grants A never learnt of, want ${committed ? 1 : 0}`,
+  );
+  for (const g of unannounced) {
+    const [row] = await ctx.sql.unsafe<{ outcome: string | null }[]>(
+      `SELECT outcome FROM "${ctx.schema}".attempts WHERE fencing_token = $1::bigint`,
+      [g.token.toString()],
+    );
+    const outcome = row?.outcome ?? 'none';
+    ctx.fault(`claim: ambiguous grant ${outcome === 'released' ? 'released unstarted' : outcome}`);
+    ctx.expect(
+      outcome === 'released' || outcome === 'lease_expired',
+      `${runId} (claim): the ambiguous grant ended ${outcome}, want released (or lease_expired)`,
+    );
+  }
+}
