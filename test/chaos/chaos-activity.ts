@@ -20,7 +20,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { sql as drizzleSql } from 'drizzle-orm';
 import { z } from 'zod';
 import { setFaultHook } from '@palisade/engine/testing';
-import { defineActivity, type ActivityContext } from '@palisade/sdk';
+import { defineActivity, defineWorkflow, type ActivityContext } from '@palisade/sdk';
 import {
   attemptInfo,
   blockEventLoop,
@@ -31,6 +31,7 @@ import {
 import type { FixtureTimings } from '../fixtures/worker-protocol.js';
 
 export const CHAOS_ACTIVITY = 'chaos-loop';
+export const CHAOS_WORKFLOW = 'chaos-flow';
 
 /** The `effects` table of the chaos activity, in the engine's schema `schema`. */
 export function effectsTableDdl(schema: string): string {
@@ -219,6 +220,51 @@ async function runLoop(
   }
 }
 
+export const chaosFlowInput = z.object({
+  /** `chaos-loop` steps run one after the other; step i is scheduled by the run's turn i + 1. */
+  steps: z.number().int().positive(),
+  /** Loop iterations of each step. */
+  iterations: z.number().int().positive(),
+  /**
+   * BLOCK the event loop of the turn whose `ctx.info.turnAttempt` is this, for `ms`, after it was handed the
+   * results of the steps before and before it schedules the next one (mid-turn: it holds the turn lease and has
+   * committed nothing); reported as `fixture:turn-blocking`. A replay has a later turnAttempt and does not block.
+   */
+  blockTurn: z
+    .object({ turnAttempt: z.number().int().positive(), ms: z.number().int().positive() })
+    .optional(),
+});
+export type ChaosFlowInput = z.input<typeof chaosFlowInput>;
+
+/** `chaos-flow`: a workflow of `chaos-loop` steps, so turn faults meet the chaos checker's effects. */
+export function chaosWorkflow(
+  loop: ReturnType<typeof chaosActivity>,
+  env?: Pick<FixtureEnvironment, 'report'>,
+) {
+  return defineWorkflow({
+    name: CHAOS_WORKFLOW,
+    input: chaosFlowInput,
+    output: z.array(chaosOutput),
+    async run(input, ctx) {
+      const results: z.output<typeof chaosOutput>[] = [];
+      for (let i = 0; i < input.steps; i++) {
+        const block = input.blockTurn;
+        if (block && ctx.info.turnAttempt === block.turnAttempt) {
+          env?.report({
+            type: 'fixture:turn-blocking',
+            runId: ctx.info.runId,
+            turnAttempt: ctx.info.turnAttempt,
+            ms: block.ms,
+          });
+          blockEventLoop(block.ms);
+        }
+        results.push(await ctx.run(loop, { iterations: input.iterations, tag: `step-${i}` }));
+      }
+      return results;
+    },
+  });
+}
+
 const LAG_PROBE_MS = 20;
 const LAG_REPORT_MS = 250;
 
@@ -242,4 +288,9 @@ export function extensionActivities(env: FixtureEnvironment, timings: FixtureTim
     }
   }, LAG_PROBE_MS).unref();
   return [chaosActivity(timings, env)];
+}
+
+/** Entry point for worker-main's `extensionModule`: the workflows this suite adds to a worker process. */
+export function extensionWorkflows(env: FixtureEnvironment, timings: FixtureTimings) {
+  return [chaosWorkflow(chaosActivity(timings, env), env)];
 }

@@ -59,7 +59,13 @@ import { startPostgresServer, type PostgresServer } from '../support/server.js';
 import { createTcpProxy, type TcpProxy } from '../support/tcp-proxy.js';
 import { spawnWorkerProcess, type WorkerClockSkew, type WorkerProcess } from '../support/worker-process.js';
 import { OPERATOR_PREFIX, auditDdl } from './audit.js';
-import { chaosActivity, effectsTableDdl, type ChaosInput } from './chaos-activity.js';
+import {
+  chaosActivity,
+  chaosWorkflow,
+  effectsTableDdl,
+  type ChaosFlowInput,
+  type ChaosInput,
+} from './chaos-activity.js';
 import { checkScenario, describeViolations, type CheckResult } from './checker.js';
 
 const EXTENSION_MODULE = fileURLToPath(new URL('./chaos-activity.ts', import.meta.url));
@@ -198,6 +204,8 @@ export interface ScenarioContext {
   spawnWorker(options?: SpawnOptions): Promise<WorkerProcess>;
   /** Enqueue one `chaos-loop` run (a standalone activity: one step). */
   enqueue(input: ChaosInput): Promise<EnqueuedRun>;
+  /** Start one `chaos-flow` workflow run (its steps are `chaos-loop`; turn lease = the scenario's `leaseMs`). */
+  startWorkflow(input: ChaosFlowInput): Promise<{ readonly runId: string }>;
   /** The first claim of `runId` by any of `workers` (after message index `after` of each, if given). */
   waitForClaim(
     runId: string,
@@ -279,6 +287,7 @@ export async function runScenario(
   const engine = await createEngine({ databaseUrl: server.databaseUrl, schema });
   await sql.unsafe(effectsTableDdl(schema) + auditDdl(schema));
   const loop = chaosActivity(fixtureTimings);
+  const flow = chaosWorkflow(loop);
 
   const workers: WorkerProcess[] = [];
   const alive = new Set<WorkerProcess>();
@@ -304,6 +313,7 @@ export async function runScenario(
         heartbeatTimeoutMs: t.heartbeatTimeoutMs,
         pollIntervalMs: t.pollIntervalMs,
         ...(t.leaseSafetyMarginMs !== undefined ? { leaseSafetyMarginMs: t.leaseSafetyMarginMs } : {}),
+        turnLeaseMs: t.leaseMs,
         concurrency: o.concurrency ?? 1,
         shutdownGraceMs: 1_000,
         extensionModule: EXTENSION_MODULE,
@@ -358,6 +368,11 @@ export async function runScenario(
       );
       if (!step) throw new Error(`run ${handle.runId} has no step`);
       return { runId: handle.runId, stepId: step.id };
+    },
+    async startWorkflow(input) {
+      const handle = await engine.client.start(flow, input);
+      runIds.push(handle.runId);
+      return { runId: handle.runId };
     },
     waitForClaim(runId, candidates, o = {}) {
       const predicate = (m: ChildMessageOf<'attempt:claimed'>): boolean =>

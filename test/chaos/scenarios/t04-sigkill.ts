@@ -3,24 +3,36 @@
  * loop), around a heartbeat (when the next one is due) or mid-completion (as soon as the code returned, while
  * the completion is in flight). A replacement worker is spawned; the step must end exactly once. Reports the
  * reclaim latency, from the kill to the next grant of the step (bound: L + reclaim delay + poll + ε).
+ *
+ * `mid-turn`: a `chaos-flow` workflow of three `chaos-loop` steps; its turn 2 or 3 (chosen at random) BLOCKs its
+ * event loop after it was handed the earlier steps' results and before it schedules the next step, holding the
+ * turn lease with nothing committed, and its worker is killed there. Another worker must replay the turn once
+ * the turn lease expired and finish the run; no completed step runs again (one grant and one start per step),
+ * the killed turn ends `lease_expired`. Reports the turn reclaim latency (kill → next turn claim).
  */
 import { readGrants } from '../checker.js';
 import type { WorkerProcess } from '../../support/worker-process.js';
-import type { Scenario } from '../harness.js';
+import type { Scenario, ScenarioContext } from '../harness.js';
 
-const KILL_POINTS = ['mid-activity', 'around-heartbeat', 'mid-completion'] as const;
+const KILL_POINTS = ['mid-activity', 'around-heartbeat', 'mid-completion', 'mid-turn'] as const;
+const FLOW_STEPS = 3;
 /** Scheduling slack on a loaded 2-core machine. */
 const EPSILON_MS = 1_500;
 
 export const sigkill: Scenario = {
   name: 'T4 SIGKILL',
-  description: 'SIGKILL the owner mid-activity / around a heartbeat / mid-completion; reclaim and end once',
-  iterations: { full: 12, ci: 3 },
+  description:
+    'SIGKILL the owner mid-activity / around a heartbeat / mid-completion / mid-turn; reclaim and end once',
+  iterations: { full: 12, ci: 4 },
   async run(ctx, iterations) {
     const { leaseMs: L, heartbeatIntervalMs: H, pollIntervalMs, reclaimDelayMs } = ctx.timings;
     let workers: WorkerProcess[] = await Promise.all([ctx.spawnWorker(), ctx.spawnWorker()]);
     for (let i = 0; i < iterations; i++) {
       const point = KILL_POINTS[i % KILL_POINTS.length] ?? 'mid-activity';
+      if (point === 'mid-turn') {
+        workers = await killMidTurn(ctx, workers);
+        continue;
+      }
       const { runId, stepId } = await ctx.enqueue({ iterations: point === 'mid-completion' ? 8 : 30 });
       const { worker: a, claim } = await ctx.waitForClaim(runId, workers);
       const ofAttempt = (m: { attempt: { token: string } }): boolean =>
@@ -63,3 +75,75 @@ export const sigkill: Scenario = {
     }
   },
 };
+
+/** SIGKILL the worker whose workflow turn is running (blocked mid-turn); the run finishes elsewhere, once. */
+async function killMidTurn(ctx: ScenarioContext, workers: WorkerProcess[]): Promise<WorkerProcess[]> {
+  const { leaseMs: L, pollIntervalMs } = ctx.timings;
+  const blockAt = ctx.rng.int(2, FLOW_STEPS);
+  const { runId } = await ctx.startWorkflow({
+    steps: FLOW_STEPS,
+    iterations: 4,
+    blockTurn: { turnAttempt: blockAt, ms: 60_000 },
+  });
+  const blocked = await Promise.race(
+    workers.map((w) =>
+      w
+        .waitFor('fixture:turn-blocking', (m) => m.runId === runId, { timeoutMs: 20_000 })
+        .then((m) => ({ w, m })),
+    ),
+  );
+  const a = blocked.w;
+  a.kill('SIGKILL');
+  const killedAt = Date.now();
+  ctx.fault('sigkill mid-turn');
+  await a.exited;
+  const replacement = await ctx.spawnWorker();
+  const next = [...workers.filter((w) => w !== a), replacement];
+
+  const status = await ctx.waitForRunEnd(runId, 10 * L + 20_000);
+  ctx.expect(status === 'completed', `${runId} (mid-turn): run ${status}, want completed`);
+  const steps = await ctx.sql.unsafe<{ id: string; status: string }[]>(
+    `SELECT id::text, status FROM "${ctx.schema}".steps WHERE run_id = $1 AND kind = 'activity' ORDER BY seq`,
+    [runId],
+  );
+  ctx.expect(steps.length === FLOW_STEPS, `${runId} (mid-turn): ${steps.length} steps, want ${FLOW_STEPS}`);
+  const history = ctx.history();
+  for (const step of steps) {
+    const grants = (await readGrants(ctx.sql, ctx.schema, step.id)).filter((g) => !g.revoke);
+    const starts = history.filter((m) => m.type === 'fixture:started' && m.attempt.stepId === step.id);
+    ctx.sample('attemptsPerStep mid-turn', grants.length);
+    ctx.expect(
+      grants.length === 1 && starts.length === 1 && step.status === 'completed',
+      `${runId} (mid-turn): step ${step.id} ${step.status}, ${grants.length} grants, started ${starts.length}×, want completed once`,
+    );
+  }
+  const turns = await ctx.sql.unsafe<
+    { attempt: number; worker_id: string; outcome: string | null; claimed_ms: number }[]
+  >(
+    `SELECT attempt, worker_id, outcome, (extract(epoch from claimed_at) * 1000)::float8 AS claimed_ms
+       FROM "${ctx.schema}".attempts WHERE run_id = $1 AND kind = 'turn' ORDER BY attempt`,
+    [runId],
+  );
+  const killed = turns.find((t) => t.attempt === blockAt);
+  ctx.expect(
+    killed?.outcome === 'lease_expired',
+    `${runId} (mid-turn): the killed turn ${blockAt} ended ${killed?.outcome ?? 'missing'}, want lease_expired`,
+  );
+  const replay = turns.find((t) => t.attempt === blockAt + 1);
+  if (replay) {
+    const latency = replay.claimed_ms - killedAt;
+    ctx.sample('turnReclaimLatencyMs', latency);
+    const bound = L + pollIntervalMs + EPSILON_MS;
+    ctx.expect(
+      latency <= bound,
+      `${runId} (mid-turn): turn reclaimed ${Math.round(latency)} ms after the kill (> ${bound})`,
+    );
+    ctx.expect(
+      replay.worker_id !== blocked.m.workerId,
+      `${runId} (mid-turn): the killed worker replayed its own turn`,
+    );
+  } else {
+    ctx.expect(false, `${runId} (mid-turn): no turn after the killed turn ${blockAt}`);
+  }
+  return next;
+}
