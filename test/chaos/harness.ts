@@ -404,17 +404,32 @@ export async function runScenario(
         }
       });
     },
-    waitForRunEnd: (runId, timeoutMs = 30_000) =>
-      poll(
+    async waitForRunEnd(runId, timeoutMs = 30_000) {
+      const status = await poll(
         `the end of run ${runId}`,
         async () => {
-          const status = await runStatus(runId);
-          return status !== undefined && ['completed', 'failed', 'cancelled'].includes(status)
-            ? status
-            : undefined;
+          const s = await runStatus(runId);
+          return s !== undefined && ['completed', 'failed', 'cancelled'].includes(s) ? s : undefined;
         },
         timeoutMs,
-      ),
+      );
+      // The database shows the end before the worker's own report of the completions crosses IPC: wait for
+      // the report of each completed step from its (live) worker, so `worker.all(...)` reads are complete.
+      const completed = await sql.unsafe<{ token: string; worker_id: string | null }[]>(
+        `SELECT fencing_token::text AS token, worker_id FROM "${schema}".steps
+          WHERE run_id = $1 AND status = 'completed'`,
+        [runId],
+      );
+      await Promise.all(
+        completed.map(async ({ token, worker_id }) => {
+          const owner = workers.find((w) => w.workerId === worker_id && alive.has(w));
+          await owner
+            ?.waitFor('attempt:completed', (m) => m.attempt.token === token, { timeoutMs: 5_000 })
+            .catch(() => undefined); // the worker may die or freeze meanwhile; callers check what they need
+        }),
+      );
+      return status;
+    },
     poll,
     async sleepUntil(wallMs) {
       const left = wallMs - Date.now();
