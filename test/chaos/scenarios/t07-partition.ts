@@ -1,14 +1,15 @@
 /**
  * T7 — a network partition between the owner and the database (research/fencing-semantics.md §3.3). Each
  * worker reaches PostgreSQL through its own TCP proxy; the owner's proxy blackholes both directions for
- * d = 0.5L or d = 2L (bytes sent meanwhile wait, as TCP retransmission would deliver them).
+ * d = 0.45L (shorter than half a lease) or d = 2.2L (longer than two leases); bytes sent meanwhile wait, as TCP
+ * retransmission would deliver them.
  *
- * - d = 0.5L: a cut shorter than the lease the last heartbeat left is invisible to the lease: no abort, no
+ * - d = 0.45L: a cut shorter than the lease the last heartbeat left is invisible to the lease: no abort, no
  *   expiry, no reclaim; attempt 1 ends by its own outcome. This holds when d < L(1 − ρ) − M − H (the last
  *   heartbeat that got through may be up to H old when the cut starts), so the scenario uses H = L/12 and
  *   M = 0.2L. A fenced transaction open at the cut is ended by the server's idle_in_transaction_session_timeout
  *   (L/3) and the activity fails and is retried: counted and reported, not a lease expiry.
- * - d = 2L: the owner must abort on its local deadline, on its own clock and with no word from the database,
+ * - d = 2.2L: the owner must abort on its local deadline, on its own clock and with no word from the database,
  *   *before* the database lets the lease expire. The abort lead = DB expiry (host clock) − abort (host clock);
  *   on one host `Date.now()` and `clock_timestamp()` read the same clock, so it is exact. It must be > 0 in
  *   every run; the other worker reclaims after the expiry.
@@ -18,11 +19,12 @@ import type { TcpProxy } from '../../support/tcp-proxy.js';
 import { leaseExpiryMs, readGrants } from '../checker.js';
 import type { Scenario } from '../harness.js';
 
-const CUT_FACTORS = [0.5, 2] as const;
+const CUT_FACTORS = [0.45, 2.2] as const;
 
 export const partition: Scenario = {
   name: 'T7 partition',
-  description: 'blackhole the owner↔DB link for 0.5L (nothing happens) and 2L (abort before the DB expiry)',
+  description:
+    'blackhole the owner↔DB link for 0.45L (nothing happens) and 2.2L (abort before the DB expiry)',
   iterations: { full: 12, ci: 2 },
   timings: { leaseMs: 3_000, heartbeatIntervalMs: 250, heartbeatTimeoutMs: 250, leaseSafetyMarginMs: 600 },
   async run(ctx, iterations) {
@@ -35,7 +37,7 @@ export const partition: Scenario = {
     }
     const workers = [...links.keys()];
     for (let i = 0; i < iterations; i++) {
-      const factor = CUT_FACTORS[i % CUT_FACTORS.length] ?? 2;
+      const factor = CUT_FACTORS[i % CUT_FACTORS.length] ?? 2.2;
       // ~60 × (two writes + 50 ms) ≈ 4 s of work: the cut always lands inside the loop.
       const { runId, stepId } = await ctx.enqueue({ iterations: 60, sleepMs: 50 });
       const { worker: a, claim } = await ctx.waitForClaim(runId, workers);
@@ -85,7 +87,7 @@ export const partition: Scenario = {
         continue;
       }
 
-      // d = 2L: A aborts on its own; the other worker reclaims once the database lets the lease expire.
+      // d = 2.2L: A aborts on its own; the other worker reclaims once the database lets the lease expire.
       const aborted = await a.waitFor('attempt:aborted', ofAttempt, { timeoutMs: 2 * L + 10_000 });
       ctx.expect(
         aborted.reason === 'lease-expired-locally',
