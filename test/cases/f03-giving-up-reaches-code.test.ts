@@ -66,6 +66,12 @@ describe('F03: giving up reaches the running code', () => {
     // Attempt 2 was granted only after attempt 1 had ended (its timeout recorded, its lease gone).
     expect(second.claimed_at_ms).toBeGreaterThanOrEqual(first.ended_at_ms ?? Infinity);
 
+    // The run's failure is in the database before the last attempt's code reports its end over IPC: wait for
+    // each attempt's report from the worker that ran it.
+    for (const a of attempts) {
+      const owner = a.worker_id === w1.workerId ? w1 : w2;
+      await owner.waitFor('fixture:ended', (m) => m.attempt.token === a.token, { timeoutMs: 10_000 });
+    }
     const messages = [...w1.messages, ...w2.messages].filter(
       (m) => 'attempt' in m && m.attempt.runId === runId,
     );
