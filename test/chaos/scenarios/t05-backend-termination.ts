@@ -90,7 +90,9 @@ export const backendTermination: Scenario = {
       const kind: Kind = KINDS[i % KINDS.length] ?? 'claim';
       const pauseAt = ctx.rng.int(1, 4);
       const input = {
-        iterations: kind === 'completion' ? ctx.rng.int(3, 8) : 12,
+        // Long enough that the run's row is locked (≤ 200 ms after the claim) well before the code returns, so
+        // the completion always meets the lock (3–8 iterations raced it under load: no backend to terminate).
+        iterations: kind === 'completion' ? ctx.rng.int(10, 16) : 12,
         ...(kind === 'fenced-transaction'
           ? { pause: { atSeq: pauseAt, point: 'before-commit' as const, ms: 300 } }
           : {}),
