@@ -6,7 +6,7 @@
  * numbers are then not comparable with a durable server (it runs with fsync and synchronous_commit off).
  */
 import { randomBytes } from 'node:crypto';
-import postgres from 'postgres';
+import postgres from '@palisade/engine/postgres';
 import { redact, startPostgresServer, type PostgresServer } from '../support/server.js';
 import type { BenchConfig } from './config.js';
 

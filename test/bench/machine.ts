@@ -1,6 +1,6 @@
 /** What the numbers were measured on: the machine, Node, and the PostgreSQL server with its durability settings. */
 import { arch, cpus, loadavg, platform, release, totalmem } from 'node:os';
-import type postgres from 'postgres';
+import type postgres from '@palisade/engine/postgres';
 
 export interface MachineInfo {
   readonly cpuModel: string;

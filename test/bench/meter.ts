@@ -5,7 +5,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
-import type postgres from 'postgres';
+import type postgres from '@palisade/engine/postgres';
 import {
   profileDiff,
   profileSnapshot,

@@ -10,7 +10,7 @@
  * The wrapping is process-wide and permanent once installed (the benchmark is its own process).
  */
 import type { SQL } from 'drizzle-orm';
-import type postgres from 'postgres';
+import type postgres from '@palisade/engine/postgres';
 import type { Database } from '@palisade/engine';
 
 export interface StatementStat {

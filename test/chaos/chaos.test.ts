@@ -3,7 +3,7 @@
  * server this file starts itself (embedded, its own port and data directory — not the global setup's), with
  * the same checker as `pnpm chaos`. Each checker count must be 0 and every stale fenced write rejected.
  */
-import postgres from 'postgres';
+import postgres from '@palisade/engine/postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { describeViolations } from './checker.js';
 import { figuresTable } from './figures.js';

@@ -4,7 +4,7 @@
  * would) is counted by the check it belongs to.
  */
 import { randomBytes } from 'node:crypto';
-import postgres from 'postgres';
+import postgres from '@palisade/engine/postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createEngine, type Engine } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';

@@ -31,7 +31,7 @@
  * host clock: the superseding grant's `clock_timestamp()`, or the host moment the engine's clock reached the
  * expiry, reconstructed from the log of clock jumps (`clock_jumps`, ./audit.ts).
  */
-import type postgres from 'postgres';
+import type postgres from '@palisade/engine/postgres';
 import type { ChildMessage, ChildMessageOf } from '../fixtures/worker-protocol.js';
 import { OPERATOR_PREFIX } from './audit.js';
 

@@ -52,7 +52,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import postgres from 'postgres';
+import postgres from '@palisade/engine/postgres';
 import { createEngine, type Engine } from '@palisade/engine';
 import type { ChildMessage, ChildMessageOf, FixtureTimings } from '../fixtures/worker-protocol.js';
 import { startPostgresServer, type PostgresServer } from '../support/server.js';

@@ -14,7 +14,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
-import postgres from 'postgres';
+import postgres from '@palisade/engine/postgres';
 import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
 import { LeaseLostError, defineActivity } from '@palisade/sdk';

@@ -2,20 +2,22 @@
  * postgres.js 3.4.9 throws an uncaught TypeError from `nextWrite` when a query is written to a connection whose
  * backend the server has ended (porsager/postgres#1154, #1208): the process dies, and no try/catch can stop it.
  * Workers meet exactly that under `pg_terminate_backend`, a database restart or an idle-in-transaction timeout,
- * so the dependency is patched (patches/postgres@3.4.9.patch) to reject with CONNECTION_CLOSED instead. The
- * check runs in a child process, where an uncaught exception shows as the exit code.
+ * so the engine ships a patched copy of the driver (packages/engine/vendor/postgres, exported as
+ * `@palisade/engine/postgres`) that rejects with CONNECTION_CLOSED instead, and opens all its own connections with
+ * it. The check runs in a child process, where an uncaught exception shows as the exit code; the packed-install
+ * test (test/install/) runs the same script against the installed package.
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
-import postgres from 'postgres';
+import postgres from '@palisade/engine/postgres';
 import { describe, expect, it } from 'vitest';
 import { useTestDatabase } from '../support/postgres.js';
 
 const TEST_ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 const SCRIPT = `
-import postgres from 'postgres';
+import postgres from '@palisade/engine/postgres';
 const url = process.argv[1];
 const admin = postgres(url, { max: 1, onnotice: () => {} });
 const sql = postgres(url, { max: 1, onnotice: () => {} });

@@ -3,7 +3,7 @@
  * highest token it accepted and refuses lower ones — with LeaseLostError, and without committing the refused
  * writer's own writes. Concurrent writers with different tokens leave the highest.
  */
-import postgres from 'postgres';
+import postgres from '@palisade/engine/postgres';
 import { describe, expect, it } from 'vitest';
 import { LeaseLostError } from '@palisade/sdk';
 import { createFencedResource, type FencedResource } from '@palisade/engine';

@@ -9,7 +9,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
-import postgres from 'postgres';
+import postgres from '@palisade/engine/postgres';
 import { describe, expect, it } from 'vitest';
 import { LeaseLostError, RunFailedError } from '@palisade/sdk';
 import { createEngine, type Engine, type Worker } from '@palisade/engine';

@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { createRequire } from 'node:module';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { sql } from 'drizzle-orm';
-import type postgres from 'postgres';
+import type postgres from '@palisade/engine/postgres';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { PalisadeError, defineActivity } from '@palisade/sdk';

@@ -7,7 +7,7 @@
  * the worker is made — here on an engine over a postgres.js client that never connects (it is never queried).
  */
 import type { PGlite } from '@electric-sql/pglite';
-import postgres from 'postgres';
+import postgres from '@palisade/engine/postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { InvalidOptionsError, defineActivity, type ActivityDefinition } from '@palisade/sdk';

@@ -8,7 +8,7 @@
  * in-memory PGlite (pglite), so tests in one file do not see each other's rows.
  */
 import { randomBytes } from 'node:crypto';
-import postgres from 'postgres';
+import postgres from '@palisade/engine/postgres';
 import { PGlite } from '@electric-sql/pglite';
 import { afterAll, afterEach } from 'vitest';
 import { createEngine, type CreateEngineOptions, type Engine } from '@palisade/engine';

@@ -3,7 +3,7 @@
  * schema with the fixture tables, a payment stub, TCP proxies, and plain SQL readers of the engine's tables, so
  * every expectation is checked against what the database recorded.
  */
-import type postgres from 'postgres';
+import type postgres from '@palisade/engine/postgres';
 import { afterEach } from 'vitest';
 import type { Engine } from '@palisade/engine';
 import { fixtureTablesDdl } from '../fixtures/activities.js';

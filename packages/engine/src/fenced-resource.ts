@@ -1,6 +1,6 @@
 import type { PGlite, Transaction as PgliteTransaction } from '@electric-sql/pglite';
 import { LeaseLostError } from '@palisade/sdk';
-import type { Sql, TransactionSql } from 'postgres';
+import type { Sql, TransactionSql } from '../vendor/postgres/index.js';
 import { quoteIdent } from './db/database.js';
 
 /** Where the fences live: a postgres.js client, or a PGlite instance (the embedded database). */

@@ -1,5 +1,5 @@
 import type { PGlite } from '@electric-sql/pglite';
-import type { Sql } from 'postgres';
+import type { Sql } from '../vendor/postgres/index.js';
 import { z } from 'zod';
 import {
   InvalidOptionsError,

@@ -7,7 +7,7 @@
  * the commits of transactions that NOTIFY (a cluster-wide lock taken before commit and held through the WAL
  * flush), so this is the ceiling of any engine statement that notifies, on this server, right now.
  */
-import postgres from 'postgres';
+import postgres from '@palisade/engine/postgres';
 import { perSecond, summarize } from '../stats.js';
 import type { ScenarioContext } from './context.js';
 

@@ -18,7 +18,7 @@
  * Pass: the checker's zeros (C-ack, C-terminal, …), every run completed, A never crashed, and a step's activity
  * ran more than once only when a fenced transaction's failure reached it (attempts per step are reported).
  */
-import type postgres from 'postgres';
+import type postgres from '@palisade/engine/postgres';
 import { readGrants } from '../checker.js';
 import type { Scenario, ScenarioContext } from '../harness.js';
 

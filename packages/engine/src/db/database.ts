@@ -1,7 +1,7 @@
 import type { PGlite } from '@electric-sql/pglite';
 import { sql, type SQL } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
-import postgres, { type Sql } from 'postgres';
+import postgres, { type Sql } from '../../vendor/postgres/index.js';
 
 /**
  * postgres.js reconnect backoff (seconds) for the clients the engine opens. The driver's default grows as

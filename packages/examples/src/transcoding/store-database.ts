@@ -3,7 +3,7 @@
  * embedded PGlite, each fenced by the engine's `createFencedResource`.
  */
 import type { PGlite, Transaction } from '@electric-sql/pglite';
-import postgres from 'postgres';
+import postgres from '@palisade/engine/postgres';
 import { createFencedResource, type FencingToken } from '@palisade/engine';
 
 /** Runs one parameterized statement and returns its rows. */
