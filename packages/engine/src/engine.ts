@@ -5,6 +5,8 @@ import { pino, type Logger } from 'pino';
 import { PalisadeError } from '@palisade/sdk';
 import { Client } from './client/client.js';
 import { fromPglite, fromPostgres, poolReconnectBackoffSeconds, type Database } from './db/database.js';
+import { connectionFailure, describeConnection } from './db/database-target.js';
+import { lockEmbeddedDirectory } from './db/embedded-lock.js';
 import { NotificationHub } from './db/notification-hub.js';
 import { migrate, type MigrateResult } from './migrate.js';
 import { resolveEngineOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js';
@@ -55,6 +57,17 @@ async function openDatabase(options: ResolvedEngineOptions): Promise<Database> {
           lock_timeout: options.lockTimeoutMs,
         },
       });
+      try {
+        // One round trip first, so that a server that is down, a database that does not exist or refused
+        // credentials fail here with their own code, naming host and database, not as a driver error deep
+        // inside the first migration.
+        await client`SELECT 1`;
+      } catch (error) {
+        await client.end({ timeout: 0 });
+        throw (
+          connectionFailure(error, c.url, c.from === 'DATABASE_URL' ? 'DATABASE_URL' : 'databaseUrl') ?? error
+        );
+      }
       return fromPostgres(client, true);
     }
     case 'sql':
@@ -73,7 +86,27 @@ async function openDatabase(options: ResolvedEngineOptions): Promise<Database> {
     case 'embedded': {
       if (c.dataDir === 'memory://') return fromPglite(new PGlite(), true);
       await mkdir(c.dataDir, { recursive: true });
-      return fromPglite(new PGlite(c.dataDir), true);
+      // Refuse a directory another live process has open before PGlite reads a byte of it (see embedded-lock.ts).
+      const lock = lockEmbeddedDirectory(c.dataDir);
+      let database: Database;
+      try {
+        const pglite = new PGlite(c.dataDir);
+        await pglite.waitReady;
+        database = await fromPglite(pglite, true);
+      } catch (error) {
+        lock.release();
+        throw error;
+      }
+      const close = database.close.bind(database);
+      return Object.assign(database, {
+        close: async () => {
+          try {
+            await close();
+          } finally {
+            lock.release();
+          }
+        },
+      });
     }
   }
 }
@@ -81,11 +114,17 @@ async function openDatabase(options: ResolvedEngineOptions): Promise<Database> {
 /**
  * Open (and by default migrate) an engine.
  *
- * With no options it uses the embedded database: a file-backed PGlite under `.palisade/db`, zero setup, one
- * process. Give `databaseUrl`, `sql` (postgres.js), `pglite` or `db` (drizzle) for anything else; several
- * processes or machines need a real PostgreSQL.
+ * Which database: an explicit `databaseUrl`, `sql` (postgres.js), `pglite`, `db` (drizzle) or `dataDir`; else the
+ * PostgreSQL server of the `DATABASE_URL` environment variable; else the embedded database, a file-backed PGlite
+ * under `.palisade/db` (zero setup, one process). Several processes or machines need PostgreSQL (`palisade dev`
+ * starts a local one). The engine logs which database it uses (at level info: `engine:database`), never a
+ * password.
  * @throws InvalidOptionsError naming the bad option; PalisadeError `SCHEMA_TOO_NEW` when a newer Palisade
  * migrated the schema.
+ * @throws PalisadeError `DATABASE_UNREACHABLE`, `DATABASE_NOT_FOUND` or `DATABASE_AUTH_FAILED` (naming host and
+ * database) when the server of a URL cannot be used.
+ * @throws PalisadeError `EMBEDDED_DATABASE_LOCKED` naming the pid of the live process that holds the embedded
+ * directory.
  */
 export async function createEngine(options: CreateEngineOptions = {}): Promise<Engine> {
   const { logger: givenLogger, ...engineOptions } = options;
@@ -93,7 +132,19 @@ export async function createEngine(options: CreateEngineOptions = {}): Promise<E
   const logger =
     givenLogger ??
     pino({ level: process.env.PALISADE_LOG_LEVEL ?? 'warn' }, pino.destination({ dest: 2, sync: true }));
+  const target = describeConnection(resolved.connection);
   const database = await openDatabase(resolved);
+  logger.info(
+    {
+      event: 'engine:database',
+      database: target.kind,
+      at: target.where,
+      from: target.from,
+      schema: resolved.schema,
+    },
+    `palisade: using ${target.kind === 'embedded' ? 'the embedded database at' : target.kind} ${target.where} ` +
+      `(${target.from}), schema ${resolved.schema}`,
+  );
   const names = schemaNames(resolved.schema);
   try {
     if (resolved.migrate) await migrate(database, resolved.schema);

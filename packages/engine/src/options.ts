@@ -13,9 +13,17 @@ import type { AnyPgDatabase } from './db/database.js';
 import { MIN_LEASE_MS, MIN_TEST_LEASE_MS, allowsUnsafeTimings } from './internal/unsafe-timings.js';
 import { SCHEMA_NAME } from './queries/schema-names.js';
 
-/** Where the engine's database is. Give at most one of `databaseUrl`, `sql`, `pglite`, `db`. */
+/**
+ * Where the engine's database is. Give at most one of `databaseUrl`, `sql`, `pglite`, `db` (or `dataDir`).
+ *
+ * One precedence everywhere (engine, CLI, demo, tests): an explicit option, then the `DATABASE_URL` environment
+ * variable, then the embedded database under `.palisade/db`.
+ */
 export interface EngineOptions {
-  /** A PostgreSQL connection string; the engine opens (and closes) its own pools. */
+  /**
+   * A PostgreSQL connection string; the engine opens (and closes) its own pools.
+   * @defaultValue `process.env.DATABASE_URL` when no other connection option (nor `dataDir`) is given
+   */
   readonly databaseUrl?: string;
   /** A postgres.js client the host already has; the engine never ends it. */
   readonly sql?: Sql;
@@ -24,8 +32,10 @@ export interface EngineOptions {
   /** A drizzle instance (postgres.js or PGlite driver) the host already has; its `$client` is used. */
   readonly db?: AnyPgDatabase;
   /**
-   * Embedded database directory when none of the above is given: a file-backed PGlite, single process.
-   * `'memory://'` keeps it in memory. @defaultValue `'.palisade/db'` (relative to the working directory)
+   * Embedded database directory: a file-backed PGlite, single process (a second process is refused with
+   * `EMBEDDED_DATABASE_LOCKED`). Giving it chooses the embedded database even when `DATABASE_URL` is set.
+   * `'memory://'` keeps it in memory. @defaultValue `'.palisade/db'` (relative to the working directory), used
+   * when no connection option is given and `DATABASE_URL` is not set
    */
   readonly dataDir?: string;
   /** Postgres schema holding the engine's tables; lowercase identifier. @defaultValue `'palisade'` */
@@ -83,7 +93,7 @@ const engineSchema = z
 /** {@link EngineOptions} with defaults filled. */
 export interface ResolvedEngineOptions {
   readonly connection:
-    | { readonly kind: 'url'; readonly url: string }
+    | { readonly kind: 'url'; readonly url: string; readonly from: 'option' | 'DATABASE_URL' }
     | { readonly kind: 'sql'; readonly sql: Sql }
     | { readonly kind: 'pglite'; readonly pglite: PGlite }
     | { readonly kind: 'drizzle'; readonly db: AnyPgDatabase }
@@ -95,20 +105,46 @@ export interface ResolvedEngineOptions {
   readonly lockTimeoutMs: number;
 }
 
-/** @throws InvalidOptionsError naming each bad option. */
-export function resolveEngineOptions(options: EngineOptions = {}): ResolvedEngineOptions {
+/** The environment {@link resolveEngineOptions} reads: only `DATABASE_URL`. */
+export interface EngineEnvironment {
+  readonly DATABASE_URL?: string | undefined;
+}
+
+/**
+ * Fill defaults and choose the database: an explicit connection option (or `dataDir`), else `DATABASE_URL` from
+ * `env`, else the embedded database.
+ * @throws InvalidOptionsError naming each bad option (or a `DATABASE_URL` that is not a postgres:// URL).
+ */
+export function resolveEngineOptions(
+  options: EngineOptions = {},
+  env: EngineEnvironment = process.env,
+): ResolvedEngineOptions {
   const parsed = engineSchema.safeParse(options);
   if (!parsed.success) throw new InvalidOptionsError('engine options', formatIssues(parsed.error.issues));
   const o = parsed.data;
+  const explicit = (['databaseUrl', 'sql', 'pglite', 'db', 'dataDir'] as const).some(
+    (k) => options[k] !== undefined,
+  );
+  const envUrl = explicit || !env.DATABASE_URL ? undefined : env.DATABASE_URL;
+  if (envUrl !== undefined && !/^postgres(ql)?:\/\//.test(envUrl)) {
+    throw new InvalidOptionsError('engine options', [
+      {
+        path: 'DATABASE_URL',
+        message: 'must start with postgres:// or postgresql:// (the environment variable)',
+      },
+    ]);
+  }
   const connection: ResolvedEngineOptions['connection'] = o.databaseUrl
-    ? { kind: 'url', url: o.databaseUrl }
-    : options.sql
-      ? { kind: 'sql', sql: options.sql }
-      : options.pglite
-        ? { kind: 'pglite', pglite: options.pglite }
-        : options.db
-          ? { kind: 'drizzle', db: options.db }
-          : { kind: 'embedded', dataDir: o.dataDir ?? ENGINE_DEFAULTS.dataDir };
+    ? { kind: 'url', url: o.databaseUrl, from: 'option' }
+    : envUrl !== undefined
+      ? { kind: 'url', url: envUrl, from: 'DATABASE_URL' }
+      : options.sql
+        ? { kind: 'sql', sql: options.sql }
+        : options.pglite
+          ? { kind: 'pglite', pglite: options.pglite }
+          : options.db
+            ? { kind: 'drizzle', db: options.db }
+            : { kind: 'embedded', dataDir: o.dataDir ?? ENGINE_DEFAULTS.dataDir };
   return Object.freeze({
     connection,
     schema: o.schema ?? ENGINE_DEFAULTS.schema,

@@ -26,6 +26,11 @@ export type PalisadeErrorCode =
   | 'CANCELLED'
   | 'TIMED_OUT'
   | 'DATABASE_UNAVAILABLE'
+  | 'DATABASE_UNREACHABLE'
+  | 'DATABASE_NOT_FOUND'
+  | 'DATABASE_AUTH_FAILED'
+  | 'EMBEDDED_DATABASE_LOCKED'
+  | 'RUN_KEY_CONFLICT'
   | 'ENGINE_CLOSED'
   | 'NOT_REGISTERED'
   | 'NON_DURABLE_AWAIT'
@@ -66,6 +71,31 @@ export class PalisadeError extends Error implements PalisadeErrorContext {
     if (options.attempt !== undefined) this.attempt = options.attempt;
     if (options.token !== undefined) this.token = options.token;
   }
+
+  /**
+   * A plain, JSON-serialisable view of the error: `name`, `code`, `message`, every context field (bigints such as
+   * `token` as decimal strings) and the `cause`'s name, code and message. `JSON.stringify(error)` uses it.
+   */
+  toJSON(): Record<string, unknown> {
+    const out: Record<string, unknown> = { name: this.name, code: this.code, message: this.message };
+    for (const [key, value] of Object.entries(this)) out[key] = jsonSafe(value);
+    if (this.cause !== undefined) out.cause = jsonSafe(this.cause);
+    return out;
+  }
+}
+
+/** `value` with bigints as decimal strings and errors as `{ name, code?, message }`, recursively. */
+function jsonSafe(value: unknown, depth = 0): unknown {
+  if (typeof value === 'bigint') return value.toString();
+  if (value === null || typeof value !== 'object' || depth > 8) return value;
+  if (value instanceof PalisadeError) return value.toJSON();
+  if (value instanceof Error) {
+    const code = (value as { code?: unknown }).code;
+    return { name: value.name, ...(typeof code === 'string' ? { code } : {}), message: value.message };
+  }
+  if (value instanceof Date || typeof (value as { toJSON?: unknown }).toJSON === 'function') return value;
+  if (Array.isArray(value)) return value.map((v) => jsonSafe(v, depth + 1));
+  return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, jsonSafe(v, depth + 1)]));
 }
 
 /** Which owner-side operation a fenced write was. */

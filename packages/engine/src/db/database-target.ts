@@ -1,0 +1,127 @@
+/**
+ * Naming the database an engine uses, for its start-up log and its connection errors, without ever showing a
+ * password; and turning a failed first connection into a PalisadeError with its own code.
+ * @module
+ */
+import { resolve } from 'node:path';
+import { PalisadeError, type PalisadeErrorCode } from '@palisade/sdk';
+import type { ResolvedEngineOptions } from '../options.js';
+
+/** A PostgreSQL server and database as a URL names them (no password). */
+export interface ServerTarget {
+  readonly host: string;
+  readonly port: string;
+  readonly database: string;
+  readonly user: string;
+}
+
+/** Host, port, database and user of a `postgres://` URL (libpq defaults for what it leaves out). */
+export function serverTarget(url: string): ServerTarget {
+  try {
+    const u = new URL(url);
+    const user = decodeURIComponent(u.username) || process.env.PGUSER || 'postgres';
+    return {
+      host: u.hostname || process.env.PGHOST || 'localhost',
+      port: u.port || '5432',
+      database: decodeURIComponent(u.pathname.replace(/^\//, '')) || user,
+      user,
+    };
+  } catch {
+    return { host: '(unparsable URL)', port: '', database: '', user: '' };
+  }
+}
+
+/** `host:port/database`, e.g. `127.0.0.1:5432/app`. */
+export function formatServer(t: ServerTarget): string {
+  return `${t.host}${t.port ? `:${t.port}` : ''}/${t.database}`;
+}
+
+/** What the start-up log says about the database: where it is and why this one (never a password). */
+export function describeConnection(c: ResolvedEngineOptions['connection']): {
+  readonly kind: string;
+  readonly where: string;
+  readonly from: string;
+} {
+  switch (c.kind) {
+    case 'url':
+      return {
+        kind: 'postgres',
+        where: formatServer(serverTarget(c.url)),
+        from: c.from === 'DATABASE_URL' ? 'DATABASE_URL' : 'databaseUrl option',
+      };
+    case 'sql':
+      return { kind: 'postgres', where: 'the postgres.js client given as `sql`', from: 'sql option' };
+    case 'pglite':
+      return { kind: 'pglite', where: 'the PGlite instance given as `pglite`', from: 'pglite option' };
+    case 'drizzle':
+      return { kind: 'drizzle', where: 'the drizzle instance given as `db`', from: 'db option' };
+    case 'embedded':
+      return {
+        kind: 'embedded',
+        where: c.dataDir === 'memory://' ? 'memory://' : resolve(c.dataDir),
+        from: 'embedded (no connection option, DATABASE_URL not set)',
+      };
+  }
+}
+
+const UNREACHABLE = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ECONNRESET',
+  'CONNECT_TIMEOUT',
+]);
+
+/** The first error code (a SQLSTATE or a socket errno) along `error`'s cause chain. */
+function codesOf(error: unknown): string[] {
+  const codes: string[] = [];
+  for (let e = error, depth = 0; e && typeof e === 'object' && depth < 6; depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string') codes.push(code);
+    // AggregateError (several addresses refused, e.g. ::1 and 127.0.0.1) holds its causes in `errors`.
+    const inner = (e as { errors?: unknown[] }).errors;
+    if (Array.isArray(inner)) codes.push(...inner.flatMap(codesOf));
+    e = (e as { cause?: unknown }).cause;
+  }
+  return codes;
+}
+
+/**
+ * A PalisadeError for a first connection that failed because the server is unreachable
+ * (`DATABASE_UNREACHABLE`), the database does not exist (`DATABASE_NOT_FOUND`, SQLSTATE 3D000) or the server
+ * refused the credentials (`DATABASE_AUTH_FAILED`, SQLSTATE 28P01 / 28000); undefined for anything else.
+ * Classified by code, never by message text. The message names host and database and says what to do.
+ */
+export function connectionFailure(error: unknown, url: string, from: string): PalisadeError | undefined {
+  const t = serverTarget(url);
+  const where = `${formatServer(t)} (from ${from})`;
+  const codes = codesOf(error);
+  const fail = (code: PalisadeErrorCode, message: string) =>
+    new PalisadeError(code, message, { cause: error });
+  if (codes.includes('3D000')) {
+    return fail(
+      'DATABASE_NOT_FOUND',
+      `database "${t.database}" does not exist on ${t.host}:${t.port} (${where}). Create it ` +
+        `(\`createdb -h ${t.host} -p ${t.port} -U ${t.user} ${t.database}\`) or point the URL at an existing one.`,
+    );
+  }
+  if (codes.includes('28P01') || codes.includes('28000')) {
+    return fail(
+      'DATABASE_AUTH_FAILED',
+      `${t.host}:${t.port} refused the credentials of user "${t.user}" for database "${t.database}" (${where}). ` +
+        "Check the user and password in the URL and the server's pg_hba.conf.",
+    );
+  }
+  const socket = codes.find((c) => UNREACHABLE.has(c));
+  if (socket !== undefined) {
+    return fail(
+      'DATABASE_UNREACHABLE',
+      `cannot reach PostgreSQL at ${t.host}:${t.port} for database "${t.database}" (${where}): ${socket}. ` +
+        'Start the server (or `palisade dev` for a local one), or fix the host and port in the URL.',
+    );
+  }
+  return undefined;
+}

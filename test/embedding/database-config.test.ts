@@ -1,0 +1,149 @@
+/**
+ * One configuration story: an explicit connection option, then DATABASE_URL, then the embedded database; the
+ * engine says at start which database it uses (never a password); a database it cannot use fails with its own
+ * code naming host and database.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createEngine, type Engine } from '@palisade/engine';
+import { PalisadeError } from '@palisade/sdk';
+import { useTestDatabase } from '../support/postgres.js';
+
+/** A pino logger at level info whose records are kept, parsed. */
+function capturingLogger(): { logger: pino.Logger; records: Record<string, unknown>[] } {
+  const records: Record<string, unknown>[] = [];
+  const stream = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      for (const line of chunk.toString('utf8').split('\n'))
+        if (line) records.push(JSON.parse(line) as never);
+      done();
+    },
+  });
+  return { logger: pino({ level: 'info' }, stream), records };
+}
+
+function withUrl(url: string, change: (u: URL) => void): string {
+  const u = new URL(url);
+  change(u);
+  return u.toString();
+}
+
+async function rejectionOf(promise: Promise<unknown>): Promise<PalisadeError> {
+  const error = await promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  if (!(error instanceof PalisadeError)) throw new Error(`expected a PalisadeError, got ${String(error)}`);
+  return error;
+}
+
+const opened: Engine[] = [];
+const savedUrl = process.env.DATABASE_URL;
+afterEach(async () => {
+  for (const engine of opened.splice(0)) await engine.close();
+  if (savedUrl === undefined) delete process.env.DATABASE_URL;
+  else process.env.DATABASE_URL = savedUrl;
+});
+
+describe('which database createEngine() uses', () => {
+  const url = useTestDatabase();
+
+  it('uses DATABASE_URL when no connection option is given, and logs host and database without the password', async () => {
+    const target = new URL(url());
+    process.env.DATABASE_URL = withUrl(url(), (u) => (u.password = 's3cret-pw'));
+    const { logger, records } = capturingLogger();
+    const engine = await createEngine({ logger, schema: 'cfg_env' });
+    opened.push(engine);
+    expect(engine.database.driver).toBe('postgres');
+    const start = records.find((r) => r.event === 'engine:database');
+    expect(start).toMatchObject({
+      database: 'postgres',
+      at: `${target.hostname}:${target.port || '5432'}${target.pathname}`,
+      from: 'DATABASE_URL',
+      schema: 'cfg_env',
+    });
+    expect(JSON.stringify(records)).not.toContain('s3cret-pw');
+  });
+
+  it('prefers an explicit databaseUrl over DATABASE_URL', async () => {
+    process.env.DATABASE_URL = 'postgres://nobody@127.0.0.1:1/nowhere';
+    const { logger, records } = capturingLogger();
+    const engine = await createEngine({ databaseUrl: url(), logger, schema: 'cfg_explicit' });
+    opened.push(engine);
+    expect(records.find((r) => r.event === 'engine:database')).toMatchObject({ from: 'databaseUrl option' });
+  });
+
+  it('prefers an explicit dataDir (the embedded database) over DATABASE_URL', async () => {
+    process.env.DATABASE_URL = 'postgres://nobody@127.0.0.1:1/nowhere';
+    const engine = await createEngine({ dataDir: 'memory://', migrate: false });
+    opened.push(engine);
+    expect(engine.database.driver).toBe('pglite');
+  });
+
+  it('uses the embedded database under .palisade/db of the working directory when DATABASE_URL is not set', async () => {
+    delete process.env.DATABASE_URL;
+    const dir = await mkdtemp(join(tmpdir(), 'palisade-cfg-'));
+    const cwd = process.cwd();
+    process.chdir(dir);
+    try {
+      const { logger, records } = capturingLogger();
+      const engine = await createEngine({ logger, migrate: false });
+      opened.push(engine);
+      expect(engine.database.driver).toBe('pglite');
+      expect(records.find((r) => r.event === 'engine:database')).toMatchObject({
+        database: 'embedded',
+        at: resolve(dir, '.palisade/db'),
+      });
+      await engine.close();
+    } finally {
+      process.chdir(cwd);
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('refuses a DATABASE_URL that is not a postgres:// URL, naming the variable', async () => {
+    process.env.DATABASE_URL = 'mysql://root@localhost/app';
+    const error = await rejectionOf(createEngine());
+    expect(error.code).toBe('INVALID_OPTIONS');
+    expect(error.message).toContain('DATABASE_URL: must start with postgres://');
+  });
+});
+
+describe('a database the engine cannot use', () => {
+  const url = useTestDatabase();
+
+  it('fails with DATABASE_UNREACHABLE naming host, port and database when nothing listens', async () => {
+    const error = await rejectionOf(createEngine({ databaseUrl: 'postgres://postgres@127.0.0.1:1/appdb' }));
+    expect(error.code).toBe('DATABASE_UNREACHABLE');
+    expect(error.message).toMatch(
+      /^\[DATABASE_UNREACHABLE\] cannot reach PostgreSQL at 127\.0\.0\.1:1 for database "appdb" \(127\.0\.0\.1:1\/appdb \(from databaseUrl\)\): ECONNREFUSED\. Start the server/,
+    );
+  });
+
+  it('fails with DATABASE_NOT_FOUND naming the database when it does not exist', async () => {
+    const missing = withUrl(url(), (u) => (u.pathname = '/palisade_no_such_db'));
+    process.env.DATABASE_URL = missing;
+    const error = await rejectionOf(createEngine());
+    const u = new URL(missing);
+    expect(error.code).toBe('DATABASE_NOT_FOUND');
+    expect(error.message).toContain(
+      `database "palisade_no_such_db" does not exist on ${u.hostname}:${u.port || '5432'} (`,
+    );
+    expect(error.message).toContain('(from DATABASE_URL)');
+  });
+
+  it('fails with DATABASE_AUTH_FAILED naming user and database when the server refuses the credentials', async () => {
+    const refused = withUrl(url(), (u) => {
+      u.username = 'palisade_no_such_role';
+      u.password = 'wrong-pw';
+    });
+    const error = await rejectionOf(createEngine({ databaseUrl: refused }));
+    expect(error.code).toBe('DATABASE_AUTH_FAILED');
+    expect(error.message).toContain('refused the credentials of user "palisade_no_such_role" for database "');
+    expect(error.message).not.toContain('wrong-pw');
+  });
+});
