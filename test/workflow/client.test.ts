@@ -17,7 +17,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
     const target = useEngineTarget(driver);
     warmUp(target);
 
-    it('returns the existing run when a workflow is started again with the same key, even after it ended', async () => {
+    it('returns the existing run when a workflow is started again with the same key and input, even after it ended', async () => {
       let executions = 0;
       const once = defineActivity({
         name: 'once',
@@ -37,20 +37,22 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const engine = await target.engine();
       const [a, b] = await Promise.all([
         engine.client.start(keyed, 'first', { key: 'order-42' }),
-        engine.client.start(keyed, 'second', { key: 'order-42' }),
+        engine.client.start(keyed, 'first', { key: 'order-42' }),
       ]);
       expect(b.runId).toBe(a.runId);
+      expect([a.created, b.created].sort()).toEqual([false, true]);
       const worker = engine.worker({ workflows: [keyed], activities: [once] });
       await worker.start();
-      const output = await a.result({ timeoutMs: 15_000 });
-      expect(['first', 'second']).toContain(output);
-      const again = await engine.client.start(keyed, 'third', { key: 'order-42' });
+      await expect(a.result({ timeoutMs: 15_000 })).resolves.toBe('first');
+      const again = await engine.client.start(keyed, 'first', { key: 'order-42' });
       expect(again.runId).toBe(a.runId);
-      await expect(again.result({ timeoutMs: 5_000 })).resolves.toBe(output);
+      expect(again.created).toBe(false);
+      await expect(again.result({ timeoutMs: 5_000 })).resolves.toBe('first');
       expect(executions).toBe(1);
       expect(await engine.client.list({ name: 'keyed' })).toHaveLength(1);
       const other = await engine.client.start(keyed, 'x', { key: 'order-43' });
       expect(other.runId).not.toBe(a.runId);
+      expect(other.created).toBe(true);
     });
 
     it('wakes result() on the NOTIFY of the commit that ends the run, not on its poll interval', async () => {

@@ -7,7 +7,7 @@ declare module '@palisade/sdk' {
   }
 }
 
-export { Client, type EnqueueOptions, type StartOptions } from './client/client.js';
+export { Client, type EnqueueOptions, type OnKeyConflict, type StartOptions } from './client/client.js';
 export { RunHandle, type ResultOptions, type RunDescription } from './client/run-handle.js';
 export type { AnyPgDatabase, Database } from './db/database.js';
 export { createEngine, type CreateEngineOptions, type Engine } from './engine.js';

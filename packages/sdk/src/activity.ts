@@ -20,6 +20,21 @@ export interface FencingInfo {
   readonly scope: string;
   /** Strictly increasing per scope, from one global sequence; never reused. */
   readonly token: bigint;
+  /** `token` as a decimal string, for systems and logs that have no 64-bit integers (JSON). */
+  readonly tokenString: string;
+  /** `{ scope, token }` with the token as a decimal string, so `JSON.stringify(ctx.info)` works. */
+  toJSON(): { readonly scope: string; readonly token: string };
+}
+
+/** A frozen {@link FencingInfo} for `scope` and `token` (with its decimal string and `toJSON`). */
+export function fencingInfo(scope: string, token: bigint): FencingInfo {
+  const tokenString = token.toString();
+  return Object.freeze({
+    scope,
+    token,
+    tokenString,
+    toJSON: () => ({ scope, token: tokenString }),
+  });
 }
 
 /** What an activity attempt knows about itself (`ctx.info`). */

@@ -2,6 +2,7 @@ export {
   ACTIVITY_DEFAULTS,
   MIN_LEASE_MS,
   defineActivity,
+  fencingInfo,
   type ActivityContext,
   type ActivityDefinition,
   type ActivityInfo,

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import {
   InvalidOptionsError,
+  PalisadeError,
   RunNotFoundError,
   durationMs,
   formatIssues,
@@ -15,18 +16,51 @@ import {
 import type { Database } from '../db/database.js';
 import type { NotificationHub } from '../db/notification-hub.js';
 import { withInfraRetry } from '../infra-retry.js';
+import { faultHooks } from '../internal/fault-points.js';
 import { shorterLeaseMessage } from '../lease-override.js';
 import { insertStandaloneRun } from '../queries/insert-standalone-run.js';
 import { listRuns, readRun, type ListRunsFilter, type RunRow } from '../queries/read-run.js';
 import { insertWorkflowRun } from '../queries/insert-workflow-run.js';
 import { retryRun } from '../queries/retry-run.js';
+import type { RunInsertOutcome } from '../queries/run-by-key.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import { RunHandle } from './run-handle.js';
 
+/**
+ * The run a keyed start or enqueue names, or RUN_KEY_CONFLICT when the key already started a run with another
+ * input and the caller did not ask to attach.
+ */
+function checkKeyOutcome(
+  outcome: RunInsertOutcome,
+  what: string,
+  key: string | undefined,
+  onConflict: OnKeyConflict | undefined,
+): RunInsertOutcome {
+  if (outcome.created || outcome.sameInput || onConflict === 'use-existing') return outcome;
+  throw new PalisadeError(
+    'RUN_KEY_CONFLICT',
+    `${what}: key "${key ?? ''}" already started run ${outcome.runId} with a different input. ` +
+      "Use another key for new work, or pass onConflict: 'use-existing' to get a handle to that run.",
+    { runId: outcome.runId },
+  );
+}
+
+/**
+ * What a start or enqueue does when its idempotency key already started a run of the same workflow or activity
+ * with a different input: `'fail'` throws `RUN_KEY_CONFLICT`; `'use-existing'` returns a handle to that run.
+ * The same key with the same input always returns the existing run.
+ */
+export type OnKeyConflict = 'fail' | 'use-existing';
+
 /** Options of {@link Client.enqueue}. */
 export interface EnqueueOptions {
-  /** Idempotency key: enqueueing again with the same key returns the existing run. */
+  /**
+   * Idempotency key, scoped to this activity: enqueueing it again with the same input returns the existing run
+   * (`handle.created` is false); with a different input see `onConflict`.
+   */
   readonly key?: string;
+  /** @defaultValue `'fail'` (RUN_KEY_CONFLICT) */
+  readonly onConflict?: OnKeyConflict;
   /** @defaultValue the activity's queue */
   readonly queue?: string;
   /** Higher runs first. @defaultValue 0 */
@@ -43,8 +77,13 @@ export interface EnqueueOptions {
 
 /** Options of {@link Client.start}. */
 export interface StartOptions {
-  /** Idempotency key: starting again with the same key returns the existing run. */
+  /**
+   * Idempotency key, scoped to this workflow: starting it again with the same input returns the existing run
+   * (`handle.created` is false); with a different input see `onConflict`.
+   */
   readonly key?: string;
+  /** @defaultValue `'fail'` (RUN_KEY_CONFLICT) */
+  readonly onConflict?: OnKeyConflict;
   /** Queue its turns are claimed from. @defaultValue the workflow's queue */
   readonly queue?: string;
   /** Higher runs first; also the default priority of its steps. @defaultValue 0 */
@@ -60,6 +99,7 @@ const runOptionsSchema = z
       .regex(/^[A-Za-z0-9_.:-]{1,128}$/, 'must be 1–128 letters, digits, _ . : -')
       .optional(),
     priority: z.number().int().min(-1000).max(1000).optional(),
+    onConflict: z.enum(['fail', 'use-existing']).optional(),
   })
   .strict();
 
@@ -86,8 +126,12 @@ export class Client {
    * Run one activity on its own, without a workflow (a fenced job queue): the activity is claimed by a worker
    * serving it, with the same leases, fencing, retries and timeouts as inside a workflow.
    * The input is checked against the activity's schema here, before anything is stored.
-   * @returns a handle to wait for the result (`handle.result()`), describe or cancel the run.
+   * Idempotent on `key` (scoped to this activity), as {@link Client.start}.
+   * @returns a handle to wait for the result (`handle.result()`), describe or cancel the run; `handle.created`
+   * says whether this call created it.
    * @throws ValidationError naming the bad input field; InvalidOptionsError naming the bad option.
+   * @throws PalisadeError `RUN_KEY_CONFLICT` (with the existing `runId`) when the key already started a run of
+   * this activity with a different input, unless `onConflict: 'use-existing'`.
    */
 
   async enqueue<I extends z.ZodType, O extends z.ZodType>(
@@ -107,9 +151,9 @@ export class Client {
         { path: 'leaseMs', message: shorterLeaseMessage(activity.leaseMs, o.leaseMs) },
       ]);
     }
-    const runId = randomUUID();
-    const { runId: id } = await withInfraRetry(() =>
-      insertStandaloneRun(this.db, this.names, {
+    const runId = randomUUID(); // fixed before the first try, so a retry after a lost reply cannot duplicate
+    const outcome = await withInfraRetry(async () => {
+      const inserted = await insertStandaloneRun(this.db, this.names, {
         runId,
         activityName: activity.name,
         input: value,
@@ -120,15 +164,27 @@ export class Client {
         leaseMs: o.leaseMs ?? activity.leaseMs,
         startToCloseTimeoutMs: o.startToCloseTimeoutMs ?? activity.startToCloseTimeoutMs,
         delayMs: o.delayMs ?? 0,
-      }),
+      });
+      await faultHooks['client:after-insert-run']?.(inserted.runId);
+      return inserted;
+    });
+    const { runId: id, created } = checkKeyOutcome(
+      outcome,
+      `enqueue of activity ${activity.name}`,
+      o.key,
+      o.onConflict,
     );
-    return new RunHandle<z.output<O>>(id, this.db, this.names, this.hub);
+    return new RunHandle<z.output<O>>(id, this.db, this.names, this.hub, created);
   }
 
   /**
-   * Start a workflow run. Idempotent on `key`: the same key returns the existing run, whatever its state.
-   * The input is checked against the workflow's schema here, before anything is stored.
+   * Start a workflow run. Idempotent on `key` (scoped to this workflow): the same key with the same input returns
+   * the existing run, whatever its state, and `handle.created` says whether this call created it (a call retried
+   * after a lost reply still counts as the creator). The input is checked against the workflow's schema here,
+   * before anything is stored.
    * @throws ValidationError naming the bad input field; InvalidOptionsError naming the bad option.
+   * @throws PalisadeError `RUN_KEY_CONFLICT` (with the existing `runId`) when the key already started a run of
+   * this workflow with a different input, unless `onConflict: 'use-existing'`.
    */
   async start<I extends z.ZodType, O extends z.ZodType>(
     workflow: WorkflowDefinition<I, O>,
@@ -141,17 +197,25 @@ export class Client {
     }
     const value = validate(workflow.input, input, `input of workflow ${workflow.name}`);
     const id = randomUUID(); // fixed before the first try, so a retry after an unknown outcome cannot duplicate
-    const { runId } = await withInfraRetry(() =>
-      insertWorkflowRun(this.db, this.names, {
+    const outcome = await withInfraRetry(async () => {
+      const inserted = await insertWorkflowRun(this.db, this.names, {
         runId: id,
         workflowName: workflow.name,
         input: value,
         idempotencyKey: parsed.data.key ?? null,
         queue: parsed.data.queue ?? workflow.queue,
         priority: parsed.data.priority ?? 0,
-      }),
+      });
+      await faultHooks['client:after-insert-run']?.(inserted.runId);
+      return inserted;
+    });
+    const { runId, created } = checkKeyOutcome(
+      outcome,
+      `start of workflow ${workflow.name}`,
+      parsed.data.key,
+      parsed.data.onConflict,
     );
-    return new RunHandle<z.output<O>>(runId, this.db, this.names, this.hub);
+    return new RunHandle<z.output<O>>(runId, this.db, this.names, this.hub, created);
   }
 
   /** A handle to an existing run (not checked until used). */

@@ -38,12 +38,22 @@ export interface RunDescription {
 
 /** A reference to one run: wait for its result, describe it, cancel it. Cheap to create; holds no resources. */
 export class RunHandle<O = unknown> {
+  /**
+   * @param created whether the call that made this handle created the run (`client.start` / `enqueue`); false for
+   * a run that key already named, and for `getHandle` and `retry`.
+   */
   constructor(
     readonly runId: string,
     private readonly db: Database,
     private readonly names: SchemaNames,
     private readonly hub: NotificationHub,
+    readonly created = false,
   ) {}
+
+  /** `{ runId, created }`: what `JSON.stringify(handle)` prints (not the engine's connections). */
+  toJSON(): { readonly runId: string; readonly created: boolean } {
+    return { runId: this.runId, created: this.created };
+  }
 
   /**
    * Wait for the run to end and return its output. Wakes on the NOTIFY sent in the transaction that ends the

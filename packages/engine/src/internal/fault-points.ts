@@ -12,6 +12,11 @@ export interface FaultHooks {
    * the step's row lock and has written the user's rows (research/fencing-semantics.md §3.3 T12 (b)).
    */
   'fenced-transaction:before-commit'?: (attempt: AttemptRef) => Promise<void>;
+  /**
+   * In `client.start` / `client.enqueue`, after the insert statement committed and before its reply is used: a
+   * hook that throws a connection error here is a reply lost after the commit (the client retries the insert).
+   */
+  'client:after-insert-run'?: (runId: string) => Promise<void>;
 }
 
 export type FaultPoint = keyof FaultHooks;

@@ -1,6 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
-import { existingRunId, settleRunInsert } from './run-by-key.js';
+import { existingRun, settleRunInsert, type RunInsertOutcome } from './run-by-key.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 export interface InsertStandaloneRunParams {
@@ -29,8 +29,15 @@ export async function insertStandaloneRun(
   db: Database,
   n: SchemaNames,
   p: InsertStandaloneRunParams,
-): Promise<{ runId: string; created: boolean }> {
-  const rows = await db.rows<{ created_id: string | null; existing_id: string | null }>(sql`
+): Promise<RunInsertOutcome> {
+  const identity = {
+    runId: p.runId,
+    kind: 'activity' as const,
+    name: p.activityName,
+    idempotencyKey: p.idempotencyKey,
+    input: p.input,
+  };
+  const rows = await db.rows<{ created_id: string | null; existing: string | null }>(sql`
     WITH r AS (
       INSERT INTO ${n.runs} (id, kind, name, status, input, idempotency_key, queue, priority, created_at)
       VALUES (${p.runId}::uuid, 'activity', ${p.activityName}, 'pending', ${JSON.stringify(p.input ?? null)}::jsonb,
@@ -52,8 +59,8 @@ export async function insertStandaloneRun(
       RETURNING 1),
     notified AS (SELECT pg_notify(${n.channel}, ${'step:' + p.queue}) FROM s WHERE ${p.delayMs}::int = 0)
     SELECT (SELECT id::text FROM r) AS created_id,
-           ${existingRunId(n, p)} AS existing_id,
+           ${existingRun(n, identity)} AS existing,
            (SELECT count(*) FROM e)::int AS events,
            (SELECT count(*) FROM notified)::int AS notified`);
-  return settleRunInsert(db, n, p, rows[0], `enqueue of ${p.activityName}`);
+  return settleRunInsert(db, n, identity, rows[0], `enqueue of ${p.activityName}`);
 }

@@ -1,6 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
-import { existingRunId, settleRunInsert } from './run-by-key.js';
+import { existingRun, settleRunInsert, type RunInsertOutcome } from './run-by-key.js';
 import type { SchemaNames } from './schema-names.js';
 
 export interface InsertWorkflowRunParams {
@@ -22,8 +22,15 @@ export async function insertWorkflowRun(
   db: Database,
   n: SchemaNames,
   p: InsertWorkflowRunParams,
-): Promise<{ runId: string; created: boolean }> {
-  const rows = await db.rows<{ created_id: string | null; existing_id: string | null }>(sql`
+): Promise<RunInsertOutcome> {
+  const identity = {
+    runId: p.runId,
+    kind: 'workflow' as const,
+    name: p.workflowName,
+    idempotencyKey: p.idempotencyKey,
+    input: p.input,
+  };
+  const rows = await db.rows<{ created_id: string | null; existing: string | null }>(sql`
     WITH r AS (
       INSERT INTO ${n.runs} (id, kind, name, status, input, idempotency_key, queue, priority, turn_next_run_at, created_at)
       VALUES (${p.runId}::uuid, 'workflow', ${p.workflowName}, 'pending', ${JSON.stringify(p.input ?? null)}::jsonb,
@@ -37,7 +44,7 @@ export async function insertWorkflowRun(
       RETURNING 1),
     notified AS (SELECT pg_notify(${n.channel}, ${'turn:' + p.queue}) FROM r)
     SELECT (SELECT id::text FROM r) AS created_id,
-           ${existingRunId(n, p)} AS existing_id,
+           ${existingRun(n, identity)} AS existing,
            (SELECT count(*) FROM e) + (SELECT count(*) FROM notified) AS effects`);
-  return settleRunInsert(db, n, p, rows[0], `start of ${p.workflowName}`);
+  return settleRunInsert(db, n, identity, rows[0], `start of ${p.workflowName}`);
 }

@@ -62,7 +62,8 @@ export function defineTables(schemaName: string) {
       finishedAt: ts('finished_at'),
     },
     (t) => [
-      unique('runs_idempotency_key_unique').on(t.idempotencyKey),
+      // A key is scoped to the workflow or activity it starts (kind + name): the same key may start one run of each.
+      unique('runs_kind_name_idempotency_key_unique').on(t.kind, t.name, t.idempotencyKey),
       index('runs_status_created_at_idx').on(t.status, t.createdAt),
       index('runs_turn_due_idx')
         .on(t.queue, t.turnNextRunAt)

@@ -18,6 +18,7 @@
 import { z } from 'zod';
 import {
   ACTIVITY_DEFAULTS,
+  fencingInfo,
   type ActivityContext,
   type ActivityDefinition,
   type ActivityInfo,
@@ -41,7 +42,7 @@ import { validate } from '../validate.js';
  * {@link MockActivityContext.run}.
  */
 export type MockActivityInfo = Partial<Omit<ActivityInfo, 'fencing'>> & {
-  readonly fencing?: Partial<FencingInfo>;
+  readonly fencing?: Partial<Pick<FencingInfo, 'scope' | 'token'>>;
 };
 
 /**
@@ -314,10 +315,7 @@ function resolveInfo(given: MockActivityInfo, definition: ActivityDefinition | u
     seq: given.seq ?? d.seq,
     attempt,
     epoch: given.epoch ?? attempt,
-    fencing: Object.freeze({
-      scope: given.fencing?.scope ?? `step:${stepId}`,
-      token: given.fencing?.token ?? d.fencingToken,
-    }),
+    fencing: fencingInfo(given.fencing?.scope ?? `step:${stepId}`, given.fencing?.token ?? d.fencingToken),
     heartbeatDetails: given.heartbeatDetails,
     queue: given.queue ?? definition?.queue ?? d.queue,
     workerId: given.workerId ?? d.workerId,

@@ -1,0 +1,2 @@
+ALTER TABLE "palisade"."runs" DROP CONSTRAINT "runs_idempotency_key_unique";--> statement-breakpoint
+ALTER TABLE "palisade"."runs" ADD CONSTRAINT "runs_kind_name_idempotency_key_unique" UNIQUE("kind","name","idempotency_key");
