@@ -26,15 +26,18 @@ export interface FencingInfo {
   toJSON(): { readonly scope: string; readonly token: string };
 }
 
-/** A frozen {@link FencingInfo} for `scope` and `token` (with its decimal string and `toJSON`). */
+/**
+ * A frozen {@link FencingInfo} for `scope` and `token`. `tokenString` and `toJSON` are not enumerable, so
+ * spreading or deep-comparing the info sees only `{ scope, token }`.
+ */
 export function fencingInfo(scope: string, token: bigint): FencingInfo {
   const tokenString = token.toString();
-  return Object.freeze({
-    scope,
-    token,
-    tokenString,
-    toJSON: () => ({ scope, token: tokenString }),
+  const info = { scope, token } as FencingInfo;
+  Object.defineProperties(info, {
+    tokenString: { value: tokenString, enumerable: false },
+    toJSON: { value: () => ({ scope, token: tokenString }), enumerable: false },
   });
+  return Object.freeze(info);
 }
 
 /** What an activity attempt knows about itself (`ctx.info`). */
