@@ -1,5 +1,6 @@
 import { existsSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { createRequire } from 'node:module';
+import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { PalisadeError, type ActivityDefinition, type WorkflowDefinition } from '@palisade/sdk';
 
@@ -17,11 +18,56 @@ function kindOf(value: unknown): 'workflow' | 'activity' | undefined {
   return kind === 'workflow' || kind === 'activity' ? kind : undefined;
 }
 
+const TYPESCRIPT = /\.[cm]?tsx?$/;
+
+/**
+ * tsx's ESM loader API, resolved the way the user's own code would resolve it: from the module's directory, then
+ * from the working directory. Undefined when the project has no tsx.
+ */
+function findTsx(file: string, cwd: string): string | undefined {
+  for (const from of [file, join(cwd, 'package.json')]) {
+    try {
+      return createRequire(from).resolve('tsx/esm/api');
+    } catch {
+      // not resolvable from here
+    }
+  }
+  return undefined;
+}
+
+/**
+ * Import `file`. A TypeScript module that Node cannot load by itself (`ERR_UNKNOWN_FILE_EXTENSION`) is loaded
+ * through the project's `tsx` (registered once, in this process), or refused with how to fix it.
+ */
+async function importModule(file: string, modulePath: string, cwd: string): Promise<Record<string, unknown>> {
+  const url = pathToFileURL(file).href;
+  try {
+    return (await import(url)) as Record<string, unknown>;
+  } catch (error) {
+    const code = (error as { code?: unknown } | null)?.code;
+    if (!TYPESCRIPT.test(file) || code !== 'ERR_UNKNOWN_FILE_EXTENSION') throw error;
+  }
+  const tsx = findTsx(file, cwd);
+  if (tsx === undefined) {
+    throw new PalisadeError(
+      'INVALID_OPTIONS',
+      `worker module ${modulePath} is TypeScript, and Node.js cannot load it without a loader: install tsx in ` +
+        'your project (`npm install --save-dev tsx`; palisade then loads .ts modules with it), or compile the ' +
+        'module to JavaScript and pass the .js file.',
+    );
+  }
+  const api = (await import(pathToFileURL(tsx).href)) as { register: () => unknown };
+  api.register();
+  return (await import(url)) as Record<string, unknown>;
+}
+
 /**
  * Import `modulePath` (resolved from `cwd`) and collect every exported value made by `defineWorkflow` or
  * `defineActivity`, recognised by its `kind` (not `instanceof`, so a module bundling its own copy of the SDK
  * works too). A default export that is a plain object of definitions (`export default { a, b }`) counts as well.
- * @throws PalisadeError `INVALID_OPTIONS` when the file is missing, fails to load, or exports no definition.
+ * A TypeScript module is loaded with the project's `tsx` when Node.js cannot load it by itself.
+ * @throws PalisadeError `INVALID_OPTIONS` when the file is missing, fails to load (a TypeScript module without
+ * tsx installed: the message says how to fix it), or exports no definition.
  */
 export async function loadDefinitions(modulePath: string, cwd: string): Promise<Definitions> {
   const file = resolve(cwd, modulePath);
@@ -30,8 +76,9 @@ export async function loadDefinitions(modulePath: string, cwd: string): Promise<
   }
   let exported: Record<string, unknown>;
   try {
-    exported = (await import(pathToFileURL(file).href)) as Record<string, unknown>;
+    exported = await importModule(file, modulePath, cwd);
   } catch (error) {
+    if (error instanceof PalisadeError) throw error;
     const reason = error instanceof Error ? error.message.split('\n')[0] : String(error);
     throw new PalisadeError('INVALID_OPTIONS', `worker module ${modulePath} failed to load: ${reason}`, {
       cause: error,

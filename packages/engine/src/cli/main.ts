@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 /**
- * The `palisade` command line: migrate a schema, run a worker for a module, list, show, cancel and retry runs.
+ * The `palisade` command line: migrate a schema, run a worker for a module, list, show, cancel and retry runs,
+ * and `dev`, a local PostgreSQL for development.
  *
  * Exit codes: 0 success; 1 the operation failed (a Palisade error prints its message, which starts with
  * `[CODE]`, e.g. `[RUN_NOT_FOUND]`); 2 bad arguments (commander's message and the command's usage).
@@ -8,6 +9,7 @@
  * @module
  */
 import { Command, CommanderError, Option } from 'commander';
+import { devCommand } from './dev.js';
 import { migrateCommand } from './migrate.js';
 import { createOutput, type Output } from './output.js';
 import { runsCancelCommand } from './runs-cancel.js';
@@ -50,6 +52,7 @@ export function buildProgram(output: Output): Command {
 
   const configure = (command: Command): Command => command.showHelpAfterError().exitOverride();
   program.addCommand(configure(migrateCommand(output)));
+  program.addCommand(configure(devCommand(output)));
   program.addCommand(configure(workerCommand(output)));
   const runs = configure(new Command('runs').description('list, show, cancel and retry runs'));
   for (const command of [
