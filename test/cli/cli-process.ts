@@ -72,6 +72,7 @@ export function startCli(args: readonly string[], options: CliOptions = {}): Run
   });
   let stdout = '';
   let stderr = '';
+  let done = false;
   const watchers = new Set<() => void>();
   child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
     stdout += chunk;
@@ -83,12 +84,11 @@ export function startCli(args: readonly string[], options: CliOptions = {}): Run
     child.on('error', reject);
     child.on('close', (code, signal) => {
       clearTimeout(killer);
+      done = true; // before the watchers run, so a wait for output that never came fails now
       for (const w of watchers) w();
       resolve({ code, signal, stdout, stderr });
     });
   });
-  let done = false;
-  void exited.finally(() => (done = true));
   return {
     child,
     stdout: () => stdout,
