@@ -12,30 +12,12 @@ import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import postgres from '@palisade/engine/postgres';
 import { describe, expect, it } from 'vitest';
+import { CLOSED_SOCKET_EXPECTED, closedSocketScript } from '../support/closed-socket-script.js';
 import { useTestDatabase } from '../support/postgres.js';
 
 const TEST_ROOT = fileURLToPath(new URL('..', import.meta.url));
 
-const SCRIPT = `
-import postgres from '@palisade/engine/postgres';
-const url = process.argv[1];
-const admin = postgres(url, { max: 1, onnotice: () => {} });
-const sql = postgres(url, { max: 1, onnotice: () => {} });
-const seen = [];
-const reserved = await sql.reserve();
-const [{ pid }] = await reserved\`SELECT pg_backend_pid() AS pid\`;
-await admin\`SELECT pg_terminate_backend(\${pid})\`;
-await new Promise((resolve) => setTimeout(resolve, 200));
-for (let i = 0; i < 3; i++) {
-  try { await reserved\`SELECT 1\`; seen.push('ok'); } catch (error) { seen.push(error.code); }
-}
-reserved.release();
-const [{ one }] = await sql\`SELECT 1 AS one\`;
-seen.push('pool:' + one);
-console.log(JSON.stringify(seen));
-await Promise.all([admin.end(), sql.end()]);
-`;
-
+const SCRIPT = closedSocketScript('@palisade/engine/postgres');
 describe('postgres.js on a connection the server ended', () => {
   const url = useTestDatabase();
 
@@ -52,8 +34,7 @@ describe('postgres.js on a connection the server ended', () => {
     expect(stderr).not.toContain('TypeError');
     expect(code, stderr).toBe(0);
     const seen = JSON.parse(stdout.trim()) as string[];
-    expect(seen.slice(0, 3)).toEqual(['CONNECTION_CLOSED', 'CONNECTION_CLOSED', 'CONNECTION_CLOSED']);
-    expect(seen[3]).toBe('pool:1');
+    expect(seen).toEqual(CLOSED_SOCKET_EXPECTED);
   });
 
   it("does not raise a terminated session's 57P01 again on the first query of the reconnected connection", async () => {

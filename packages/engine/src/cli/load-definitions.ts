@@ -1,6 +1,6 @@
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { PalisadeError, type ActivityDefinition, type WorkflowDefinition } from '@palisade/sdk';
 
@@ -21,16 +21,24 @@ function kindOf(value: unknown): 'workflow' | 'activity' | undefined {
 const TYPESCRIPT = /\.[cm]?tsx?$/;
 
 /**
- * tsx's ESM loader API, resolved the way the user's own code would resolve it: from the module's directory, then
- * from the working directory. Undefined when the project has no tsx.
+ * The file of tsx's ESM loader API (`tsx/esm/api`, its `import` entry), resolved the way the user's own code
+ * would resolve it: from the module's directory, then from the working directory. Undefined when the project
+ * has no tsx.
  */
 function findTsx(file: string, cwd: string): string | undefined {
   for (const from of [file, join(cwd, 'package.json')]) {
+    let manifest: string;
     try {
-      return createRequire(from).resolve('tsx/esm/api');
+      manifest = createRequire(from).resolve('tsx/package.json');
     } catch {
-      // not resolvable from here
+      continue; // not installed where `from` can see it
     }
+    const pkg = JSON.parse(readFileSync(manifest, 'utf8')) as {
+      exports?: Record<string, { import?: string | { default?: string } } | undefined>;
+    };
+    const entry = pkg.exports?.['./esm/api']?.import;
+    const target = typeof entry === 'string' ? entry : entry?.default;
+    if (target !== undefined) return join(dirname(manifest), target);
   }
   return undefined;
 }
@@ -58,7 +66,8 @@ async function importModule(file: string, modulePath: string, cwd: string): Prom
   }
   const api = (await import(pathToFileURL(tsx).href)) as { register: () => unknown };
   api.register();
-  return (await import(url)) as Record<string, unknown>;
+  // Node caches the failed load of `url`: import it again under another URL (tsx ignores the query).
+  return (await import(`${url}?palisade-tsx`)) as Record<string, unknown>;
 }
 
 /**
