@@ -10,6 +10,8 @@ export default defineConfig({
     root: fileURLToPath(new URL('.', import.meta.url)),
     include: ['**/*.test.ts'],
     globalSetup: ['./support/global-setup.ts'],
+    // A passing run prints no engine log lines (JSON on stderr); PALISADE_LOG_LEVEL=warn shows them again.
+    env: { PALISADE_LOG_LEVEL: process.env.PALISADE_LOG_LEVEL ?? 'silent' },
     // Most files wait on the database, worker processes or real leases rather than on the CPU: three files at
     // a time on two cores keeps CI well inside its budget.
     maxWorkers: 3,

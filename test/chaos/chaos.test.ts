@@ -40,13 +40,24 @@ describe(`chaos scenarios, CI subset (seed ${seed})`, () => {
 
   for (const [index, scenario] of SCENARIOS.entries()) {
     it(`${scenario.name}: ${scenario.description}`, async () => {
+      // The harness's per-iteration lines are kept for a failure's message; a passing scenario prints one line.
+      const lines: string[] = [];
+      const startedAt = performance.now();
       const report = await runScenario(server, scenario, {
         iterations: scenario.iterations.ci,
         seed: seed + index,
-        log: (line) => void process.stderr.write(`${line}\n`),
+        log: (line) => void lines.push(line),
       });
       reports.push(report);
-      const summary = `${describeViolations(report.check)}\n${report.failures.join('\n')}\nhistory: ${report.historyFile ?? '-'}`;
+      const clean =
+        report.failures.length === 0 && Object.values(report.check.violations).every((n) => n === 0);
+      process.stderr.write(
+        `chaos ${scenario.name}: ${scenario.iterations.ci} iterations, ${clean ? 'ok' : 'VIOLATIONS'} in ` +
+          `${((performance.now() - startedAt) / 1000).toFixed(1)} s\n`,
+      );
+      const summary =
+        `${describeViolations(report.check)}\n${report.failures.join('\n')}\nhistory: ${report.historyFile ?? '-'}` +
+        `\n--- scenario log (last 40 lines) ---\n${lines.slice(-40).join('\n')}`;
       expect(report.check.violations, summary).toEqual({
         overlap: 0,
         mono: 0,

@@ -43,6 +43,27 @@ export interface Engine {
   close(stopOptions?: StopOptions): Promise<void>;
 }
 
+/** Longest message (and stack) a logged error keeps: drizzle puts the whole SQL text and its params there. */
+const LOGGED_ERROR_CHARS = 400;
+
+function cut(text: string | undefined): string | undefined {
+  if (text === undefined || text.length <= LOGGED_ERROR_CHARS) return text;
+  return `${text.slice(0, LOGGED_ERROR_CHARS)}… (${text.length - LOGGED_ERROR_CHARS} more characters)`;
+}
+
+/** pino's error serializer with the message and stack (and the cause's) cut to a few hundred characters. */
+function shortErrorSerializer(error: Error): Record<string, unknown> {
+  const out = pino.stdSerializers.err(error) as unknown as Record<string, unknown>;
+  const shorten = (o: Record<string, unknown>) => {
+    for (const key of ['message', 'stack']) {
+      if (typeof o[key] === 'string') o[key] = cut(o[key]);
+    }
+  };
+  shorten(out);
+  if (out.cause && typeof out.cause === 'object') shorten(out.cause as Record<string, unknown>);
+  return out;
+}
+
 async function openDatabase(options: ResolvedEngineOptions): Promise<Database> {
   const c = options.connection;
   switch (c.kind) {
@@ -131,7 +152,10 @@ export async function createEngine(options: CreateEngineOptions = {}): Promise<E
   const resolved = resolveEngineOptions(engineOptions);
   const logger =
     givenLogger ??
-    pino({ level: process.env.PALISADE_LOG_LEVEL ?? 'warn' }, pino.destination({ dest: 2, sync: true }));
+    pino(
+      { level: process.env.PALISADE_LOG_LEVEL ?? 'warn', serializers: { err: shortErrorSerializer } },
+      pino.destination({ dest: 2, sync: true }),
+    );
   const target = describeConnection(resolved.connection);
   const database = await openDatabase(resolved);
   logger.info(
