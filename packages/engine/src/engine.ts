@@ -1,4 +1,3 @@
-import { mkdir } from 'node:fs/promises';
 import { PGlite } from '@electric-sql/pglite';
 import postgres, { type Sql } from '../vendor/postgres/index.js';
 import { pino, type Logger } from 'pino';
@@ -6,7 +5,7 @@ import { PalisadeError } from '@palisade/sdk';
 import { Client } from './client/client.js';
 import { fromPglite, fromPostgres, poolReconnectBackoffSeconds, type Database } from './db/database.js';
 import { connectionFailure, describeConnection } from './db/database-target.js';
-import { lockEmbeddedDirectory } from './db/embedded-lock.js';
+import { openEmbeddedDatabase } from './db/embedded-database.js';
 import { NotificationHub } from './db/notification-hub.js';
 import { migrate, type MigrateResult } from './migrate.js';
 import { resolveEngineOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js';
@@ -106,16 +105,13 @@ async function openDatabase(options: ResolvedEngineOptions): Promise<Database> {
     }
     case 'embedded': {
       if (c.dataDir === 'memory://') return fromPglite(new PGlite(), true);
-      await mkdir(c.dataDir, { recursive: true });
-      // Refuse a directory another live process has open before PGlite reads a byte of it (see embedded-lock.ts).
-      const lock = lockEmbeddedDirectory(c.dataDir);
+      // Refuses a directory another live process holds before PGlite reads a byte of it (db/embedded-lock.ts).
+      const embedded = await openEmbeddedDatabase(c.dataDir);
       let database: Database;
       try {
-        const pglite = new PGlite(c.dataDir);
-        await pglite.waitReady;
-        database = await fromPglite(pglite, true);
+        database = await fromPglite(embedded.pglite, false);
       } catch (error) {
-        lock.release();
+        await embedded.close();
         throw error;
       }
       const close = database.close.bind(database);
@@ -124,7 +120,7 @@ async function openDatabase(options: ResolvedEngineOptions): Promise<Database> {
           try {
             await close();
           } finally {
-            lock.release();
+            await embedded.close();
           }
         },
       });

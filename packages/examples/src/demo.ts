@@ -1,7 +1,9 @@
 /**
- * `pnpm demo`: run every example in sequence, each printing its live timeline and its checks, then a summary.
- * Runs on the PostgreSQL server of DATABASE_URL if it is set, otherwise on the embedded database. Exits 1 if
- * any check of any example failed (or an example could not run).
+ * `pnpm demo`: run every example in sequence, each printing its live timeline and its checks, then a summary and
+ * the `palisade runs show` commands that open the zombies' runs. Runs on the PostgreSQL server of DATABASE_URL if
+ * it is set, otherwise on the embedded database in `.palisade/db` — the database `palisade runs list` reads with
+ * no flags — in its default schema `palisade`, and keeps everything it ran there. Exits 1 if any check of any
+ * example failed (or an example could not run).
  */
 import { runInvoiceSettlementDemo } from './invoice-settlement/index.js';
 import { runTranscodingDemo } from './transcoding/index.js';
@@ -9,25 +11,56 @@ import { runTranscodingDemo } from './transcoding/index.js';
 /** What every example's `run…Demo` function takes. */
 interface DemoOptions {
   readonly databaseUrl?: string;
+  readonly dataDir?: string;
+  readonly schema?: string;
+  readonly keepSchema?: boolean;
   readonly log?: (line: string) => void;
 }
 
 /** What every example's `run…Demo` function resolves with (at least). */
 interface DemoOutcome {
   readonly checks: readonly { readonly name: string; readonly ok: boolean; readonly detail?: string }[];
+  readonly runId: string | undefined;
 }
 
 interface Demo {
   readonly name: string;
   run(options: DemoOptions): Promise<DemoOutcome>;
+  /** What the zombie of this example did, for the line beside its `runs show` command. */
+  zombie(outcome: DemoOutcome): string;
 }
 
 const demos: readonly Demo[] = [
-  { name: 'invoice settlement', run: runInvoiceSettlementDemo },
-  { name: 'video transcoding', run: runTranscodingDemo },
+  {
+    name: 'invoice settlement',
+    run: runInvoiceSettlementDemo,
+    zombie: (o) => {
+      const r = (o as Awaited<ReturnType<typeof runInvoiceSettlementDemo>>).rejection;
+      return r
+        ? `${r.staleWorker}'s write for ${r.invoiceNumber} with token ${r.staleToken}, refused by the ${r.refusedBy}`
+        : 'the stalled worker';
+    },
+  },
+  {
+    name: 'video transcoding',
+    run: runTranscodingDemo,
+    zombie: (o) => {
+      const s = (o as Awaited<ReturnType<typeof runTranscodingDemo>>).stall;
+      return s
+        ? `${s.workerId}'s upload of ${s.key} with token ${s.token}, ${s.outcome ?? 'pending'}`
+        : 'the stall';
+    },
+  },
 ];
 
 const databaseUrl = process.env.DATABASE_URL || undefined;
+/** The database `palisade runs list` reads with no flags: DATABASE_URL, else `.palisade/db`; schema `palisade`. */
+const where: DemoOptions = {
+  ...(databaseUrl ? { databaseUrl } : { dataDir: '.palisade/db' }),
+  schema: 'palisade',
+  keepSchema: true,
+};
+const zombieRuns: { name: string; runId: string; what: string }[] = [];
 const log = (line: string): void => console.log(line);
 const summary: { name: string; passed: number; failed: string[]; seconds: number }[] = [];
 
@@ -36,7 +69,9 @@ for (const demo of demos) {
   log(`=== ${demo.name} (${databaseUrl ? 'PostgreSQL from DATABASE_URL' : 'embedded database'}) ===`);
   const startedAt = performance.now();
   try {
-    const { checks } = await demo.run({ ...(databaseUrl ? { databaseUrl } : {}), log });
+    const outcome = await demo.run({ ...where, log });
+    const { checks } = outcome;
+    if (outcome.runId) zombieRuns.push({ name: demo.name, runId: outcome.runId, what: demo.zombie(outcome) });
     summary.push({
       name: demo.name,
       passed: checks.filter((c) => c.ok).length,
@@ -64,5 +99,16 @@ for (const s of summary) {
     `${verdict.padEnd(6)} ${s.name}: ${s.passed}/${s.passed + s.failed.length} checks passed in ${s.seconds.toFixed(1)} s`,
   );
   for (const name of s.failed) log(`         ✗ ${name}`);
+}
+if (zombieRuns.length > 0) {
+  log('');
+  log(
+    `=== the zombies' runs, kept in ${databaseUrl ? 'the DATABASE_URL database' : '.palisade/db'} (schema palisade) ===`,
+  );
+  for (const z of zombieRuns) {
+    log(`# ${z.name}: ${z.what}`);
+    log(`pnpm palisade runs show ${z.runId}`);
+  }
+  log('# every run of the demo: pnpm palisade runs list');
 }
 process.exitCode = summary.every((s) => s.failed.length === 0) ? 0 : 1;

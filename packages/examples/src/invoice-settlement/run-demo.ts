@@ -4,7 +4,13 @@ import { fileURLToPath } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
 import { eq } from 'drizzle-orm';
 import { pino } from 'pino';
-import { createEngine, type CreateEngineOptions, type Engine, type RunDescription } from '@palisade/engine';
+import {
+  createEngine,
+  openEmbeddedDatabase,
+  type CreateEngineOptions,
+  type Engine,
+  type RunDescription,
+} from '@palisade/engine';
 import { chargeKey, createInvoiceActivities } from './activities.js';
 import { pgliteAppDatabase, postgresAppDatabase, type AppDatabase } from './app-database.js';
 import { verifySettlement, type CurrencyTotal, type DemoCheck, type StaleWriteRejection } from './checks.js';
@@ -30,6 +36,11 @@ export interface InvoiceSettlementDemoOptions {
   readonly schema?: string;
   /** Keep the three schemas after the run (PostgreSQL only; the embedded database is in memory). @defaultValue false */
   readonly keepSchema?: boolean;
+  /**
+   * Without `databaseUrl`: an embedded database directory to run in (file-backed, kept, locked to this process)
+   * instead of an in-memory PGlite, e.g. `.palisade/db`, which `palisade runs list` reads by default.
+   */
+  readonly dataDir?: string;
 }
 
 /** What {@link runInvoiceSettlementDemo} found. Tokens are decimal strings (they are 64-bit). */
@@ -137,7 +148,7 @@ export async function runInvoiceSettlementDemo(
   const keyOf = (invoiceNumber: string): string => chargeKey(batchId, invoiceNumber);
   const invoiceOf = (key: string): string => key.slice(keyOf('').length);
 
-  const resources = await openResources(options.databaseUrl, schema);
+  const resources = await openResources(options.databaseUrl, schema, options.dataDir);
   let provider: PaymentProvider | undefined;
   let fault: StallFault | undefined;
   let runId: string | undefined;
@@ -389,7 +400,11 @@ async function historyWithStaleRejection(
   }
 }
 
-async function openResources(databaseUrl: string | undefined, schema: string): Promise<Resources> {
+async function openResources(
+  databaseUrl: string | undefined,
+  schema: string,
+  dataDir: string | undefined,
+): Promise<Resources> {
   const logger = pino({ level: 'silent' });
   const links = new Map(
     INVOICE_SETTLEMENT_DEMO.chargeWorkers.map((id) => [id, new NetworkLink(id)] as const),
@@ -412,8 +427,10 @@ async function openResources(databaseUrl: string | undefined, schema: string): P
       }
       return { main, chargeEngines, links, app, close };
     }
-    const pglite = new PGlite();
-    close.push(() => pglite.close());
+    // In memory, or file-backed in `dataDir` under the engine's one-process lock (kept for `palisade runs show`).
+    const embedded = dataDir === undefined ? undefined : await openEmbeddedDatabase(dataDir);
+    const pglite = embedded?.pglite ?? new PGlite();
+    close.push(() => embedded?.close() ?? pglite.close());
     const main = await createEngine({ ...base, pglite });
     close.push(() => main.close({ graceMs: 0 }));
     const app = pgliteAppDatabase(pglite);

@@ -1,9 +1,13 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { PGlite } from '@electric-sql/pglite';
 import { pino } from 'pino';
-import { createEngine, type CreateEngineOptions, type Engine, type RunDescription } from '@palisade/engine';
+import {
+  createEngine,
+  openEmbeddedDatabase,
+  type CreateEngineOptions,
+  type Engine,
+  type RunDescription,
+} from '@palisade/engine';
 import { createTranscodingActivities } from './activities.js';
 import { stalledStepHistory, verifyTranscoding, type DemoCheck, type VerifiedOutput } from './checks.js';
 import { FFMPEG_VERSION, probeMedia } from './ffmpeg.js';
@@ -36,6 +40,11 @@ export interface TranscodingDemoOptions {
   readonly workDir?: string;
   /** Schema of the engine's tables; the store's are in `<schema>_store`. @defaultValue `transcoding_<random>` */
   readonly schema?: string;
+  /**
+   * Without `databaseUrl`: the embedded database directory (locked to this process).
+   * @defaultValue `<workDir>/db`
+   */
+  readonly dataDir?: string;
   /** Keep both schemas after the run, e.g. to inspect them with `palisade runs show`. @defaultValue false */
   readonly keepSchema?: boolean;
 }
@@ -123,7 +132,7 @@ export async function runTranscodingDemo(
       ` (ffmpeg ${FFMPEG_VERSION} from @ffmpeg-installer/ffmpeg)`,
   );
 
-  const dataDir = join(workDir, 'db');
+  const dataDir = resolve(options.dataDir ?? join(workDir, 'db'));
   const resources = await openResources(databaseUrl ?? { dataDir }, schema);
   const stallKey = `jobs/${jobId}/${demo.stalled.rendition}/seg-${String(demo.stalled.segment).padStart(3, '0')}.mp4`;
   let result: TranscodeResult | undefined;
@@ -273,9 +282,10 @@ async function openResources(database: string | { dataDir: string }, schema: str
       return { main, workers, links, storeDatabase, close };
     }
     // File-backed and reused: creating a PGlite database (initdb in WebAssembly) takes seconds, opening one does not.
-    await mkdir(database.dataDir, { recursive: true });
-    const pglite = new PGlite(database.dataDir);
-    close.push(() => pglite.close());
+    // Under the engine's one-process lock: a worker or another demo on the same directory is refused.
+    const embedded = await openEmbeddedDatabase(database.dataDir);
+    const pglite = embedded.pglite;
+    close.push(() => embedded.close());
     const main = await createEngine({ ...base, pglite });
     close.push(() => main.close({ graceMs: 0 }));
     const storeDatabase = pgliteStoreDatabase(pglite, storeSchema);
