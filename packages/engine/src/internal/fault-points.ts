@@ -13,6 +13,12 @@ export interface FaultHooks {
    */
   'fenced-transaction:before-commit'?: (attempt: AttemptRef) => Promise<void>;
   /**
+   * In `ctx.fencedTransaction`, after the user's writes and the worker's last local check, before the fence UPDATE
+   * is sent: a stall here lets the lease end although the worker saw it alive, so the database's fence (not the
+   * worker) must refuse the write.
+   */
+  'fenced-transaction:before-fence'?: (attempt: AttemptRef) => Promise<void>;
+  /**
    * In `client.start` / `client.enqueue`, after the insert statement committed and before its reply is used: a
    * hook that throws a connection error here is a reply lost after the commit (the client retries the insert).
    */

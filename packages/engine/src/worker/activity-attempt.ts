@@ -278,6 +278,8 @@ export class ActivityAttempt {
         xid = head?.xid;
         const result = await fn(tx.drizzle);
         this.assertUsable();
+        const stall = faultHooks['fenced-transaction:before-fence'];
+        if (stall) await stall(this.ref);
         if (!(await fenceStep(tx, names, this.ref))) throw new FenceFailed();
         const pause = faultHooks['fenced-transaction:before-commit'];
         if (pause) await pause(this.ref);
