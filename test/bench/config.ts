@@ -16,8 +16,8 @@ export const SCENARIOS: readonly ScenarioName[] = [
 ];
 
 export interface BenchConfig {
-  /** DATABASE_URL, or the local default; the embedded server is used when it is unreachable. */
-  readonly databaseUrl: string;
+  /** DATABASE_URL; undefined: the bench starts an embedded server. */
+  readonly databaseUrl: string | undefined;
   readonly databaseUrlFromEnv: boolean;
   /** Scenarios to run (BENCH_ONLY=a,b), in {@link SCENARIOS} order. */
   readonly scenarios: readonly ScenarioName[];
@@ -62,7 +62,9 @@ export interface BenchConfig {
 
 /** The environment variables this benchmark reads, with their meaning (printed by `--help`). */
 export const ENV: Readonly<Record<string, string>> = {
-  DATABASE_URL: `PostgreSQL to measure (default ${DEFAULT_DATABASE_URL}; embedded server if unreachable)`,
+  DATABASE_URL:
+    'PostgreSQL to measure (default: an embedded server the bench starts, e.g. DATABASE_URL=' +
+    `${DEFAULT_DATABASE_URL} for the local one)`,
   BENCH_ONLY: `comma-separated subset of ${SCENARIOS.join(',')}`,
   BENCH_ACTIVITIES: 'no-op activities per throughput run (10000)',
   BENCH_CONCURRENCY: 'worker concurrencies of the activity runs (10,50)',
@@ -132,7 +134,7 @@ export function loadConfig(): BenchConfig {
   const fromEnv = process.env.DATABASE_URL !== undefined && process.env.DATABASE_URL !== '';
   const leaseMs = int('BENCH_LEASE_MS', 30_000, 3_000);
   return Object.freeze({
-    databaseUrl: fromEnv ? (process.env.DATABASE_URL as string) : DEFAULT_DATABASE_URL,
+    databaseUrl: fromEnv ? (process.env.DATABASE_URL as string) : undefined,
     databaseUrlFromEnv: fromEnv,
     scenarios: scenarios(),
     activities: int('BENCH_ACTIVITIES', 10_000, 1),

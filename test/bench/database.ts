@@ -43,22 +43,22 @@ async function reachable(url: string): Promise<string | undefined> {
   }
 }
 
-/** Connect to the configured server, or start the embedded one if it is unreachable. */
+/**
+ * The server to measure, by the one precedence of the engine, CLI and tests: DATABASE_URL if set (an unreachable
+ * one is an error, never silently replaced), else an embedded PostgreSQL server started here.
+ */
 export async function openBenchServer(config: BenchConfig): Promise<BenchServer> {
   let url = config.databaseUrl;
   let embedded: PostgresServer | undefined;
-  const problem = await reachable(url);
   let fallbackReason: string | undefined;
-  if (problem !== undefined) {
-    fallbackReason = `${redact(url)} is unreachable (${problem})`;
-    process.stderr.write(`bench: ${fallbackReason}; starting an embedded PostgreSQL instead\n`);
-    const saved = process.env.DATABASE_URL;
-    delete process.env.DATABASE_URL; // startPostgresServer() would otherwise insist on it
-    try {
-      embedded = await startPostgresServer();
-    } finally {
-      if (saved !== undefined) process.env.DATABASE_URL = saved;
-    }
+  if (url !== undefined) {
+    const problem = await reachable(url);
+    if (problem !== undefined)
+      throw new Error(`bench: DATABASE_URL ${redact(url)} is unreachable (${problem})`);
+  } else {
+    fallbackReason = 'DATABASE_URL is not set';
+    process.stderr.write(`bench: ${fallbackReason}; starting an embedded PostgreSQL\n`);
+    embedded = await startPostgresServer();
     url = embedded.adminUrl;
   }
   const admin = postgres(url, { max: 2, onnotice: () => undefined });
