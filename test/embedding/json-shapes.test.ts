@@ -75,7 +75,7 @@ it('serialises a handle, its description and run lists', async () => {
   expect(JSON.parse(JSON.stringify(await engine.client.list()))).toHaveLength(1);
 });
 
-it('serialises errors with their code, context (bigints as decimal strings) and cause', async () => {
+it('serialises errors with their code, context (bigints as decimal strings) and cause', () => {
   const lost = new LeaseLostError({
     operation: 'complete',
     stepLabel: 'charge#3',
@@ -111,7 +111,7 @@ it('serialises errors with their code, context (bigints as decimal strings) and 
     type: 'Declined',
     message: 'card declined',
     nonRetryable: true,
-  } as never);
+  });
   expect(() => JSON.stringify(failed)).not.toThrow();
   expect(
     JSON.parse(JSON.stringify(ApplicationFailure.nonRetryable('no', 'Declined', { amount: 1n }))),

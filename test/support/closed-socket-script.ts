@@ -27,4 +27,9 @@ await Promise.all([admin.end(), sql.end()]);
 }
 
 /** What the script must print: three CONNECTION_CLOSED rejections, then a working pool. */
-export const CLOSED_SOCKET_EXPECTED = ['CONNECTION_CLOSED', 'CONNECTION_CLOSED', 'CONNECTION_CLOSED', 'pool:1'];
+export const CLOSED_SOCKET_EXPECTED = [
+  'CONNECTION_CLOSED',
+  'CONNECTION_CLOSED',
+  'CONNECTION_CLOSED',
+  'pool:1',
+];

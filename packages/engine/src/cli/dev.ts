@@ -6,7 +6,8 @@
  * @module
  */
 import { execFile, spawnSync, type ChildProcess } from 'node:child_process';
-import { EventEmitter, once } from 'node:events';
+import type { EventEmitter } from 'node:events';
+import { once } from 'node:events';
 import { existsSync } from 'node:fs';
 import { chmod, mkdir } from 'node:fs/promises';
 import { createRequire } from 'node:module';
