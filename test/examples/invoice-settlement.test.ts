@@ -18,6 +18,7 @@ const CHECKS = [
   'the stalled invoice was reclaimed and finished by another worker',
   "the stalled worker's fenced write was rejected",
   'the history records the reclaim from the stale token',
+  "the database's fence refused a write that passed the worker's last local check",
 ];
 
 /** A PGlite boot plus 240 charges on a busy 2-core machine: minutes, not seconds. */

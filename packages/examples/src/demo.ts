@@ -28,6 +28,8 @@ interface Demo {
   run(options: DemoOptions): Promise<DemoOutcome>;
   /** What the zombie of this example did, for the line beside its `runs show` command. */
   zombie(outcome: DemoOutcome): string;
+  /** More runs worth opening: the run id and what it shows. */
+  more?(outcome: DemoOutcome): readonly { runId: string | undefined; what: string }[];
 }
 
 const demos: readonly Demo[] = [
@@ -40,6 +42,12 @@ const demos: readonly Demo[] = [
         ? `${r.staleWorker}'s write for ${r.invoiceNumber} with token ${r.staleToken}, refused by the ${r.refusedBy}`
         : 'the stalled worker';
     },
+    more: (o) => [
+      {
+        runId: (o as Awaited<ReturnType<typeof runInvoiceSettlementDemo>>).databaseRefusalRunId,
+        what: "the settlement note whose zombie write the database's fence refused",
+      },
+    ],
   },
   {
     name: 'video transcoding',
@@ -72,6 +80,9 @@ for (const demo of demos) {
     const outcome = await demo.run({ ...where, log });
     const { checks } = outcome;
     if (outcome.runId) zombieRuns.push({ name: demo.name, runId: outcome.runId, what: demo.zombie(outcome) });
+    for (const m of demo.more?.(outcome) ?? []) {
+      if (m.runId) zombieRuns.push({ name: demo.name, runId: m.runId, what: m.what });
+    }
     summary.push({
       name: demo.name,
       passed: checks.filter((c) => c.ok).length,

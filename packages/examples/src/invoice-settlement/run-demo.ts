@@ -18,6 +18,7 @@ import { formatMoney, isCurrencyCode } from './currencies.js';
 import { NetworkLink, linkPglite, linkPostgres } from '../shared/network-link.js';
 import { parseInvoiceCsv, type MalformedRow } from './parse-invoices.js';
 import { PaymentProvider } from './payment-provider.js';
+import { demonstrateDatabaseFence } from './fence-stall.js';
 import { StallFault, type StallRecord } from './stall-fault.js';
 import { invoiceTables, invoiceTablesDdl, quoteIdent, type InvoiceTables } from './tables.js';
 import { Timeline, describeError } from './timeline.js';
@@ -68,6 +69,8 @@ export interface InvoiceSettlementDemoResult {
   readonly totals: readonly CurrencyTotal[];
   /** The stalled worker's refused write, with its stale and the current token. */
   readonly rejection: StaleWriteRejection | undefined;
+  /** The run of the settlement note whose first write the database's fence refused (see fence-stall.ts). */
+  readonly databaseRefusalRunId: string | undefined;
   /** What the workflow returned. */
   readonly report: SettlementReport | undefined;
   readonly timingsMs: {
@@ -228,6 +231,15 @@ export async function runInvoiceSettlementDemo(
     // The stalled attempt wakes once the takeover committed, which may be just after the run completed.
     await Promise.race([fault.settled, delay(15_000)]);
     const description = await historyWithStaleRejection(() => handle.describe(), fault.record);
+    // The second fault, beside the worker's own refusal above: the database's fence refusing a zombie's write.
+    const fenceStall = await demonstrateDatabaseFence({
+      engine: resources.main,
+      app: resources.app,
+      appSchema,
+      batchId,
+      leaseMs: demo.leaseMs,
+      timeline,
+    });
 
     const verifyStartedMs = timeline.elapsedMs();
     const stored = await readBack(resources.app, tables, batchId);
@@ -244,6 +256,7 @@ export async function runInvoiceSettlementDemo(
       stall: fault.record,
       description,
     });
+    checks.push(fenceStall.check);
     const verifyMs = timeline.elapsedMs() - verifyStartedMs;
     const ok = checks.every((c) => c.ok);
     printSummary(log, { database, totals, rejection, checks, ok });
@@ -271,6 +284,7 @@ export async function runInvoiceSettlementDemo(
       malformed: report?.malformed ?? [],
       totals,
       rejection,
+      databaseRefusalRunId: fenceStall.runId,
       report,
       timingsMs: { setup: setupMs, run: runMs, verify: verifyMs, total: totalMs },
     };
