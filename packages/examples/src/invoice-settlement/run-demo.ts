@@ -256,7 +256,7 @@ export async function runInvoiceSettlementDemo(
       stall: fault.record,
       description,
     });
-    checks.push(fenceStall.check);
+    if (fenceStall) checks.push(fenceStall.check);
     const verifyMs = timeline.elapsedMs() - verifyStartedMs;
     const ok = checks.every((c) => c.ok);
     printSummary(log, { database, totals, rejection, checks, ok });
@@ -284,7 +284,7 @@ export async function runInvoiceSettlementDemo(
       malformed: report?.malformed ?? [],
       totals,
       rejection,
-      databaseRefusalRunId: fenceStall.runId,
+      databaseRefusalRunId: fenceStall?.runId,
       report,
       timingsMs: { setup: setupMs, run: runMs, verify: verifyMs, total: totalMs },
     };
