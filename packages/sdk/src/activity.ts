@@ -16,9 +16,14 @@ export type FencedTransaction = FencedTransactionRegistry extends { transaction:
 
 /** A fencing sequencer to hand to external systems: they keep the highest token per scope and refuse lower ones. */
 export interface FencingInfo {
-  /** What the token fences: `step:<stepId>` for an activity attempt. */
+  /**
+   * The unit of work the token fences: `run:<runId>/seq:<seq>` for a workflow's step, `run:<runId>` for a
+   * standalone activity (steps recorded before 0.1's migration 0005 keep `step:<stepId>`). Stable across retries,
+   * retirement and re-creation of the step, so every later attempt of the same work supersedes every earlier one
+   * in a resource that keeps the highest token per scope.
+   */
   readonly scope: string;
-  /** Strictly increasing per scope, from one global sequence; never reused. */
+  /** Strictly increasing per scope (attempts of one unit of work), from one global sequence; never reused. */
   readonly token: bigint;
 }
 

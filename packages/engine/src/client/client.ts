@@ -170,9 +170,11 @@ export class Client {
    * @throws RunNotFoundError when there is no such run; InvalidOptionsError when it is not failed or cancelled.
    */
   async retry(runId: string): Promise<RunHandle> {
-    const run = await readRun(this.db, this.names, runId);
+    const run = await withInfraRetry(() => readRun(this.db, this.names, runId));
     if (!run) throw new RunNotFoundError(`run ${runId}`);
-    if (!(await retryRun(this.db, this.names, runId))) {
+    // One statement, retried as a whole on a transient error (a deadlock cannot occur by the lock order, but a
+    // dropped connection or a restart can): it applies at most once, since a retried run is no longer failed.
+    if (!(await withInfraRetry(() => retryRun(this.db, this.names, runId)))) {
       throw new InvalidOptionsError('retry', [
         {
           path: 'runId',

@@ -15,6 +15,7 @@ import {
   type RunRow,
   type StepRow,
 } from '../queries/read-run.js';
+import { withInfraRetry } from '../infra-retry.js';
 import { requestCancel } from '../queries/request-cancel.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 
@@ -136,7 +137,11 @@ export class RunHandle<O = unknown> {
    * @throws RunNotFoundError when there is no such run.
    */
   async cancel(reason = 'cancelled by request'): Promise<string> {
-    const status = await requestCancel(this.db, this.names, { runId: this.runId, reason });
+    // Retried as a whole on a transient error (a connection lost mid-request, a lock timeout): the request is
+    // idempotent (coalesce on the first request's time and reason), so it is applied exactly once.
+    const status = await withInfraRetry(() =>
+      requestCancel(this.db, this.names, { runId: this.runId, reason }),
+    );
     if (status === undefined) throw new RunNotFoundError(`run ${this.runId}`);
     return status;
   }

@@ -54,7 +54,7 @@ export async function claimTurns(
          AND (r.turn_lease_expires_at IS NULL OR r.turn_lease_expires_at <= (SELECT t FROM clock))
        ORDER BY r.priority DESC, r.turn_next_run_at
        LIMIT ${p.limit}
-       FOR UPDATE OF r SKIP LOCKED),
+       FOR NO KEY UPDATE OF r SKIP LOCKED),
     claimed AS (
       UPDATE ${n.runs} r
          SET turn_token = ${n.nextToken}, turn_nonce = gen_random_uuid(), turn_epoch = r.turn_epoch + 1,

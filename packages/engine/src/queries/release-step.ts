@@ -3,6 +3,7 @@ import type { Database } from '../db/database.js';
 import {
   fencedResultColumns,
   rejectionCtes,
+  runLockCte,
   settleFencedResult,
   stepFence,
   type AttemptRef,
@@ -31,18 +32,20 @@ export interface ReleaseStepParams extends AttemptRef {
  * attempts without running it once. This does not revive a lease (expiry stays final, I4): the step only
  * becomes claimable, which it already was, and no effect of the attempt exists to fence. Under row lock, a
  * concurrent claim that took the step first changes the token, and the release is rejected as `superseded`.
+ * Locks, in the one order (invariant 14): the run row (`run_lock`), then the step row.
  */
 export async function releaseStep(db: Database, n: SchemaNames, p: ReleaseStepParams): Promise<void> {
   const fence =
     p.why === 'shutdown'
       ? stepFence(n, 's', p)
-      : sql`s.id = ${p.stepId} AND s.fencing_token = ${p.token.toString()}::bigint AND s.nonce = ${p.nonce}::uuid
+      : sql`s.id = ${p.stepId}::uuid AND s.fencing_token = ${p.token.toString()}::bigint AND s.nonce = ${p.nonce}::uuid
           AND s.status = 'running'`;
   const rows = await db.rows<FencedResultRow>(sql`
-    WITH applied AS (
+    WITH ${runLockCte(n, p.stepId)},
+    applied AS (
       UPDATE ${n.steps} s
          SET status = 'scheduled', attempt = s.attempt - 1, next_run_at = ${n.now}, lease_expires_at = NULL
-       WHERE ${fence}
+       WHERE ${fence} AND s.run_id IN (SELECT id FROM run_lock)
       RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, s.worker_id, s.queue),
     ended AS (
       UPDATE ${n.attempts} a SET outcome = 'released', ended_at = ${n.now}

@@ -3,7 +3,10 @@ import type { Database } from '../db/database.js';
 import type { SchemaNames } from './schema-names.js';
 
 /**
- * Request cancellation of a run, in one transaction: lock the run row (`FOR UPDATE`), mark it and its running
+ * Request cancellation of a run, in one transaction: lock the run row (`FOR NO KEY UPDATE`) and then its live
+ * steps by id — the one lock order of invariant 14, so a cancel never deadlocks with a completion, a rejection or
+ * a turn, and, since claims skip locked rows, no claim can slip in between what this reads and what it writes
+ * (a claim that committed first is seen as running and flagged). Then mark the run and its running
  * steps `cancel_requested_at` (their owners learn at their next heartbeat and record `cancelled`, fenced), end
  * its scheduled steps `cancelled` at once, and — for a standalone run left with no running step — end the run
  * `cancelled` with its terminal event and a NOTIFY. A workflow run is woken so its next turn sees the cancel.
@@ -18,7 +21,14 @@ export async function requestCancel(
   if (!/^[0-9a-f-]{36}$/i.test(p.runId)) return undefined;
   return db.transaction(async (tx) => {
     const runs = await tx.rows<{ kind: string; status: string; queue: string }>(sql`
-      SELECT kind, status, queue FROM ${n.runs} WHERE id = ${p.runId}::uuid FOR UPDATE`);
+      WITH run AS MATERIALIZED (
+        SELECT id, kind, status, queue FROM ${n.runs} WHERE id = ${p.runId}::uuid FOR NO KEY UPDATE),
+      live AS (
+        SELECT count(*) AS n FROM (
+          SELECT s.id FROM ${n.steps} s
+           WHERE s.run_id IN (SELECT id FROM run) AND s.status IN ('scheduled', 'running')
+           ORDER BY s.id FOR NO KEY UPDATE OF s) x)
+      SELECT kind, status, queue, (SELECT n FROM live) AS live FROM run`);
     const run = runs[0];
     if (!run) return undefined;
     if (!['pending', 'running'].includes(run.status)) return run.status;

@@ -233,7 +233,7 @@ export class ActivityAttempt {
       seq: this.row.seq,
       attempt: this.row.attempt,
       epoch: this.row.epoch,
-      fencing: Object.freeze({ scope: `step:${this.row.id}`, token: this.ref.token }),
+      fencing: Object.freeze({ scope: this.row.fencing_scope, token: this.ref.token }),
       heartbeatDetails: this.row.heartbeat_details ?? undefined,
       queue: this.row.queue,
       workerId: this.services.workerId,

@@ -1,4 +1,4 @@
-import { LeaseLostError } from '@palisade/sdk';
+import { leaseLostFromRow } from '../queries/fenced-outcome.js';
 import type { Logger } from 'pino';
 import type { Database } from '../db/database.js';
 import { heartbeatSteps } from '../queries/heartbeat-steps.js';
@@ -125,16 +125,7 @@ export class HeartbeatLoop {
         } else {
           lost++;
           attempt.leaseLost(
-            new LeaseLostError({
-              operation: 'heartbeat',
-              stepLabel: `${attempt.row.name}#${attempt.row.seq}`,
-              runId: attempt.ref.runId,
-              stepId: attempt.ref.stepId,
-              attempt: attempt.ref.attempt,
-              staleToken: attempt.ref.token,
-              currentToken: row.current_token !== null ? BigInt(row.current_token) : null,
-              reason: row.reason ?? 'expired',
-            }),
+            leaseLostFromRow(row, attempt.ref, 'heartbeat'),
           );
         }
       }

@@ -45,7 +45,8 @@ export type MockActivityInfo = Partial<Omit<ActivityInfo, 'fencing'>> & {
 };
 
 /**
- * Defaults of the mock's `ctx.info`. `epoch` defaults to `attempt`, `fencing.scope` to `step:<stepId>`;
+ * Defaults of the mock's `ctx.info`. `epoch` defaults to `attempt`, `fencing.scope` to `run:<runId>/seq:<seq>`
+ * (the scope a workflow step's attempts get; a standalone activity's is `run:<runId>`);
  * `heartbeatDetails` defaults to `undefined` (no previous attempt heartbeated).
  */
 export const MOCK_ACTIVITY_INFO_DEFAULTS = Object.freeze({
@@ -306,16 +307,18 @@ export class MockActivityContext implements ActivityContext {
 function resolveInfo(given: MockActivityInfo, definition: ActivityDefinition | undefined): ActivityInfo {
   const d = MOCK_ACTIVITY_INFO_DEFAULTS;
   const stepId = given.stepId ?? d.stepId;
+  const runId = given.runId ?? d.runId;
+  const seq = given.seq ?? d.seq;
   const attempt = given.attempt ?? d.attempt;
   return Object.freeze({
-    runId: given.runId ?? d.runId,
+    runId,
     stepId,
     activityName: given.activityName ?? definition?.name ?? d.activityName,
-    seq: given.seq ?? d.seq,
+    seq,
     attempt,
     epoch: given.epoch ?? attempt,
     fencing: Object.freeze({
-      scope: given.fencing?.scope ?? `step:${stepId}`,
+      scope: given.fencing?.scope ?? `run:${runId}/seq:${seq}`,
       token: given.fencing?.token ?? d.fencingToken,
     }),
     heartbeatDetails: given.heartbeatDetails,
