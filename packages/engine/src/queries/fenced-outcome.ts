@@ -53,12 +53,12 @@ export function runLockCte(n: SchemaNames, stepId: string): SQL {
 
 /**
  * CTEs appended to a fenced write whose own CTE is named `applied` (and that defines {@link runLockCte}): when the
- * write matched nothing, they read the step's latest committed version (`FOR SHARE`, after the run lock, waits
- * for a concurrent claim to commit, so the current token is the real one), and — unless `replayWhen` says the
- * write already happened (an idempotent retry after an unknown commit outcome) — record an
- * `attempt:stale-rejected` event with the {@link staleReason} and end the stale attempt's row as
- * `rejected_stale` (unless something else already ended it), all in the same statement as the write
- * (invariant 2: never a silent no-op).
+ * write matched nothing, they lock and read the step's latest committed version (after the run lock; the lock
+ * waits for a concurrent claim to commit, so the current token is the real one), and — unless `replayWhen` says
+ * the write already happened (an idempotent retry after an unknown commit outcome) — record an
+ * `attempt:stale-rejected` event with the {@link staleReason}, end the stale attempt's row as `rejected_stale`
+ * (unless something else already ended it) and note that the holder was told ({@link toldCte}), all in the same
+ * statement as the write (invariant 2: never a silent no-op).
  */
 export function rejectionCtes(
   n: SchemaNames,
@@ -70,7 +70,7 @@ export function rejectionCtes(
     SELECT s.id, s.run_id, s.fencing_token, s.status, s.ended_nonce, s.retired_at
       FROM ${n.steps} s
      WHERE s.id = ${p.stepId} AND NOT EXISTS (SELECT 1 FROM applied) AND s.run_id IN (SELECT id FROM run_lock)
-       FOR SHARE OF s),
+       FOR NO KEY UPDATE OF s),
   replayed AS (SELECT 1 FROM cur WHERE ${p.replayWhen ?? sql`false`}),
   rej AS (
     INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, worker_id, data, at)
@@ -84,9 +84,26 @@ export function rejectionCtes(
       FROM cur LEFT JOIN ${n.attempts} a ON a.fencing_token = ${token}
      WHERE NOT EXISTS (SELECT 1 FROM replayed)
     RETURNING data),
+  ${toldCte(n, 'cur', token, sql`NOT EXISTS (SELECT 1 FROM replayed)`)},
   rej_attempt AS (
     UPDATE ${n.attempts} SET outcome = coalesce(outcome, 'rejected_stale'), ended_at = coalesce(ended_at, ${n.now})
      WHERE fencing_token = ${token} AND EXISTS (SELECT 1 FROM rej)
+    RETURNING 1)`;
+}
+
+/**
+ * A CTE named `told`: when the refused attempt is the one the step was ended under (its token is still the
+ * step's, the step no longer running — a cancel, the run's end, a retirement), the holder now knows, so the
+ * lease it held stops delaying the step's next grant: a retry may grant the position at once instead of waiting
+ * for that lease to run out (see retryRun and commitTurn), since the holder's signal has fired on this very
+ * refusal (invariant 12: "before or at the successor's grant"). `cur` must be locked for update.
+ */
+export function toldCte(n: SchemaNames, cur: string, staleToken: SQL, when: SQL): SQL {
+  const c = sql.raw(cur);
+  return sql`told AS (
+    UPDATE ${n.steps} s SET lease_expires_at = least(s.lease_expires_at, ${n.now})
+      FROM ${c}
+     WHERE s.id = ${c}.id AND ${c}.fencing_token = ${staleToken} AND ${c}.status <> 'running' AND ${when}
     RETURNING 1)`;
 }
 
@@ -96,7 +113,8 @@ export const fencedResultColumns = sql`
   (SELECT count(*) FROM replayed)::int AS replayed,
   (SELECT fencing_token::text FROM cur) AS current_token,
   (SELECT data->>'reason' FROM rej) AS reason,
-  (SELECT count(*) FROM rej_attempt)::int AS rejected_attempts`;
+  (SELECT count(*) FROM rej_attempt)::int AS rejected_attempts,
+  (SELECT count(*) FROM told)::int AS told`;
 
 export interface FencedResultRow {
   applied: number;

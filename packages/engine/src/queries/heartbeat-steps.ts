@@ -1,6 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
-import { staleReason } from './fenced-outcome.js';
+import { staleReason, toldCte } from './fenced-outcome.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 export interface HeartbeatEntry {
@@ -13,6 +13,8 @@ export interface HeartbeatEntry {
 
 export interface HeartbeatResultRow {
   id: string;
+  /** The entry's token: a worker may hold a zombie attempt and its successor of one step (same id). */
+  token: string;
   renewed: boolean;
   /** Lease left after renewal by the DB clock (ms); null when not renewed. */
   remaining_ms: number | null;
@@ -41,7 +43,8 @@ export interface HeartbeatResultRow {
  * or release that committed while this heartbeat was in flight) counts, and such entries come back with reason
  * `ended`. A step ended by anything else (a cancel, the run's end, a retry's retirement, expiry) is a lost lease
  * with its reason (invariant 12). Returns one row per entry, with the cancel request of renewed steps (the
- * owner learns of a cancel at its next heartbeat).
+ * owner learns of a cancel at its next heartbeat). Entries are told apart by step and token: one worker may hold
+ * a zombie attempt and its successor of the same step, and the successor's renewal says nothing of the zombie's.
  */
 export async function heartbeatSteps(
   db: Database,
@@ -77,10 +80,12 @@ export async function heartbeatSteps(
         FROM hb JOIN locked l ON l.id = hb.id
        WHERE s.id = hb.id AND s.fencing_token = hb.token AND s.nonce = hb.nonce
          AND s.status = 'running' AND s.lease_expires_at > ${n.now}
-      RETURNING s.id, (extract(epoch FROM (s.lease_expires_at - ${n.now})) * 1000)::float8 AS remaining_ms,
+      RETURNING s.id, s.fencing_token, (extract(epoch FROM (s.lease_expires_at - ${n.now})) * 1000)::float8 AS remaining_ms,
                 s.lease_expires_at >= s.attempt_deadline_at AS lease_capped,
                 s.cancel_requested_at IS NOT NULL AS cancel_requested),
-    lost AS (SELECT hb.id, hb.token, hb.nonce FROM hb WHERE NOT EXISTS (SELECT 1 FROM renewed r WHERE r.id = hb.id)),
+    lost AS (
+      SELECT hb.id, hb.token, hb.nonce FROM hb
+       WHERE NOT EXISTS (SELECT 1 FROM renewed r WHERE r.id = hb.id AND r.fencing_token = hb.token)),
     cur AS (
       SELECT l.id, l.run_id, l.fencing_token, l.status, l.retired_at, lost.token AS stale_token,
              l.ended_nonce IS NOT DISTINCT FROM lost.nonce AS self_ended
@@ -94,18 +99,23 @@ export async function heartbeatSteps(
              ${n.now}
         FROM cur LEFT JOIN ${n.attempts} a ON a.fencing_token = cur.stale_token
        WHERE NOT cur.self_ended
-      RETURNING step_id, data),
+      RETURNING step_id, fencing_token, data),
+    ${toldCte(n, 'cur', sql`cur.stale_token`, sql`NOT cur.self_ended`)},
     rej_attempts AS (
       UPDATE ${n.attempts} a SET outcome = coalesce(a.outcome, 'rejected_stale'), ended_at = coalesce(a.ended_at, ${n.now})
         FROM lost WHERE a.fencing_token = lost.token
-         AND NOT EXISTS (SELECT 1 FROM cur WHERE cur.id = lost.id AND cur.self_ended)
+         AND NOT EXISTS (SELECT 1 FROM cur WHERE cur.id = lost.id AND cur.stale_token = lost.token AND cur.self_ended)
       RETURNING 1)
-    SELECT r.id::text, true AS renewed, r.remaining_ms, r.lease_capped, r.cancel_requested, NULL AS current_token,
-           NULL AS reason
+    SELECT r.id::text, r.fencing_token::text AS token, true AS renewed, r.remaining_ms, r.lease_capped, r.cancel_requested, NULL AS current_token,
+           NULL AS reason, (SELECT count(*) FROM told) AS told
       FROM renewed r
     UNION ALL
-    SELECT l.id::text, false, NULL, NULL, false, (SELECT fencing_token::text FROM cur WHERE cur.id = l.id),
-           CASE WHEN EXISTS (SELECT 1 FROM cur WHERE cur.id = l.id AND cur.self_ended) THEN 'ended'
-                ELSE coalesce((SELECT data->>'reason' FROM rej WHERE rej.step_id = l.id LIMIT 1), 'step not found') END
+    SELECT l.id::text, l.token::text, false, NULL, NULL, false,
+           (SELECT fencing_token::text FROM cur WHERE cur.id = l.id AND cur.stale_token = l.token),
+           CASE WHEN EXISTS (SELECT 1 FROM cur WHERE cur.id = l.id AND cur.stale_token = l.token AND cur.self_ended)
+                THEN 'ended'
+                ELSE coalesce((SELECT data->>'reason' FROM rej WHERE rej.step_id = l.id AND rej.fencing_token = l.token
+                                LIMIT 1), 'step not found') END,
+           (SELECT count(*) FROM told)
       FROM lost l`);
 }

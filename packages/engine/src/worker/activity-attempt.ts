@@ -169,7 +169,9 @@ export class ActivityAttempt {
   leaseLost(error: LeaseLostError): void {
     if (!(this.poison instanceof LeaseLostError)) this.poison = error;
     this.services.events.emit('attempt:stale-rejected', { attempt: this.ref, error });
-    this.abort('lease-lost', error.message, error);
+    // A cancel ends the step under its holder (DESIGN.md §4): the signal says `cancelled`, as activity code that
+    // tells a cancel from a lost lease expects; the context is poisoned with the LeaseLostError all the same.
+    this.abort(error.reason === 'cancelled' ? 'cancelled' : 'lease-lost', error.message, error);
   }
 
   /** Fire the signal with `reason`; idempotent (the first reason wins). */
