@@ -12,6 +12,14 @@ export interface FaultHooks {
    * the step's row lock and has written the user's rows (research/fencing-semantics.md §3.3 T12 (b)).
    */
   'fenced-transaction:before-commit'?: (attempt: AttemptRef) => Promise<void>;
+  /**
+   * In a worker's claim of activity steps, after the claim statement ran and before its COMMIT: the claimed
+   * rows are locked and not yet visible to others. With this hook set the claim runs in an explicit
+   * transaction (otherwise it is one autocommitted statement). Receives the names of the claimed steps.
+   */
+  'claim:before-commit'?: (
+    claimed: readonly { readonly stepId: string; readonly name: string }[],
+  ) => Promise<void>;
 }
 
 export type FaultPoint = keyof FaultHooks;

@@ -5,6 +5,7 @@ import { InvalidOptionsError } from '@palisade/sdk';
 import type { Database } from '../db/database.js';
 import { classifyDatabaseError } from '../infra-retry.js';
 import { resolveWorkerOptions, type ResolvedWorkerOptions, type WorkerOptions } from '../options.js';
+import { faultHooks } from '../internal/fault-points.js';
 import { claimSteps } from '../queries/claim-steps.js';
 import { expireSteps } from '../queries/expire-steps.js';
 import { findClaimedByRequest } from '../queries/find-claimed-by-request.js';
@@ -188,13 +189,21 @@ export class Worker {
     const sentAt = monotonicNow();
     let rows;
     try {
-      rows = await claimSteps(this.host.db, this.host.names, {
+      const params = {
         workerId: this.workerId,
         claimRequestId,
         queues: this.options.queues,
         activityNames: [...this.options.activities.keys()],
         limit,
-      });
+      };
+      const pause = faultHooks['claim:before-commit'];
+      rows = pause
+        ? await this.host.db.transaction(async (tx) => {
+            const claimed = await claimSteps(tx, this.host.names, params);
+            if (claimed.length > 0) await pause(claimed.map((r) => ({ stepId: r.id, name: r.name })));
+            return claimed;
+          })
+        : await claimSteps(this.host.db, this.host.names, params);
     } catch (error) {
       if (classifyDatabaseError(error) === 'transient') this.unsettledClaims.push(claimRequestId);
       throw error;
