@@ -21,8 +21,9 @@ export interface ReleaseStepParams extends AttemptRef {
  * Hand a step back, claimable at once by any worker (no waiting for the lease to expire): only if the fence
  * holds, the step returns to `scheduled` with `next_run_at = now`, and the released claim is not charged to the
  * retry budget (`attempt − 1`; `epoch` keeps counting it). The attempt row ends `released`, an
- * `attempt:released` event is appended and workers are NOTIFYed. A rejection is recorded in the same statement
- * and raises {@link LeaseLostError}.
+ * `attempt:released` event is appended and workers are NOTIFYed. The release is the attempt's own ending
+ * (`ended_nonce`), so a heartbeat of it still in flight is not taken for a lost lease. A rejection is recorded
+ * in the same statement and raises {@link LeaseLostError}.
  *
  * A grant that never started (`stale-grant`, `ambiguous-claim`) is released even if its lease has already
  * expired, as long as no other claim took the step (same token and nonce, still `running`). Such a release
@@ -44,7 +45,8 @@ export async function releaseStep(db: Database, n: SchemaNames, p: ReleaseStepPa
     WITH ${runLockCte(n, p.stepId)},
     applied AS (
       UPDATE ${n.steps} s
-         SET status = 'scheduled', attempt = s.attempt - 1, next_run_at = ${n.now}, lease_expires_at = NULL
+         SET status = 'scheduled', attempt = s.attempt - 1, next_run_at = ${n.now}, lease_expires_at = NULL,
+             ended_nonce = s.nonce
        WHERE ${fence} AND s.run_id IN (SELECT id FROM run_lock)
       RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, s.worker_id, s.queue),
     ended AS (
