@@ -131,9 +131,11 @@ export class RunHandle<O = unknown> {
   }
 
   /**
-   * Request cancellation. Scheduled steps end at once; a running activity learns at its next heartbeat (its
-   * signal fires with reason `cancelled`) and the step and run then end `cancelled`. Legal any time; a no-op
-   * on a run that already ended (its status is returned).
+   * Cancel the run. Its scheduled and running steps end `cancelled` at once; a running activity's holder learns
+   * at its next heartbeat — its signal fires with reason `cancelled` and its later writes are refused with
+   * `LeaseLostError` (reason `cancelled`). A standalone run ends `cancelled` here; a workflow run at its next turn,
+   * whose code sees `CancelledFailure` and may still run cleanup steps. Legal any time; a no-op on a run that
+   * already ended (its status is returned). Retried on a transient database error.
    * @throws RunNotFoundError when there is no such run.
    */
   async cancel(reason = 'cancelled by request'): Promise<string> {
