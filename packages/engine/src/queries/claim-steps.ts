@@ -40,8 +40,8 @@ export interface ClaimedStepRow {
  *
  * Eligible: `scheduled` and due, or `running` whose lease expired (and whose reclaim backoff passed, both
  * folded into `next_run_at`) and that still has attempts left and no cancel request — expired steps with
- * neither are ended by `expireSteps`, never reclaimed. Locks: `FOR UPDATE SKIP LOCKED` on the picked rows,
- * READ COMMITTED; the UPDATE repeats the eligibility test on the locked version as defence in depth, so a
+ * neither are ended by `expireSteps`, never reclaimed. Locks: `FOR NO KEY UPDATE SKIP LOCKED` on the picked rows
+ * (not `FOR UPDATE`, which the key-share lock of an attempt row's foreign key would make it skip), READ COMMITTED; the UPDATE repeats the eligibility test on the locked version as defence in depth, so a
  * claim can never take an unexpired lease. Each claimed row takes a fresh token from the global sequence
  * (taken under the row lock, so grants of one step increase in commit order), a fresh nonce, attempt + 1,
  * epoch + 1, an attempt deadline (start-to-close) and a lease from the DB clock capped by that deadline.
@@ -71,7 +71,7 @@ export async function claimSteps(
          AND NOT (s.status = 'running' AND (s.cancel_requested_at IS NOT NULL OR s.attempt >= ${maxAttempts}))
        ORDER BY s.priority DESC, s.next_run_at
        LIMIT ${p.limit}
-       FOR UPDATE OF s SKIP LOCKED),
+       FOR NO KEY UPDATE OF s SKIP LOCKED),
     -- A standalone run's first claim marks it running. Its run row is locked SKIP LOCKED: the claim never waits,
     -- so it closes no lock cycle (invariant 14), and a step whose run a cancel or retry holds is left for the
     -- next claim rather than claimed under a run that is being ended (the cancel then finds it scheduled).

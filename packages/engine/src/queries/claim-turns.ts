@@ -33,7 +33,7 @@ export interface ClaimedTurnRow {
 /**
  * Claim up to `limit` workflow runs whose next turn is due (a turn is an attempt: DESIGN.md §4, last paragraph).
  * Eligible: `pending`/`running` workflow runs with `turn_next_run_at` due and no live turn lease. Locks: `FOR
- * UPDATE SKIP LOCKED` on the run rows; the UPDATE re-checks the lease on the locked version. Each claimed run
+ * NO KEY UPDATE SKIP LOCKED` on the run rows; the UPDATE re-checks the lease on the locked version. Each claimed run
  * takes a fresh token from the global sequence and a fresh nonce, and its turn an attempts row (kind `turn`),
  * so two workers can never both advance one run: the turn's commit is fenced on (token, nonce, lease).
  */

@@ -14,8 +14,8 @@ export interface ExpiredStepRow {
  * cancel was requested while their owner was gone. The step ends `failed` with a reason that says the lease
  * expired (or the start-to-close timeout passed), or `cancelled`.
  *
- * This is maintenance of running rows, so it is fenced like a claim (invariant 5; I8): `FOR UPDATE SKIP
- * LOCKED`, the expiry re-checked on the locked version, and the token bumped from the global sequence in the
+ * This is maintenance of running rows, so it is fenced like a claim (invariant 5; I8): `FOR NO KEY UPDATE
+ * SKIP LOCKED`, the expiry re-checked on the locked version, and the token bumped from the global sequence in the
  * same statement, so the zombie owner's later writes fail. The same statement ends the attempt row, appends
  * the terminal events, ends a standalone run or wakes a workflow turn, and NOTIFYs result waiters. It never
  * waits for a lock (SKIP LOCKED on the steps and on their runs), so it takes part in no deadlock (invariant 14).
@@ -32,7 +32,7 @@ export async function expireSteps(db: Database, n: SchemaNames, limit = 100): Pr
        WHERE s.status = 'running' AND s.lease_expires_at <= (SELECT t FROM clock)
          AND (s.cancel_requested_at IS NOT NULL OR s.attempt >= ${maxAttempts})
        LIMIT ${limit}
-       FOR UPDATE OF s SKIP LOCKED),
+       FOR NO KEY UPDATE OF s SKIP LOCKED),
     -- The runs it ends or wakes, locked SKIP LOCKED: the sweep never waits (invariant 14); a step whose run a
     -- cancel, retry or turn holds is left for the next sweep.
     run_locks AS MATERIALIZED (
