@@ -119,9 +119,6 @@ export const MIN_LEASE_MS = 3_000;
 
 const NAME = /^[A-Za-z0-9_.:-]{1,128}$/;
 
-/** Longest start-to-close timeout: the column is a 32-bit count of ms (about 24.8 days). */
-export const MAX_TIMEOUT_MS = 2_147_483_647;
-
 const activityOptionsSchema = z
   .object({
     name: z.string().regex(NAME, 'must be 1–128 characters of letters, digits, and _ . : -'),
@@ -129,9 +126,7 @@ const activityOptionsSchema = z
     output: z.unknown(),
     run: z.unknown(),
     retry: z.unknown().optional(),
-    startToCloseTimeoutMs: durationMs
-      .pipe(z.number().min(1, 'must be > 0').max(MAX_TIMEOUT_MS, 'must be ≤ 24 days (2,147,483,647 ms)'))
-      .optional(),
+    startToCloseTimeoutMs: durationMs.pipe(z.number().min(1, 'must be > 0')).optional(),
     leaseMs: durationMs.pipe(z.number().max(3_600_000, 'must be ≤ 1 hour')).optional(),
     queue: z.string().regex(NAME, 'must be 1–128 characters of letters, digits, and _ . : -').optional(),
   })
