@@ -2,10 +2,13 @@ import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import {
   InvalidOptionsError,
+  PAYLOAD_LIMITS,
   RunNotFoundError,
+  checkPayload,
   durationMs,
   formatIssues,
   mergeRetryPolicy,
+  textProblem,
   validate,
   type ActivityDefinition,
   type Duration,
@@ -54,7 +57,12 @@ export interface StartOptions {
 /** The options every run takes: its key, queue and priority. */
 const runOptionsSchema = z
   .object({
-    key: z.string().min(1).max(512).optional(),
+    key: z
+      .string()
+      .min(1)
+      .max(512)
+      .refine((k) => textProblem(k) === undefined, 'must be storable text (no NUL, no lone surrogate)')
+      .optional(),
     queue: z
       .string()
       .regex(/^[A-Za-z0-9_.:-]{1,128}$/, 'must be 1–128 letters, digits, _ . : -')
@@ -71,6 +79,29 @@ const enqueueSchema = runOptionsSchema
     retry: z.any().optional(),
     leaseMs: durationMs.optional(),
     startToCloseTimeoutMs: durationMs.pipe(z.number().min(1)).optional(),
+  })
+  .strict();
+
+/** Refuse anything but a definition from defineActivity()/defineWorkflow() before reading its fields. */
+function assertDefinition(definition: unknown, kind: 'activity' | 'workflow', call: string): void {
+  if ((definition as { kind?: unknown } | null | undefined)?.kind === kind) return;
+  throw new InvalidOptionsError(call, [
+    {
+      path: kind,
+      message: `must be ${kind === 'activity' ? 'an activity from defineActivity()' : 'a workflow from defineWorkflow()'}`,
+    },
+  ]);
+}
+
+const listSchema = z
+  .object({
+    status: z.enum(['pending', 'running', 'completed', 'failed', 'cancelled']).optional(),
+    name: z
+      .string()
+      .max(128)
+      .refine((k) => textProblem(k) === undefined, 'must be storable text (no NUL, no lone surrogate)')
+      .optional(),
+    limit: z.number().int('must be a whole number').min(1, 'must be ≥ 1').max(10_000, 'must be ≤ 10,000').optional(),
   })
   .strict();
 
@@ -95,12 +126,14 @@ export class Client {
     input: z.input<I>,
     options: EnqueueOptions = {},
   ): Promise<RunHandle<z.output<O>>> {
+    assertDefinition(activity, 'activity', 'enqueue');
     const parsed = enqueueSchema.safeParse(options);
     if (!parsed.success) {
       throw new InvalidOptionsError(`enqueue options of ${activity.name}`, formatIssues(parsed.error.issues));
     }
     const o = parsed.data;
     const value = validate(activity.input, input, `input of activity ${activity.name}`);
+    checkPayload(value, `input of activity ${activity.name}`, PAYLOAD_LIMITS.inputBytes);
     const retryPolicy = mergeRetryPolicy(activity.retry, options.retry, `enqueue retry of ${activity.name}`);
     if (o.leaseMs !== undefined && o.leaseMs < activity.leaseMs) {
       throw new InvalidOptionsError(`enqueue options of ${activity.name}`, [
@@ -135,11 +168,13 @@ export class Client {
     input: z.input<I>,
     options: StartOptions = {},
   ): Promise<RunHandle<z.output<O>>> {
+    assertDefinition(workflow, 'workflow', 'start');
     const parsed = startSchema.safeParse(options);
     if (!parsed.success) {
       throw new InvalidOptionsError(`start options of ${workflow.name}`, formatIssues(parsed.error.issues));
     }
     const value = validate(workflow.input, input, `input of workflow ${workflow.name}`);
+    checkPayload(value, `input of workflow ${workflow.name}`, PAYLOAD_LIMITS.inputBytes);
     const id = randomUUID(); // fixed before the first try, so a retry after an unknown outcome cannot duplicate
     const { runId } = await withInfraRetry(() =>
       insertWorkflowRun(this.db, this.names, {
@@ -159,8 +194,15 @@ export class Client {
     return new RunHandle<O>(runId, this.db, this.names, this.hub);
   }
 
-  /** Runs, newest first. */
+  /**
+   * Runs, newest first (at most `limit`, default 50).
+   * @throws InvalidOptionsError naming a bad filter field.
+   */
   list(filter: ListRunsFilter = {}): Promise<RunRow[]> {
+    const parsed = listSchema.safeParse(filter);
+    if (!parsed.success) {
+      return Promise.reject(new InvalidOptionsError('list filter', formatIssues(parsed.error.issues)));
+    }
     return listRuns(this.db, this.names, filter);
   }
 

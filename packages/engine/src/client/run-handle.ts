@@ -1,8 +1,14 @@
+import { z } from 'zod';
 import {
   CancelledFailure,
+  InvalidOptionsError,
   PalisadeError,
   RunFailedError,
   RunNotFoundError,
+  checkText,
+  durationMs,
+  formatIssues,
+  type Duration,
   type SerializedFailure,
 } from '@palisade/sdk';
 import type { Database } from '../db/database.js';
@@ -18,13 +24,22 @@ import {
 import { requestCancel } from '../queries/request-cancel.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 
-/** Options of {@link RunHandle.result}. */
+/** Options of {@link RunHandle.result}; durations as everywhere (ms, or `'2s'`), ≤ 2,147,483,647 ms. */
 export interface ResultOptions {
-  /** Give up after this long (ms). @defaultValue no limit */
-  readonly timeoutMs?: number;
-  /** Re-read the run at least this often in case a NOTIFY was missed (ms). @defaultValue 5_000 */
-  readonly pollIntervalMs?: number;
+  /** Give up after this long. @defaultValue no limit */
+  readonly timeoutMs?: Duration;
+  /** Re-read the run at least this often in case a NOTIFY was missed; ≥ 10 ms. @defaultValue 5_000 (ms) */
+  readonly pollIntervalMs?: Duration;
 }
+
+const RESULT_DEFAULTS = Object.freeze({ pollIntervalMs: 5_000 });
+
+const resultSchema = z
+  .object({
+    timeoutMs: durationMs.optional(),
+    pollIntervalMs: durationMs.pipe(z.number().min(10, 'must be ≥ 10 ms')).optional(),
+  })
+  .strict();
 
 /** A run's current state with its steps, attempts and history, as `describe()` returns it. */
 export interface RunDescription {
@@ -55,6 +70,10 @@ export class RunHandle<O = unknown> {
    * @throws RunNotFoundError when there is no such run.
    */
   async result(options: ResultOptions = {}): Promise<O> {
+    const parsed = resultSchema.safeParse(options);
+    if (!parsed.success) throw new InvalidOptionsError('result options', formatIssues(parsed.error.issues));
+    const timeoutMs = parsed.data.timeoutMs;
+    const pollIntervalMs = parsed.data.pollIntervalMs ?? RESULT_DEFAULTS.pollIntervalMs;
     const started = performance.now();
     let wake: (() => void) | undefined;
     let notified = false;
@@ -85,18 +104,17 @@ export class RunHandle<O = unknown> {
         if (run.status === 'cancelled') {
           throw new CancelledFailure(run.cancel_reason ?? 'cancelled', { runId: this.runId });
         }
-        const left =
-          options.timeoutMs === undefined ? Infinity : options.timeoutMs - (performance.now() - started);
+        const left = timeoutMs === undefined ? Infinity : timeoutMs - (performance.now() - started);
         if (left <= 0) {
           throw new PalisadeError(
             'RESULT_TIMEOUT',
-            `run ${this.runId} is still ${run.status} after ${options.timeoutMs} ms; it goes on (call result() again)`,
+            `run ${this.runId} is still ${run.status} after ${timeoutMs} ms; it goes on (call result() again)`,
             { runId: this.runId },
           );
         }
         if (notified) continue;
         await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, Math.min(left, options.pollIntervalMs ?? 5_000));
+          const timer = setTimeout(resolve, Math.min(left, pollIntervalMs));
           wake = () => {
             clearTimeout(timer);
             resolve();
@@ -134,8 +152,10 @@ export class RunHandle<O = unknown> {
    * signal fires with reason `cancelled`) and the step and run then end `cancelled`. Legal any time; a no-op
    * on a run that already ended (its status is returned).
    * @throws RunNotFoundError when there is no such run.
+   * @throws InvalidOptionsError when `reason` is not storable text of at most 4,096 characters.
    */
   async cancel(reason = 'cancelled by request'): Promise<string> {
+    checkText(reason, 'cancel reason');
     const status = await requestCancel(this.db, this.names, { runId: this.runId, reason });
     if (status === undefined) throw new RunNotFoundError(`run ${this.runId}`);
     return status;
