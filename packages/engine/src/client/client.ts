@@ -101,7 +101,12 @@ const listSchema = z
       .max(128)
       .refine((k) => textProblem(k) === undefined, 'must be storable text (no NUL, no lone surrogate)')
       .optional(),
-    limit: z.number().int('must be a whole number').min(1, 'must be ≥ 1').max(10_000, 'must be ≤ 10,000').optional(),
+    limit: z
+      .number()
+      .int('must be a whole number')
+      .min(1, 'must be ≥ 1')
+      .max(10_000, 'must be ≤ 10,000')
+      .optional(),
   })
   .strict();
 

@@ -66,6 +66,14 @@ function cut(text: string, max: number): string {
 }
 
 /**
+ * The server quotes the offending value in some messages (`invalid input syntax for type integer: "…"`): a long
+ * quoted part is a value, not a name (identifiers are at most 63 bytes), and is left out.
+ */
+function elideValues(message: string): string {
+  return message.replace(/"[^"]{64,}"/g, (quoted) => `"(a value of ${quoted.length - 2} characters)"`);
+}
+
+/**
  * Wrap an error from the driver as a {@link PalisadeError}: `DATABASE_UNAVAILABLE` for a connection-class error
  * (refused, reset, server shutting down), `DATABASE_ERROR` otherwise. The message has the SQLSTATE, the server's
  * message and the statement cut to a few hundred characters — never the parameter values (drizzle's own error
@@ -85,11 +93,12 @@ export function wrapDatabaseError(error: unknown): unknown {
   }
   const code = (driverError as { code?: unknown }).code;
   const sqlstate = typeof code === 'string' ? `${code} ` : '';
-  const unavailable = classifyDatabaseError(driverError) === 'transient' && /^(08|57P0|E[A-Z]|CONNECT)/.test(String(code));
+  const unavailable =
+    classifyDatabaseError(driverError) === 'transient' && /^(08|57P0|E[A-Z]|CONNECT)/.test(String(code));
   const where = statement !== undefined ? ` in statement: ${cut(statement, SQL_SHOWN_CHARS)}` : '';
   return new PalisadeError(
     unavailable ? 'DATABASE_UNAVAILABLE' : 'DATABASE_ERROR',
-    `${unavailable ? 'cannot reach the database: ' : ''}${sqlstate}${cut(driverError.message, MESSAGE_SHOWN_CHARS)}${where}`,
+    `${unavailable ? 'cannot reach the database: ' : ''}${sqlstate}${cut(elideValues(driverError.message), MESSAGE_SHOWN_CHARS)}${where}`,
     { cause: driverError },
   );
 }

@@ -154,7 +154,11 @@ export class TurnLoop {
       this.logger.warn({ err: error, runId: row.id }, 'turn:unstorable');
       await commitTurn(this.db, this.names, ref, committed);
     }
-    this.events.emit('turn:committed', { runId: row.id, workflow: row.name, outcome: committed.outcome.kind });
+    this.events.emit('turn:committed', {
+      runId: row.id,
+      workflow: row.name,
+      outcome: committed.outcome.kind,
+    });
   }
 
   /** Stop claiming; wait for turns in progress (they are short) to commit. */
