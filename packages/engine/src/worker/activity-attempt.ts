@@ -278,7 +278,7 @@ export class ActivityAttempt {
           this.ref,
         );
       } catch (error) {
-        return Promise.reject(error as Error);
+        return Promise.reject(error instanceof Error ? error : new Error(String(error)));
       }
       this.pendingDetails = { value: details };
     }
