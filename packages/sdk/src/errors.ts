@@ -360,11 +360,23 @@ export class NonDeterminismError extends PalisadeError {
   readonly position: number;
   readonly recorded: string;
   readonly current: string;
-  constructor(workflowName: string, position: number, recorded: string, current: string, runId?: string) {
+  /**
+   * @param hint replaces the default explanation (a code change) when the engine saw a likelier cause, such as
+   * workflow code that called `Math.random()` or `Date.now()`.
+   */
+  constructor(
+    workflowName: string,
+    position: number,
+    recorded: string,
+    current: string,
+    runId?: string,
+    hint?: string,
+  ) {
     super(
       'NON_DETERMINISM',
       `workflow ${workflowName} replayed step ${position} as ${current}, but history recorded ${recorded}; ` +
-        'the workflow code changed under an in-flight run. Deploy the old code to finish it, or cancel it.',
+        (hint ??
+          'the workflow code changed under an in-flight run. Deploy the old code to finish it, or cancel it.'),
       { runId },
     );
     this.position = position;

@@ -35,6 +35,8 @@ export class TurnLoop {
   private state: 'running' | 'stopping' = 'running';
   private readonly wakeSignal = new WakeSignal();
   private readonly done: Promise<void>;
+  /** `<workflow>:<call>` pairs already warned about, so a workflow that calls Math.random() warns once. */
+  private readonly warnedNondeterministic = new Set<string>();
 
   constructor(
     private readonly db: Database,
@@ -120,6 +122,15 @@ export class TurnLoop {
       nowMs: row.now_ms,
       cancelRequested: row.cancel_requested,
     });
+    for (const call of result.nondeterministicCalls ?? []) {
+      const key = `${row.name}:${call}`;
+      if (this.warnedNondeterministic.has(key)) continue;
+      this.warnedNondeterministic.add(key);
+      this.logger.warn(
+        { workflow: row.name, call, runId: row.id, hint: 'differs on replay; use ctx.random() / ctx.now()' },
+        'workflow:nondeterministic-call',
+      );
+    }
     const ref = {
       runId: row.id,
       workflowName: row.name,

@@ -25,7 +25,7 @@ import {
 import { z } from 'zod';
 import { shorterLeaseMessage } from '../lease-override.js';
 import type { HistoryStepRow } from '../queries/claim-turns.js';
-import { trackNonDurable, type NonDurableSink } from './non-durable-await.js';
+import { originalRandom, trackNonDurable, type NonDurableSink } from './non-durable-await.js';
 
 /** A durable call that has no recorded step yet. Durations in ms; due times are fixed by the DB clock at commit. */
 type StepCall =
@@ -78,6 +78,8 @@ export interface TurnResult {
   readonly newSteps: readonly NewStep[];
   readonly deliveries: readonly Delivery[];
   readonly outcome: TurnOutcome;
+  /** Calls the workflow code made that differ on replay (`Math.random()`, `Date.now()`), for a warning. */
+  readonly nondeterministicCalls?: readonly string[];
 }
 
 export interface TurnInput {
@@ -152,6 +154,26 @@ function never<T>(): Promise<T> {
  *   that this turn scheduled: they are recorded cancelled and their awaits reject with CancelledFailure.
  */
 export async function runTurn(turn: TurnInput): Promise<TurnResult> {
+  const nondeterministicCalls = new Set<string>();
+  const result = await replayTurn(turn, nondeterministicCalls);
+  return nondeterministicCalls.size > 0
+    ? { ...result, nondeterministicCalls: [...nondeterministicCalls] }
+    : result;
+}
+
+/**
+ * What to add to a NonDeterminismError when the workflow code called `Math.random()` or `Date.now()`: the likelier
+ * cause than a code change.
+ */
+function nondeterminismHint(calls: ReadonlySet<string>): string | undefined {
+  if (calls.size === 0) return undefined;
+  return (
+    `This workflow's code called ${[...calls].join(' and ')}, which differ on replay: ` +
+    'use ctx.random(), ctx.now() and ctx.uuid() instead.'
+  );
+}
+
+async function replayTurn(turn: TurnInput, nondeterministicCalls: Set<string>): Promise<TurnResult> {
   const byPosition = new Map(turn.history.map((h) => [h.seq, h]));
   const requested = new Map<number, Deferred>();
   const newSteps: NewStep[] = [];
@@ -170,6 +192,9 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
     reportNonDurable(type) {
       if (!closed) nonDurable ??= type;
     },
+    reportNondeterministic(call) {
+      nondeterministicCalls.add(call);
+    },
   };
 
   const nondeterminism = (seq: number, recorded: HistoryStepRow, kind: string, name: string): void => {
@@ -179,6 +204,7 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
       `${recorded.kind} ${recorded.name}`,
       `${kind} ${name}`,
       turn.info.runId,
+      nondeterminismHint(nondeterministicCalls),
     );
   };
 
@@ -282,7 +308,7 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
     },
     // Whole ms, as a Date holds them: the recorded value is exactly what the code saw (the DB clock has µs).
     now: () => new Date(value('now', () => Math.floor(turn.nowMs))),
-    random: () => value('random', () => Math.random()),
+    random: () => value('random', () => originalRandom()),
     uuid: () => value('uuid', () => randomUUID()),
   };
 
@@ -351,6 +377,7 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
         `${h.kind} ${h.name} (delivered in an earlier turn)`,
         position > h.seq ? 'a call that did not await it' : 'no call at that position yet',
         turn.info.runId,
+        nondeterminismHint(nondeterministicCalls),
       );
       break;
     }
@@ -406,6 +433,7 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
       `${unreached.kind} ${unreached.name}`,
       'no call (the workflow ended first)',
       turn.info.runId,
+      nondeterminismHint(nondeterministicCalls),
     );
   }
 
