@@ -11,7 +11,8 @@
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { createEngine, type Engine } from '@palisade/engine';
+import { UNCLAIMED_AFTER_MS, createEngine, type Engine } from '@palisade/engine';
+import { advanceClock } from '@palisade/engine/testing';
 import {
   ApplicationFailure,
   defineActivity,
@@ -605,6 +606,61 @@ for (const driver of ['postgres', 'pglite'] as const) {
         expect.stringContaining('ctx.sleep duration in workflow sleeper: -1 is not a duration'),
         expect.stringContaining('date: must be a valid Date, got the string "2030-01-01"'),
       ]);
+    });
+  });
+}
+
+for (const driver of ['postgres', 'pglite'] as const) {
+  describe(`work no worker serves, on ${driver}`, () => {
+    const target = useEngineTarget(driver);
+    warmUp(target);
+
+    it('shows a workflow run and a ctx.run step that no worker claimed in describe().unclaimed, after the documented time', async () => {
+      const orphan = defineActivity({
+        name: 'orphan',
+        input: z.object({}),
+        output: z.object({}),
+        queue: 'nobody',
+        run: () => Promise.resolve({}),
+      });
+      const caller = defineWorkflow({
+        name: 'caller',
+        input: z.object({}),
+        output: z.object({}),
+        async run(_input, ctx) {
+          await ctx.run(orphan, {});
+          return {};
+        },
+      });
+      const unserved = defineWorkflow({
+        name: 'unserved',
+        input: z.object({}),
+        output: z.object({}),
+        queue: 'nobody',
+        run: () => Promise.resolve({}),
+      });
+      const engine = await target.engine();
+      const worker = engine.worker({ workflows: [caller] });
+      const blocked = workerEvent(worker, 'turn:committed');
+      await worker.start();
+      const calling = await engine.client.start(caller, {});
+      expect((await blocked).outcome).toBe('blocked');
+      const lonely = await engine.client.start(unserved, {});
+      expect((await calling.describe()).unclaimed).toEqual([]);
+
+      await advanceClock(engine, UNCLAIMED_AFTER_MS + 1_000);
+      expect((await calling.describe()).unclaimed).toEqual([
+        {
+          kind: 'activity',
+          name: 'orphan',
+          queue: 'nobody',
+          stepId: expect.any(String) as unknown,
+          dueForMs: expect.any(Number) as unknown,
+        },
+      ]);
+      const [waiting] = (await lonely.describe()).unclaimed;
+      expect(waiting).toMatchObject({ kind: 'workflow', name: 'unserved', queue: 'nobody', stepId: null });
+      expect(waiting?.dueForMs).toBeGreaterThanOrEqual(UNCLAIMED_AFTER_MS);
     });
   });
 }

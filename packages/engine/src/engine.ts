@@ -107,7 +107,7 @@ export async function createEngine(options: CreateEngineOptions = {}): Promise<E
     throw error;
   }
   const hub = new NotificationHub(database, names.channel);
-  const client = new Client(database, names, hub);
+  const client = new Client(database, names, hub, logger);
   const workers = new Set<Worker>();
   let closed = false;
   return {

@@ -15,6 +15,7 @@ import {
   type RetryPolicy,
   type WorkflowDefinition,
 } from '@palisade/sdk';
+import type { Logger } from 'pino';
 import type { Database } from '../db/database.js';
 import type { NotificationHub } from '../db/notification-hub.js';
 import { withInfraRetry } from '../infra-retry.js';
@@ -116,6 +117,7 @@ export class Client {
     private readonly db: Database,
     private readonly names: SchemaNames,
     private readonly hub: NotificationHub,
+    private readonly logger?: Logger,
   ) {}
 
   /**
@@ -160,7 +162,7 @@ export class Client {
         delayMs: o.delayMs ?? 0,
       }),
     );
-    return new RunHandle<z.output<O>>(id, this.db, this.names, this.hub);
+    return new RunHandle<z.output<O>>(id, this.db, this.names, this.hub, this.logger);
   }
 
   /**
@@ -191,12 +193,12 @@ export class Client {
         priority: parsed.data.priority ?? 0,
       }),
     );
-    return new RunHandle<z.output<O>>(runId, this.db, this.names, this.hub);
+    return new RunHandle<z.output<O>>(runId, this.db, this.names, this.hub, this.logger);
   }
 
   /** A handle to an existing run (not checked until used). */
   getHandle<O = unknown>(runId: string): RunHandle<O> {
-    return new RunHandle<O>(runId, this.db, this.names, this.hub);
+    return new RunHandle<O>(runId, this.db, this.names, this.hub, this.logger);
   }
 
   /**

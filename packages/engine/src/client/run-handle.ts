@@ -22,6 +22,8 @@ import {
   type StepRow,
 } from '../queries/read-run.js';
 import { requestCancel } from '../queries/request-cancel.js';
+import { readUnclaimedWork, type UnclaimedWork } from '../queries/unclaimed-work.js';
+import type { Logger } from 'pino';
 import type { SchemaNames } from '../queries/schema-names.js';
 
 /** Options of {@link RunHandle.result}; durations as everywhere (ms, or `'2s'`), ≤ 2,147,483,647 ms. */
@@ -33,6 +35,12 @@ export interface ResultOptions {
 }
 
 const RESULT_DEFAULTS = Object.freeze({ pollIntervalMs: 5_000 });
+
+/**
+ * After how long due work that no worker has claimed is reported: in `describe().unclaimed`, in `runs show`, and
+ * as a `run:unclaimed` warning from a `result()` still waiting (ms).
+ */
+export const UNCLAIMED_AFTER_MS = 60_000;
 
 const resultSchema = z
   .object({
@@ -49,7 +57,20 @@ export interface RunDescription {
   /** The attempts of a workflow run's turns (`kind: 'turn'`, no step), oldest first; empty for activity runs. */
   readonly turns: readonly AttemptRow[];
   readonly events: readonly EventRow[];
+  /**
+   * Work due for at least {@link UNCLAIMED_AFTER_MS} (or the `unclaimedAfterMs` given) that no worker ever
+   * claimed: most likely no live worker serves that activity or workflow on that queue.
+   */
+  readonly unclaimed: readonly UnclaimedWork[];
 }
+
+/** Options of {@link RunHandle.describe}. */
+export interface DescribeOptions {
+  /** Report work due and never claimed for at least this long. @defaultValue 60_000 (ms) */
+  readonly unclaimedAfterMs?: Duration;
+}
+
+const describeSchema = z.object({ unclaimedAfterMs: durationMs.optional() }).strict();
 
 /** A reference to one run: wait for its result, describe it, cancel it. Cheap to create; holds no resources. */
 export class RunHandle<O = unknown> {
@@ -58,6 +79,7 @@ export class RunHandle<O = unknown> {
     private readonly db: Database,
     private readonly names: SchemaNames,
     private readonly hub: NotificationHub,
+    private readonly logger?: Logger,
   ) {}
 
   /**
@@ -75,6 +97,7 @@ export class RunHandle<O = unknown> {
     const timeoutMs = parsed.data.timeoutMs;
     const pollIntervalMs = parsed.data.pollIntervalMs ?? RESULT_DEFAULTS.pollIntervalMs;
     const started = performance.now();
+    let warnedUnclaimed = false;
     let wake: (() => void) | undefined;
     let notified = false;
     const unsubscribe = await this.hub.subscribe(`run:${this.runId}`, () => {
@@ -112,6 +135,16 @@ export class RunHandle<O = unknown> {
             { runId: this.runId },
           );
         }
+        if (!warnedUnclaimed && this.logger && performance.now() - started >= UNCLAIMED_AFTER_MS) {
+          warnedUnclaimed = true;
+          const unclaimed = await readUnclaimedWork(this.db, this.names, this.runId, UNCLAIMED_AFTER_MS);
+          for (const u of unclaimed) {
+            this.logger.warn(
+              { runId: this.runId, kind: u.kind, name: u.name, queue: u.queue, dueForMs: u.dueForMs },
+              'run:unclaimed',
+            );
+          }
+        }
         if (notified) continue;
         await new Promise<void>((resolve) => {
           const timer = setTimeout(resolve, Math.min(left, pollIntervalMs));
@@ -129,13 +162,19 @@ export class RunHandle<O = unknown> {
 
   /**
    * The run, its steps (each with its attempts: epoch, token, worker, outcome, duration), its workflow turns'
-   * attempts, and its events.
+   * attempts, its events, and work due for a while that no worker claimed (`unclaimed`).
    * @throws RunNotFoundError when there is no such run.
+   * @throws InvalidOptionsError naming a bad option.
    */
-  async describe(): Promise<RunDescription> {
+  async describe(options: DescribeOptions = {}): Promise<RunDescription> {
+    const parsed = describeSchema.safeParse(options);
+    if (!parsed.success) throw new InvalidOptionsError('describe options', formatIssues(parsed.error.issues));
     const run = await readRun(this.db, this.names, this.runId);
     if (!run) throw new RunNotFoundError(`run ${this.runId}`);
-    const history = await readRunHistory(this.db, this.names, this.runId);
+    const [history, unclaimed] = await Promise.all([
+      readRunHistory(this.db, this.names, this.runId),
+      readUnclaimedWork(this.db, this.names, this.runId, parsed.data.unclaimedAfterMs ?? UNCLAIMED_AFTER_MS),
+    ]);
     return {
       run,
       steps: history.steps.map((s) => ({
@@ -144,6 +183,7 @@ export class RunHandle<O = unknown> {
       })),
       turns: history.attempts.filter((a) => a.step_id === null),
       events: history.events,
+      unclaimed,
     };
   }
 
