@@ -59,7 +59,10 @@ export interface ActivityContext {
   /**
    * Extend the lease now and store `details` (JSON-serializable) for a later attempt to resume from. The
    * worker also heartbeats on its own every `heartbeatIntervalMs`; calling this is optional.
+   * Details must survive the JSON round trip (see `checkPayload`) and fit 64 KiB; bad ones are refused by this
+   * call and never reach the worker's shared heartbeat statement.
    * @throws LeaseLostError when the attempt was superseded or its lease expired (the signal fires too).
+   * @throws ValidationError naming the path of details that cannot be stored; PalisadeError `PAYLOAD_TOO_LARGE`.
    */
   heartbeat(details?: unknown): Promise<void>;
   /**
@@ -71,6 +74,11 @@ export interface ActivityContext {
    * LeaseLostError; rolled back with the lease still held → the connection error, which then means "not
    * committed". Only when the database stays unreachable until the local lease deadline is the error ambiguous.
    * @throws LeaseLostError when the fence fails (nothing `fn` wrote is committed).
+   * @throws PalisadeError `FENCED_TRANSACTION_NESTED` when called inside another fenced transaction's `fn` (they
+   * do not nest: use the outer `tx`).
+   * @throws PalisadeError `FENCED_TRANSACTION_ABORTED` when `fn` caught an SQL error of its own and went on, which
+   * leaves the transaction aborted (SQLSTATE 25P02); nothing it wrote is committed. Use a savepoint
+   * (`tx.transaction(...)`) around a statement that may fail.
    */
   fencedTransaction<T>(fn: (tx: FencedTransaction) => Promise<T>): Promise<T>;
 }
