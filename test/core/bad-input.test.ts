@@ -182,14 +182,14 @@ const doorCases: DoorCase[] = [
     name: 'a retry policy with backoffCoefficient 1e308',
     call: (e) => e.client.enqueue(echo, { v: 1 }, { retry: { backoffCoefficient: 1e308 } }),
     code: 'INVALID_OPTIONS',
-    names: 'backoffCoefficient: initialIntervalMs × backoffCoefficient^(maximumAttempts − 1)',
+    names: 'backoffCoefficient: initialIntervalMs × backoffCoefficient = 1000 × 1e+308 overflows',
   },
   {
     name: 'a retry policy with a large maximum interval and many attempts',
     call: (e) =>
-      e.client.enqueue(echo, { v: 1 }, { retry: { maximumIntervalMs: '20d', maximumAttempts: 5_000 } }),
+      e.client.enqueue(echo, { v: 1 }, { retry: { maximumIntervalMs: '30d', maximumAttempts: 5_000 } }),
     code: 'INVALID_OPTIONS',
-    names: 'backoffCoefficient: initialIntervalMs × backoffCoefficient^(maximumAttempts − 1)',
+    names: 'maximumIntervalMs: "30d" is too long',
   },
   {
     name: 'an unknown retry option',
@@ -325,6 +325,72 @@ for (const driver of ['postgres', 'pglite'] as const) {
   });
 }
 
+/** Calls refused before any database is touched: definitions and engine options. */
+const definitionCases: { name: string; call: () => unknown; names: string }[] = [
+  {
+    name: 'createEngine with an unknown option',
+    call: () => createEngine({ pool: 3 } as never),
+    names: 'pool',
+  },
+  {
+    name: 'createEngine poolSize of a wrong type',
+    call: () => createEngine({ poolSize: '10' as unknown as number }),
+    names: 'poolSize',
+  },
+  {
+    name: 'createEngine lockTimeoutMs NaN',
+    call: () => createEngine({ lockTimeoutMs: Number.NaN }),
+    names: 'lockTimeoutMs: NaN is not a duration',
+  },
+  {
+    name: "defineActivity leaseMs '2 hours'",
+    call: () => defineActivity({ ...echoOptions, leaseMs: '2 hours' }),
+    names: 'leaseMs: "2 hours" is not a duration',
+  },
+  {
+    name: 'defineActivity startToCloseTimeoutMs out of range',
+    call: () => defineActivity({ ...echoOptions, startToCloseTimeoutMs: 2 ** 31 }),
+    names: 'startToCloseTimeoutMs: 2147483648 is too long',
+  },
+  {
+    name: "defineActivity retry initialIntervalMs '30d'",
+    call: () => defineActivity({ ...echoOptions, retry: { initialIntervalMs: '30d' } }),
+    names: 'initialIntervalMs: "30d" is too long',
+  },
+  {
+    name: 'defineActivity retry jitter of a wrong type',
+    call: () => defineActivity({ ...echoOptions, retry: { jitter: '0.1' as unknown as number } }),
+    names: 'jitter',
+  },
+  {
+    name: 'defineActivity with an unknown option',
+    call: () => defineActivity({ ...echoOptions, timeout: 5 } as never),
+    names: 'timeout',
+  },
+  {
+    name: 'defineWorkflow queue of a wrong type',
+    call: () => defineWorkflow({ ...flowOptions, queue: 7 as unknown as string }),
+    names: 'queue',
+  },
+];
+
+const echoOptions = {
+  name: 'echo',
+  input: anything,
+  output: anything,
+  run: (input: { v: unknown }) => Promise.resolve(input),
+};
+const flowOptions = { name: 'flow', input: anything, output: anything, run: echoOptions.run };
+
+describe('definitions and engine options at the door', () => {
+  it.each(definitionCases)('refuses $name with INVALID_OPTIONS naming it', async ({ call, names }) => {
+    const outcome = await settle(Promise.resolve().then(call));
+    const error = (outcome as { error: unknown }).error;
+    expect(isPalisadeError(error, 'INVALID_OPTIONS'), String(error)).toBe(true);
+    expect((error as Error).message).toContain(names);
+  });
+});
+
 describe('engine options at the door', () => {
   it('refuses createEngine({ poolSize: 1e9 }) naming poolSize, before connecting', async () => {
     const outcome = await settle(
@@ -389,6 +455,30 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(runs).toEqual(['nul', 'bigint', 'surrogate']);
       const ok = await engine.client.enqueue(healthy, { n: 41 });
       await expect(ok.result({ timeoutMs: '20s' })).resolves.toEqual({ n: 42 });
+    });
+
+    it('claims a step whose stored retry policy overflows the delay (a row from before the check) with its neighbours', async () => {
+      const engine = await target.engine();
+      const poisoned = await engine.client.enqueue(echo, { v: 'poisoned policy' });
+      const overflowing = {
+        initialIntervalMs: 2_592_000_000,
+        backoffCoefficient: 1e308,
+        maximumIntervalMs: 2_592_000_000_000,
+        maximumAttempts: 10,
+        nonRetryableErrorTypes: [],
+        jitter: 0.2,
+      };
+      await engine.database.rows(sql`
+        UPDATE ${engine.names.steps} SET retry_policy = ${JSON.stringify(overflowing)}::jsonb
+         WHERE run_id = ${poisoned.runId}::uuid`);
+      const neighbour = await engine.client.enqueue(healthy, { n: 1 });
+      const worker = engine.worker({ activities: [echo, healthy] });
+      const claimFailures: unknown[] = [];
+      worker.events.on('worker:error', (e) => claimFailures.push(e.error));
+      await worker.start();
+      await expect(neighbour.result({ timeoutMs: '20s' })).resolves.toEqual({ n: 2 });
+      await expect(poisoned.result({ timeoutMs: '20s' })).resolves.toEqual({ v: 'poisoned policy' });
+      expect(claimFailures).toEqual([]);
     });
 
     it('records a thrown error with a NUL, a 5 MB message and BigInt details, cleaned and cut, once', async () => {

@@ -245,7 +245,6 @@ describe('retry policies whose largest delay the database cannot compute', () =>
     [{ initialIntervalMs: '30d' }, 'initialIntervalMs', 'too long'],
     [{ maximumIntervalMs: 1e12 }, 'maximumIntervalMs', 'too long'],
     [{ backoffCoefficient: 1e308 }, 'backoffCoefficient', 'overflows'],
-    [{ backoffCoefficient: 2, maximumAttempts: 2_000 }, 'backoffCoefficient', 'overflows'],
     [{ backoffCoefficient: Number.POSITIVE_INFINITY }, 'backoffCoefficient', ''],
   ])('refuses %j at definition time, naming the field', (policy, path, message) => {
     let caught: unknown;
@@ -257,6 +256,15 @@ describe('retry policies whose largest delay the database cannot compute', () =>
     expect(caught).toBeInstanceOf(InvalidOptionsError);
     const issue = (caught as InvalidOptionsError).issues.find((i) => i.path === path);
     expect(issue?.message).toContain(message);
+  });
+
+  it('accepts many attempts with a coefficient whose power would overflow: the delay stops at the maximum', () => {
+    const policy = resolveRetryPolicy({
+      initialIntervalMs: 1_000,
+      backoffCoefficient: 2,
+      maximumAttempts: 1_000_000,
+    });
+    expect(policy.maximumIntervalMs).toBe(100_000);
   });
 
   it('caps the default maximum interval at the longest duration', () => {
