@@ -526,7 +526,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
             const outcome = await settle(ctx.heartbeat(details));
             refused.push(outcome.ok ? 'accepted' : (outcome as { error: unknown }).error);
           }
-          await ctx.heartbeat({ fine: true });
+          // Details are stored as they were at the call, even if the object changes before the statement is sent.
+          const progress: Record<string, unknown> = { fine: true };
+          const beat = ctx.heartbeat(progress);
+          progress.fine = 2n;
+          await beat;
           release.open();
           return { beats: 1 };
         },

@@ -270,8 +270,10 @@ export class ActivityAttempt {
     if (details !== undefined) {
       // Checked here, by the call that brought them: the heartbeat statement renews every lease of the worker at
       // once, and details it cannot store (a BigInt, a NUL, a cycle) would fail it for every attempt.
+      // Stored as they were at this call (a copy): the caller may change the object before the statement is sent.
+      let text: string;
       try {
-        checkPayload(
+        text = checkPayload(
           details,
           `heartbeat details of activity ${this.row.name}`,
           PAYLOAD_LIMITS.heartbeatDetailsBytes,
@@ -280,7 +282,7 @@ export class ActivityAttempt {
       } catch (error) {
         return Promise.reject(error instanceof Error ? error : new Error(String(error)));
       }
-      this.pendingDetails = { value: details };
+      this.pendingDetails = { value: JSON.parse(text) as unknown };
     }
     return new Promise<void>((resolve, reject) => {
       this.waiters.push({ sentAfter: monotonicNow(), resolve, reject });

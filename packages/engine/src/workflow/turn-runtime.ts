@@ -268,8 +268,8 @@ async function replayTurn(turn: TurnInput, nondeterministicCalls: Set<string>): 
       const inputOf = (seq: number): unknown => {
         const what = `input of activity ${activity.name} (step ${seq} of ${workflowName})`;
         const checked: unknown = validate(activity.input, input, what);
-        checkPayload(checked, what, PAYLOAD_LIMITS.inputBytes, { runId: turn.info.runId });
-        return checked;
+        // A copy, as it is at the call: the code may change the object before the turn commits.
+        return JSON.parse(checkPayload(checked, what, PAYLOAD_LIMITS.inputBytes, { runId: turn.info.runId }));
       };
       return durable<O>('activity', activity.name, (seq) => ({
         seq,
