@@ -216,6 +216,12 @@ const doorCases: DoorCase[] = [
     names: 'wait',
   },
   {
+    name: 'cancel of an id that is not a UUID',
+    call: (e) => e.client.getHandle('not-a-run').cancel(),
+    code: 'RUN_NOT_FOUND',
+    names: 'run not-a-run does not exist',
+  },
+  {
     name: 'a cancel reason with a NUL',
     call: (e) => e.client.getHandle('00000000-0000-4000-8000-000000000000').cancel('why\u0000'),
     code: 'INVALID_OPTIONS',

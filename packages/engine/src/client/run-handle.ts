@@ -196,6 +196,10 @@ export class RunHandle<O = unknown> {
    */
   async cancel(reason = 'cancelled by request'): Promise<string> {
     checkText(reason, 'cancel reason');
+    // An id that is not a UUID names no run (the database would refuse the cast with a raw error).
+    if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(String(this.runId))) {
+      throw new RunNotFoundError(`run ${String(this.runId)}`);
+    }
     const status = await requestCancel(this.db, this.names, { runId: this.runId, reason });
     if (status === undefined) throw new RunNotFoundError(`run ${this.runId}`);
     return status;
