@@ -316,6 +316,15 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await expect(handle.result({ timeoutMs: '20s' })).resolves.toEqual({ n: 2 });
     });
 
+    it("takes result({ timeoutMs: '50ms' }) in the same duration forms as every other option", async () => {
+      const engine = await target.engine();
+      const handle = await engine.client.enqueue(echo, { v: 1 }, { queue: 'nobody-serves' });
+      const outcome = await settle(handle.result({ timeoutMs: '50ms', pollIntervalMs: '10ms' }));
+      const error = (outcome as { error: unknown }).error;
+      expect(isPalisadeError(error, 'RESULT_TIMEOUT'), String(error)).toBe(true);
+      expect((error as Error).message).toContain('after 50 ms');
+    });
+
     it('wraps a database error with the SQL cut short and without the parameter values', async () => {
       const engine = await target.engine();
       const secret = `secret-${'x'.repeat(100_000)}`;

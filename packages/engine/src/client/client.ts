@@ -125,7 +125,9 @@ export class Client {
    * serving it, with the same leases, fencing, retries and timeouts as inside a workflow.
    * The input is checked against the activity's schema here, before anything is stored.
    * @returns a handle to wait for the result (`handle.result()`), describe or cancel the run.
-   * @throws ValidationError naming the bad input field; InvalidOptionsError naming the bad option.
+   * @throws ValidationError naming the bad input field, or the path of a value that would not survive the JSON
+   * round trip into the database (a Date, BigInt, NaN, a NUL character…); PalisadeError `PAYLOAD_TOO_LARGE` when
+   * the input is over `PAYLOAD_LIMITS.inputBytes`; InvalidOptionsError naming the bad option.
    */
 
   async enqueue<I extends z.ZodType, O extends z.ZodType>(
@@ -168,7 +170,8 @@ export class Client {
   /**
    * Start a workflow run. Idempotent on `key`: the same key returns the existing run, whatever its state.
    * The input is checked against the workflow's schema here, before anything is stored.
-   * @throws ValidationError naming the bad input field; InvalidOptionsError naming the bad option.
+   * @throws ValidationError naming the bad input field, or the path of a value that would not survive the JSON
+   * round trip into the database; PalisadeError `PAYLOAD_TOO_LARGE`; InvalidOptionsError naming the bad option.
    */
   async start<I extends z.ZodType, O extends z.ZodType>(
     workflow: WorkflowDefinition<I, O>,
