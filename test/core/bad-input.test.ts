@@ -592,7 +592,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         async run({ mode }, ctx) {
           if (mode === 'nested') {
             await ctx.fencedTransaction(async () => {
-              seen.push((await settle(ctx.fencedTransaction(() => Promise.resolve(1)))) as unknown);
+              seen.push(await settle(ctx.fencedTransaction(() => Promise.resolve(1))));
             });
           } else {
             const outcome = await settle(
