@@ -638,6 +638,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('refuses a nested fenced transaction and names an aborted one, and the engine stays usable', async () => {
       const seen: unknown[] = [];
+      let heartbeatInside: { ok: boolean; error?: unknown } | undefined;
       const nester = defineActivity({
         name: 'nester',
         input: z.object({ mode: z.enum(['nested', 'aborted']) }),
@@ -647,6 +648,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
           if (mode === 'nested') {
             await ctx.fencedTransaction(async () => {
               seen.push(await settle(ctx.fencedTransaction(() => Promise.resolve(1))));
+              heartbeatInside = await settle(ctx.heartbeat());
             });
           } else {
             const outcome = await settle(
@@ -673,6 +675,13 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect((inner as Error).message).toContain('fenced transactions do not nest');
       expect(isPalisadeError(swallowed, 'FENCED_TRANSACTION_ABORTED')).toBe(true);
       expect((swallowed as Error).message).toContain('25P02');
+      // A heartbeat inside the transaction works on PostgreSQL (its own connection); on PGlite the transaction
+      // holds the one connection, so it is refused rather than left to hang the engine.
+      if (driver === 'postgres') expect(heartbeatInside?.ok).toBe(true);
+      else {
+        expect(isPalisadeError(heartbeatInside?.error, 'FENCED_TRANSACTION_NESTED')).toBe(true);
+        expect((heartbeatInside?.error as Error).message).toContain('ctx.heartbeat was called inside');
+      }
       expect(await engine.client.list({ limit: 5 })).toHaveLength(2);
       const ok = await engine.client.enqueue(healthy, { n: 1 });
       await expect(ok.result({ timeoutMs: '20s' })).resolves.toEqual({ n: 2 });

@@ -267,6 +267,19 @@ export class ActivityAttempt {
     } catch (error) {
       return Promise.reject(error instanceof Error ? error : new Error(String(error)));
     }
+    const inTransaction = openFencedTransaction.getStore();
+    if (inTransaction !== undefined && this.services.db.driver === 'pglite') {
+      // PGlite has one connection, held by the open transaction: the heartbeat statement would wait for the
+      // transaction to end, and the transaction for the heartbeat — the whole engine would hang.
+      return Promise.reject(
+        new PalisadeError(
+          'FENCED_TRANSACTION_NESTED',
+          `ctx.heartbeat was called inside the fenced transaction of ${inTransaction} on the embedded database ` +
+            '(PGlite), whose one connection the transaction holds; heartbeat before or after the transaction',
+          this.ref,
+        ),
+      );
+    }
     if (details !== undefined) {
       // Checked here, by the call that brought them: the heartbeat statement renews every lease of the worker at
       // once, and details it cannot store (a BigInt, a NUL, a cycle) would fail it for every attempt.
