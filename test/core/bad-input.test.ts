@@ -639,6 +639,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
     it('refuses a nested fenced transaction and names an aborted one, and the engine stays usable', async () => {
       const seen: unknown[] = [];
       let heartbeatInside: { ok: boolean; error?: unknown } | undefined;
+      let listInside: { ok: boolean; error?: unknown } | undefined;
+      const engineRef: { current?: Engine } = {};
       const nester = defineActivity({
         name: 'nester',
         input: z.object({ mode: z.enum(['nested', 'aborted']) }),
@@ -649,6 +651,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
             await ctx.fencedTransaction(async () => {
               seen.push(await settle(ctx.fencedTransaction(() => Promise.resolve(1))));
               heartbeatInside = await settle(ctx.heartbeat());
+              listInside = await settle(engineRef.current?.client.list() ?? Promise.resolve([]));
             });
           } else {
             const outcome = await settle(
@@ -664,6 +667,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         },
       });
       const engine = await target.engine();
+      engineRef.current = engine;
       const worker = engine.worker({ activities: [nester, healthy] });
       await worker.start();
       const nested = await engine.client.enqueue(nester, { mode: 'nested' });
@@ -677,10 +681,14 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect((swallowed as Error).message).toContain('25P02');
       // A heartbeat inside the transaction works on PostgreSQL (its own connection); on PGlite the transaction
       // holds the one connection, so it is refused rather than left to hang the engine.
-      if (driver === 'postgres') expect(heartbeatInside?.ok).toBe(true);
-      else {
+      if (driver === 'postgres') {
+        expect(heartbeatInside?.ok).toBe(true);
+        expect(listInside?.ok).toBe(true);
+      } else {
         expect(isPalisadeError(heartbeatInside?.error, 'FENCED_TRANSACTION_NESTED')).toBe(true);
         expect((heartbeatInside?.error as Error).message).toContain('ctx.heartbeat was called inside');
+        expect(isPalisadeError(listInside?.error, 'FENCED_TRANSACTION_NESTED')).toBe(true);
+        expect((listInside?.error as Error).message).toContain('client.list was called inside');
       }
       expect(await engine.client.list({ limit: 5 })).toHaveLength(2);
       const ok = await engine.client.enqueue(healthy, { n: 1 });

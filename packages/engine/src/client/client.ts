@@ -25,6 +25,7 @@ import { listRuns, readRun, type ListRunsFilter, type RunRow } from '../queries/
 import { insertWorkflowRun } from '../queries/insert-workflow-run.js';
 import { retryRun } from '../queries/retry-run.js';
 import type { SchemaNames } from '../queries/schema-names.js';
+import { assertUsableOutsideTransaction } from '../worker/fenced-scope.js';
 import { RunHandle } from './run-handle.js';
 
 /** Options of {@link Client.enqueue}. */
@@ -136,6 +137,7 @@ export class Client {
     options: EnqueueOptions = {},
   ): Promise<RunHandle<z.output<O>>> {
     assertDefinition(activity, 'activity', 'enqueue');
+    assertUsableOutsideTransaction(this.db, 'client.enqueue');
     const parsed = enqueueSchema.safeParse(options);
     if (!parsed.success) {
       throw new InvalidOptionsError(`enqueue options of ${activity.name}`, formatIssues(parsed.error.issues));
@@ -179,6 +181,7 @@ export class Client {
     options: StartOptions = {},
   ): Promise<RunHandle<z.output<O>>> {
     assertDefinition(workflow, 'workflow', 'start');
+    assertUsableOutsideTransaction(this.db, 'client.start');
     const parsed = startSchema.safeParse(options);
     if (!parsed.success) {
       throw new InvalidOptionsError(`start options of ${workflow.name}`, formatIssues(parsed.error.issues));
@@ -209,6 +212,11 @@ export class Client {
    * @throws InvalidOptionsError naming a bad filter field.
    */
   list(filter: ListRunsFilter = {}): Promise<RunRow[]> {
+    try {
+      assertUsableOutsideTransaction(this.db, 'client.list');
+    } catch (error) {
+      return Promise.reject(error instanceof Error ? error : new Error(String(error)));
+    }
     const parsed = listSchema.safeParse(filter);
     if (!parsed.success) {
       return Promise.reject(new InvalidOptionsError('list filter', formatIssues(parsed.error.issues)));

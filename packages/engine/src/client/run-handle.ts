@@ -24,6 +24,7 @@ import {
 import { requestCancel } from '../queries/request-cancel.js';
 import { readUnclaimedWork, type UnclaimedWork } from '../queries/unclaimed-work.js';
 import type { Logger } from 'pino';
+import { assertUsableOutsideTransaction } from '../worker/fenced-scope.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 
 /** Options of {@link RunHandle.result}; durations as everywhere (ms, or `'2s'`), ≤ 2,147,483,647 ms. */
@@ -92,6 +93,7 @@ export class RunHandle<O = unknown> {
    * @throws RunNotFoundError when there is no such run.
    */
   async result(options: ResultOptions = {}): Promise<O> {
+    assertUsableOutsideTransaction(this.db, 'handle.result');
     const parsed = resultSchema.safeParse(options);
     if (!parsed.success) throw new InvalidOptionsError('result options', formatIssues(parsed.error.issues));
     const timeoutMs = parsed.data.timeoutMs;
@@ -167,6 +169,7 @@ export class RunHandle<O = unknown> {
    * @throws InvalidOptionsError naming a bad option.
    */
   async describe(options: DescribeOptions = {}): Promise<RunDescription> {
+    assertUsableOutsideTransaction(this.db, 'handle.describe');
     const parsed = describeSchema.safeParse(options);
     if (!parsed.success) throw new InvalidOptionsError('describe options', formatIssues(parsed.error.issues));
     const run = await readRun(this.db, this.names, this.runId);
@@ -195,6 +198,7 @@ export class RunHandle<O = unknown> {
    * @throws InvalidOptionsError when `reason` is not storable text of at most 4,096 characters.
    */
   async cancel(reason = 'cancelled by request'): Promise<string> {
+    assertUsableOutsideTransaction(this.db, 'handle.cancel');
     checkText(reason, 'cancel reason');
     // An id that is not a UUID names no run (the database would refuse the cast with a raw error).
     if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(String(this.runId))) {

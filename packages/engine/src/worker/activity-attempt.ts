@@ -1,4 +1,3 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { sql } from 'drizzle-orm';
 import {
@@ -36,6 +35,7 @@ import {
 } from '../queries/settle-fenced-transaction.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import type { AttemptRef } from '../queries/fenced-outcome.js';
+import { assertUsableOutsideTransaction, openFencedTransaction } from './fenced-scope.js';
 import { localLeaseDeadline, monotonicNow } from './lease-clock.js';
 import type { WorkerEvents } from './worker-events.js';
 
@@ -52,13 +52,6 @@ export interface AttemptServices {
 }
 
 class FenceFailed extends Error {}
-
-/**
- * The fenced transaction whose callback is running, if any. A fenced transaction opened inside another one's
- * callback is refused: on PGlite (one connection) it waited forever for the outer one's lock and hung the whole
- * engine, and on PostgreSQL it committed on its own connection although the outer one could still roll back.
- */
-const openFencedTransaction = new AsyncLocalStorage<string>();
 
 /** What {@link ActivityAttempt.fencedWrite} did: recorded, rejected or not made, or refused for its content. */
 type WriteResult = 'recorded' | 'not-recorded' | { readonly refused: PalisadeError };
@@ -267,18 +260,11 @@ export class ActivityAttempt {
     } catch (error) {
       return Promise.reject(error instanceof Error ? error : new Error(String(error)));
     }
-    const inTransaction = openFencedTransaction.getStore();
-    if (inTransaction !== undefined && this.services.db.driver === 'pglite') {
-      // PGlite has one connection, held by the open transaction: the heartbeat statement would wait for the
-      // transaction to end, and the transaction for the heartbeat — the whole engine would hang.
-      return Promise.reject(
-        new PalisadeError(
-          'FENCED_TRANSACTION_NESTED',
-          `ctx.heartbeat was called inside the fenced transaction of ${inTransaction} on the embedded database ` +
-            '(PGlite), whose one connection the transaction holds; heartbeat before or after the transaction',
-          this.ref,
-        ),
-      );
+    try {
+      // On PGlite the heartbeat statement would wait for the open transaction, and the transaction for it.
+      assertUsableOutsideTransaction(this.services.db, 'ctx.heartbeat');
+    } catch (error) {
+      return Promise.reject(error instanceof Error ? error : new Error(String(error)));
     }
     if (details !== undefined) {
       // Checked here, by the call that brought them: the heartbeat statement renews every lease of the worker at
