@@ -7,7 +7,12 @@ import { Client } from './client/client.js';
 import { fromPglite, fromPostgres, poolReconnectBackoffSeconds, type Database } from './db/database.js';
 import { NotificationHub } from './db/notification-hub.js';
 import { migrate, type MigrateResult } from './migrate.js';
-import { resolveEngineOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js';
+import {
+  resolveEngineOptions,
+  resolveStopOptions,
+  type EngineOptions,
+  type ResolvedEngineOptions,
+} from './options.js';
 import { schemaNames, type SchemaNames } from './queries/schema-names.js';
 import { Worker, type StopOptions } from './worker/worker.js';
 import type { WorkerOptions } from './options.js';
@@ -102,7 +107,7 @@ export async function createEngine(options: CreateEngineOptions = {}): Promise<E
     throw error;
   }
   const hub = new NotificationHub(database, names.channel);
-  const client = new Client(database, names, hub);
+  const client = new Client(database, names, hub, logger);
   const workers = new Set<Worker>();
   let closed = false;
   return {
@@ -121,6 +126,7 @@ export async function createEngine(options: CreateEngineOptions = {}): Promise<E
     },
     migrate: () => migrate(database, resolved.schema),
     async close(stopOptions?: StopOptions): Promise<void> {
+      resolveStopOptions(stopOptions); // refuse a bad graceMs before anything is stopped
       if (closed) return;
       closed = true;
       await Promise.all([...workers].map((w) => w.stop(stopOptions)));

@@ -1,5 +1,5 @@
 import type { PGlite, Transaction as PgliteTransaction } from '@electric-sql/pglite';
-import { LeaseLostError } from '@palisade/sdk';
+import { InvalidOptionsError, LeaseLostError, checkText } from '@palisade/sdk';
 import type { Sql, TransactionSql } from 'postgres';
 import { quoteIdent } from './db/database.js';
 
@@ -87,7 +87,7 @@ function pgliteDriver(pglite: PGlite): FenceDriver<PgliteTransaction> {
 
 /**
  * A {@link FencedResource} on the given database (postgres.js `sql` or PGlite `pglite`).
- * @throws TypeError when neither or both are given.
+ * @throws InvalidOptionsError when neither or both are given.
  */
 export function createFencedResource(
   options: FencedResourceOptions & { readonly sql: Sql },
@@ -99,7 +99,9 @@ export function createFencedResource(
   options: FencedResourceOptions,
 ): FencedResource<TransactionSql> | FencedResource<PgliteTransaction> {
   if ((options.sql === undefined) === (options.pglite === undefined))
-    throw new TypeError('createFencedResource: give exactly one of `sql` (postgres.js) and `pglite`');
+    throw new InvalidOptionsError('createFencedResource options', [
+      { path: 'sql', message: 'give exactly one of `sql` (postgres.js) and `pglite`' },
+    ]);
   return options.sql !== undefined
     ? fencedResource(postgresDriver(options.sql), options)
     : fencedResource(pgliteDriver(options.pglite), options);
@@ -112,6 +114,13 @@ function fencedResource<Tx>(
   const schema = quoteIdent(options.schema ?? 'palisade');
   const table = `${schema}.${quoteIdent(options.table ?? 'fences')}`;
   async function check(query: Query, f: FencingToken): Promise<void> {
+    // Refused here, not by the database: a scope it cannot store would otherwise come back as a raw driver error.
+    checkText(f.scope, 'fencing scope');
+    if (typeof f.token !== 'bigint' || f.token < 0n) {
+      throw new InvalidOptionsError('fencing token', [
+        { path: 'token', message: 'must be a non-negative bigint' },
+      ]);
+    }
     // INSERT … ON CONFLICT DO UPDATE … WHERE locks the scope's row; a concurrent higher token waits for our
     // commit and then wins, a lower one sees ours and is refused.
     const rows = await query<{ token: string }>(

@@ -506,3 +506,12 @@ describe('MockActivityContext.run', () => {
     expect(seen).toBe(ctx);
   });
 });
+
+describe('mock heartbeat details', () => {
+  it('refuses details the engine could not store, as the engine does, and records nothing', async () => {
+    const ctx = createMockActivityContext();
+    await expect(ctx.heartbeat({ n: 1n })).rejects.toMatchObject({ code: 'VALIDATION_FAILED' });
+    await expect(ctx.heartbeat({ s: 'a\u0000' })).rejects.toThrow(/s: contains a NUL/);
+    expect(ctx.heartbeats).toEqual([]);
+  });
+});

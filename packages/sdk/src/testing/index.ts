@@ -33,6 +33,7 @@ import {
   type FencedOperation,
   type PalisadeErrorContext,
 } from '../errors.js';
+import { PAYLOAD_LIMITS, checkPayload } from '../payload.js';
 import { validate } from '../validate.js';
 
 /**
@@ -199,9 +200,14 @@ export class MockActivityContext implements ActivityContext {
    * {@link MockActivityContext.heartbeats}. An arrow function, so it still works when destructured from ctx.
    * @throws LeaseLostError after `abort('lease-lost')`, also when `onHeartbeat` aborted during this call.
    * @throws AttemptAbortedError (the signal's reason) after an abort for any other reason, or `cancel()`.
+   * @throws ValidationError / PalisadeError `PAYLOAD_TOO_LARGE` for details the engine would refuse.
    */
   readonly heartbeat = async (details?: unknown): Promise<void> => {
     this.#throwIfAborted('heartbeat');
+    // As in the engine: details the database could not store are refused by this call.
+    if (details !== undefined) {
+      checkPayload(details, 'heartbeat details', PAYLOAD_LIMITS.heartbeatDetailsBytes, this.#errorContext());
+    }
     if (this.#onHeartbeat) await this.#onHeartbeat(details);
     // onHeartbeat may have aborted the attempt; as with a fenced-out heartbeat, nothing is stored then.
     this.#throwIfAborted('heartbeat');
