@@ -84,7 +84,7 @@ export function rejectionCtes(
       FROM cur LEFT JOIN ${n.attempts} a ON a.fencing_token = ${token}
      WHERE NOT EXISTS (SELECT 1 FROM replayed)
     RETURNING data),
-  ${toldCte(n, 'cur', token, sql`NOT EXISTS (SELECT 1 FROM replayed)`)},
+  ${toldCte(n, 'cur', token, sql`NOT EXISTS (SELECT 1 FROM replayed) AND cur.ended_nonce IS DISTINCT FROM ${p.nonce}::uuid`)},
   rej_attempt AS (
     UPDATE ${n.attempts} SET outcome = coalesce(outcome, 'rejected_stale'), ended_at = coalesce(ended_at, ${n.now})
      WHERE fencing_token = ${token} AND EXISTS (SELECT 1 FROM rej)
@@ -93,7 +93,8 @@ export function rejectionCtes(
 
 /**
  * A CTE named `told`: when the refused attempt is the one the step was ended under (its token is still the
- * step's, the step no longer running — a cancel, the run's end, a retirement), the holder now knows, so the
+ * step's, the step no longer running — a cancel, the run's end, a retirement — and not by its own outcome, which
+ * `when` must exclude), the holder now knows, so the
  * lease it held stops delaying the step's next grant: a retry may grant the position at once instead of waiting
  * for that lease to run out (see retryRun and commitTurn), since the holder's signal has fired on this very
  * refusal (invariant 12: "before or at the successor's grant"). `cur` must be locked for update.
@@ -103,7 +104,8 @@ export function toldCte(n: SchemaNames, cur: string, staleToken: SQL, when: SQL)
   return sql`told AS (
     UPDATE ${n.steps} s SET lease_expires_at = least(s.lease_expires_at, ${n.now})
       FROM ${c}
-     WHERE s.id = ${c}.id AND ${c}.fencing_token = ${staleToken} AND ${c}.status <> 'running' AND ${when}
+     WHERE s.id = ${c}.id AND ${c}.fencing_token = ${staleToken} AND ${c}.status <> 'running'
+       AND s.lease_expires_at > ${n.now} AND ${when}
     RETURNING 1)`;
 }
 
