@@ -251,12 +251,15 @@ async function resourceWrite(
   const { scope, token } = ctx.info.fencing;
   env.report({ type: 'chaos:op', attempt, op: 'resource-write', phase: 'invoke', seq });
   try {
-    await createFencedResource({ sql: env.sql, schema: env.schema }).write(ctx.info.fencing, (tx) =>
-      tx.unsafe(
-        `INSERT INTO "${env.schema}".effects (run_id, step_id, fencing_token, worker_id, seq, fenced, via, step_seq, scope)
+    // A writer frozen inside its write must not hold the scope's row past half a lease (the suite's L is 2 s).
+    await createFencedResource({ sql: env.sql, schema: env.schema, idleInTransactionTimeoutMs: 1_000 }).write(
+      ctx.info.fencing,
+      (tx) =>
+        tx.unsafe(
+          `INSERT INTO "${env.schema}".effects (run_id, step_id, fencing_token, worker_id, seq, fenced, via, step_seq, scope)
          VALUES ($1, $2, $3::bigint, $4, $5, true, 'resource', $6, $7)`,
-        [ctx.info.runId, ctx.info.stepId, token.toString(), ctx.info.workerId, seq, ctx.info.seq, scope],
-      ),
+          [ctx.info.runId, ctx.info.stepId, token.toString(), ctx.info.workerId, seq, ctx.info.seq, scope],
+        ),
     );
   } catch (error) {
     const info = errorInfo(error);
