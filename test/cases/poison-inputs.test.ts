@@ -61,7 +61,8 @@ const failedWith = (code: string, message?: string) => ({
 const completedWith = (value: unknown): Settled => ({ ok: true, value });
 
 function expectOutputs(o: OutputsOutcome): void {
-  const invalid = (path: string) => `[VALIDATION_FAILED] output of activity poison-output is invalid: s: ${path}`;
+  const invalid = (path: string) =>
+    `[VALIDATION_FAILED] output of activity poison-output is invalid: s: ${path}`;
   expect(
     o.cases.map((c) => ({
       kind: c.kind,
@@ -260,10 +261,14 @@ describe('poison inputs through a worker process on PostgreSQL', () => {
   });
 
   for (const [name, sentence, expectations] of CASES) {
-    it(sentence, async () => {
-      const outcome = await cases[name]();
-      (expectations as (o: PoisonOutcomes[typeof name], d: Driver) => void)(outcome, 'postgres');
-    }, 60_000);
+    it(
+      sentence,
+      async () => {
+        const outcome = await cases[name]();
+        (expectations as (o: PoisonOutcomes[typeof name], d: Driver) => void)(outcome, 'postgres');
+      },
+      60_000,
+    );
   }
 });
 
@@ -284,10 +289,14 @@ describe('poison inputs through a worker process on PGlite', () => {
   });
 
   for (const [name, sentence, expectations] of CASES) {
-    it(sentence, async () => {
-      const reported = await child?.waitFor('poison:case', (m) => m.name === name, { timeoutMs: 60_000 });
-      (expectations as (o: unknown, d: Driver) => void)(reported?.outcome, 'pglite');
-    }, 70_000);
+    it(
+      sentence,
+      async () => {
+        const reported = await child?.waitFor('poison:case', (m) => m.name === name, { timeoutMs: 60_000 });
+        (expectations as (o: unknown, d: Driver) => void)(reported?.outcome, 'pglite');
+      },
+      70_000,
+    );
   }
 
   it('ends the PGlite process cleanly once every case was reported', async () => {
