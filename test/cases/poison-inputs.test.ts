@@ -163,9 +163,11 @@ function expectHeartbeat(o: HeartbeatOutcome): void {
     { activity: 'poison-steady', call: 'heartbeat:after-noisy', ok: true },
     { activity: 'poison-steady', call: 'signal-not-aborted', ok: true },
   ]);
-  // After the refusals the worker's shared heartbeat statement still renewed both attempts' leases.
+  // After the refusals the worker's shared heartbeat statement still renewed both attempts' leases (the beat
+  // noisy's good heartbeat waited for carries steady too), and no beat lost one. A beat may count an attempt
+  // neither renewed nor lost: one whose own completion committed while the beat was in flight.
   expect(o.beatsAfterRefusal.some((b) => b.attempts >= 2 && b.renewed === b.attempts)).toBe(true);
-  expect(o.beatsAfterRefusal.filter((b) => b.lost > 0 || b.renewed < b.attempts)).toEqual([]);
+  expect(o.beatsAfterRefusal.filter((b) => b.lost > 0)).toEqual([]);
   expect(o.heartbeatFailures).toEqual([]);
   expect(o.aborted).toEqual([]);
   expect(o.steadyStep.heartbeat_details).toEqual({ page: 2 });
