@@ -207,6 +207,24 @@ function expectNested(o: NestedOutcome, driver: Driver): void {
   expect(o.healthy).toEqual(completedWith({ n: 6 }));
 }
 
+/**
+ * After all five cases, read from the database itself: every run ended (7 failed: five poison outputs, two
+ * workflows; 9 completed: the healthy neighbours and the runs the cases expected to complete) and no attempt or
+ * turn is left without an outcome, so nothing is waiting to be replayed.
+ */
+async function expectEveryRunEnded(engine: Engine): Promise<void> {
+  const n = engine.names;
+  const runs = await engine.database.rows<{ status: string; count: number }>(sql`
+    SELECT status, count(*)::int AS count FROM ${n.runs} GROUP BY status ORDER BY status`);
+  expect(runs).toEqual([
+    { status: 'completed', count: 9 },
+    { status: 'failed', count: 7 },
+  ]);
+  const [open] = await engine.database.rows<{ count: number }>(sql`
+    SELECT count(*)::int AS count FROM ${n.attempts} WHERE outcome IS NULL`);
+  expect(open?.count).toBe(0);
+}
+
 /** The five cases, by name, as behaviour sentences with their expectations. */
 const CASES: readonly [PoisonCaseName, string, (o: never, driver: Driver) => void][] = [
   [
@@ -272,6 +290,11 @@ describe('poison inputs through a worker process on PostgreSQL', () => {
       60_000,
     );
   }
+
+  it('leaves every run ended and no attempt or turn open once the cases are done', async () => {
+    if (!engine) throw new Error('no engine');
+    await expectEveryRunEnded(engine);
+  });
 });
 
 describe('poison inputs through a worker process on PGlite', () => {
@@ -301,8 +324,15 @@ describe('poison inputs through a worker process on PGlite', () => {
     );
   }
 
-  it('ends the PGlite process cleanly once every case was reported', async () => {
+  it('ends the PGlite process cleanly once every case was reported, leaving every run ended in its data directory', async () => {
     expect(await child?.exited).toEqual({ code: 0, signal: null });
     expect(child?.all('process:fatal')).toEqual([]);
-  });
+    if (!dir) throw new Error('no data directory');
+    const engine = await createEngine({ dataDir: join(dir, 'db'), schema: 'palisade', migrate: false });
+    try {
+      await expectEveryRunEnded(engine);
+    } finally {
+      await engine.close();
+    }
+  }, 60_000);
 });
