@@ -60,6 +60,11 @@ export interface SpawnWorkerOptions {
    * checked once, at `process:ready`, to prove the skew took effect.
    */
   readonly clock?: WorkerClockSkew;
+  /**
+   * Absolute path of the module the child runs instead of ../fixtures/worker-main.ts; it takes the same config
+   * argument and speaks the same protocol (../fixtures/poison-pglite-main.ts). @defaultValue worker-main.ts
+   */
+  readonly entry?: string;
 }
 
 export interface WaitOptions {
@@ -120,7 +125,7 @@ export async function spawnWorkerProcess(
       '--import',
       tsxLoaderUrl(),
       ...(skewed ? ['--import', CLOCK_SKEW_PRELOAD] : []),
-      WORKER_MAIN,
+      options.entry ?? WORKER_MAIN,
       JSON.stringify(config),
     ],
     {
