@@ -39,6 +39,13 @@ import type {
 } from '../fixtures/worker-protocol.js';
 import { useTestDatabase } from '../support/postgres.js';
 import { spawnWorkerProcess, type WorkerProcess } from '../support/worker-process.js';
+import {
+  ADMIN_PATHS,
+  EXPECTED_REASON,
+  comebacksAfter,
+  type AdminPath,
+  type Comeback,
+} from '../support/ending-paths.js';
 
 const EXTENSION_MODULE = fileURLToPath(new URL('../fixtures/commanded-activity.ts', import.meta.url));
 const LEASE_MS = 30 * 60_000;
@@ -47,18 +54,6 @@ const timings: FixtureTimings = {
   startToCloseTimeoutMs: 2 * LEASE_MS,
   // A park whose lease the time travel ends must not come back to take W2's slot again.
   retry: { maximumAttempts: 1 },
-};
-
-type AdminPath = 'retry-after-failure' | 'retry-after-cancel' | 'cancel' | 'revoke' | 'expiry';
-type Comeback = 'heartbeat' | 'completion' | 'failure' | 'fenced-transaction' | 'fenced-resource';
-
-/** What H1 is told, by admin path. */
-const EXPECTED_REASON: Record<AdminPath, string> = {
-  'retry-after-failure': 'retired',
-  'retry-after-cancel': 'retired',
-  cancel: 'cancelled',
-  revoke: 'superseded',
-  expiry: 'superseded',
 };
 
 const ACTION: Record<Comeback, ActivityCommand['action']> = {
@@ -216,13 +211,8 @@ describe('every ending reaches its holder in another worker process', () => {
     return outcome.error;
   }
 
-  for (const path of ['retry-after-failure', 'retry-after-cancel', 'cancel', 'revoke', 'expiry'] as const) {
-    const comebacks: Comeback[] =
-      path === 'cancel'
-        ? // A cancel alone grants no successor, so no resource has a newer token to refuse H1 with.
-          ['heartbeat', 'completion', 'failure', 'fenced-transaction']
-        : ['heartbeat', 'completion', 'failure', 'fenced-transaction', 'fenced-resource'];
-    for (const how of comebacks) {
+  for (const path of ADMIN_PATHS) {
+    for (const how of comebacksAfter(path)) {
       const effect = path === 'cancel' ? 'writes nothing' : "keeps only W2's effect";
       it(`refuses W1's ${how} after ${path}, saying why, and ${effect}`, async () => {
         const { runId, h1, h2 } = await scene(path);

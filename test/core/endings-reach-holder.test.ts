@@ -19,20 +19,15 @@ import { advanceClock } from '@palisade/engine/testing';
 import { nextEvent, useEngineTarget, type EngineTarget } from '../support/engine.js';
 import { eventsOfRun, rejectionOf } from './engine-rows.js';
 import { holdActivity, type HeldActivity, type HeldAttempt } from './held-activity.js';
+import {
+  ADMIN_PATHS,
+  EXPECTED_REASON,
+  comebacksAfter,
+  type AdminPath,
+  type Comeback,
+} from '../support/ending-paths.js';
 
 const LEASE_MS = 5 * 60_000;
-
-type AdminPath = 'retry-after-failure' | 'retry-after-cancel' | 'cancel' | 'revoke' | 'expiry';
-type Comeback = 'heartbeat' | 'completion' | 'failure' | 'fenced-transaction' | 'fenced-resource';
-
-/** What H1 is told, by admin path. */
-const EXPECTED_REASON: Record<AdminPath, string> = {
-  'retry-after-failure': 'retired',
-  'retry-after-cancel': 'retired',
-  cancel: 'cancelled',
-  revoke: 'superseded',
-  expiry: 'superseded',
-};
 
 const refuse = defineActivity({
   name: 'refuse',
@@ -204,13 +199,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
   describe(`every ending reaches its holder on ${driver}`, () => {
     const target = useEngineTarget(driver);
 
-    for (const path of ['retry-after-failure', 'retry-after-cancel', 'cancel', 'revoke', 'expiry'] as const) {
-      const comebacks: Comeback[] =
-        path === 'cancel'
-          ? // A cancel alone grants no successor, so no resource has a newer token to refuse H1 with.
-            ['heartbeat', 'completion', 'failure', 'fenced-transaction']
-          : ['heartbeat', 'completion', 'failure', 'fenced-transaction', 'fenced-resource'];
-      for (const how of comebacks) {
+    for (const path of ADMIN_PATHS) {
+      for (const how of comebacksAfter(path)) {
         it(`refuses the holder's ${how} after ${path}, saying why, and keeps only the successor's effect`, async () => {
           const s = await scene(target, path);
           const resource = await effectsResource(target, s.engine);
