@@ -190,7 +190,8 @@ describe('F03: giving up reaches the running code', () => {
     );
     const stale = events.filter((e) => e.type === 'attempt:stale-rejected');
     for (const e of stale) {
-      expect(e).toMatchObject({ token: t1, worker_id: 'w1', data: { staleToken: t1, reason: 'superseded' } });
+      // Expiry maintenance ended the step and bumped its token without granting it to anyone: 'expired'.
+      expect(e).toMatchObject({ token: t1, worker_id: 'w1', data: { staleToken: t1, reason: 'expired' } });
       expect(e.at_ms).toBeGreaterThanOrEqual(cutEndWallMs - 50);
     }
     expect(stale.map((e) => (e.data as { operation: string }).operation).sort()).toEqual([

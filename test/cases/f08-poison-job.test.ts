@@ -184,12 +184,20 @@ describe('F08: a job that kills its worker is not retried forever', () => {
       await expect(handle.result({ timeoutMs: 20_000 })).rejects.toMatchObject({ code: 'CANCELLED' });
 
       const attempts = await c.db.attempts(runId);
+      // The cancel ends the run at once, while attempt 2's worker may still be dying: wait for its crash.
+      await supervisor.workers.find((w) => w.workerId === attempts[1]?.worker_id)?.exited;
+      await waitUntil(
+        () => Promise.resolve(supervisor.crashes.length),
+        (n) => n >= 2,
+        { what: 'the second crash recorded', timeoutMs: 10_000 },
+      );
+      // Attempt 1 lost its lease to the crash; attempt 2 was held (by a dying worker) when the cancel ended it.
       expect(shape(attempts)).toEqual(
-        supervisor.crashes.map((x, i) => [i + 1, i + 1, x.workerId, 'lease_expired']),
+        supervisor.crashes.map((x, i) => [i + 1, i + 1, x.workerId, i === 0 ? 'lease_expired' : 'cancelled']),
       );
       expect(attempts).toHaveLength(2);
       // The cancel arrived while attempt 2 held its lease.
-      expect(cancelAtMs).toBeLessThan(attempts[1]?.ended_at_ms ?? -Infinity);
+      expect(cancelAtMs).toBeLessThan((attempts[1]?.claimed_at_ms ?? -Infinity) + timings.leaseMs);
       expect(await c.db.step(runId)).toMatchObject({ status: 'cancelled', attempt: 2, epoch: 2 });
       expect(await c.db.run(runId)).toMatchObject({ status: 'cancelled' });
       expect(await c.db.executions(runId)).toHaveLength(2);

@@ -27,6 +27,11 @@ export function auditDdl(schema: string): string {
       status text NOT NULL,
       worker_id text,
       lease_expires_at timestamptz,
+      -- The unit of work the step's tokens fence (one scope for every row re-created at a position).
+      scope text,
+      -- The step left 'running' by its own attempt's outcome (ended_nonce = nonce), not by a cancel, the run's
+      -- end, a retirement or a sweep: only then is its holder done at once; otherwise it may run to its lease.
+      self_ended boolean NOT NULL DEFAULT false,
       at timestamptz NOT NULL DEFAULT clock_timestamp(),
       engine_at timestamptz NOT NULL DEFAULT ${q}."now"());
     CREATE INDEX ON ${q}.audit (step_id, id);
@@ -39,9 +44,11 @@ export function auditDdl(schema: string): string {
          OR NEW.lease_expires_at IS DISTINCT FROM OLD.lease_expires_at
          OR NEW.status IS DISTINCT FROM OLD.status
          OR NEW.worker_id IS DISTINCT FROM OLD.worker_id THEN
-        INSERT INTO ${q}.audit (step_id, run_id, op, fencing_token, nonce, status, worker_id, lease_expires_at)
+        INSERT INTO ${q}.audit (step_id, run_id, op, fencing_token, nonce, status, worker_id, lease_expires_at,
+                                scope, self_ended)
         VALUES (NEW.id, NEW.run_id, lower(TG_OP), NEW.fencing_token, NEW.nonce, NEW.status, NEW.worker_id,
-                NEW.lease_expires_at);
+                NEW.lease_expires_at, NEW.fencing_scope,
+                NEW.nonce IS NOT NULL AND NEW.ended_nonce IS NOT DISTINCT FROM NEW.nonce);
       END IF;
       RETURN NEW;
     END $$;

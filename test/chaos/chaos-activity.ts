@@ -19,8 +19,9 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { sql as drizzleSql } from 'drizzle-orm';
 import { z } from 'zod';
+import { createFencedResource } from '@palisade/engine';
 import { setFaultHook } from '@palisade/engine/testing';
-import { defineActivity, defineWorkflow, type ActivityContext } from '@palisade/sdk';
+import { ApplicationFailure, defineActivity, defineWorkflow, type ActivityContext } from '@palisade/sdk';
 import {
   attemptInfo,
   blockEventLoop,
@@ -45,9 +46,15 @@ export function effectsTableDdl(schema: string): string {
       worker_id text NOT NULL,
       seq integer NOT NULL,
       fenced boolean NOT NULL,
+      -- How a fenced effect was fenced: by the engine (ctx.fencedTransaction) or by a fenced resource that keeps
+      -- the highest token per ctx.info.fencing.scope (createFencedResource).
+      via text NOT NULL DEFAULT 'transaction',
+      -- The step's position in its run: with run_id, the unit of work the checker judges resource fences by.
+      step_seq integer NOT NULL DEFAULT 0,
+      scope text,
       db_time timestamptz NOT NULL DEFAULT clock_timestamp(),
       engine_time timestamptz NOT NULL DEFAULT ${q}."now"(),
-      UNIQUE (step_id, fencing_token, seq, fenced));`;
+      UNIQUE (step_id, fencing_token, seq, fenced, via));`;
 }
 
 export const chaosInput = z.object({
@@ -75,6 +82,13 @@ export const chaosInput = z.object({
       onEpoch: z.number().int().positive().default(1),
     })
     .optional(),
+  /**
+   * Each iteration also writes an `effects` row (`via = 'resource'`) through a fenced resource on the engine's
+   * `fences` table, fenced by `ctx.info.fencing` (its scope names the unit of work). @defaultValue false
+   */
+  resource: z.boolean().default(false),
+  /** Throw a non-retryable failure after the iterations (a step for a workflow to compensate). @defaultValue false */
+  fail: z.boolean().default(false),
   /** Returned in the output, so a scenario can recognise this step's completion on the wire. */
   tag: z.string().optional(),
 });
@@ -137,6 +151,8 @@ async function runLoop(
         report({ type: 'fixture:unblocked', attempt, where: block.where });
         stopIfAborted();
       }
+
+      if (input.resource) await resourceWrite(ctx, env, attempt, seq);
 
       const pause =
         input.pause?.atSeq === seq && input.pause.onEpoch === ctx.info.epoch ? input.pause : undefined;
@@ -210,6 +226,7 @@ async function runLoop(
         });
       }
     }
+    if (input.fail) throw new ApplicationFailure('chaos-loop failed on purpose', { nonRetryable: true });
     report({ type: 'fixture:ended', attempt, outcome: 'returned' });
     return { iterations: seq, ...(input.tag !== undefined ? { tag: input.tag } : {}) };
   } catch (error) {
@@ -218,6 +235,45 @@ async function runLoop(
   } finally {
     setFaultHook('fenced-transaction:before-commit', undefined);
   }
+}
+
+/**
+ * One write through a fenced resource keyed by `ctx.info.fencing` (what a system outside the engine does with
+ * the token), reported as `resource-write` ops. Refused (a newer attempt of the same unit of work wrote first),
+ * it throws, which ends the loop.
+ */
+async function resourceWrite(
+  ctx: ActivityContext,
+  env: FixtureEnvironment,
+  attempt: ReturnType<typeof attemptInfo>,
+  seq: number,
+): Promise<void> {
+  const { scope, token } = ctx.info.fencing;
+  env.report({ type: 'chaos:op', attempt, op: 'resource-write', phase: 'invoke', seq });
+  try {
+    // A writer frozen inside its write must not hold the scope's row past half a lease (the suite's L is 2 s).
+    await createFencedResource({ sql: env.sql, schema: env.schema, idleInTransactionTimeoutMs: 1_000 }).write(
+      ctx.info.fencing,
+      (tx) =>
+        tx.unsafe(
+          `INSERT INTO "${env.schema}".effects (run_id, step_id, fencing_token, worker_id, seq, fenced, via, step_seq, scope)
+         VALUES ($1, $2, $3::bigint, $4, $5, true, 'resource', $6, $7)`,
+          [ctx.info.runId, ctx.info.stepId, token.toString(), ctx.info.workerId, seq, ctx.info.seq, scope],
+        ),
+    );
+  } catch (error) {
+    const info = errorInfo(error);
+    env.report({
+      type: 'chaos:op',
+      attempt,
+      op: 'resource-write',
+      phase: info.code === 'LEASE_LOST' ? 'fail' : 'info',
+      seq,
+      error: info,
+    });
+    throw error;
+  }
+  env.report({ type: 'chaos:op', attempt, op: 'resource-write', phase: 'ok', seq });
 }
 
 export const chaosFlowInput = z.object({
@@ -233,6 +289,13 @@ export const chaosFlowInput = z.object({
   blockTurn: z
     .object({ turnAttempt: z.number().int().positive(), ms: z.number().int().positive() })
     .optional(),
+  /**
+   * Instead of \`steps\`: \`try { step 0 fails } catch { step 1 compensates }\`, where the compensation writes through a
+   * fenced resource, keeps going after its signal fires (a zombie) and may be retried \`maximumAttempts\` times.
+   */
+  compensate: z
+    .object({ iterations: z.number().int().positive(), maximumAttempts: z.number().int().positive() })
+    .optional(),
 });
 export type ChaosFlowInput = z.input<typeof chaosFlowInput>;
 
@@ -247,6 +310,18 @@ export function chaosWorkflow(
     output: z.array(chaosOutput),
     async run(input, ctx) {
       const results: z.output<typeof chaosOutput>[] = [];
+      const c = input.compensate;
+      if (c) {
+        try {
+          await ctx.run(loop, { iterations: 1, fail: true, tag: 'fails' }, { retry: { maximumAttempts: 1 } });
+        } catch {
+          const input = { iterations: c.iterations, resource: true, honourSignal: false, tag: 'compensate' };
+          results.push(
+            await ctx.run(loop, input, { retry: { maximumAttempts: c.maximumAttempts, jitter: 0 } }),
+          );
+        }
+        return results;
+      }
       for (let i = 0; i < input.steps; i++) {
         const block = input.blockTurn;
         if (block && ctx.info.turnAttempt === block.turnAttempt) {

@@ -212,6 +212,39 @@ describe('chaos checker', () => {
     expect(result.violations.staleFenced).toBe(2);
   });
 
+  it('judges resource fences by unit of work: a lower token accepted after a higher one, under any scope string', async () => {
+    const { schema, stepId, runId, t1 } = await claimedStep();
+    const s = `"${schema}"`;
+    // A retry retires the step under its holder and re-creates the position as a new row, granted a higher token.
+    await sql.unsafe(`UPDATE ${s}.steps SET status = 'cancelled', retired_at = now() WHERE id = $1`, [
+      stepId,
+    ]);
+    const [next] = await sql.unsafe<{ id: string; token: string }[]>(
+      `INSERT INTO ${s}.steps (run_id, seq, kind, name, fencing_scope, status, queue, retry_policy, lease_ms,
+                               start_to_close_timeout_ms, fencing_token, nonce, worker_id, attempt, epoch,
+                               lease_expires_at)
+       SELECT run_id, seq, kind, name, fencing_scope, 'running', queue, retry_policy, lease_ms,
+              start_to_close_timeout_ms, nextval('${s}.fencing_token_seq'), gen_random_uuid(), 'w2', 1, 2,
+              ${s}.now() + interval '2 s'
+         FROM ${s}.steps WHERE id = $1
+       RETURNING id::text, fencing_token::text AS token`,
+      [stepId],
+    );
+    const resourceEffect = (step: string, token: string, seq: number, scope: string) =>
+      sql.unsafe(
+        `INSERT INTO ${s}.effects (run_id, step_id, fencing_token, worker_id, seq, fenced, via, step_seq, scope)
+         VALUES ($1, $2, $3::bigint, 'w', $4, true, 'resource', 0, $5)`,
+        [runId, step, token, seq, scope],
+      );
+    // The successor writes; then the holder of the retired row writes under a scope of its own (the old bug).
+    await resourceEffect(next!.id, next!.token, 0, 'step:new');
+    await resourceEffect(stepId, t1, 1, 'step:old');
+    const result = await checkScenario(sql, schema, []);
+    expect(result.violations.staleFenced).toBe(1);
+    // The re-created row was granted while the retired row's holder was live (its lease was kept): an overlap.
+    expect(result.violations.overlap).toBe(1);
+  });
+
   it('counts unfenced effects after the lease as zombie writes, without a violation', async () => {
     const { schema, stepId, runId, t1 } = await cleanStep();
     await sql.unsafe(

@@ -5,11 +5,15 @@
  * never reads the engine's `attempts` or `events` tables, so it cannot inherit a bookkeeping bug.
  *
  * Every check but C-unfenced is a violation count that must be 0:
- * - C-overlap: a grant of a step inside the live interval of the step's previous grant (live until its final
- *   lease expiry, its release, its terminal outcome or an operator revoke), or a lease renewed after it expired.
- * - C-mono: grant tokens of a step not strictly increasing, or one token granted twice anywhere.
+ * - C-overlap: a grant of a unit of work (a fencing scope: a run and a position, whichever step row a retry
+ *   re-created there) inside the live interval of its previous grant, or a lease renewed after it expired. A
+ *   grant is live until its final lease expiry, its own outcome or release, or an operator revoke; a step ended
+ *   under its holder (a cancel, the run's end, a retirement) leaves the holder live until that lease expires,
+ *   unless the holder was told first (its refusal cut the lease short).
+ * - C-mono: grant tokens of a unit of work not strictly increasing, or one token granted twice anywhere.
  * - C-stale-fenced: a fenced effect committed after a higher token was granted for its step, after its own
- *   lease expired, or under a token never granted for that step.
+ *   lease expired, or under a token never granted for that step; and, for effects fenced by a resource keyed
+ *   on `ctx.info.fencing`, a lower token accepted after a higher one for the same unit of work.
  * - C-terminal: a step with other than exactly one terminal transition, or completed outside the live lease of
  *   the token it was completed under.
  * - C-ack: a completion a worker saw acknowledged (`attempt:completed`) that is not the step's recorded outcome.
@@ -90,6 +94,10 @@ interface AuditRow {
   engine_ms: number;
   /** lease_expires_at (engine clock); null when unset. */
   expiry_ms: number | null;
+  /** The unit of work (fencing scope) of the step. */
+  scope: string | null;
+  /** The step left 'running' by its own attempt's outcome or release. */
+  self_ended: boolean;
 }
 
 /** One change of the engine clock's offset: from host-clock `atMs` on, `<schema>.now()` = host + `offsetMs`. */
@@ -111,14 +119,24 @@ export async function checkScenario(
   const ms = (expr: string) => `(extract(epoch from ${expr}) * 1000)::float8`;
   const audit = await sql.unsafe<AuditRow[]>(
     `SELECT id::text, step_id::text, run_id::text, fencing_token::text AS token, status, worker_id,
-            ${ms('at')} AS at_ms, ${ms('engine_at')} AS engine_ms, ${ms('lease_expires_at')} AS expiry_ms
+            ${ms('at')} AS at_ms, ${ms('engine_at')} AS engine_ms, ${ms('lease_expires_at')} AS expiry_ms,
+            scope, self_ended
        FROM ${t('audit')} a ORDER BY a.step_id, a.id`,
   );
   const effects = await sql.unsafe<
-    { step_id: string; token: string; fenced: boolean; worker_id: string; seq: number; engine_ms: number }[]
+    {
+      step_id: string;
+      token: string;
+      fenced: boolean;
+      via: string;
+      unit: string;
+      worker_id: string;
+      seq: number;
+      engine_ms: number;
+    }[]
   >(
-    `SELECT step_id::text, fencing_token::text AS token, fenced, worker_id, seq,
-            ${ms('engine_time')} AS engine_ms
+    `SELECT step_id::text, fencing_token::text AS token, fenced, via, run_id::text || '/' || step_seq AS unit,
+            worker_id, seq, ${ms('engine_time')} AS engine_ms
        FROM ${t('effects')} e ORDER BY e.id`,
   );
   const hostTimeOf = hostTimeOfEngine(await readClockJumps(sql, schema));
@@ -197,7 +215,15 @@ export async function checkScenario(
           current.engineExpiryMs = row.expiry_ms;
         }
       } else if (current && row.status !== 'running') {
-        current.engineEndMs = Math.min(current.engineEndMs, row.engine_ms);
+        // Ended by its own outcome or release: done now. Ended under its holder (cancel, run end, retirement,
+        // or a reset of such a step): the holder may run until its lease expires, or until it was told (the
+        // refusal that told it cut `lease_expires_at` short, which this row records).
+        const endMs = row.self_ended
+          ? row.engine_ms
+          : row.expiry_ms !== null
+            ? Math.max(row.engine_ms, row.expiry_ms)
+            : Infinity;
+        current.engineEndMs = Math.min(current.engineEndMs, endMs);
       }
       if (TERMINAL.has(row.status) && !(prevStatus !== undefined && TERMINAL.has(prevStatus))) {
         terminalCount.set(stepId, (terminalCount.get(stepId) ?? 0) + 1);
@@ -221,6 +247,8 @@ export async function checkScenario(
         // A terminal step left its terminal state: only an explicit retry of a failed run may do that.
         if (prevStatus === 'completed')
           violate('terminal', `step ${stepId}: left 'completed' for ${row.status}`);
+        // A retried step's earlier outcome is withdrawn: it must end exactly once more.
+        else terminalCount.set(stepId, (terminalCount.get(stepId) ?? 0) - 1);
       }
       prevStatus = row.status;
       prevToken = row.token ?? prevToken;
@@ -229,6 +257,34 @@ export async function checkScenario(
   }
   for (const [stepId, count] of terminalCount) {
     if (count !== 1) violate('terminal', `step ${stepId}: ${count} terminal outcomes`);
+  }
+
+  // The same across the rows of one unit of work: a retry may retire a step and re-create its position as a new
+  // row, and the successor there must neither be granted while an earlier row's holder is live nor take a
+  // lower token (invariant 13). Grants of one row were judged above; here consecutive grants on different rows.
+  const scopeOf = new Map(audit.map((r) => [r.step_id, r.scope ?? r.step_id]));
+  const byScope = groupBy(
+    [...grantsByStep.values()].flat().filter((g) => !g.revoke),
+    (g) => scopeOf.get(g.stepId) ?? g.stepId,
+  );
+  for (const [scope, grants] of byScope) {
+    const ordered = [...grants].sort((a, b) => a.atMs - b.atMs || (a.token < b.token ? -1 : 1));
+    for (let i = 1; i < ordered.length; i++) {
+      const prev = ordered[i - 1] as Grant;
+      const next = ordered[i] as Grant;
+      if (prev.stepId === next.stepId) continue;
+      if (next.token <= prev.token) {
+        violate('mono', `scope ${scope}: token ${next.token} granted after ${prev.token} (another row)`);
+      }
+      if (next.engineAtMs < prev.engineEndMs) {
+        violate(
+          'overlap',
+          `scope ${scope}: token ${next.token} granted on step ${next.stepId} at engine time ` +
+            `${iso(next.engineAtMs)} while token ${prev.token} of step ${prev.stepId} was live until ` +
+            `${iso(prev.engineEndMs)}`,
+        );
+      }
+    }
   }
 
   // When a token became stale: superseded by a higher grant, or its lease expired (whichever came first), in
@@ -242,9 +298,25 @@ export async function checkScenario(
   // C-stale-fenced and C-unfenced over the effects.
   let fencedEffects = 0;
   let unfencedByZombies = 0;
+  const highestByUnit = new Map<string, bigint>();
   for (const e of effects) {
     const g = grantByKey.get(`${e.step_id}:${e.token}`);
-    if (e.fenced) {
+    if (e.via === 'resource') {
+      // A resource keeps the highest token per scope: judged by unit of work (run, position), whatever scope
+      // string the attempt handed it, no token may be accepted after a higher one.
+      fencedEffects++;
+      const highest = highestByUnit.get(e.unit) ?? 0n;
+      const token = BigInt(e.token);
+      if (token < highest) {
+        violate(
+          'staleFenced',
+          `resource effect ${e.step_id}#${e.seq} under token ${token} accepted after token ${highest} ` +
+            `for the same unit of work ${e.unit}`,
+        );
+      } else highestByUnit.set(e.unit, token);
+      if (!g)
+        violate('staleFenced', `resource effect ${e.step_id}#${e.seq} under token ${e.token}, never granted`);
+    } else if (e.fenced) {
       fencedEffects++;
       if (!g || g.revoke) {
         violate('staleFenced', `fenced effect ${e.step_id}#${e.seq} under token ${e.token}, never granted`);

@@ -97,9 +97,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await worker.start();
       const run = await engine.client.enqueue(held.activity, {});
       const first = await held.next();
-      await run.cancel('operator said so');
-      // The owner learns of the cancel at its next heartbeat and records the step cancelled (fenced).
-      await first.ctx.heartbeat().catch(() => undefined);
+      expect(await run.cancel('operator said so')).toBe('cancelled');
+      // The cancel ended the step under its owner; the owner's next heartbeat is refused, saying why, and once it
+      // has been told, the retry below need not wait for its lease to run out.
+      await expect(first.ctx.heartbeat()).rejects.toMatchObject({ code: 'LEASE_LOST', reason: 'cancelled' });
+      expect(first.ctx.signal.aborted).toBe(true);
       expect(await resultError(engine, run.runId)).toBeInstanceOf(CancelledFailure);
       const cancelled = await stepOfRun(engine, run.runId);
       expect([cancelled.status, cancelled.epoch, cancelled.token]).toEqual([

@@ -24,6 +24,8 @@ export interface EngineTarget {
   engine(options?: Omit<CreateEngineOptions, 'databaseUrl' | 'pglite' | 'sql' | 'db'>): Promise<Engine>;
   /** A postgres.js admin client on the file's database (postgres driver only); ended after the test. */
   sql(): postgres.Sql;
+  /** The file's PGlite instance, shared by its engines (pglite driver only; after the first `engine()`). */
+  pglite(): PGlite;
 }
 
 /** Register per-file database hooks for `driver` and return a factory of engines. */
@@ -52,6 +54,10 @@ export function useEngineTarget(driver: Driver): EngineTarget {
           : await createEngine({ ...options, schema, pglite: (pglite ??= new PGlite()) });
       open.push(engine);
       return engine;
+    },
+    pglite() {
+      if (!pglite) throw new Error('pglite() is only for the pglite driver, after engine()');
+      return pglite;
     },
     sql() {
       if (driver !== 'postgres') throw new Error('sql() is only for the postgres driver');

@@ -16,6 +16,7 @@ import { createRequire } from 'node:module';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { afterEach } from 'vitest';
 import type {
+  ActivityCommand,
   ChildMessage,
   ChildMessageOf,
   ChildMessageType,
@@ -59,6 +60,11 @@ export interface SpawnWorkerOptions {
    * checked once, at `process:ready`, to prove the skew took effect.
    */
   readonly clock?: WorkerClockSkew;
+  /**
+   * Absolute path of the module the child runs instead of ../fixtures/worker-main.ts; it takes the same config
+   * argument and speaks the same protocol (../fixtures/poison-pglite-main.ts). @defaultValue worker-main.ts
+   */
+  readonly entry?: string;
 }
 
 export interface WaitOptions {
@@ -93,6 +99,8 @@ export interface WorkerProcess {
     predicate?: (m: ChildMessageOf<T>) => boolean,
     options?: WaitOptions,
   ): Promise<ChildMessageOf<T>>;
+  /** Send `command` to the process's extension activities (`env.commands`). @throws if the process is gone. */
+  command(command: ActivityCommand): void;
   /** Start claiming (for a worker spawned with `deferStart`). Resolves on `worker:started`. */
   start(): Promise<void>;
   /** Stop gracefully (worker.stop in the child); SIGKILL if it has not exited within `graceMs` + 5 s. */
@@ -117,7 +125,7 @@ export async function spawnWorkerProcess(
       '--import',
       tsxLoaderUrl(),
       ...(skewed ? ['--import', CLOCK_SKEW_PRELOAD] : []),
-      WORKER_MAIN,
+      options.entry ?? WORKER_MAIN,
       JSON.stringify(config),
     ],
     {
@@ -243,6 +251,9 @@ export async function spawnWorkerProcess(
     mark: () => messages.length,
     all,
     waitFor,
+    command(command) {
+      if (!post({ type: 'command', command })) throw new Error(`worker ${config.workerId} is not connected`);
+    },
     async start() {
       const from = messages.length;
       if (!post({ type: 'start' })) throw new Error(`worker ${config.workerId} is not connected`);

@@ -327,7 +327,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
         startToCloseTimeoutMs: 60_000,
         heartbeatDetails: undefined,
       });
-      expect(info.fencing.scope).toBe(`step:${step.id}`);
+      // A standalone run is its own unit of work (invariant 13).
+      expect(info.fencing.scope).toBe(`run:${handle.runId}`);
       expect(typeof info.fencing.token).toBe('bigint');
       expect(info.fencing.token.toString()).toBe(stepToken);
       expect(info.fencing.token.toString()).toBe(step.token);

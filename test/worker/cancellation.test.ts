@@ -94,8 +94,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const { attempt: ref } = await started;
       const abortedEvent = workerEvent(worker, 'attempt:aborted');
 
-      // The run cannot end before its owner acknowledges: the cancel is only requested.
-      await expect(handle.cancel('user pressed stop')).resolves.toBe('running');
+      // The cancel ends step and run at once; the owner learns at its next heartbeat (DESIGN.md §4).
+      await expect(handle.cancel('user pressed stop')).resolves.toBe('cancelled');
       const outcome = await settle(handle.result({ timeoutMs: 10_000 }));
 
       expect((await abortedEvent).reason).toBe('cancelled');
@@ -106,10 +106,17 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const calls = await late.promise;
       expect(calls.reason).toBeInstanceOf(AttemptAbortedError);
       expect(calls.reason).toMatchObject({ code: 'ATTEMPT_ABORTED', reason: 'cancelled' });
-      expect(calls.heartbeat).toMatchObject({ ok: false, error: { code: 'ATTEMPT_ABORTED' } });
-      expect(calls.transaction).toMatchObject({ ok: false, error: { code: 'ATTEMPT_ABORTED' } });
+      // Refused by the database, which said why; every later call repeats that refusal without a round trip.
+      expect(calls.heartbeat).toMatchObject({
+        ok: false,
+        error: { code: 'LEASE_LOST', reason: 'cancelled' },
+      });
+      expect(calls.transaction).toMatchObject({
+        ok: false,
+        error: { code: 'LEASE_LOST', reason: 'cancelled' },
+      });
 
-      // Exactly one outcome, recorded by the fenced owner: its later completion never lands.
+      // Exactly one outcome, recorded by the cancel: the owner's later completion never lands.
       const step = await stepOf(engine, handle.runId);
       expect(step).toMatchObject({
         status: 'cancelled',

@@ -91,7 +91,8 @@ describe('infrastructure errors on postgres never consume an attempt', () => {
     await started;
     const runs_ = admin(`${engine.names.schema}.runs`);
 
-    // Hold the run row so that the completion statement blocks inside the server, then kill its backend there.
+    // Hold the run row so that the completion statement blocks inside the server (it locks the run first),
+    // then kill its backend there. Found by what it waits on: pg_stat_activity cuts long query texts short.
     await admin.begin(async (tx) => {
       await tx`SELECT 1 FROM ${runs_} WHERE id = ${handle.runId} FOR UPDATE`;
       resume.open();
@@ -99,7 +100,8 @@ describe('infrastructure errors on postgres never consume an attempt', () => {
         const rows = await tx<{ pid: number }[]>`
           SELECT pid FROM pg_stat_activity
            WHERE datname = current_database() AND application_name = 'palisade'
-             AND wait_event_type = 'Lock' AND query LIKE '%step:completed%'`;
+             AND pg_backend_pid() = ANY(pg_blocking_pids(pid))
+             AND query LIKE '%run_lock%' AND query LIKE '%status = ''completed''%'`;
         return rows[0];
       });
       await tx`SELECT pg_terminate_backend(${blocked.pid})`;

@@ -126,9 +126,14 @@ for (const driver of ['postgres', 'pglite'] as const) {
         [0, 'cancelled'],
         [1, 'completed'],
       ]);
-      const events = (await handle.describe()).events.map((e) => e.type);
+      const described = (await handle.describe()).events;
+      const events = described.map((e) => e.type);
       expect(events).toContain('run:cancel-requested');
-      expect(events.at(-1)).toBe('run:cancelled');
+      expect(events.filter((t) => t.startsWith('run:')).at(-1)).toBe('run:cancelled');
+      // The cancel ended \`long\` under its holder, whose next heartbeat was refused saying so.
+      expect(described.filter((e) => e.type === 'attempt:stale-rejected').map((e) => e.data)).toEqual([
+        expect.objectContaining({ operation: 'heartbeat', reason: 'cancelled' }),
+      ]);
       // Cancelling again is a no-op that reports the final status.
       expect(await handle.cancel('again')).toBe('cancelled');
     });

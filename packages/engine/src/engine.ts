@@ -8,7 +8,12 @@ import { connectionFailure, describeConnection } from './db/database-target.js';
 import { openEmbeddedDatabase } from './db/embedded-database.js';
 import { NotificationHub } from './db/notification-hub.js';
 import { migrate, type MigrateResult } from './migrate.js';
-import { resolveEngineOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js';
+import {
+  resolveEngineOptions,
+  resolveStopOptions,
+  type EngineOptions,
+  type ResolvedEngineOptions,
+} from './options.js';
 import { schemaNames, type SchemaNames } from './queries/schema-names.js';
 import { Worker, type StopOptions } from './worker/worker.js';
 import type { WorkerOptions } from './options.js';
@@ -173,7 +178,7 @@ export async function createEngine(options: CreateEngineOptions = {}): Promise<E
     throw error;
   }
   const hub = new NotificationHub(database, names.channel);
-  const client = new Client(database, names, hub);
+  const client = new Client(database, names, hub, logger);
   const workers = new Set<Worker>();
   let closed = false;
   return {
@@ -192,6 +197,7 @@ export async function createEngine(options: CreateEngineOptions = {}): Promise<E
     },
     migrate: () => migrate(database, resolved.schema),
     async close(stopOptions?: StopOptions): Promise<void> {
+      resolveStopOptions(stopOptions); // refuse a bad graceMs before anything is stopped
       if (closed) return;
       closed = true;
       await Promise.all([...workers].map((w) => w.stop(stopOptions)));

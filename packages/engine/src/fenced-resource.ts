@@ -1,5 +1,5 @@
 import type { PGlite, Transaction as PgliteTransaction } from '@electric-sql/pglite';
-import { LeaseLostError } from '@palisade/sdk';
+import { InvalidOptionsError, LeaseLostError, checkText } from '@palisade/sdk';
 import type { Sql, TransactionSql } from '../vendor/postgres/index.js';
 import { quoteIdent } from './db/database.js';
 
@@ -20,6 +20,14 @@ export type FencedResourceOptions = (
   readonly schema?: string;
   /** Fences table name. @defaultValue `'fences'` */
   readonly table?: string;
+  /**
+   * How long a `write` transaction may sit idle on the server (ms; postgres.js only): while it runs it holds its
+   * scope's row, so a writer frozen inside it (a stopped process, a partition) would hold every later writer of
+   * the scope — its successor included — until it resumed. Past this the server ends its session and the frozen
+   * write is rolled back. `0` disables it. Must be longer than any pause your `write` callback makes between its
+   * statements. @defaultValue 60_000
+   */
+  readonly idleInTransactionTimeoutMs?: number;
 };
 
 /** A fencing token as handed to external systems (`ctx.info.fencing`). */
@@ -87,7 +95,7 @@ function pgliteDriver(pglite: PGlite): FenceDriver<PgliteTransaction> {
 
 /**
  * A {@link FencedResource} on the given database (postgres.js `sql` or PGlite `pglite`).
- * @throws TypeError when neither or both are given.
+ * @throws InvalidOptionsError when neither or both are given.
  */
 export function createFencedResource(
   options: FencedResourceOptions & { readonly sql: Sql },
@@ -99,7 +107,9 @@ export function createFencedResource(
   options: FencedResourceOptions,
 ): FencedResource<TransactionSql> | FencedResource<PgliteTransaction> {
   if ((options.sql === undefined) === (options.pglite === undefined))
-    throw new TypeError('createFencedResource: give exactly one of `sql` (postgres.js) and `pglite`');
+    throw new InvalidOptionsError('createFencedResource options', [
+      { path: 'sql', message: 'give exactly one of `sql` (postgres.js) and `pglite`' },
+    ]);
   return options.sql !== undefined
     ? fencedResource(postgresDriver(options.sql), options)
     : fencedResource(pgliteDriver(options.pglite), options);
@@ -107,11 +117,31 @@ export function createFencedResource(
 
 function fencedResource<Tx>(
   driver: FenceDriver<Tx>,
-  options: { readonly schema?: string; readonly table?: string },
+  options: {
+    readonly schema?: string;
+    readonly table?: string;
+    readonly idleInTransactionTimeoutMs?: number;
+    readonly pglite?: unknown;
+  },
 ): FencedResource<Tx> {
   const schema = quoteIdent(options.schema ?? 'palisade');
   const table = `${schema}.${quoteIdent(options.table ?? 'fences')}`;
+  const idleMs = options.idleInTransactionTimeoutMs ?? 60_000;
+  if (!Number.isSafeInteger(idleMs) || idleMs < 0 || idleMs > 2_147_483_647) {
+    throw new InvalidOptionsError('createFencedResource options', [
+      { path: 'idleInTransactionTimeoutMs', message: 'must be an integer number of ms from 0 to 2147483647' },
+    ]);
+  }
+  // PGlite has one connection in one process: nothing else can be frozen holding the row.
+  const idleSetting = options.pglite === undefined && idleMs > 0 ? idleMs : undefined;
   async function check(query: Query, f: FencingToken): Promise<void> {
+    // Refused here, not by the database: a scope it cannot store would otherwise come back as a raw driver error.
+    checkText(f.scope, 'fencing scope');
+    if (typeof f.token !== 'bigint' || f.token < 0n) {
+      throw new InvalidOptionsError('fencing token', [
+        { path: 'token', message: 'must be a non-negative bigint' },
+      ]);
+    }
     // INSERT … ON CONFLICT DO UPDATE … WHERE locks the scope's row; a concurrent higher token waits for our
     // commit and then wins, a lower one sees ours and is refused.
     const rows = await query<{ token: string }>(
@@ -142,6 +172,10 @@ function fencedResource<Tx>(
       ),
     write: <T>(fencing: FencingToken, write: (tx: Tx) => Promise<T>) =>
       driver.transaction(async (tx, query) => {
+        if (idleSetting !== undefined)
+          await query(`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`, [
+            String(idleSetting),
+          ]);
         await check(query, fencing);
         return write(tx);
       }),

@@ -8,7 +8,14 @@ declare module '@palisade/sdk' {
 }
 
 export { Client, type EnqueueOptions, type OnKeyConflict, type StartOptions } from './client/client.js';
-export { RunHandle, type ResultOptions, type RunDescription } from './client/run-handle.js';
+export {
+  RunHandle,
+  UNCLAIMED_AFTER_MS,
+  type DescribeOptions,
+  type ResultOptions,
+  type RunDescription,
+} from './client/run-handle.js';
+export type { UnclaimedWork } from './queries/unclaimed-work.js';
 export type { AnyPgDatabase, Database } from './db/database.js';
 export { openEmbeddedDatabase, type EmbeddedDatabase } from './db/embedded-database.js';
 export { createEngine, type CreateEngineOptions, type Engine } from './engine.js';

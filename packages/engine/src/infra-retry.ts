@@ -43,6 +43,21 @@ function codesOf(error: unknown): string[] {
   return codes;
 }
 
+/** The first SQLSTATE (five characters) in `error`'s `cause` chain, if any. */
+export function sqlstateOf(error: unknown): string | undefined {
+  return codesOf(error).find((code) => /^[0-9A-Z]{5}$/.test(code));
+}
+
+/**
+ * True when the database refused a statement because of the content of one of its values (SQLSTATE class 22,
+ * data exception: a NUL or bad Unicode in text or jsonb, a number out of range; or 54, a value over a program
+ * limit). Retrying the same statement cannot help; the caller records the refusal instead.
+ */
+export function isContentRefusal(error: unknown): boolean {
+  const state = sqlstateOf(error);
+  return state !== undefined && (state.startsWith('22') || state.startsWith('54'));
+}
+
 /** Classify an error thrown by a database call, walking its `cause` chain. */
 export function classifyDatabaseError(error: unknown): ErrorClass {
   const codes = codesOf(error);

@@ -3,6 +3,7 @@ import type { Sql } from '../vendor/postgres/index.js';
 import { z } from 'zod';
 import {
   InvalidOptionsError,
+  textProblem,
   durationMs,
   formatIssues,
   type ActivityDefinition,
@@ -42,13 +43,16 @@ export interface EngineOptions {
   readonly schema?: string;
   /** Apply pending migrations when the engine is created. @defaultValue true */
   readonly migrate?: boolean;
-  /** Size of the pool the engine opens for `databaseUrl`. @defaultValue 10 */
+  /** Size of the pool the engine opens for `databaseUrl`; 2 to 1,000. @defaultValue 10 */
   readonly poolSize?: number;
   /** Server-side `statement_timeout` of engine connections it opens. @defaultValue 10_000 (ms) */
   readonly statementTimeoutMs?: Duration;
   /** Server-side `lock_timeout` of engine connections it opens. @defaultValue 5_000 (ms) */
   readonly lockTimeoutMs?: Duration;
 }
+
+/** Largest `poolSize`: each connection is a server backend, and PostgreSQL's default max_connections is 100. */
+export const MAX_POOL_SIZE = 1_000;
 
 export const ENGINE_DEFAULTS = Object.freeze({
   dataDir: '.palisade/db',
@@ -74,7 +78,12 @@ const engineSchema = z
       .regex(SCHEMA_NAME, 'must be a lowercase identifier of at most 40 characters')
       .optional(),
     migrate: z.boolean().optional(),
-    poolSize: z.number().int().min(2, 'must be ≥ 2 (one connection is reserved for heartbeats)').optional(),
+    poolSize: z
+      .number()
+      .int('must be a whole number')
+      .min(2, 'must be ≥ 2 (one connection is reserved for heartbeats)')
+      .max(MAX_POOL_SIZE, `must be ≤ ${MAX_POOL_SIZE} (each connection is a server process)`)
+      .optional(),
     statementTimeoutMs: durationMs.pipe(z.number().min(100, 'must be ≥ 100 ms')).optional(),
     lockTimeoutMs: durationMs.pipe(z.number().min(10, 'must be ≥ 10 ms')).optional(),
   })
@@ -253,7 +262,12 @@ const workerSchema = z
       .optional(),
     workflowConcurrency: z.number().int('must be a whole number').min(1, 'must be ≥ 1').max(1000).optional(),
     turnLeaseMs: durationMs.optional(),
-    workerId: z.string().min(1).max(200).optional(),
+    workerId: z
+      .string()
+      .min(1)
+      .max(200)
+      .refine((id) => textProblem(id) === undefined, 'must be storable text (no NUL, no lone surrogate)')
+      .optional(),
     heartbeatIntervalMs: durationMs.optional(),
     heartbeatTimeoutMs: durationMs.optional(),
     leaseSafetyMarginMs: durationMs.optional(),
@@ -357,4 +371,26 @@ export function resolveWorkerOptions(options: WorkerOptions, defaultWorkerId: st
     pollIntervalMs: o.pollIntervalMs ?? WORKER_DEFAULTS.pollIntervalMs,
     shutdownGraceMs: o.shutdownGraceMs ?? WORKER_DEFAULTS.shutdownGraceMs,
   });
+}
+
+/** Options of `worker.stop()` and `engine.close()`. */
+export interface StopOptions {
+  /**
+   * How long running attempts may finish before they are aborted with reason `shutdown`; a duration (ms or
+   * `'10s'`), ≤ 2,147,483,647 ms. @defaultValue the worker's shutdownGraceMs
+   */
+  readonly graceMs?: Duration;
+}
+
+const stopSchema = z.object({ graceMs: durationMs.optional() }).strict();
+
+/**
+ * Validate {@link StopOptions}.
+ * @returns the grace period in ms, or `undefined` for the worker's default.
+ * @throws InvalidOptionsError naming the bad option.
+ */
+export function resolveStopOptions(options: StopOptions = {}): { readonly graceMs: number | undefined } {
+  const parsed = stopSchema.safeParse(options);
+  if (!parsed.success) throw new InvalidOptionsError('stop options', formatIssues(parsed.error.issues));
+  return { graceMs: parsed.data.graceMs };
 }

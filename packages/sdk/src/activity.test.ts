@@ -184,6 +184,6 @@ describe('defineActivity option checks', () => {
         startToCloseTimeoutMs: '30d',
         run: () => Promise.resolve({}),
       }),
-    ).toThrow(/startToCloseTimeoutMs: must be ≤ 24 days/);
+    ).toThrow(/startToCloseTimeoutMs: "30d" is too long: must be ≤ 2,147,483,647 ms \(about 24.9 days\)/);
   });
 });

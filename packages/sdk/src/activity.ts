@@ -16,9 +16,14 @@ export type FencedTransaction = FencedTransactionRegistry extends { transaction:
 
 /** A fencing sequencer to hand to external systems: they keep the highest token per scope and refuse lower ones. */
 export interface FencingInfo {
-  /** What the token fences: `step:<stepId>` for an activity attempt. */
+  /**
+   * The unit of work the token fences: `run:<runId>/seq:<seq>` for a workflow's step, `run:<runId>` for a
+   * standalone activity (steps recorded before 0.1's migration 0005 keep `step:<stepId>`). Stable across retries,
+   * retirement and re-creation of the step, so every later attempt of the same work supersedes every earlier one
+   * in a resource that keeps the highest token per scope.
+   */
   readonly scope: string;
-  /** Strictly increasing per scope, from one global sequence; never reused. */
+  /** Strictly increasing per scope (attempts of one unit of work), from one global sequence; never reused. */
   readonly token: bigint;
   /** `token` as a decimal string, for systems and logs that have no 64-bit integers (JSON). */
   readonly tokenString: string;
@@ -77,7 +82,10 @@ export interface ActivityContext {
   /**
    * Extend the lease now and store `details` (JSON-serializable) for a later attempt to resume from. The
    * worker also heartbeats on its own every `heartbeatIntervalMs`; calling this is optional.
+   * Details must survive the JSON round trip (see `checkPayload`) and fit 64 KiB; bad ones are refused by this
+   * call and never reach the worker's shared heartbeat statement.
    * @throws LeaseLostError when the attempt was superseded or its lease expired (the signal fires too).
+   * @throws ValidationError naming the path of details that cannot be stored; PalisadeError `PAYLOAD_TOO_LARGE`.
    */
   heartbeat(details?: unknown): Promise<void>;
   /**
@@ -89,6 +97,11 @@ export interface ActivityContext {
    * LeaseLostError; rolled back with the lease still held → the connection error, which then means "not
    * committed". Only when the database stays unreachable until the local lease deadline is the error ambiguous.
    * @throws LeaseLostError when the fence fails (nothing `fn` wrote is committed).
+   * @throws PalisadeError `FENCED_TRANSACTION_NESTED` when called inside another fenced transaction's `fn` (they
+   * do not nest: use the outer `tx`).
+   * @throws PalisadeError `FENCED_TRANSACTION_ABORTED` when `fn` caught an SQL error of its own and went on, which
+   * leaves the transaction aborted (SQLSTATE 25P02); nothing it wrote is committed. Use a savepoint
+   * (`tx.transaction(...)`) around a statement that may fail.
    */
   fencedTransaction<T>(fn: (tx: FencedTransaction) => Promise<T>): Promise<T>;
 }
@@ -137,9 +150,6 @@ export const MIN_LEASE_MS = 3_000;
 
 const NAME = /^[A-Za-z0-9_.:-]{1,128}$/;
 
-/** Longest start-to-close timeout: the column is a 32-bit count of ms (about 24.8 days). */
-export const MAX_TIMEOUT_MS = 2_147_483_647;
-
 const activityOptionsSchema = z
   .object({
     name: z.string().regex(NAME, 'must be 1–128 characters of letters, digits, and _ . : -'),
@@ -147,9 +157,7 @@ const activityOptionsSchema = z
     output: z.unknown(),
     run: z.unknown(),
     retry: z.unknown().optional(),
-    startToCloseTimeoutMs: durationMs
-      .pipe(z.number().min(1, 'must be > 0').max(MAX_TIMEOUT_MS, 'must be ≤ 24 days (2,147,483,647 ms)'))
-      .optional(),
+    startToCloseTimeoutMs: durationMs.pipe(z.number().min(1, 'must be > 0')).optional(),
     leaseMs: durationMs.pipe(z.number().max(3_600_000, 'must be ≤ 1 hour')).optional(),
     queue: z.string().regex(NAME, 'must be 1–128 characters of letters, digits, and _ . : -').optional(),
   })

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { durationMs, parseDuration, toMs } from './duration.js';
+import { isPalisadeError } from './errors.js';
+import { MAX_DURATION_MS, durationMs, durationSchema, parseDuration, toMs } from './duration.js';
 
 describe('parseDuration', () => {
   it.each([
@@ -49,24 +50,44 @@ describe('toMs', () => {
     expect(toMs(30_000, 'leaseMs')).toBe(30_000);
   });
 
-  it('refuses "5 minutes" with a TypeError that names the field and quotes the value', () => {
-    expect(() => toMs('5 minutes', 'worker.heartbeatIntervalMs')).toThrow(TypeError);
+  it('refuses "5 minutes" with an INVALID_OPTIONS error that names the field and quotes the value', () => {
+    let caught: unknown;
+    try {
+      toMs('5 minutes', 'worker.heartbeatIntervalMs');
+    } catch (error) {
+      caught = error;
+    }
+    expect(isPalisadeError(caught, 'INVALID_OPTIONS')).toBe(true);
     expect(() => toMs('5 minutes', 'worker.heartbeatIntervalMs')).toThrow(
-      /^worker\.heartbeatIntervalMs: "5 minutes" is not a duration/,
+      /^\[INVALID_OPTIONS\] invalid worker\.heartbeatIntervalMs: "5 minutes" is not a duration/,
     );
   });
 
   it('refuses a negative number, naming the field and the value', () => {
-    expect(() => toMs(-5, 'leaseMs')).toThrow(/^leaseMs: -5 is not a duration/);
+    expect(() => toMs(-5, 'leaseMs')).toThrow(/invalid leaseMs: -5 is not a duration/);
   });
 
   it('refuses NaN and shows it as NaN, not as null', () => {
-    expect(() => toMs(Number.NaN, 'leaseMs')).toThrow(/^leaseMs: NaN is not a duration/);
-    expect(() => toMs(Number.POSITIVE_INFINITY, 'leaseMs')).toThrow(/^leaseMs: Infinity is not a duration/);
+    expect(() => toMs(Number.NaN, 'leaseMs')).toThrow(/invalid leaseMs: NaN is not a duration/);
+    expect(() => toMs(Number.POSITIVE_INFINITY, 'leaseMs')).toThrow(
+      /invalid leaseMs: Infinity is not a duration/,
+    );
   });
 
   it('names the value "duration" when the caller does not say which field it is', () => {
-    expect(() => toMs('soon')).toThrow(/^duration: "soon" is not a duration/);
+    expect(() => toMs('soon')).toThrow(/invalid duration: "soon" is not a duration/);
+  });
+
+  it('refuses a duration longer than Node timers and the engine hold (2^31-1 ms), naming the field', () => {
+    expect(toMs(MAX_DURATION_MS, 'pollIntervalMs')).toBe(MAX_DURATION_MS);
+    expect(() => toMs('30d', 'pollIntervalMs')).toThrow(
+      /invalid pollIntervalMs: "30d" is too long: must be ≤ 2,147,483,647 ms/,
+    );
+    expect(() => toMs(1e12, 'graceMs')).toThrow(/invalid graceMs: 1000000000000 is too long/);
+  });
+
+  it('takes a larger bound when the caller gives one (durable sleeps)', () => {
+    expect(toMs('30d', 'sleep', 10 * MAX_DURATION_MS)).toBe(30 * 86_400_000);
   });
 
   it('lists the accepted forms in its message', () => {
@@ -95,5 +116,13 @@ describe('durationMs', () => {
     expect(parsed.error?.issues).toHaveLength(1);
     expect(parsed.error?.issues[0]?.path).toEqual(['leaseMs']);
     expect(parsed.error?.issues[0]?.message).toContain(message);
+  });
+});
+
+describe('durationSchema', () => {
+  it('refuses a value above its bound with an issue naming the bound', () => {
+    const parsed = z.object({ delayMs: durationSchema(1_000) }).safeParse({ delayMs: '2s' });
+    expect(parsed.error?.issues[0]?.path).toEqual(['delayMs']);
+    expect(parsed.error?.issues[0]?.message).toContain('must be ≤ 1,000 ms');
   });
 });

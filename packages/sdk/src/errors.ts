@@ -9,6 +9,8 @@
  * @module
  */
 
+import { jsonProblems, storableText, utf8Bytes } from './json-value.js';
+
 /** Stable machine-readable error codes. */
 export type PalisadeErrorCode =
   | 'LEASE_LOST'
@@ -34,7 +36,11 @@ export type PalisadeErrorCode =
   | 'ENGINE_CLOSED'
   | 'NOT_REGISTERED'
   | 'NON_DURABLE_AWAIT'
-  | 'WORKFLOW_FAILED';
+  | 'WORKFLOW_FAILED'
+  | 'PAYLOAD_TOO_LARGE'
+  | 'DATABASE_ERROR'
+  | 'FENCED_TRANSACTION_NESTED'
+  | 'FENCED_TRANSACTION_ABORTED';
 
 /** Context fields an error may carry; all optional, all readonly once set. */
 export interface PalisadeErrorContext {
@@ -254,8 +260,55 @@ function isApplicationFailureLike(error: unknown): error is ApplicationFailure {
   );
 }
 
-/** Convert anything thrown into its stored form, by the rules documented on {@link ApplicationFailure}. */
+/** Limits of a stored failure (the same numbers as `PAYLOAD_LIMITS`, which re-exports them). */
+export const FAILURE_LIMITS = Object.freeze({
+  errorMessageChars: 8_192,
+  errorStackChars: 16_384,
+  errorDetailsBytes: 65_536,
+  typeChars: 256,
+});
+
+/**
+ * Convert anything thrown into its stored form, by the rules documented on {@link ApplicationFailure}. The
+ * result is always storable: message and stack are cut to {@link FAILURE_LIMITS} (with a note of the full
+ * length), NUL characters and lone surrogates become U+FFFD, and `details` that are not JSON (or too big) are
+ * dropped with a note in the message — a failure is recorded whatever was thrown.
+ */
 export function serializeFailure(error: unknown): SerializedFailure {
+  return storableFailure(rawFailure(error));
+}
+
+/** `failure` with every field storable; see {@link serializeFailure}. */
+export function storableFailure(failure: SerializedFailure): SerializedFailure {
+  let message = typeof failure.message === 'string' ? failure.message : String(failure.message);
+  let details = failure.details;
+  if (details !== undefined) {
+    const problem = jsonProblems(details, 1)[0];
+    let dropped: string | undefined;
+    if (problem) dropped = `${problem.path || '(root)'}: ${problem.message}`;
+    else {
+      const bytes = utf8Bytes(JSON.stringify(details));
+      if (bytes > FAILURE_LIMITS.errorDetailsBytes)
+        dropped = `${bytes} bytes, over the limit of ${FAILURE_LIMITS.errorDetailsBytes}`;
+    }
+    if (dropped !== undefined) {
+      details = undefined;
+      message = `${message} [details dropped: ${dropped}]`;
+    }
+  }
+  const out: { -readonly [K in keyof SerializedFailure]: SerializedFailure[K] } = {
+    type: storableText(String(failure.type), FAILURE_LIMITS.typeChars),
+    message: storableText(message, FAILURE_LIMITS.errorMessageChars),
+    nonRetryable: failure.nonRetryable === true,
+  };
+  if (failure.code !== undefined) out.code = storableText(String(failure.code), FAILURE_LIMITS.typeChars);
+  if (details !== undefined) out.details = details;
+  if (failure.stack !== undefined)
+    out.stack = storableText(String(failure.stack), FAILURE_LIMITS.errorStackChars);
+  return out;
+}
+
+function rawFailure(error: unknown): SerializedFailure {
   // Matched by code, not only instanceof: a second copy of the sdk in the process must not turn a
   // non-retryable failure into a retryable one.
   if (error instanceof ApplicationFailure || isApplicationFailureLike(error)) {
@@ -337,11 +390,23 @@ export class NonDeterminismError extends PalisadeError {
   readonly position: number;
   readonly recorded: string;
   readonly current: string;
-  constructor(workflowName: string, position: number, recorded: string, current: string, runId?: string) {
+  /**
+   * @param hint replaces the default explanation (a code change) when the engine saw a likelier cause, such as
+   * workflow code that called `Math.random()` or `Date.now()`.
+   */
+  constructor(
+    workflowName: string,
+    position: number,
+    recorded: string,
+    current: string,
+    runId?: string,
+    hint?: string,
+  ) {
     super(
       'NON_DETERMINISM',
       `workflow ${workflowName} replayed step ${position} as ${current}, but history recorded ${recorded}; ` +
-        'the workflow code changed under an in-flight run. Deploy the old code to finish it, or cancel it.',
+        (hint ??
+          'the workflow code changed under an in-flight run. Deploy the old code to finish it, or cancel it.'),
       { runId },
     );
     this.position = position;
@@ -355,4 +420,20 @@ export function formatIssues(
   issues: readonly { readonly path: readonly PropertyKey[]; readonly message: string }[],
 ): { path: string; message: string }[] {
   return issues.map((i) => ({ path: i.path.map((p) => String(p)).join('.'), message: i.message }));
+}
+
+/**
+ * True when `error` is a Palisade error (with `code`, if given). Matched by `code` and the `[CODE]` message
+ * prefix rather than `instanceof` alone, so an error rebuilt from its stored form or thrown by a second copy of
+ * the sdk still matches.
+ */
+export function isPalisadeError<C extends PalisadeErrorCode>(
+  error: unknown,
+  code?: C,
+): error is PalisadeError & { readonly code: C } {
+  if (!(error instanceof Error)) return false;
+  const actual = (error as { code?: unknown }).code;
+  if (typeof actual !== 'string') return false;
+  if (!(error instanceof PalisadeError) && !error.message.startsWith(`[${actual}]`)) return false;
+  return code === undefined || actual === code;
 }

@@ -11,7 +11,17 @@ export {
   type FencedTransactionRegistry,
   type FencingInfo,
 } from './activity.js';
-export { durationMs, parseDuration, toMs, type Duration } from './duration.js';
+export {
+  MAX_DURATION_MS,
+  MAX_SLEEP_MS,
+  durationMs,
+  durationSchema,
+  parseDuration,
+  toMs,
+  type Duration,
+} from './duration.js';
+export { MAX_PAYLOAD_DEPTH, jsonProblems, textProblem, type JsonProblem } from './json-value.js';
+export { PAYLOAD_LIMITS, checkPayload, checkText } from './payload.js';
 export {
   ActivityFailure,
   ApplicationFailure,
@@ -24,8 +34,11 @@ export {
   RunFailedError,
   RunNotFoundError,
   ValidationError,
+  FAILURE_LIMITS,
   formatIssues,
+  isPalisadeError,
   serializeFailure,
+  storableFailure,
   type AbortReason,
   type ApplicationFailureOptions,
   type FencedOperation,

@@ -239,3 +239,35 @@ describe('mergeRetryPolicy with a new initial interval only', () => {
     expect(merged.maximumIntervalMs).toBe(30_000_000);
   });
 });
+
+describe('retry policies whose largest delay the database cannot compute', () => {
+  it.each([
+    [{ initialIntervalMs: '30d' }, 'initialIntervalMs', 'too long'],
+    [{ maximumIntervalMs: 1e12 }, 'maximumIntervalMs', 'too long'],
+    [{ backoffCoefficient: 1e308 }, 'backoffCoefficient', 'overflows'],
+    [{ backoffCoefficient: Number.POSITIVE_INFINITY }, 'backoffCoefficient', ''],
+  ])('refuses %j at definition time, naming the field', (policy, path, message) => {
+    let caught: unknown;
+    try {
+      resolveRetryPolicy(policy, 'activity charge retry');
+    } catch (error) {
+      caught = error;
+    }
+    expect(caught).toBeInstanceOf(InvalidOptionsError);
+    const issue = (caught as InvalidOptionsError).issues.find((i) => i.path === path);
+    expect(issue?.message).toContain(message);
+  });
+
+  it('accepts many attempts with a coefficient whose power would overflow: the delay stops at the maximum', () => {
+    const policy = resolveRetryPolicy({
+      initialIntervalMs: 1_000,
+      backoffCoefficient: 2,
+      maximumAttempts: 1_000_000,
+    });
+    expect(policy.maximumIntervalMs).toBe(100_000);
+  });
+
+  it('caps the default maximum interval at the longest duration', () => {
+    expect(resolveRetryPolicy({ initialIntervalMs: '20d' }).maximumIntervalMs).toBe(2_147_483_647);
+  });
+});

@@ -1,6 +1,7 @@
 import { z } from 'zod';
-import { durationMs, type Duration } from './duration.js';
+import { MAX_DURATION_MS, durationMs, type Duration } from './duration.js';
 import { InvalidOptionsError, formatIssues, type SerializedFailure } from './errors.js';
+import { textProblem } from './json-value.js';
 
 /**
  * How a failed activity is retried. Persisted with each step, so a retry keeps its schedule across worker
@@ -10,9 +11,15 @@ import { InvalidOptionsError, formatIssues, type SerializedFailure } from './err
 export interface RetryPolicy {
   /** Delay before the first retry. @defaultValue 1_000 (ms) */
   readonly initialIntervalMs?: Duration;
-  /** Multiplier applied per attempt. Must be ≥ 1. @defaultValue 2 */
+  /**
+   * Multiplier applied per attempt. Must be ≥ 1, and `initialIntervalMs × backoffCoefficient` a finite number.
+   * @defaultValue 2
+   */
   readonly backoffCoefficient?: number;
-  /** Upper bound of a delay. Must be ≥ initialIntervalMs. @defaultValue 100 × initialIntervalMs */
+  /**
+   * Upper bound of a delay. Must be ≥ initialIntervalMs and ≤ 2,147,483,647 ms (like every duration).
+   * @defaultValue 100 × initialIntervalMs, at most 2,147,483,647 ms
+   */
   readonly maximumIntervalMs?: Duration;
   /** Attempts in all, the first included; counted at claim time. Must be ≥ 1. @defaultValue 10 */
   readonly maximumAttempts?: number;
@@ -45,14 +52,27 @@ const retryPolicySchema = z
     initialIntervalMs: durationMs.optional(),
     backoffCoefficient: z.number().min(1, 'must be ≥ 1').optional(),
     maximumIntervalMs: durationMs.optional(),
-    maximumAttempts: z.number().int('must be a whole number').min(1, 'must be ≥ 1').optional(),
-    nonRetryableErrorTypes: z.array(z.string()).optional(),
+    maximumAttempts: z
+      .number()
+      .int('must be a whole number')
+      .min(1, 'must be ≥ 1')
+      .max(1_000_000, 'must be ≤ 1,000,000')
+      .optional(),
+    nonRetryableErrorTypes: z
+      .array(
+        z
+          .string()
+          .refine((t) => textProblem(t) === undefined, 'must be storable text (no NUL, no lone surrogate)'),
+      )
+      .optional(),
     jitter: z.number().min(0, 'must be ≥ 0').max(1, 'must be ≤ 1').optional(),
   })
   .strict()
   .transform((p, ctx): ResolvedRetryPolicy => {
     const initialIntervalMs = p.initialIntervalMs ?? RETRY_DEFAULTS.initialIntervalMs;
-    const maximumIntervalMs = p.maximumIntervalMs ?? 100 * initialIntervalMs;
+    const maximumIntervalMs = p.maximumIntervalMs ?? Math.min(100 * initialIntervalMs, MAX_DURATION_MS);
+    const backoffCoefficient = p.backoffCoefficient ?? RETRY_DEFAULTS.backoffCoefficient;
+    const maximumAttempts = p.maximumAttempts ?? RETRY_DEFAULTS.maximumAttempts;
     if (maximumIntervalMs < initialIntervalMs) {
       ctx.addIssue({
         code: 'custom',
@@ -60,11 +80,21 @@ const retryPolicySchema = z
         message: `must be ≥ initialIntervalMs (${initialIntervalMs} ms), got ${maximumIntervalMs} ms`,
       });
     }
+    // The delay is computed in SQL (float8) by the claim and failure statements, which serve every step of a
+    // queue. They cap it at maximumIntervalMs without overflowing, but a coefficient so large that even the first
+    // growth step is not a number says the policy is a mistake: refuse it here, where it is written.
+    if (!Number.isFinite(initialIntervalMs * backoffCoefficient)) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['backoffCoefficient'],
+        message: `initialIntervalMs × backoffCoefficient = ${initialIntervalMs} × ${backoffCoefficient} overflows`,
+      });
+    }
     return Object.freeze({
       initialIntervalMs,
-      backoffCoefficient: p.backoffCoefficient ?? RETRY_DEFAULTS.backoffCoefficient,
+      backoffCoefficient,
       maximumIntervalMs,
-      maximumAttempts: p.maximumAttempts ?? RETRY_DEFAULTS.maximumAttempts,
+      maximumAttempts,
       nonRetryableErrorTypes: Object.freeze([...(p.nonRetryableErrorTypes ?? [])]),
       jitter: p.jitter ?? RETRY_DEFAULTS.jitter,
     });

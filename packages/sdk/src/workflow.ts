@@ -29,7 +29,10 @@ export interface RunActivityOptions {
  * over the recorded results, so it must be deterministic: it may await only the promises these methods
  * return (alone or combined with `Promise.all`, `allSettled`, `race`, `any`), and must take time, randomness
  * and ids from `ctx.now()`, `ctx.random()` and `ctx.uuid()`. Awaiting anything else (timers, I/O) is detected
- * and fails the run with an error naming the workflow. Legal only inside workflow code.
+ * and fails the run with an error naming the workflow. `Math.random()` and `Date.now()` in workflow code are
+ * detected too: the worker logs `workflow:nondeterministic-call` once per workflow, and a `NON_DETERMINISM` failure
+ * of a turn that called them names them as the likely cause. `new Date()` (the current time) is not detected:
+ * use `ctx.now()`. Legal only inside workflow code.
  */
 export interface WorkflowContext {
   readonly info: WorkflowInfo;
@@ -37,15 +40,24 @@ export interface WorkflowContext {
    * Schedule an activity as a durable step and resolve with its output. On replay a completed step resolves
    * with its stored output and is never executed again.
    * @throws ActivityFailure (at the await) when the step failed for good; CancelledFailure when it was cancelled.
+   * @throws ValidationError / PalisadeError `PAYLOAD_TOO_LARGE` / InvalidOptionsError (at the call) when the input
+   * fails its schema or cannot be stored, or an option is bad.
    */
   run<I extends z.ZodType, O extends z.ZodType>(
     activity: ActivityDefinition<I, O>,
     input: z.input<I>,
     options?: RunActivityOptions,
   ): Promise<z.output<O>>;
-  /** Durable sleep: holds no lease while waiting; the due time is fixed (by the database clock) when it starts. */
+  /**
+   * Durable sleep: holds no lease while waiting; the due time is fixed (by the database clock) when it starts.
+   * At most 10 years.
+   * @throws InvalidOptionsError (at the call) when `duration` is not a duration or out of range.
+   */
   sleep(duration: Duration): Promise<void>;
-  /** Durable sleep until `date` (compared with the database clock). */
+  /**
+   * Durable sleep until `date` (compared with the database clock).
+   * @throws InvalidOptionsError (at the call) when `date` is not a valid `Date`.
+   */
   sleepUntil(date: Date): Promise<void>;
   /** The current time, recorded on first execution so replay sees the same value. */
   now(): Date;

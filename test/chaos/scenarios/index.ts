@@ -13,6 +13,7 @@ import { dbRestart } from './t11-db-restart.js';
 import { stalledFencedTransaction } from './t12-stalled-fenced-transaction.js';
 import { delayedGrants } from './t13-delayed-grants.js';
 import { parameterGuard } from './t14-parameter-guard.js';
+import { retryUnderLiveHolder } from './t15-retry-under-live-holder.js';
 
 export const SCENARIOS: readonly Scenario[] = [
   frozenZombie,
@@ -28,4 +29,5 @@ export const SCENARIOS: readonly Scenario[] = [
   stalledFencedTransaction,
   delayedGrants,
   parameterGuard,
+  retryUnderLiveHolder,
 ];

@@ -2,8 +2,10 @@
  * T5 — backend termination (research/fencing-semantics.md §3.3). `pg_terminate_backend` ends one of worker A's
  * sessions while a statement of A is in flight, for each operation kind:
  *
- * - `claim`: A is stopped (SIGSTOP), a run is enqueued and its `runs` row locked by the admin, A resumes; A's
- *   claim statement takes the step and then waits on that row (it marks the run `running`) — terminated there;
+ * - `claim`: A is stopped (SIGSTOP), a run is enqueued, and an admin transaction inserts (uncommitted) `attempts`
+ *   rows under the next few fencing tokens; A resumes, and its claim statement takes the step and a token, then
+ *   waits on the unique index to insert its attempt row — terminated there (a claim never waits on a row lock:
+ *   it skips locked steps and runs, so an index entry is what holds it);
  * - `heartbeat`: the step's row is locked while the activity runs; the lease renewal waits on it — terminated;
  * - `completion`: the run's row is locked while the activity runs; the completion (which ends the run too)
  *   waits on it — terminated;
@@ -33,21 +35,38 @@ const STATEMENT: Record<Exclude<Kind, 'fenced-transaction'>, string> = {
   completion: `%SET status = 'completed', output%`,
 };
 
-/** Hold a row lock in an admin transaction until `release()` is called. */
+/**
+ * Hold a lock in an admin transaction until `release()` is called: a row's, or (`table` 'attempts') the unique
+ * index entries of the next few fencing tokens, on uncommitted attempt rows of step `id` (rolled back after).
+ */
 async function lockRow(
   ctx: ScenarioContext,
-  table: 'runs' | 'steps',
+  table: 'runs' | 'steps' | 'attempts',
   id: string,
 ): Promise<{ release(): Promise<void> }> {
   let release!: () => void;
   const released = new Promise<void>((resolve) => (release = resolve));
   let locked!: () => void;
   const isLocked = new Promise<void>((resolve) => (locked = resolve));
-  const done = ctx.sql.begin(async (tx) => {
-    await tx.unsafe(`SELECT 1 FROM "${ctx.schema}".${table} WHERE id = $1 FOR UPDATE`, [id]);
-    locked();
-    await released;
-  });
+  const done = ctx.sql
+    .begin(async (tx) => {
+      const q = `"${ctx.schema}"`;
+      if (table === 'attempts') {
+        await tx.unsafe(
+          `INSERT INTO ${q}.attempts (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at)
+         SELECT s.run_id, s.id, 'activity', 0, 0, t.token, gen_random_uuid(), 'operator:t5', now()
+           FROM ${q}.steps s, (SELECT nextval('${q}.fencing_token_seq') + k AS token FROM generate_series(1, 3) k) t
+          WHERE s.id = $1`,
+          [id],
+        );
+      } else await tx.unsafe(`SELECT 1 FROM ${q}.${table} WHERE id = $1 FOR UPDATE`, [id]);
+      locked();
+      await released;
+      if (table === 'attempts') throw new RolledBack();
+    })
+    .catch((error: unknown) => {
+      if (!(error instanceof RolledBack)) throw error;
+    });
   await Promise.race([isLocked, done]);
   return {
     release: async () => {
@@ -58,6 +77,8 @@ async function lockRow(
 }
 
 /** Terminate the backend of A that waits on a lock running `pattern`; resolves with its pid. */
+class RolledBack extends Error {}
+
 async function terminateWaiting(ctx: ScenarioContext, pattern: string, timeoutMs: number): Promise<number> {
   return ctx.poll(
     `a backend of A waiting in ${pattern}`,
@@ -101,11 +122,11 @@ export const backendTermination: Scenario = {
       let lock: { release(): Promise<void> } | undefined;
       let run: { runId: string; stepId: string };
       if (kind === 'claim') {
-        // A must not claim the step before its run's row is locked: stop it across the enqueue.
+        // A must not claim the step before the attempts table is locked: stop it across the enqueue.
         a.kill('SIGSTOP');
         try {
           run = await ctx.enqueue(input);
-          lock = await lockRow(ctx, 'runs', run.runId);
+          lock = await lockRow(ctx, 'attempts', run.stepId);
         } finally {
           a.kill('SIGCONT');
         }

@@ -164,6 +164,7 @@ const timeline: RunTimeline = {
     attempt({ step_id: null, kind: 'turn', token: '9000000000000040', outcome: 'completed', duration_ms: 3 }),
   ],
   events: [staleEvent],
+  unclaimed: [],
 };
 
 describe('runs show timeline', () => {
@@ -199,5 +200,18 @@ describe('runs list table', () => {
       /^7d1c2b9e-0c1f-4d53-9a55-2f7d0e7b6a10 {2}completed {2}wf {4}settle-.*… {2}2025-06-01 12:00:00 +1m01s$/,
     );
     for (const line of lines) expect(widthOf(line)).toBeLessThanOrEqual(100);
+  });
+});
+
+describe('runs show of work no worker claimed', () => {
+  it('says which activity on which queue has waited, and asks whether a worker serves it', () => {
+    const waiting: RunTimeline = {
+      ...timeline,
+      unclaimed: [{ kind: 'activity', name: 'refund', queue: 'payments', stepId: null, dueForMs: 95_000 }],
+    };
+    const lines = formatRunTimeline(plain, waiting, { nowIso: '2025-06-01T13:00:00.000Z', events: false });
+    const line = lines.find((l) => l.startsWith('waiting'));
+    expect(line).toContain('activity refund on queue payments due for');
+    expect(line).toContain('never claimed: is a worker serving it?');
   });
 });

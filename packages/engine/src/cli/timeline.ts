@@ -191,6 +191,10 @@ export function formatRunTimeline(
     lines.push(field('output', compactJson(run.output, width - 10)));
   const runError = formatFailure(run.error);
   if (runError) lines.push(field('error', runError, 'red'));
+  for (const u of t.unclaimed ?? []) {
+    const what = `${u.kind} ${u.name} on queue ${u.queue} due for ${formatDuration(u.dueForMs)}, never claimed: is a worker serving it?`;
+    lines.push(field('waiting', what, 'yellow'));
+  }
 
   const attempts = attemptRows(t, names);
   const count = t.turns.length + t.steps.reduce((n, s) => n + s.attempts.length, 0);

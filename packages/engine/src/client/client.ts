@@ -2,17 +2,21 @@ import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import {
   InvalidOptionsError,
+  PAYLOAD_LIMITS,
   PalisadeError,
   RunNotFoundError,
+  checkPayload,
   durationMs,
   formatIssues,
   mergeRetryPolicy,
+  textProblem,
   validate,
   type ActivityDefinition,
   type Duration,
   type RetryPolicy,
   type WorkflowDefinition,
 } from '@palisade/sdk';
+import type { Logger } from 'pino';
 import type { Database } from '../db/database.js';
 import type { NotificationHub } from '../db/notification-hub.js';
 import { withInfraRetry } from '../infra-retry.js';
@@ -24,6 +28,7 @@ import { insertWorkflowRun } from '../queries/insert-workflow-run.js';
 import { retryRun } from '../queries/retry-run.js';
 import type { RunInsertOutcome } from '../queries/run-by-key.js';
 import type { SchemaNames } from '../queries/schema-names.js';
+import { assertUsableOutsideTransaction } from '../worker/fenced-scope.js';
 import { RunHandle } from './run-handle.js';
 
 /**
@@ -93,7 +98,12 @@ export interface StartOptions {
 /** The options every run takes: its key, queue and priority. */
 const runOptionsSchema = z
   .object({
-    key: z.string().min(1).max(512).optional(),
+    key: z
+      .string()
+      .min(1)
+      .max(512)
+      .refine((k) => textProblem(k) === undefined, 'must be storable text (no NUL, no lone surrogate)')
+      .optional(),
     queue: z
       .string()
       .regex(/^[A-Za-z0-9_.:-]{1,128}$/, 'must be 1–128 letters, digits, _ . : -')
@@ -114,12 +124,41 @@ const enqueueSchema = runOptionsSchema
   })
   .strict();
 
+/** Refuse anything but a definition from defineActivity()/defineWorkflow() before reading its fields. */
+function assertDefinition(definition: unknown, kind: 'activity' | 'workflow', call: string): void {
+  if ((definition as { kind?: unknown } | null | undefined)?.kind === kind) return;
+  throw new InvalidOptionsError(call, [
+    {
+      path: kind,
+      message: `must be ${kind === 'activity' ? 'an activity from defineActivity()' : 'a workflow from defineWorkflow()'}`,
+    },
+  ]);
+}
+
+const listSchema = z
+  .object({
+    status: z.enum(['pending', 'running', 'completed', 'failed', 'cancelled']).optional(),
+    name: z
+      .string()
+      .max(128)
+      .refine((k) => textProblem(k) === undefined, 'must be storable text (no NUL, no lone surrogate)')
+      .optional(),
+    limit: z
+      .number()
+      .int('must be a whole number')
+      .min(1, 'must be ≥ 1')
+      .max(10_000, 'must be ≤ 10,000')
+      .optional(),
+  })
+  .strict();
+
 /** Starts work and looks it up. Obtain it as `engine.client`. */
 export class Client {
   constructor(
     private readonly db: Database,
     private readonly names: SchemaNames,
     private readonly hub: NotificationHub,
+    private readonly logger?: Logger,
   ) {}
 
   /**
@@ -129,7 +168,9 @@ export class Client {
    * Idempotent on `key` (scoped to this activity), as {@link Client.start}.
    * @returns a handle to wait for the result (`handle.result()`), describe or cancel the run; `handle.created`
    * says whether this call created it.
-   * @throws ValidationError naming the bad input field; InvalidOptionsError naming the bad option.
+   * @throws ValidationError naming the bad input field, or the path of a value that would not survive the JSON
+   * round trip into the database (a Date, BigInt, NaN, a NUL character…); PalisadeError `PAYLOAD_TOO_LARGE` when
+   * the input is over `PAYLOAD_LIMITS.inputBytes`; InvalidOptionsError naming the bad option.
    * @throws PalisadeError `RUN_KEY_CONFLICT` (with the existing `runId`) when the key already started a run of
    * this activity with a different input, unless `onConflict: 'use-existing'`.
    */
@@ -139,12 +180,15 @@ export class Client {
     input: z.input<I>,
     options: EnqueueOptions = {},
   ): Promise<RunHandle<z.output<O>>> {
+    assertDefinition(activity, 'activity', 'enqueue');
+    assertUsableOutsideTransaction(this.db, 'client.enqueue');
     const parsed = enqueueSchema.safeParse(options);
     if (!parsed.success) {
       throw new InvalidOptionsError(`enqueue options of ${activity.name}`, formatIssues(parsed.error.issues));
     }
     const o = parsed.data;
     const value = validate(activity.input, input, `input of activity ${activity.name}`);
+    checkPayload(value, `input of activity ${activity.name}`, PAYLOAD_LIMITS.inputBytes);
     const retryPolicy = mergeRetryPolicy(activity.retry, options.retry, `enqueue retry of ${activity.name}`);
     if (o.leaseMs !== undefined && o.leaseMs < activity.leaseMs) {
       throw new InvalidOptionsError(`enqueue options of ${activity.name}`, [
@@ -174,7 +218,7 @@ export class Client {
       o.key,
       o.onConflict,
     );
-    return new RunHandle<z.output<O>>(id, this.db, this.names, this.hub, created);
+    return new RunHandle<z.output<O>>(id, this.db, this.names, this.hub, this.logger, created);
   }
 
   /**
@@ -182,7 +226,8 @@ export class Client {
    * the existing run, whatever its state, and `handle.created` says whether this call created it (a call retried
    * after a lost reply still counts as the creator). The input is checked against the workflow's schema here,
    * before anything is stored.
-   * @throws ValidationError naming the bad input field; InvalidOptionsError naming the bad option.
+   * @throws ValidationError naming the bad input field, or the path of a value that would not survive the JSON
+   * round trip into the database; PalisadeError `PAYLOAD_TOO_LARGE`; InvalidOptionsError naming the bad option.
    * @throws PalisadeError `RUN_KEY_CONFLICT` (with the existing `runId`) when the key already started a run of
    * this workflow with a different input, unless `onConflict: 'use-existing'`.
    */
@@ -191,11 +236,14 @@ export class Client {
     input: z.input<I>,
     options: StartOptions = {},
   ): Promise<RunHandle<z.output<O>>> {
+    assertDefinition(workflow, 'workflow', 'start');
+    assertUsableOutsideTransaction(this.db, 'client.start');
     const parsed = startSchema.safeParse(options);
     if (!parsed.success) {
       throw new InvalidOptionsError(`start options of ${workflow.name}`, formatIssues(parsed.error.issues));
     }
     const value = validate(workflow.input, input, `input of workflow ${workflow.name}`);
+    checkPayload(value, `input of workflow ${workflow.name}`, PAYLOAD_LIMITS.inputBytes);
     const id = randomUUID(); // fixed before the first try, so a retry after an unknown outcome cannot duplicate
     const outcome = await withInfraRetry(async () => {
       const inserted = await insertWorkflowRun(this.db, this.names, {
@@ -215,16 +263,28 @@ export class Client {
       parsed.data.key,
       parsed.data.onConflict,
     );
-    return new RunHandle<z.output<O>>(runId, this.db, this.names, this.hub, created);
+    return new RunHandle<z.output<O>>(runId, this.db, this.names, this.hub, this.logger, created);
   }
 
   /** A handle to an existing run (not checked until used). */
   getHandle<O = unknown>(runId: string): RunHandle<O> {
-    return new RunHandle<O>(runId, this.db, this.names, this.hub);
+    return new RunHandle<O>(runId, this.db, this.names, this.hub, this.logger);
   }
 
-  /** Runs, newest first. */
+  /**
+   * Runs, newest first (at most `limit`, default 50).
+   * @throws InvalidOptionsError naming a bad filter field.
+   */
   list(filter: ListRunsFilter = {}): Promise<RunRow[]> {
+    try {
+      assertUsableOutsideTransaction(this.db, 'client.list');
+    } catch (error) {
+      return Promise.reject(error instanceof Error ? error : new Error(String(error)));
+    }
+    const parsed = listSchema.safeParse(filter);
+    if (!parsed.success) {
+      return Promise.reject(new InvalidOptionsError('list filter', formatIssues(parsed.error.issues)));
+    }
     return listRuns(this.db, this.names, filter);
   }
 
@@ -234,9 +294,11 @@ export class Client {
    * @throws RunNotFoundError when there is no such run; InvalidOptionsError when it is not failed or cancelled.
    */
   async retry(runId: string): Promise<RunHandle> {
-    const run = await readRun(this.db, this.names, runId);
+    const run = await withInfraRetry(() => readRun(this.db, this.names, runId));
     if (!run) throw new RunNotFoundError(`run ${runId}`);
-    if (!(await retryRun(this.db, this.names, runId))) {
+    // One statement, retried as a whole on a transient error (a deadlock cannot occur by the lock order, but a
+    // dropped connection or a restart can): it applies at most once, since a retried run is no longer failed.
+    if (!(await withInfraRetry(() => retryRun(this.db, this.names, runId)))) {
       throw new InvalidOptionsError('retry', [
         {
           path: 'runId',

@@ -1,8 +1,14 @@
+import { z } from 'zod';
 import {
   CancelledFailure,
+  InvalidOptionsError,
   PalisadeError,
   RunFailedError,
   RunNotFoundError,
+  checkText,
+  durationMs,
+  formatIssues,
+  type Duration,
   type SerializedFailure,
 } from '@palisade/sdk';
 import type { Database } from '../db/database.js';
@@ -15,16 +21,35 @@ import {
   type RunRow,
   type StepRow,
 } from '../queries/read-run.js';
+import { withInfraRetry } from '../infra-retry.js';
 import { requestCancel } from '../queries/request-cancel.js';
+import { readUnclaimedWork, type UnclaimedWork } from '../queries/unclaimed-work.js';
+import type { Logger } from 'pino';
+import { assertUsableOutsideTransaction } from '../worker/fenced-scope.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 
-/** Options of {@link RunHandle.result}. */
+/** Options of {@link RunHandle.result}; durations as everywhere (ms, or `'2s'`), ≤ 2,147,483,647 ms. */
 export interface ResultOptions {
-  /** Give up after this long (ms). @defaultValue no limit */
-  readonly timeoutMs?: number;
-  /** Re-read the run at least this often in case a NOTIFY was missed (ms). @defaultValue 5_000 */
-  readonly pollIntervalMs?: number;
+  /** Give up after this long. @defaultValue no limit */
+  readonly timeoutMs?: Duration;
+  /** Re-read the run at least this often in case a NOTIFY was missed; ≥ 10 ms. @defaultValue 5_000 (ms) */
+  readonly pollIntervalMs?: Duration;
 }
+
+const RESULT_DEFAULTS = Object.freeze({ pollIntervalMs: 5_000 });
+
+/**
+ * After how long due work that no worker has claimed is reported: in `describe().unclaimed`, in `runs show`, and
+ * as a `run:unclaimed` warning from a `result()` still waiting (ms).
+ */
+export const UNCLAIMED_AFTER_MS = 60_000;
+
+const resultSchema = z
+  .object({
+    timeoutMs: durationMs.optional(),
+    pollIntervalMs: durationMs.pipe(z.number().min(10, 'must be ≥ 10 ms')).optional(),
+  })
+  .strict();
 
 /** A run's current state with its steps, attempts and history, as `describe()` returns it. */
 export interface RunDescription {
@@ -34,7 +59,20 @@ export interface RunDescription {
   /** The attempts of a workflow run's turns (`kind: 'turn'`, no step), oldest first; empty for activity runs. */
   readonly turns: readonly AttemptRow[];
   readonly events: readonly EventRow[];
+  /**
+   * Work due for at least {@link UNCLAIMED_AFTER_MS} (or the `unclaimedAfterMs` given) that no worker ever
+   * claimed: most likely no live worker serves that activity or workflow on that queue.
+   */
+  readonly unclaimed: readonly UnclaimedWork[];
 }
+
+/** Options of {@link RunHandle.describe}. */
+export interface DescribeOptions {
+  /** Report work due and never claimed for at least this long. @defaultValue 60_000 (ms) */
+  readonly unclaimedAfterMs?: Duration;
+}
+
+const describeSchema = z.object({ unclaimedAfterMs: durationMs.optional() }).strict();
 
 /** A reference to one run: wait for its result, describe it, cancel it. Cheap to create; holds no resources. */
 export class RunHandle<O = unknown> {
@@ -47,6 +85,7 @@ export class RunHandle<O = unknown> {
     private readonly db: Database,
     private readonly names: SchemaNames,
     private readonly hub: NotificationHub,
+    private readonly logger?: Logger,
     readonly created = false,
   ) {}
 
@@ -65,7 +104,13 @@ export class RunHandle<O = unknown> {
    * @throws RunNotFoundError when there is no such run.
    */
   async result(options: ResultOptions = {}): Promise<O> {
+    assertUsableOutsideTransaction(this.db, 'handle.result');
+    const parsed = resultSchema.safeParse(options);
+    if (!parsed.success) throw new InvalidOptionsError('result options', formatIssues(parsed.error.issues));
+    const timeoutMs = parsed.data.timeoutMs;
+    const pollIntervalMs = parsed.data.pollIntervalMs ?? RESULT_DEFAULTS.pollIntervalMs;
     const started = performance.now();
+    let warnedUnclaimed = false;
     let wake: (() => void) | undefined;
     let notified = false;
     const unsubscribe = await this.hub.subscribe(`run:${this.runId}`, () => {
@@ -95,18 +140,27 @@ export class RunHandle<O = unknown> {
         if (run.status === 'cancelled') {
           throw new CancelledFailure(run.cancel_reason ?? 'cancelled', { runId: this.runId });
         }
-        const left =
-          options.timeoutMs === undefined ? Infinity : options.timeoutMs - (performance.now() - started);
+        const left = timeoutMs === undefined ? Infinity : timeoutMs - (performance.now() - started);
         if (left <= 0) {
           throw new PalisadeError(
             'RESULT_TIMEOUT',
-            `run ${this.runId} is still ${run.status} after ${options.timeoutMs} ms; it goes on (call result() again)`,
+            `run ${this.runId} is still ${run.status} after ${timeoutMs} ms; it goes on (call result() again)`,
             { runId: this.runId },
           );
         }
+        if (!warnedUnclaimed && this.logger && performance.now() - started >= UNCLAIMED_AFTER_MS) {
+          warnedUnclaimed = true;
+          const unclaimed = await readUnclaimedWork(this.db, this.names, this.runId, UNCLAIMED_AFTER_MS);
+          for (const u of unclaimed) {
+            this.logger.warn(
+              { runId: this.runId, kind: u.kind, name: u.name, queue: u.queue, dueForMs: u.dueForMs },
+              'run:unclaimed',
+            );
+          }
+        }
         if (notified) continue;
         await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, Math.min(left, options.pollIntervalMs ?? 5_000));
+          const timer = setTimeout(resolve, Math.min(left, pollIntervalMs));
           wake = () => {
             clearTimeout(timer);
             resolve();
@@ -121,13 +175,20 @@ export class RunHandle<O = unknown> {
 
   /**
    * The run, its steps (each with its attempts: epoch, token, worker, outcome, duration), its workflow turns'
-   * attempts, and its events.
+   * attempts, its events, and work due for a while that no worker claimed (`unclaimed`).
    * @throws RunNotFoundError when there is no such run.
+   * @throws InvalidOptionsError naming a bad option.
    */
-  async describe(): Promise<RunDescription> {
+  async describe(options: DescribeOptions = {}): Promise<RunDescription> {
+    assertUsableOutsideTransaction(this.db, 'handle.describe');
+    const parsed = describeSchema.safeParse(options);
+    if (!parsed.success) throw new InvalidOptionsError('describe options', formatIssues(parsed.error.issues));
     const run = await readRun(this.db, this.names, this.runId);
     if (!run) throw new RunNotFoundError(`run ${this.runId}`);
-    const history = await readRunHistory(this.db, this.names, this.runId);
+    const [history, unclaimed] = await Promise.all([
+      readRunHistory(this.db, this.names, this.runId),
+      readUnclaimedWork(this.db, this.names, this.runId, parsed.data.unclaimedAfterMs ?? UNCLAIMED_AFTER_MS),
+    ]);
     return {
       run,
       steps: history.steps.map((s) => ({
@@ -136,17 +197,31 @@ export class RunHandle<O = unknown> {
       })),
       turns: history.attempts.filter((a) => a.step_id === null),
       events: history.events,
+      unclaimed,
     };
   }
 
   /**
-   * Request cancellation. Scheduled steps end at once; a running activity learns at its next heartbeat (its
-   * signal fires with reason `cancelled`) and the step and run then end `cancelled`. Legal any time; a no-op
-   * on a run that already ended (its status is returned).
+   * Cancel the run. Its scheduled and running steps end `cancelled` at once; a running activity's holder learns
+   * at its next heartbeat — its signal fires with reason `cancelled` and its later writes are refused with
+   * `LeaseLostError` (reason `cancelled`). A standalone run ends `cancelled` here; a workflow run at its next turn,
+   * whose code sees `CancelledFailure` and may still run cleanup steps. Legal any time; a no-op on a run that
+   * already ended (its status is returned). Retried on a transient database error.
    * @throws RunNotFoundError when there is no such run.
+   * @throws InvalidOptionsError when `reason` is not storable text of at most 4,096 characters.
    */
   async cancel(reason = 'cancelled by request'): Promise<string> {
-    const status = await requestCancel(this.db, this.names, { runId: this.runId, reason });
+    assertUsableOutsideTransaction(this.db, 'handle.cancel');
+    checkText(reason, 'cancel reason');
+    // An id that is not a UUID names no run (the database would refuse the cast with a raw error).
+    if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(String(this.runId))) {
+      throw new RunNotFoundError(`run ${String(this.runId)}`);
+    }
+    // Retried as a whole on a transient error (a connection lost mid-request, a lock timeout): the request is
+    // idempotent (coalesce on the first request's time and reason), so it is applied exactly once.
+    const status = await withInfraRetry(() =>
+      requestCancel(this.db, this.names, { runId: this.runId, reason }),
+    );
     if (status === undefined) throw new RunNotFoundError(`run ${this.runId}`);
     return status;
   }

@@ -2,6 +2,8 @@ import type { PGlite } from '@electric-sql/pglite';
 import { sql, type SQL } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import postgres, { type Sql } from '../../vendor/postgres/index.js';
+import { PalisadeError, isPalisadeError } from '@palisade/sdk';
+import { classifyDatabaseError } from '../infra-retry.js';
 
 /**
  * postgres.js reconnect backoff (seconds) for the clients the engine opens. The driver's default grows as
@@ -54,6 +56,53 @@ export interface Database {
   close(): Promise<void>;
 }
 
+/** How much of a statement's SQL, and of the server's message, a wrapped database error shows. */
+const SQL_SHOWN_CHARS = 300;
+const MESSAGE_SHOWN_CHARS = 300;
+
+function cut(text: string, max: number): string {
+  const flat = text.replace(/\s+/g, ' ').trim();
+  return flat.length > max ? `${flat.slice(0, max)}…` : flat;
+}
+
+/**
+ * The server quotes the offending value in some messages (`invalid input syntax for type integer: "…"`): a long
+ * quoted part is a value, not a name (identifiers are at most 63 bytes), and is left out.
+ */
+function elideValues(message: string): string {
+  return message.replace(/"[^"]{64,}"/g, (quoted) => `"(a value of ${quoted.length - 2} characters)"`);
+}
+
+/**
+ * Wrap an error from the driver as a {@link PalisadeError}: `DATABASE_UNAVAILABLE` for a connection-class error
+ * (refused, reset, server shutting down), `DATABASE_ERROR` otherwise. The message has the SQLSTATE, the server's
+ * message and the statement cut to a few hundred characters — never the parameter values (drizzle's own error
+ * prints them all, which copied whole payloads into logs). `cause` is the driver's error (its SQLSTATE `code`
+ * keeps classifying it, see `classifyDatabaseError`), with its parameter fields made non-enumerable so loggers do
+ * not print them either. A PalisadeError is returned as it is.
+ */
+export function wrapDatabaseError(error: unknown): unknown {
+  if (isPalisadeError(error) || !(error instanceof Error)) return error;
+  const query = (error as { query?: unknown }).query;
+  const statement = typeof query === 'string' ? query : undefined;
+  const driverError = statement !== undefined && error.cause instanceof Error ? error.cause : error;
+  for (const field of ['params', 'parameters', 'args', 'query']) {
+    if (Object.prototype.propertyIsEnumerable.call(driverError, field)) {
+      Object.defineProperty(driverError, field, { enumerable: false });
+    }
+  }
+  const code = (driverError as { code?: unknown }).code;
+  const sqlstate = typeof code === 'string' ? `${code} ` : '';
+  const unavailable =
+    classifyDatabaseError(driverError) === 'transient' && /^(08|57P0|E[A-Z]|CONNECT)/.test(String(code));
+  const where = statement !== undefined ? ` in statement: ${cut(statement, SQL_SHOWN_CHARS)}` : '';
+  return new PalisadeError(
+    unavailable ? 'DATABASE_UNAVAILABLE' : 'DATABASE_ERROR',
+    `${unavailable ? 'cannot reach the database: ' : ''}${sqlstate}${cut(elideValues(driverError.message), MESSAGE_SHOWN_CHARS)}${where}`,
+    { cause: driverError },
+  );
+}
+
 function normalizeRows<T>(result: unknown): T[] {
   if (Array.isArray(result)) return result as T[];
   return (result as { rows?: T[] }).rows ?? [];
@@ -71,13 +120,29 @@ class DrizzleDatabase implements Database {
   ) {}
 
   async rows<T>(query: SQL): Promise<T[]> {
-    return normalizeRows<T>(await this.drizzle.execute(query));
+    try {
+      return normalizeRows<T>(await this.drizzle.execute(query));
+    } catch (error) {
+      throw wrapDatabaseError(error);
+    }
   }
 
-  transaction<T>(fn: (tx: Database) => Promise<T>): Promise<T> {
-    return this.drizzle.transaction((tx) =>
-      fn(new DrizzleDatabase(this.driver, tx as AnyPgDatabase, this.hooks)),
-    );
+  async transaction<T>(fn: (tx: Database) => Promise<T>): Promise<T> {
+    // What `fn` throws reaches the caller as it is; only BEGIN/COMMIT failures (the driver's own) are wrapped.
+    const fromFn: { error?: unknown } = {};
+    try {
+      return await this.drizzle.transaction(async (tx) => {
+        try {
+          return await fn(new DrizzleDatabase(this.driver, tx as AnyPgDatabase, this.hooks));
+        } catch (error) {
+          fromFn.error = error;
+          throw error;
+        }
+      });
+    } catch (error) {
+      if ('error' in fromFn && fromFn.error === error) throw error;
+      throw wrapDatabaseError(error);
+    }
   }
 
   listen(channel: string, handler: NotifyHandler): Promise<() => Promise<void>> {

@@ -23,6 +23,14 @@ export interface FaultHooks {
    * hook that throws a connection error here is a reply lost after the commit (the client retries the insert).
    */
   'client:after-insert-run'?: (runId: string) => Promise<void>;
+  /**
+   * In a worker's claim of activity steps, after the claim statement ran and before its COMMIT: the claimed
+   * rows are locked and not yet visible to others. With this hook set the claim runs in an explicit
+   * transaction (otherwise it is one autocommitted statement). Receives the names of the claimed steps.
+   */
+  'claim:before-commit'?: (
+    claimed: readonly { readonly stepId: string; readonly name: string }[],
+  ) => Promise<void>;
 }
 
 export type FaultPoint = keyof FaultHooks;

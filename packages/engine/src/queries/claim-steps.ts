@@ -31,6 +31,8 @@ export interface ClaimedStepRow {
   /** Lease left when the claim committed (DB clock), for the worker's local deadline. */
   remaining_ms: number;
   prev_token: string | null;
+  /** The unit of work the token fences (`ctx.info.fencing.scope`). */
+  fencing_scope: string;
 }
 
 /**
@@ -38,13 +40,14 @@ export interface ClaimedStepRow {
  *
  * Eligible: `scheduled` and due, or `running` whose lease expired (and whose reclaim backoff passed, both
  * folded into `next_run_at`) and that still has attempts left and no cancel request — expired steps with
- * neither are ended by `expireSteps`, never reclaimed. Locks: `FOR UPDATE SKIP LOCKED` on the picked rows,
- * READ COMMITTED; the UPDATE repeats the eligibility test on the locked version as defence in depth, so a
+ * neither are ended by `expireSteps`, never reclaimed. Locks: `FOR NO KEY UPDATE SKIP LOCKED` on the picked rows
+ * (not `FOR UPDATE`, which the key-share lock of an attempt row's foreign key would make it skip), READ COMMITTED; the UPDATE repeats the eligibility test on the locked version as defence in depth, so a
  * claim can never take an unexpired lease. Each claimed row takes a fresh token from the global sequence
  * (taken under the row lock, so grants of one step increase in commit order), a fresh nonce, attempt + 1,
  * epoch + 1, an attempt deadline (start-to-close) and a lease from the DB clock capped by that deadline.
  * The same statement inserts the `attempts` row, ends a reclaimed attempt's row as `lease_expired` or
- * `timed_out`, appends the events, and marks a standalone run `running`.
+ * `timed_out`, appends the events, and marks a standalone run `running`. It never waits for a lock (SKIP LOCKED
+ * on steps and on the runs it marks), so it can take part in no deadlock (invariant 14).
  */
 export async function claimSteps(
   db: Database,
@@ -58,7 +61,7 @@ export async function claimSteps(
     picked AS (
       SELECT s.id, s.status AS prev_status, s.fencing_token AS prev_token, s.lease_expires_at AS prev_lease_expires_at,
              s.attempt_deadline_at AS prev_deadline_at, s.attempt AS prev_attempt,
-             (SELECT t FROM clock) AS t,
+             s.run_id, s.started_at IS NULL AS first_claim, (SELECT t FROM clock) AS t,
              CASE WHEN s.attempt + 1 >= ${maxAttempts} THEN 0
                   ELSE ${n.retryDelayMs}(s.retry_policy, s.attempt + 1) END AS reclaim_delay_ms
         FROM ${n.steps} s
@@ -68,7 +71,17 @@ export async function claimSteps(
          AND NOT (s.status = 'running' AND (s.cancel_requested_at IS NOT NULL OR s.attempt >= ${maxAttempts}))
        ORDER BY s.priority DESC, s.next_run_at
        LIMIT ${p.limit}
-       FOR UPDATE OF s SKIP LOCKED),
+       FOR NO KEY UPDATE OF s SKIP LOCKED),
+    -- A standalone run's first claim marks it running. Its run row is locked SKIP LOCKED: the claim never waits,
+    -- so it closes no lock cycle (invariant 14), and a step whose run a cancel or retry holds is left for the
+    -- next claim rather than claimed under a run that is being ended (the cancel then finds it scheduled).
+    pending_runs AS MATERIALIZED (
+      SELECT r.id FROM ${n.runs} r
+       WHERE r.id IN (SELECT run_id FROM picked WHERE first_claim) AND r.kind = 'activity' AND r.status = 'pending'),
+    run_locks AS MATERIALIZED (
+      SELECT r.id FROM ${n.runs} r
+       WHERE r.id IN (SELECT id FROM pending_runs) AND r.status = 'pending'
+         FOR NO KEY UPDATE OF r SKIP LOCKED),
     claimed AS (
       UPDATE ${n.steps} s
          SET status = 'running',
@@ -86,10 +99,11 @@ export async function claimSteps(
              last_heartbeat_at = NULL
         FROM picked p
        WHERE s.id = p.id
+         AND (p.run_id NOT IN (SELECT id FROM pending_runs) OR p.run_id IN (SELECT id FROM run_locks))
          AND (s.status = 'scheduled' OR (s.status = 'running' AND s.lease_expires_at <= ${n.now}))
       RETURNING s.id, s.run_id, s.seq, s.name, s.queue, s.input, s.attempt, s.epoch, s.fencing_token, s.nonce,
                 s.lease_ms, s.start_to_close_timeout_ms, s.retry_policy, s.heartbeat_details, s.lease_expires_at,
-                p.prev_status, p.prev_token, p.prev_lease_expires_at, p.prev_deadline_at),
+                s.fencing_scope, p.prev_status, p.prev_token, p.prev_lease_expires_at, p.prev_deadline_at),
     new_attempts AS (
       INSERT INTO ${n.attempts} (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at)
       SELECT c.run_id, c.id, 'activity', c.attempt, c.epoch, c.fencing_token, c.nonce, ${p.workerId}, ${n.now}
@@ -115,12 +129,12 @@ export async function claimSteps(
       RETURNING 1),
     started_runs AS (
       UPDATE ${n.runs} r SET status = 'running', started_at = coalesce(r.started_at, ${n.now})
-       WHERE r.id IN (SELECT run_id FROM claimed) AND r.kind = 'activity' AND r.status = 'pending'
+       WHERE r.id IN (SELECT run_id FROM claimed) AND r.id IN (SELECT id FROM run_locks)
       RETURNING 1)
     SELECT c.id::text, c.run_id::text, c.seq, c.name, c.queue, c.input, c.attempt, c.epoch, c.fencing_token::text AS token,
            c.nonce::text, c.lease_ms, c.start_to_close_timeout_ms, c.retry_policy, c.heartbeat_details,
            (extract(epoch FROM (c.lease_expires_at - ${n.now})) * 1000)::float8 AS remaining_ms,
-           c.prev_token::text,
+           c.prev_token::text, c.fencing_scope,
            (SELECT count(*) FROM new_attempts) + (SELECT count(*) FROM ended_attempts)
              + (SELECT count(*) FROM claim_events) + (SELECT count(*) FROM started_runs) AS effects
       FROM claimed c`);

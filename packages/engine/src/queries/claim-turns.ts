@@ -33,7 +33,7 @@ export interface ClaimedTurnRow {
 /**
  * Claim up to `limit` workflow runs whose next turn is due (a turn is an attempt: DESIGN.md §4, last paragraph).
  * Eligible: `pending`/`running` workflow runs with `turn_next_run_at` due and no live turn lease. Locks: `FOR
- * UPDATE SKIP LOCKED` on the run rows; the UPDATE re-checks the lease on the locked version. Each claimed run
+ * NO KEY UPDATE SKIP LOCKED` on the run rows; the UPDATE re-checks the lease on the locked version. Each claimed run
  * takes a fresh token from the global sequence and a fresh nonce, and its turn an attempts row (kind `turn`),
  * so two workers can never both advance one run: the turn's commit is fenced on (token, nonce, lease).
  */
@@ -54,7 +54,7 @@ export async function claimTurns(
          AND (r.turn_lease_expires_at IS NULL OR r.turn_lease_expires_at <= (SELECT t FROM clock))
        ORDER BY r.priority DESC, r.turn_next_run_at
        LIMIT ${p.limit}
-       FOR UPDATE OF r SKIP LOCKED),
+       FOR NO KEY UPDATE OF r SKIP LOCKED),
     claimed AS (
       UPDATE ${n.runs} r
          SET turn_token = ${n.nextToken}, turn_nonce = gen_random_uuid(), turn_epoch = r.turn_epoch + 1,

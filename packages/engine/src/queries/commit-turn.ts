@@ -40,7 +40,8 @@ export class TurnConflict extends Error {}
  *    ({@link TurnConflict}) so that it sees the request;
  * 3. outcomes delivered for the first time get their delivery order; timers the turn saw fire are completed —
  *    only if still `scheduled` (a cancel that slipped in makes the turn run again: {@link TurnConflict});
- * 4. the run either ends (output or error, terminal event, leftover steps cancelled, NOTIFY) or is given its
+ * 4. the run either ends (output or error, terminal event, every live step cancelled — running ones too, whose
+ *    holders are refused as `cancelled` at their next write — NOTIFY) or is given its
  *    next turn time: now if anything woke it since the claim (`wake_count` moved), else its earliest timer;
  * 5. the turn's attempt row ends; workers of the new steps' queues are NOTIFYed.
  */
@@ -56,11 +57,26 @@ export async function commitTurn(
       // A worker frozen mid-commit must not hold the run row (locked by the fence) past its lease (I16).
       const idleMs = Math.max(500, Math.floor(ref.leaseMs / 3));
       await tx.rows(sql`SELECT set_config('idle_in_transaction_session_timeout', ${String(idleMs)}, true)`);
+      // The fence locks the run row; the same statement then locks, by id, every step this commit will change
+      // (the outcomes it marks delivered and, when the run ends, every live step) — invariant 14's one order,
+      // taken before any later statement of the commit reads them, so what those statements see cannot change
+      // under them: claims skip locked steps, and one that committed first is seen by the later statements.
+      const ending = result.outcome.kind !== 'blocked';
+      const touched = result.deliveries.map((d) => d.stepId);
       const fence = await tx.rows<{ wake_count: number; queue: string; cancel_requested: boolean }>(sql`
-        UPDATE ${n.runs} SET turn_lease_expires_at = NULL
-         WHERE id = ${ref.runId}::uuid AND turn_token = ${token}::bigint AND turn_nonce = ${ref.nonce}::uuid
-           AND turn_lease_expires_at > ${n.now} AND status IN ('pending', 'running')
-        RETURNING wake_count, queue, cancel_requested_at IS NOT NULL AS cancel_requested`);
+        WITH f AS (
+          UPDATE ${n.runs} SET turn_lease_expires_at = NULL
+           WHERE id = ${ref.runId}::uuid AND turn_token = ${token}::bigint AND turn_nonce = ${ref.nonce}::uuid
+             AND turn_lease_expires_at > ${n.now} AND status IN ('pending', 'running')
+          RETURNING wake_count, queue, cancel_requested_at IS NOT NULL AS cancel_requested),
+        locked AS (
+          SELECT count(*) AS n FROM (
+            SELECT s.id FROM ${n.steps} s
+             WHERE s.run_id = ${ref.runId}::uuid AND EXISTS (SELECT 1 FROM f)
+               AND (s.id = ANY(${`{${touched.join(',')}}`}::uuid[])
+                    OR (${ending} AND s.status IN ('scheduled', 'running') AND s.retired_at IS NULL))
+             ORDER BY s.id FOR NO KEY UPDATE OF s) x)
+        SELECT f.*, (SELECT n FROM locked) AS locked FROM f`);
       if (fence.length === 0) return false;
       if (
         fence[0]?.cancel_requested &&
@@ -98,19 +114,31 @@ export async function commitTurn(
             seq int, kind text, name text, after_delivered_seq int, status text, delivered_seq int, error jsonb, input jsonb, output jsonb,
             queue text, priority int, retry_policy jsonb, lease_ms int, start_to_close_timeout_ms int,
             delay_ms float8, due_at_ms float8)),
+        -- A position a retry retired and the code now schedules again is the same unit of work (invariant 13):
+        -- the new row takes the retired rows' fencing scope and highest epoch, and is not due before the lease of
+        -- an attempt that may still hold one of them (ended by the retirement, not by itself) runs out.
+        prev AS (
+          SELECT p.seq, (array_agg(p.fencing_scope ORDER BY p.created_at))[1] AS fencing_scope, max(p.epoch) AS epoch,
+                 max(p.lease_expires_at) FILTER (WHERE p.ended_nonce IS DISTINCT FROM p.nonce) AS held_until
+            FROM ${n.steps} p
+           WHERE p.run_id = ${ref.runId}::uuid AND p.retired_at IS NOT NULL AND p.seq IN (SELECT seq FROM ns)
+           GROUP BY p.seq),
         inserted AS (
-          INSERT INTO ${n.steps} (run_id, seq, kind, name, after_delivered_seq, status, delivered_seq, error, input,
-                                  output, queue, priority, retry_policy, lease_ms, start_to_close_timeout_ms,
-                                  next_run_at, finished_at, created_at)
-          SELECT ${ref.runId}::uuid, seq, kind, name, after_delivered_seq, status, delivered_seq, error, input,
+          INSERT INTO ${n.steps} (run_id, seq, kind, name, fencing_scope, epoch, after_delivered_seq, status,
+                                  delivered_seq, error, input, output, queue, priority, retry_policy, lease_ms,
+                                  start_to_close_timeout_ms, next_run_at, finished_at, created_at)
+          SELECT ${ref.runId}::uuid, ns.seq, kind, name,
+                 coalesce(prev.fencing_scope, ${'run:' + ref.runId + '/seq:'} || ns.seq::text), coalesce(prev.epoch, 0),
+                 after_delivered_seq, status, delivered_seq, error, input,
                  output, queue, priority,
                  retry_policy, lease_ms, start_to_close_timeout_ms,
                  CASE WHEN status <> 'scheduled' THEN NULL
-                      WHEN due_at_ms IS NOT NULL THEN to_timestamp(due_at_ms / 1000.0)
-                      WHEN delay_ms IS NOT NULL THEN ${n.now} + ${msInterval(sql`delay_ms`)} END,
+                      ELSE greatest(CASE WHEN due_at_ms IS NOT NULL THEN to_timestamp(due_at_ms / 1000.0)
+                                         WHEN delay_ms IS NOT NULL THEN ${n.now} + ${msInterval(sql`delay_ms`)} END,
+                                    prev.held_until) END,
                  CASE WHEN status <> 'scheduled' THEN ${n.now} END,
                  ${n.now}
-            FROM ns
+            FROM ns LEFT JOIN prev ON prev.seq = ns.seq
           RETURNING id, seq, kind, name, status, queue, next_run_at),
         scheduled_events AS (
           INSERT INTO ${n.events} (run_id, step_id, type, data, at)
@@ -168,18 +196,26 @@ export async function commitTurn(
                                  finished_at = ${n.now}, turn_next_run_at = NULL
              WHERE id = ${ref.runId}::uuid
             RETURNING id),
+          -- Every live step ends with the run, running ones included (invariant 12: the holder's next write is
+          -- refused as "cancelled" and its signal fires). One UPDATE over both states: the steps were locked by
+          -- the fence statement, so a claim either committed before (seen here as running) or skipped them.
+          live AS (
+            SELECT id, status FROM ${n.steps}
+             WHERE run_id = ${ref.runId}::uuid AND status IN ('scheduled', 'running') AND retired_at IS NULL),
           leftover AS (
-            UPDATE ${n.steps} SET status = 'cancelled', finished_at = ${n.now}, next_run_at = NULL
-             WHERE run_id = ${ref.runId}::uuid AND status = 'scheduled'
-            RETURNING id, attempt, epoch, fencing_token),
+            UPDATE ${n.steps} s SET status = 'cancelled', finished_at = ${n.now}, next_run_at = NULL,
+                                    cancel_requested_at = coalesce(s.cancel_requested_at, ${n.now})
+              FROM live WHERE s.id = live.id
+            RETURNING s.id, s.attempt, s.epoch, s.fencing_token, live.status AS prev_status),
+          leftover_attempts AS (
+            UPDATE ${n.attempts} a SET outcome = 'cancelled', ended_at = ${n.now}
+              FROM leftover l WHERE l.prev_status = 'running' AND a.fencing_token = l.fencing_token AND a.outcome IS NULL
+            RETURNING 1),
           leftover_events AS (
             INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
             SELECT ${ref.runId}::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
-                   jsonb_build_object('reason', 'the run ended'), true, ${n.now} FROM leftover
-            RETURNING 1),
-          flagged AS (
-            UPDATE ${n.steps} SET cancel_requested_at = coalesce(cancel_requested_at, ${n.now})
-             WHERE run_id = ${ref.runId}::uuid AND status = 'running'
+                   jsonb_build_object('reason', 'the run ended', 'whileRunning', prev_status = 'running'), true, ${n.now}
+              FROM leftover
             RETURNING 1),
           run_event AS (
             INSERT INTO ${n.events} (run_id, type, data, terminal, at)
@@ -187,7 +223,8 @@ export async function commitTurn(
                    true, ${n.now} FROM ended
             RETURNING 1)
           SELECT pg_notify(${n.channel}, 'run:' || id::text),
-                 (SELECT count(*) FROM leftover_events) + (SELECT count(*) FROM flagged) + (SELECT count(*) FROM run_event)
+                 (SELECT count(*) FROM leftover_events) + (SELECT count(*) FROM leftover_attempts)
+                   + (SELECT count(*) FROM run_event)
             FROM ended`);
       }
       await tx.rows(sql`

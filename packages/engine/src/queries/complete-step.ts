@@ -3,6 +3,7 @@ import type { Database } from '../db/database.js';
 import {
   fencedResultColumns,
   rejectionCtes,
+  runLockCte,
   settleFencedResult,
   stepFence,
   type AttemptRef,
@@ -22,7 +23,7 @@ export interface CompleteStepParams extends AttemptRef {
  * or wakes a workflow run's next turn. Idempotent: if the fence fails because this very attempt's completion
  * already committed (`ended_nonce` is ours and the step is `completed`), it reports `replayed`. Otherwise the
  * rejection is recorded in the same statement and {@link LeaseLostError} is thrown.
- * Locks: the step row (UPDATE), the run row.
+ * Locks, in the one order (invariant 14): the run row (`run_lock`), then the step row.
  */
 export async function completeStep(
   db: Database,
@@ -31,11 +32,12 @@ export async function completeStep(
 ): Promise<'applied' | 'replayed'> {
   const output = JSON.stringify(p.output ?? null);
   const rows = await db.rows<FencedResultRow>(sql`
-    WITH applied AS (
+    WITH ${runLockCte(n, p.stepId)},
+    applied AS (
       UPDATE ${n.steps} s
          SET status = 'completed', output = ${output}::jsonb, error = NULL, ended_nonce = s.nonce,
              finished_at = ${n.now}, next_run_at = NULL
-       WHERE ${stepFence(n, 's', p)}
+       WHERE ${stepFence(n, 's', p)} AND s.run_id IN (SELECT id FROM run_lock)
       RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, s.worker_id),
     ended AS (
       UPDATE ${n.attempts} a SET outcome = 'completed', ended_at = ${n.now}

@@ -14,24 +14,29 @@ export interface ExpiredStepRow {
  * cancel was requested while their owner was gone. The step ends `failed` with a reason that says the lease
  * expired (or the start-to-close timeout passed), or `cancelled`.
  *
- * This is maintenance of running rows, so it is fenced like a claim (invariant 5; I8): `FOR UPDATE SKIP
- * LOCKED`, the expiry re-checked on the locked version, and the token bumped from the global sequence in the
+ * This is maintenance of running rows, so it is fenced like a claim (invariant 5; I8): `FOR NO KEY UPDATE
+ * SKIP LOCKED`, the expiry re-checked on the locked version, and the token bumped from the global sequence in the
  * same statement, so the zombie owner's later writes fail. The same statement ends the attempt row, appends
- * the terminal events, ends a standalone run or wakes a workflow turn, and NOTIFYs result waiters.
+ * the terminal events, ends a standalone run or wakes a workflow turn, and NOTIFYs result waiters. It never
+ * waits for a lock (SKIP LOCKED on the steps and on their runs), so it takes part in no deadlock (invariant 14).
  */
 export async function expireSteps(db: Database, n: SchemaNames, limit = 100): Promise<ExpiredStepRow[]> {
   const maxAttempts = sql`(s.retry_policy->>'maximumAttempts')::int`;
   return db.rows<ExpiredStepRow>(sql`
     WITH clock AS MATERIALIZED (SELECT ${n.now} AS t),
     picked AS (
-      SELECT s.id, s.fencing_token AS prev_token, s.lease_expires_at AS prev_lease_expires_at,
+      SELECT s.id, s.run_id, s.fencing_token AS prev_token, s.lease_expires_at AS prev_lease_expires_at,
              s.lease_expires_at >= s.attempt_deadline_at AS timed_out,
              s.cancel_requested_at IS NOT NULL AS cancel_requested, ${maxAttempts} AS max_attempts
         FROM ${n.steps} s
        WHERE s.status = 'running' AND s.lease_expires_at <= (SELECT t FROM clock)
          AND (s.cancel_requested_at IS NOT NULL OR s.attempt >= ${maxAttempts})
        LIMIT ${limit}
-       FOR UPDATE OF s SKIP LOCKED),
+       FOR NO KEY UPDATE OF s SKIP LOCKED),
+    -- The runs it ends or wakes, locked SKIP LOCKED: the sweep never waits (invariant 14); a step whose run a
+    -- cancel, retry or turn holds is left for the next sweep.
+    run_locks AS MATERIALIZED (
+      SELECT r.id FROM ${n.runs} r WHERE r.id IN (SELECT run_id FROM picked) FOR NO KEY UPDATE OF r SKIP LOCKED),
     ended AS (
       UPDATE ${n.steps} s
          SET status = CASE WHEN p.cancel_requested THEN 'cancelled' ELSE 'failed' END,
@@ -51,7 +56,8 @@ export async function expireSteps(db: Database, n: SchemaNames, limit = 100): Pr
                                                 ELSE 'lost its lease: the lease expired (worker lost or stalled)' END))
                      END
         FROM picked p
-       WHERE s.id = p.id AND s.status = 'running' AND s.lease_expires_at <= ${n.now}
+       WHERE s.id = p.id AND p.run_id IN (SELECT id FROM run_locks)
+         AND s.status = 'running' AND s.lease_expires_at <= ${n.now}
       RETURNING s.id, s.run_id, s.status, s.error, s.attempt, s.epoch, p.prev_token, p.prev_lease_expires_at, p.timed_out),
     ended_attempts AS (
       UPDATE ${n.attempts} a

@@ -4,6 +4,7 @@ import type { Database } from '../db/database.js';
 import {
   fencedResultColumns,
   rejectionCtes,
+  runLockCte,
   settleFencedResult,
   stepFence,
   type AttemptRef,
@@ -28,6 +29,7 @@ export interface FailStepParams extends AttemptRef {
  * is woken. Idempotent on retry after an unknown outcome (this attempt's nonce is the step's `ended_nonce` and the
  * step is not `completed`).
  * Otherwise the rejection is recorded in the same statement and {@link LeaseLostError} is thrown.
+ * Locks, in the one order (invariant 14): the run row (`run_lock`), then the step row.
  */
 export async function failStep(
   db: Database,
@@ -37,14 +39,15 @@ export async function failStep(
   const error = JSON.stringify(p.error);
   const terminalStatus = p.outcome === 'cancelled' ? 'cancelled' : 'failed';
   const rows = await db.rows<FencedResultRow>(sql`
-    WITH applied AS (
+    WITH ${runLockCte(n, p.stepId)},
+    applied AS (
       UPDATE ${n.steps} s
          SET status = CASE WHEN ${p.retry} THEN 'scheduled' ELSE ${terminalStatus} END,
              error = ${error}::jsonb, ended_nonce = s.nonce,
              next_run_at = CASE WHEN ${p.retry}
                                 THEN ${n.now} + ${msInterval(sql`${n.retryDelayMs}(s.retry_policy, s.attempt)`)} END,
              finished_at = CASE WHEN ${p.retry} THEN NULL ELSE ${n.now} END
-       WHERE ${stepFence(n, 's', p)}
+       WHERE ${stepFence(n, 's', p)} AND s.run_id IN (SELECT id FROM run_lock)
       RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, s.worker_id, s.status, s.next_run_at, s.queue),
     ended AS (
       UPDATE ${n.attempts} a SET outcome = ${p.outcome ?? 'failed'}, ended_at = ${n.now}, error = ${error}::jsonb

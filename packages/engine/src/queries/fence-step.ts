@@ -3,6 +3,7 @@ import type { Database } from '../db/database.js';
 import {
   fencedResultColumns,
   rejectionCtes,
+  runLockCte,
   settleFencedResult,
   stepFence,
   type AttemptRef,
@@ -38,7 +39,8 @@ export async function recordStaleRejection(
   p: AttemptRef & { nonce: string; operation: 'fenced-transaction' | 'heartbeat' },
 ): Promise<never> {
   const rows = await db.rows<FencedResultRow>(sql`
-    WITH applied AS (SELECT NULL::uuid AS id WHERE false),
+    WITH ${runLockCte(n, p.stepId)},
+    applied AS (SELECT NULL::uuid AS id WHERE false),
     ${rejectionCtes(n, p)}
     SELECT ${fencedResultColumns}`);
   settleFencedResult(rows[0], p, p.operation);

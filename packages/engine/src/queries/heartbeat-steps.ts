@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
+import { staleReason, toldCte } from './fenced-outcome.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 export interface HeartbeatEntry {
@@ -12,6 +13,8 @@ export interface HeartbeatEntry {
 
 export interface HeartbeatResultRow {
   id: string;
+  /** The entry's token: a worker may hold a zombie attempt and its successor of one step (same id). */
+  token: string;
   renewed: boolean;
   /** Lease left after renewal by the DB clock (ms); null when not renewed. */
   remaining_ms: number | null;
@@ -27,12 +30,21 @@ export interface HeartbeatResultRow {
  *
  * Predicate per entry: the fence (id, token, nonce, `running`, `lease_expires_at > now()`) — so a heartbeat
  * never revives an expired lease, even one nobody reclaimed yet. The new lease is `now + lease_ms`, capped by
- * the attempt deadline (invariant 11), and the reclaim time moves with it. Entries that match nothing are
- * read back `FOR SHARE` (waiting for a concurrent claim to commit), recorded as `attempt:stale-rejected` events
- * and their attempt rows ended `rejected_stale`, in the same statement — unless the entry's own attempt ended the
- * step (same token and nonce, no longer `running`): its completion, failure or release committed while this
- * heartbeat was in flight, which is no stale write; such entries come back with reason `ended`. Returns one row
- * per entry, with the cancel request of renewed steps (the owner learns of a cancel at its next heartbeat).
+ * the attempt deadline (invariant 11), and the reclaim time moves with it.
+ *
+ * Locks: first every entry's step row, in id order (`FOR NO KEY UPDATE`; invariant 14 — the heartbeat locks no
+ * run row, and steps are always locked by id, so it cannot close a cycle with a cancel or a turn that holds a
+ * run and locks its steps by id). The locking read waits for a concurrent claim or ending to commit and returns
+ * the step's latest version, which the rejection reads.
+ *
+ * Entries that match nothing are recorded as `attempt:stale-rejected` events with the {@link staleReason} and
+ * their attempt rows ended `rejected_stale` (unless already ended), in the same statement — unless the entry's
+ * own attempt ended the step: only its own committed outcome (its nonce in `ended_nonce`: a completion, failure
+ * or release that committed while this heartbeat was in flight) counts, and such entries come back with reason
+ * `ended`. A step ended by anything else (a cancel, the run's end, a retry's retirement, expiry) is a lost lease
+ * with its reason (invariant 12). Returns one row per entry, with the cancel request of renewed steps (the
+ * owner learns of a cancel at its next heartbeat). Entries are told apart by step and token: one worker may hold
+ * a zombie attempt and its successor of the same step, and the successor's renewal says nothing of the zombie's.
  */
 export async function heartbeatSteps(
   db: Database,
@@ -53,6 +65,11 @@ export async function heartbeatSteps(
     WITH hb AS (
       SELECT * FROM jsonb_to_recordset(${payload}::jsonb)
         AS x(id uuid, token bigint, nonce uuid, has_details boolean, details jsonb)),
+    locked AS MATERIALIZED (
+      SELECT s.id, s.run_id, s.fencing_token, s.status, s.ended_nonce, s.retired_at
+        FROM ${n.steps} s WHERE s.id IN (SELECT id FROM hb)
+       ORDER BY s.id
+         FOR NO KEY UPDATE OF s),
     renewed AS (
       UPDATE ${n.steps} s
          SET lease_expires_at = least(${n.now} + ${msInterval(sql`s.lease_ms`)}, s.attempt_deadline_at),
@@ -60,40 +77,45 @@ export async function heartbeatSteps(
                            + ${msInterval(sql`s.reclaim_delay_ms`)},
              heartbeat_details = CASE WHEN hb.has_details THEN hb.details ELSE s.heartbeat_details END,
              last_heartbeat_at = ${n.now}
-        FROM hb
+        FROM hb JOIN locked l ON l.id = hb.id
        WHERE s.id = hb.id AND s.fencing_token = hb.token AND s.nonce = hb.nonce
          AND s.status = 'running' AND s.lease_expires_at > ${n.now}
-      RETURNING s.id, (extract(epoch FROM (s.lease_expires_at - ${n.now})) * 1000)::float8 AS remaining_ms,
+      RETURNING s.id, s.fencing_token, (extract(epoch FROM (s.lease_expires_at - ${n.now})) * 1000)::float8 AS remaining_ms,
                 s.lease_expires_at >= s.attempt_deadline_at AS lease_capped,
                 s.cancel_requested_at IS NOT NULL AS cancel_requested),
-    lost AS (SELECT hb.id, hb.token, hb.nonce FROM hb WHERE NOT EXISTS (SELECT 1 FROM renewed r WHERE r.id = hb.id)),
+    lost AS (
+      SELECT hb.id, hb.token, hb.nonce FROM hb
+       WHERE NOT EXISTS (SELECT 1 FROM renewed r WHERE r.id = hb.id AND r.fencing_token = hb.token)),
     cur AS (
-      SELECT s.id, s.run_id, s.fencing_token, s.status, lost.token AS stale_token,
-             (s.fencing_token = lost.token AND s.nonce = lost.nonce AND s.status <> 'running') AS self_ended
-        FROM ${n.steps} s JOIN lost ON lost.id = s.id
-         FOR SHARE OF s),
+      SELECT l.id, l.run_id, l.fencing_token, l.status, l.retired_at, lost.token AS stale_token,
+             l.ended_nonce IS NOT DISTINCT FROM lost.nonce AS self_ended
+        FROM locked l JOIN lost ON lost.id = l.id),
     rej AS (
       INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, worker_id, data, at)
       SELECT cur.run_id, cur.id, 'attempt:stale-rejected', a.attempt, a.epoch, cur.stale_token, a.worker_id,
              jsonb_build_object('operation', 'heartbeat', 'staleToken', cur.stale_token::text,
                                 'currentToken', cur.fencing_token::text,
-                                'reason', CASE WHEN cur.fencing_token IS DISTINCT FROM cur.stale_token THEN 'superseded'
-                                               WHEN cur.status <> 'running' THEN cur.status ELSE 'expired' END),
+                                'reason', ${staleReason(n, 'cur', sql`cur.stale_token`)}),
              ${n.now}
         FROM cur LEFT JOIN ${n.attempts} a ON a.fencing_token = cur.stale_token
        WHERE NOT cur.self_ended
-      RETURNING step_id, data),
+      RETURNING step_id, fencing_token, data),
+    ${toldCte(n, 'cur', sql`cur.stale_token`, sql`NOT cur.self_ended`)},
     rej_attempts AS (
       UPDATE ${n.attempts} a SET outcome = coalesce(a.outcome, 'rejected_stale'), ended_at = coalesce(a.ended_at, ${n.now})
         FROM lost WHERE a.fencing_token = lost.token
-         AND NOT EXISTS (SELECT 1 FROM cur WHERE cur.id = lost.id AND cur.self_ended)
+         AND NOT EXISTS (SELECT 1 FROM cur WHERE cur.id = lost.id AND cur.stale_token = lost.token AND cur.self_ended)
       RETURNING 1)
-    SELECT r.id::text, true AS renewed, r.remaining_ms, r.lease_capped, r.cancel_requested, NULL AS current_token,
-           NULL AS reason
+    SELECT r.id::text, r.fencing_token::text AS token, true AS renewed, r.remaining_ms, r.lease_capped, r.cancel_requested, NULL AS current_token,
+           NULL AS reason, (SELECT count(*) FROM told) AS told
       FROM renewed r
     UNION ALL
-    SELECT l.id::text, false, NULL, NULL, false, (SELECT fencing_token::text FROM cur WHERE cur.id = l.id),
-           CASE WHEN EXISTS (SELECT 1 FROM cur WHERE cur.id = l.id AND cur.self_ended) THEN 'ended'
-                ELSE coalesce((SELECT data->>'reason' FROM rej WHERE rej.step_id = l.id LIMIT 1), 'step not found') END
+    SELECT l.id::text, l.token::text, false, NULL, NULL, false,
+           (SELECT fencing_token::text FROM cur WHERE cur.id = l.id AND cur.stale_token = l.token),
+           CASE WHEN EXISTS (SELECT 1 FROM cur WHERE cur.id = l.id AND cur.stale_token = l.token AND cur.self_ended)
+                THEN 'ended'
+                ELSE coalesce((SELECT data->>'reason' FROM rej WHERE rej.step_id = l.id AND rej.fencing_token = l.token
+                                LIMIT 1), 'step not found') END,
+           (SELECT count(*) FROM told)
       FROM lost l`);
 }

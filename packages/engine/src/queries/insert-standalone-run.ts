@@ -45,9 +45,9 @@ export async function insertStandaloneRun(
       ON CONFLICT DO NOTHING
       RETURNING id),
     s AS (
-      INSERT INTO ${n.steps} (run_id, seq, kind, name, status, input, queue, priority, retry_policy, lease_ms,
-                              start_to_close_timeout_ms, next_run_at, created_at)
-      SELECT r.id, 0, 'activity', ${p.activityName}, 'scheduled', ${JSON.stringify(p.input ?? null)}::jsonb,
+      INSERT INTO ${n.steps} (run_id, seq, kind, name, fencing_scope, status, input, queue, priority, retry_policy,
+                              lease_ms, start_to_close_timeout_ms, next_run_at, created_at)
+      SELECT r.id, 0, 'activity', ${p.activityName}, 'run:' || r.id::text, 'scheduled', ${JSON.stringify(p.input ?? null)}::jsonb,
              ${p.queue}, ${p.priority}, ${JSON.stringify(p.retryPolicy)}::jsonb, ${p.leaseMs},
              ${p.startToCloseTimeoutMs}, ${n.now} + ${msInterval(sql`${p.delayMs}::int`)}, ${n.now}
         FROM r

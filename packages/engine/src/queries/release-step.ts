@@ -3,6 +3,7 @@ import type { Database } from '../db/database.js';
 import {
   fencedResultColumns,
   rejectionCtes,
+  runLockCte,
   settleFencedResult,
   stepFence,
   type AttemptRef,
@@ -20,8 +21,9 @@ export interface ReleaseStepParams extends AttemptRef {
  * Hand a step back, claimable at once by any worker (no waiting for the lease to expire): only if the fence
  * holds, the step returns to `scheduled` with `next_run_at = now`, and the released claim is not charged to the
  * retry budget (`attempt − 1`; `epoch` keeps counting it). The attempt row ends `released`, an
- * `attempt:released` event is appended and workers are NOTIFYed. A rejection is recorded in the same statement
- * and raises {@link LeaseLostError}.
+ * `attempt:released` event is appended and workers are NOTIFYed. The release is the attempt's own ending
+ * (`ended_nonce`), so a heartbeat of it still in flight is not taken for a lost lease. A rejection is recorded
+ * in the same statement and raises {@link LeaseLostError}.
  *
  * A grant that never started (`stale-grant`, `ambiguous-claim`) is released even if its lease has already
  * expired, as long as no other claim took the step (same token and nonce, still `running`). Such a release
@@ -31,18 +33,21 @@ export interface ReleaseStepParams extends AttemptRef {
  * attempts without running it once. This does not revive a lease (expiry stays final, I4): the step only
  * becomes claimable, which it already was, and no effect of the attempt exists to fence. Under row lock, a
  * concurrent claim that took the step first changes the token, and the release is rejected as `superseded`.
+ * Locks, in the one order (invariant 14): the run row (`run_lock`), then the step row.
  */
 export async function releaseStep(db: Database, n: SchemaNames, p: ReleaseStepParams): Promise<void> {
   const fence =
     p.why === 'shutdown'
       ? stepFence(n, 's', p)
-      : sql`s.id = ${p.stepId} AND s.fencing_token = ${p.token.toString()}::bigint AND s.nonce = ${p.nonce}::uuid
+      : sql`s.id = ${p.stepId}::uuid AND s.fencing_token = ${p.token.toString()}::bigint AND s.nonce = ${p.nonce}::uuid
           AND s.status = 'running'`;
   const rows = await db.rows<FencedResultRow>(sql`
-    WITH applied AS (
+    WITH ${runLockCte(n, p.stepId)},
+    applied AS (
       UPDATE ${n.steps} s
-         SET status = 'scheduled', attempt = s.attempt - 1, next_run_at = ${n.now}, lease_expires_at = NULL
-       WHERE ${fence}
+         SET status = 'scheduled', attempt = s.attempt - 1, next_run_at = ${n.now}, lease_expires_at = NULL,
+             ended_nonce = s.nonce
+       WHERE ${fence} AND s.run_id IN (SELECT id FROM run_lock)
       RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, s.worker_id, s.queue),
     ended AS (
       UPDATE ${n.attempts} a SET outcome = 'released', ended_at = ${n.now}

@@ -3,10 +3,16 @@ import type { Database } from '../db/database.js';
 import type { SchemaNames } from './schema-names.js';
 
 /**
- * Request cancellation of a run, in one transaction: lock the run row (`FOR UPDATE`), mark it and its running
- * steps `cancel_requested_at` (their owners learn at their next heartbeat and record `cancelled`, fenced), end
- * its scheduled steps `cancelled` at once, and — for a standalone run left with no running step — end the run
- * `cancelled` with its terminal event and a NOTIFY. A workflow run is woken so its next turn sees the cancel.
+ * Cancel a run, in one transaction. First lock the run row (`FOR NO KEY UPDATE`) and then its live steps by id —
+ * the one lock order of invariant 14, so a cancel never deadlocks with a completion, a rejection or a turn; and
+ * since claims skip locked rows, no claim slips in between what the next statement reads and what it writes (a
+ * claim that committed first is seen as running). Then mark the run `cancel_requested_at` and end every live step
+ * `cancelled` at once — scheduled and running alike (DESIGN.md §4: running → cancelled, the owner learns at its
+ * next heartbeat). A running step's attempt row ends `cancelled`; its holder's next heartbeat, completion,
+ * failure or fenced write is refused with `LeaseLostError` (reason `cancelled`) and its signal fires with reason
+ * `cancelled` (invariant 12). The step keeps its lease expiry, so a retry of the run does not grant the step again
+ * before that lease ends. A standalone run then ends `cancelled` with its terminal event and a NOTIFY; a workflow
+ * run is woken so its next turn sees the cancel (its code may still run cleanup steps).
  * @returns the run's status after the request, or undefined when no such run exists.
  */
 export async function requestCancel(
@@ -18,7 +24,14 @@ export async function requestCancel(
   if (!/^[0-9a-f-]{36}$/i.test(p.runId)) return undefined;
   return db.transaction(async (tx) => {
     const runs = await tx.rows<{ kind: string; status: string; queue: string }>(sql`
-      SELECT kind, status, queue FROM ${n.runs} WHERE id = ${p.runId}::uuid FOR UPDATE`);
+      WITH run AS MATERIALIZED (
+        SELECT id, kind, status, queue FROM ${n.runs} WHERE id = ${p.runId}::uuid FOR NO KEY UPDATE),
+      live AS (
+        SELECT count(*) AS n FROM (
+          SELECT s.id FROM ${n.steps} s
+           WHERE s.run_id IN (SELECT id FROM run) AND s.status IN ('scheduled', 'running')
+           ORDER BY s.id FOR NO KEY UPDATE OF s) x)
+      SELECT kind, status, queue, (SELECT n FROM live) AS live FROM run`);
     const run = runs[0];
     if (!run) return undefined;
     if (!['pending', 'running'].includes(run.status)) return run.status;
@@ -27,34 +40,38 @@ export async function requestCancel(
       message: `cancelled: ${p.reason}`,
       nonRetryable: true,
     });
-    const rows = await tx.rows<{ running: number }>(sql`
+    await tx.rows(sql`
       WITH marked AS (
         UPDATE ${n.runs} SET cancel_requested_at = coalesce(cancel_requested_at, ${n.now}),
                              cancel_reason = coalesce(cancel_reason, ${p.reason}),
                              turn_next_run_at = CASE WHEN kind = 'workflow' THEN ${n.now} ELSE turn_next_run_at END,
                              wake_count = wake_count + 1
          WHERE id = ${p.runId}::uuid RETURNING id),
+      live AS (
+        SELECT id, status FROM ${n.steps}
+         WHERE run_id = ${p.runId}::uuid AND status IN ('scheduled', 'running') AND retired_at IS NULL),
       dropped AS (
-        UPDATE ${n.steps} SET status = 'cancelled', cancel_requested_at = ${n.now}, finished_at = ${n.now},
-                              next_run_at = NULL, error = ${error}::jsonb
-         WHERE run_id = ${p.runId}::uuid AND status = 'scheduled'
-        RETURNING id, run_id, attempt, epoch, fencing_token),
+        UPDATE ${n.steps} s SET status = 'cancelled', cancel_requested_at = ${n.now}, finished_at = ${n.now},
+                                next_run_at = NULL, error = ${error}::jsonb
+          FROM live WHERE s.id = live.id
+        RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, live.status AS prev_status),
+      ended_attempts AS (
+        UPDATE ${n.attempts} a SET outcome = 'cancelled', ended_at = ${n.now}
+          FROM dropped d WHERE d.prev_status = 'running' AND a.fencing_token = d.fencing_token AND a.outcome IS NULL
+        RETURNING 1),
       dropped_events AS (
         INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
         SELECT run_id, id, 'step:cancelled', attempt, epoch, fencing_token,
-               jsonb_build_object('reason', ${p.reason}::text), true, ${n.now} FROM dropped
+               jsonb_build_object('reason', ${p.reason}::text, 'whileRunning', prev_status = 'running'), true, ${n.now}
+          FROM dropped
         RETURNING 1),
-      flagged AS (
-        UPDATE ${n.steps} SET cancel_requested_at = coalesce(cancel_requested_at, ${n.now})
-         WHERE run_id = ${p.runId}::uuid AND status = 'running'
-        RETURNING id),
       requested_event AS (
         INSERT INTO ${n.events} (run_id, type, data, at)
         SELECT id, 'run:cancel-requested', jsonb_build_object('reason', ${p.reason}::text), ${n.now} FROM marked
         RETURNING 1)
-      SELECT (SELECT count(*) FROM flagged)::int AS running,
-             (SELECT count(*) FROM dropped_events) + (SELECT count(*) FROM requested_event) AS effects`);
-    if (run.kind === 'activity' && (rows[0]?.running ?? 0) === 0) {
+      SELECT (SELECT count(*) FROM dropped_events) + (SELECT count(*) FROM requested_event)
+               + (SELECT count(*) FROM ended_attempts) AS effects`);
+    if (run.kind === 'activity') {
       await tx.rows(sql`
         WITH ended AS (
           UPDATE ${n.runs} SET status = 'cancelled', finished_at = ${n.now}, error = ${error}::jsonb

@@ -10,7 +10,8 @@ import type { SchemaNames } from './schema-names.js';
  * and the steps the code scheduled after it saw that first reset outcome (compensation in a `catch`, say) are
  * retired: kept with their attempts and events, marked `retired_at`, and no longer part of the replayed history.
  * Tokens and epochs are kept: the next claim takes a higher token and epoch + 1 (invariant 6), so anything
- * earlier attempts held stays fenced. One statement; locks the run row and its steps.
+ * earlier attempts held stays fenced; a step re-created at a retired position inherits its fencing scope and
+ * epoch (see commitTurn). One statement; locks the run row, then its steps by id (invariant 14).
  * @returns false when the run is not failed or cancelled.
  */
 export async function retryRun(db: Database, n: SchemaNames, runId: string): Promise<boolean> {
@@ -22,20 +23,34 @@ export async function retryRun(db: Database, n: SchemaNames, runId: string): Pro
                            turn_lease_expires_at = NULL, wake_count = wake_count + 1
        WHERE id = ${runId}::uuid AND status IN ('failed', 'cancelled')
       RETURNING id, kind, queue),
+    -- Then the run's steps, by id (invariant 14: the run row first, then its steps by id). The aggregate makes
+    -- every lock be taken before either UPDATE below touches a step.
+    locked AS MATERIALIZED (
+      SELECT count(*) AS n FROM (
+        SELECT s.id FROM ${n.steps} s WHERE s.run_id IN (SELECT id FROM run) ORDER BY s.id FOR NO KEY UPDATE OF s) x),
     first_reset AS (
       SELECT min(s.delivered_seq) AS delivered_seq FROM ${n.steps} s, run
        WHERE s.run_id = run.id AND s.status IN ('failed', 'cancelled') AND s.retired_at IS NULL),
     -- Steps the code scheduled after it was handed the first withdrawn outcome (compensation in a catch, a
     -- step after a failed race) belong to the branch that saw it: retired, kept for the record, never replayed.
+    -- A retired step that an attempt still holds keeps its lease expiry: the holder's next write is refused as
+    -- "retired", and the step re-created at its position is not claimable before that lease ends, so the
+    -- holder's signal fires before its successor is granted (invariant 12).
     retired AS (
       UPDATE ${n.steps} s
          SET retired_at = ${n.now},
              status = CASE WHEN s.status IN ('scheduled', 'running') THEN 'cancelled' ELSE s.status END,
+             finished_at = CASE WHEN s.status IN ('scheduled', 'running') THEN ${n.now} ELSE s.finished_at END,
+             lease_expires_at = CASE WHEN s.ended_nonce IS DISTINCT FROM s.nonce THEN s.lease_expires_at END,
              next_run_at = NULL, cancel_requested_at = NULL
         FROM run
-       WHERE s.run_id = run.id AND s.retired_at IS NULL
+       WHERE s.run_id = run.id AND s.retired_at IS NULL AND (SELECT n FROM locked) >= 0
          AND s.after_delivered_seq >= (SELECT delivered_seq FROM first_reset)
-      RETURNING s.id, s.seq, s.name),
+      RETURNING s.id, s.seq, s.name, s.fencing_token),
+    retired_attempts AS (
+      UPDATE ${n.attempts} a SET outcome = 'cancelled', ended_at = ${n.now}
+        FROM retired WHERE a.fencing_token = retired.fencing_token AND a.outcome IS NULL
+      RETURNING 1),
     retired_events AS (
       INSERT INTO ${n.events} (run_id, step_id, type, data, at)
       SELECT ${runId}::uuid, id, 'step:retired', jsonb_build_object('seq', seq, 'name', name), ${n.now} FROM retired
@@ -45,14 +60,18 @@ export async function retryRun(db: Database, n: SchemaNames, runId: string): Pro
          SET status = CASE WHEN s.status IN ('failed', 'cancelled') THEN 'scheduled' ELSE s.status END,
              attempt = CASE WHEN s.status IN ('failed', 'cancelled') THEN 0 ELSE s.attempt END,
              error = CASE WHEN s.status IN ('failed', 'cancelled') THEN NULL ELSE s.error END,
-             next_run_at = CASE WHEN s.status IN ('failed', 'cancelled') THEN ${n.now} ELSE s.next_run_at END,
+             -- Ended under a live attempt (cancelled by the run's end, say): claimable only when that lease ends.
+             next_run_at = CASE WHEN s.status NOT IN ('failed', 'cancelled') THEN s.next_run_at
+                                WHEN s.ended_nonce IS DISTINCT FROM s.nonce
+                                  THEN greatest(${n.now}, coalesce(s.lease_expires_at, ${n.now}))
+                                ELSE ${n.now} END,
              finished_at = CASE WHEN s.status IN ('failed', 'cancelled') THEN NULL ELSE s.finished_at END,
              cancel_requested_at = NULL,
              lease_expires_at = CASE WHEN s.status IN ('failed', 'cancelled') THEN NULL ELSE s.lease_expires_at END,
              delivered_seq = CASE WHEN s.delivered_seq >= (SELECT delivered_seq FROM first_reset) THEN NULL
                                   ELSE s.delivered_seq END
         FROM run
-       WHERE s.run_id = run.id AND s.retired_at IS NULL
+       WHERE s.run_id = run.id AND s.retired_at IS NULL AND (SELECT n FROM locked) >= 0
          AND s.after_delivered_seq < coalesce((SELECT delivered_seq FROM first_reset), 2147483647)
          AND (s.status IN ('failed', 'cancelled') OR s.delivered_seq >= (SELECT delivered_seq FROM first_reset))
       RETURNING s.id, s.run_id, s.epoch, s.fencing_token, s.queue, s.kind, s.status),
@@ -74,6 +93,7 @@ export async function retryRun(db: Database, n: SchemaNames, runId: string): Pro
       UNION ALL SELECT pg_notify(${n.channel}, 'turn:' || queue) FROM run WHERE kind = 'workflow')
     SELECT (SELECT count(*) FROM run)::int AS retried,
            (SELECT count(*) FROM ev) + (SELECT count(*) FROM notified) + (SELECT count(*) FROM unflagged)
-             + (SELECT count(*) FROM unflagged_run) + (SELECT count(*) FROM retired_events) AS effects`);
+             + (SELECT count(*) FROM unflagged_run) + (SELECT count(*) FROM retired_events)
+             + (SELECT count(*) FROM retired_attempts) AS effects`);
   return (rows[0]?.retried ?? 0) > 0;
 }

@@ -99,6 +99,14 @@ export function defineTables(schemaName: string) {
       /** Every claim, shown to humans; never decreases. */
       epoch: integer('epoch').notNull().default(0),
       fencingToken: bigint('fencing_token', { mode: 'bigint' }),
+      /**
+       * The unit of work this step's tokens fence (DESIGN.md §1, invariant 13): `run:<run id>/seq:<seq>`, or
+       * `run:<run id>` for a standalone run; copied from the retired row it replaces when a retry re-creates the
+       * position, so every attempt of one unit of work, whichever row it ran under, shares one scope. Rows
+       * written before migration 0005 keep their original `step:<step id>` so fences recorded under it still
+       * hold.
+       */
+      fencingScope: text('fencing_scope').notNull(),
       nonce: uuid('nonce'),
       claimRequestId: uuid('claim_request_id'),
       workerId: text('worker_id'),

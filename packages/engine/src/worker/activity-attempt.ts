@@ -4,9 +4,11 @@ import {
   AttemptAbortedError,
   CancelledFailure,
   LeaseLostError,
+  PAYLOAD_LIMITS,
   PalisadeError,
-  ValidationError,
+  checkPayload,
   fencingInfo,
+  isPalisadeError,
   retryDecision,
   serializeFailure,
   validate,
@@ -20,7 +22,7 @@ import {
 import type { Logger } from 'pino';
 import type { Database } from '../db/database.js';
 import { faultHooks } from '../internal/fault-points.js';
-import { classifyDatabaseError, withInfraRetry } from '../infra-retry.js';
+import { classifyDatabaseError, isContentRefusal, sqlstateOf, withInfraRetry } from '../infra-retry.js';
 import type { ActivityTiming } from '../options.js';
 import type { ClaimedStepRow } from '../queries/claim-steps.js';
 import { completeStep } from '../queries/complete-step.js';
@@ -34,6 +36,7 @@ import {
 } from '../queries/settle-fenced-transaction.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import type { AttemptRef } from '../queries/fenced-outcome.js';
+import { assertUsableOutsideTransaction, openFencedTransaction } from './fenced-scope.js';
 import { localLeaseDeadline, monotonicNow } from './lease-clock.js';
 import type { WorkerEvents } from './worker-events.js';
 
@@ -50,6 +53,9 @@ export interface AttemptServices {
 }
 
 class FenceFailed extends Error {}
+
+/** What {@link ActivityAttempt.fencedWrite} did: recorded, rejected or not made, or refused for its content. */
+type WriteResult = 'recorded' | 'not-recorded' | { readonly refused: PalisadeError };
 
 /**
  * What `promise` settles with, or `undefined` if `ms` pass first. The timer is cleared either way: a stopped
@@ -170,7 +176,9 @@ export class ActivityAttempt {
   leaseLost(error: LeaseLostError): void {
     if (!(this.poison instanceof LeaseLostError)) this.poison = error;
     this.services.events.emit('attempt:stale-rejected', { attempt: this.ref, error });
-    this.abort('lease-lost', error.message, error);
+    // A cancel ends the step under its holder (DESIGN.md §4): the signal says `cancelled`, as activity code that
+    // tells a cancel from a lost lease expects; the context is poisoned with the LeaseLostError all the same.
+    this.abort(error.reason === 'cancelled' ? 'cancelled' : 'lease-lost', error.message, error);
   }
 
   /** Fire the signal with `reason`; idempotent (the first reason wins). */
@@ -234,7 +242,7 @@ export class ActivityAttempt {
       seq: this.row.seq,
       attempt: this.row.attempt,
       epoch: this.row.epoch,
-      fencing: fencingInfo(`step:${this.row.id}`, this.ref.token),
+      fencing: fencingInfo(this.row.fencing_scope, this.ref.token),
       heartbeatDetails: this.row.heartbeat_details ?? undefined,
       queue: this.row.queue,
       workerId: this.services.workerId,
@@ -255,7 +263,29 @@ export class ActivityAttempt {
     } catch (error) {
       return Promise.reject(error instanceof Error ? error : new Error(String(error)));
     }
-    if (details !== undefined) this.pendingDetails = { value: details };
+    try {
+      // On PGlite the heartbeat statement would wait for the open transaction, and the transaction for it.
+      assertUsableOutsideTransaction(this.services.db, 'ctx.heartbeat');
+    } catch (error) {
+      return Promise.reject(error instanceof Error ? error : new Error(String(error)));
+    }
+    if (details !== undefined) {
+      // Checked here, by the call that brought them: the heartbeat statement renews every lease of the worker at
+      // once, and details it cannot store (a BigInt, a NUL, a cycle) would fail it for every attempt.
+      // Stored as they were at this call (a copy): the caller may change the object before the statement is sent.
+      let text: string;
+      try {
+        text = checkPayload(
+          details,
+          `heartbeat details of activity ${this.row.name}`,
+          PAYLOAD_LIMITS.heartbeatDetailsBytes,
+          this.ref,
+        );
+      } catch (error) {
+        return Promise.reject(error instanceof Error ? error : new Error(String(error)));
+      }
+      this.pendingDetails = { value: JSON.parse(text) as unknown };
+    }
     return new Promise<void>((resolve, reject) => {
       this.waiters.push({ sentAfter: monotonicNow(), resolve, reject });
       this.services.requestHeartbeat();
@@ -263,6 +293,15 @@ export class ActivityAttempt {
   }
 
   private async fencedTransaction<T>(fn: (tx: FencedTransaction) => Promise<T>): Promise<T> {
+    const outer = openFencedTransaction.getStore();
+    if (outer !== undefined) {
+      throw new PalisadeError(
+        'FENCED_TRANSACTION_NESTED',
+        `ctx.fencedTransaction was called inside the fenced transaction of ${outer}; fenced transactions do not ` +
+          'nest (the inner one would commit, or wait, on its own connection): use the outer `tx` instead',
+        this.ref,
+      );
+    }
     this.assertUsable();
     const { db, names } = this.services;
     const idleMs = Math.max(500, Math.floor(this.row.lease_ms / 3));
@@ -276,11 +315,22 @@ export class ActivityAttempt {
           SELECT set_config('idle_in_transaction_session_timeout', ${String(idleMs)}, true),
                  set_config('statement_timeout', ${String(this.row.lease_ms)}, true), txid_current()::text AS xid`);
         xid = head?.xid;
-        const result = await fn(tx.drizzle);
+        let result: T;
+        try {
+          result = await openFencedTransaction.run(this.label, () => fn(tx.drizzle));
+        } catch (error) {
+          throw sqlstateOf(error) === '25P02' ? this.abortedTransaction(error) : error;
+        }
         this.assertUsable();
         const stall = faultHooks['fenced-transaction:before-fence'];
         if (stall) await stall(this.ref);
-        if (!(await fenceStep(tx, names, this.ref))) throw new FenceFailed();
+        let held: boolean;
+        try {
+          held = await fenceStep(tx, names, this.ref);
+        } catch (error) {
+          throw sqlstateOf(error) === '25P02' ? this.abortedTransaction(error) : error;
+        }
+        if (!held) throw new FenceFailed();
         const pause = faultHooks['fenced-transaction:before-commit'];
         if (pause) await pause(this.ref);
         done = { result };
@@ -305,6 +355,17 @@ export class ActivityAttempt {
       }
       throw error;
     }
+  }
+
+  /** The callback left its transaction aborted (SQLSTATE 25P02): say so, instead of a bare driver error. */
+  private abortedTransaction(cause: unknown): PalisadeError {
+    return new PalisadeError(
+      'FENCED_TRANSACTION_ABORTED',
+      `the fenced transaction of ${this.label} was aborted by an SQL error inside its callback, which the callback ` +
+        'caught and went on (SQLSTATE 25P02: every later statement is refused); nothing it wrote is committed. ' +
+        'Let the error propagate, or wrap the statement that may fail in a savepoint (tx.transaction(...))',
+      { ...this.ref, cause },
+    );
   }
 
   /**
@@ -393,19 +454,33 @@ export class ActivityAttempt {
 
   private async recordCompletion(value: unknown): Promise<void> {
     let output: unknown;
+    const what = `output of activity ${this.row.name}`;
     try {
-      output = validate(this.definition.output, value, `output of activity ${this.row.name}`, this.ref);
+      output = validate(this.definition.output, value, what, this.ref);
+      // An output the database cannot store (or that would not come back as it is) is refused here, so it
+      // becomes this step's recorded non-retryable failure, never a write that fails and leaves the step to rerun.
+      checkPayload(output, what, PAYLOAD_LIMITS.outputBytes, this.ref);
     } catch (error) {
-      if (error instanceof ValidationError) {
+      if (isPalisadeError(error, 'VALIDATION_FAILED') || isPalisadeError(error, 'PAYLOAD_TOO_LARGE')) {
         await this.recordFailure(serializeFailure(error), { forceNonRetryable: true });
         return;
       }
       throw error;
     }
-    const recorded = await this.fencedWrite('complete', () =>
+    const result = await this.fencedWrite('complete', () =>
       completeStep(this.services.db, this.services.names, { ...this.ref, output }),
     );
-    if (recorded) this.services.events.emit('attempt:completed', { attempt: this.ref, output });
+    if (result === 'recorded') this.services.events.emit('attempt:completed', { attempt: this.ref, output });
+    else if (result !== 'not-recorded') {
+      await this.recordFailure(
+        {
+          type: 'UnstorableOutput',
+          message: `the database refused to store the ${what}: ${result.refused.message}`,
+          nonRetryable: true,
+        },
+        { forceNonRetryable: true },
+      );
+    }
   }
 
   private async recordFailure(
@@ -420,15 +495,30 @@ export class ActivityAttempt {
       !options.forceNonRetryable &&
       options.outcome !== 'cancelled' &&
       retryDecision(policy, failure, this.row.attempt).retry;
-    const recorded = await this.fencedWrite('fail', () =>
-      failStep(this.services.db, this.services.names, {
-        ...this.ref,
-        error: failure,
-        retry,
-        outcome: options.outcome ?? 'failed',
-      }),
-    );
-    if (recorded) this.services.events.emit('attempt:failed', { attempt: this.ref, failure, retry });
+    const fail = (error: SerializedFailure) =>
+      this.fencedWrite('fail', () =>
+        failStep(this.services.db, this.services.names, {
+          ...this.ref,
+          error,
+          retry,
+          outcome: options.outcome ?? 'failed',
+        }),
+      );
+    let stored = failure;
+    let result = await fail(stored);
+    if (typeof result === 'object') {
+      // serializeFailure makes every failure storable; should the database still refuse one, record what
+      // happened in a form it can store rather than leave the attempt to expire and run again.
+      stored = {
+        type: 'UnstorableFailure',
+        message: `the database refused to store the failure of activity ${this.row.name} (${failure.type}): ${result.refused.message}`,
+        nonRetryable: failure.nonRetryable,
+      };
+      result = await fail(stored);
+    }
+    if (result === 'recorded') {
+      this.services.events.emit('attempt:failed', { attempt: this.ref, failure: stored, retry });
+    }
   }
 
   private async afterAbort(user: Promise<unknown>): Promise<void> {
@@ -460,7 +550,9 @@ export class ActivityAttempt {
         const released = await this.fencedWrite('release', () =>
           releaseStep(this.services.db, this.services.names, { ...this.ref, why: 'shutdown' }),
         );
-        if (released) this.services.events.emit('attempt:released', { attempt: this.ref, why: 'shutdown' });
+        if (released === 'recorded') {
+          this.services.events.emit('attempt:released', { attempt: this.ref, why: 'shutdown' });
+        }
       }
     } else if (reason === 'lease-expired-locally') {
       // The local deadline is a conservative estimate, not the database's verdict: the lease may still be live
@@ -487,33 +579,36 @@ export class ActivityAttempt {
     const released = await this.fencedWrite('release', () =>
       releaseStep(this.services.db, this.services.names, { ...this.ref, why }),
     );
-    if (released) this.services.events.emit('attempt:released', { attempt: this.ref, why });
+    if (released === 'recorded') this.services.events.emit('attempt:released', { attempt: this.ref, why });
     this.controller.abort(new AttemptAbortedError('shutdown', `${this.label} released unstarted (${why})`));
   }
 
   /**
    * Make a fenced owner write, retrying transient database errors (they never consume an attempt; the writes
    * are idempotent by nonce) for as long as the local lease deadline allows.
-   * @returns true when the write was recorded; false when it was rejected (LeaseLostError, handled here) or
-   * could not be made — so callers announce an outcome (`attempt:completed`, …) only if the database has it.
+   * @returns `recorded` when the write was recorded; `not-recorded` when it was rejected (LeaseLostError, handled
+   * here) or could not be made — so callers announce an outcome (`attempt:completed`, …) only if the database has
+   * it; `{ refused }` when the database refused the statement for a value's content (SQLSTATE class 22 or 54),
+   * which no retry can mend: the caller records a failure instead.
    */
-  private async fencedWrite(operation: string, write: () => Promise<unknown>): Promise<boolean> {
-    if (this.poison instanceof LeaseLostError) return false;
+  private async fencedWrite(operation: string, write: () => Promise<unknown>): Promise<WriteResult> {
+    if (this.poison instanceof LeaseLostError) return 'not-recorded';
     try {
       await withInfraRetry(write, {
         maxRetryTimeMs: Math.max(1_000, this.localDeadlineMs - monotonicNow()),
         onRetry: (error, n) =>
           this.services.logger.warn({ step: this.label, operation, err: error, n }, 'attempt:write-retry'),
       });
-      return true;
+      return 'recorded';
     } catch (error) {
       if (error instanceof LeaseLostError) {
         this.leaseLost(error);
-        return false;
+        return 'not-recorded';
       }
       this.services.logger.error({ step: this.label, operation, err: error }, 'attempt:write-failed');
       this.services.events.emit('worker:error', { error });
-      return false;
+      if (isContentRefusal(error) && isPalisadeError(error)) return { refused: error };
+      return 'not-recorded';
     }
   }
 }

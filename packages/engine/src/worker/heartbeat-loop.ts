@@ -1,4 +1,4 @@
-import { LeaseLostError } from '@palisade/sdk';
+import { leaseLostFromRow } from '../queries/fenced-outcome.js';
 import type { Logger } from 'pino';
 import type { Database } from '../db/database.js';
 import { heartbeatSteps } from '../queries/heartbeat-steps.js';
@@ -108,11 +108,12 @@ export class HeartbeatLoop {
         }),
       ]);
       ok = true;
-      const byId = new Map(rows.map((r) => [r.id, r]));
+      // By step and token: a zombie attempt and its successor of one step may share this batch.
+      const byAttempt = new Map(rows.map((r) => [`${r.id}:${r.token}`, r]));
       let renewed = 0;
       let lost = 0;
       for (const [i, attempt] of batch.entries()) {
-        const row = byId.get(attempt.ref.stepId);
+        const row = byAttempt.get(`${attempt.ref.stepId}:${attempt.ref.token}`);
         if (!row) continue;
         if (row.renewed && row.remaining_ms !== null) {
           renewed++;
@@ -124,18 +125,7 @@ export class HeartbeatLoop {
           // flight: nothing was lost, and the attempt is finishing on its own.
         } else {
           lost++;
-          attempt.leaseLost(
-            new LeaseLostError({
-              operation: 'heartbeat',
-              stepLabel: `${attempt.row.name}#${attempt.row.seq}`,
-              runId: attempt.ref.runId,
-              stepId: attempt.ref.stepId,
-              attempt: attempt.ref.attempt,
-              staleToken: attempt.ref.token,
-              currentToken: row.current_token !== null ? BigInt(row.current_token) : null,
-              reason: row.reason ?? 'expired',
-            }),
-          );
+          attempt.leaseLost(leaseLostFromRow(row, attempt.ref, 'heartbeat'));
         }
       }
       this.events.emit('heartbeat:sent', { attempts: batch.length, renewed, lost });

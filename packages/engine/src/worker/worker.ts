@@ -4,7 +4,14 @@ import type { Logger } from 'pino';
 import { InvalidOptionsError } from '@palisade/sdk';
 import type { Database } from '../db/database.js';
 import { classifyDatabaseError } from '../infra-retry.js';
-import { resolveWorkerOptions, type ResolvedWorkerOptions, type WorkerOptions } from '../options.js';
+import { faultHooks } from '../internal/fault-points.js';
+import {
+  resolveStopOptions,
+  resolveWorkerOptions,
+  type ResolvedWorkerOptions,
+  type StopOptions,
+  type WorkerOptions,
+} from '../options.js';
 import { claimSteps } from '../queries/claim-steps.js';
 import { expireSteps } from '../queries/expire-steps.js';
 import { findClaimedByRequest } from '../queries/find-claimed-by-request.js';
@@ -18,11 +25,7 @@ import { isGrantFresh, monotonicNow } from './lease-clock.js';
 import { WakeSignal, claimRetryDelayMs } from './wake-signal.js';
 import { WorkerEvents } from './worker-events.js';
 
-/** Options of {@link Worker.stop}. */
-export interface StopOptions {
-  /** How long running attempts may finish before they are aborted with reason `shutdown`. @defaultValue the worker's shutdownGraceMs */
-  readonly graceMs?: number;
-}
+export type { StopOptions } from '../options.js';
 
 /** What a worker needs from its engine. */
 export interface WorkerHost {
@@ -188,13 +191,21 @@ export class Worker {
     const sentAt = monotonicNow();
     let rows;
     try {
-      rows = await claimSteps(this.host.db, this.host.names, {
+      const params = {
         workerId: this.workerId,
         claimRequestId,
         queues: this.options.queues,
         activityNames: [...this.options.activities.keys()],
         limit,
-      });
+      };
+      const pause = faultHooks['claim:before-commit'];
+      rows = pause
+        ? await this.host.db.transaction(async (tx) => {
+            const claimed = await claimSteps(tx, this.host.names, params);
+            if (claimed.length > 0) await pause(claimed.map((r) => ({ stepId: r.id, name: r.name })));
+            return claimed;
+          })
+        : await claimSteps(this.host.db, this.host.names, params);
     } catch (error) {
       if (classifyDatabaseError(error) === 'transient') this.unsettledClaims.push(claimRequestId);
       throw error;
@@ -245,6 +256,7 @@ export class Worker {
    * reserved connection is returned: no timers, listeners or connections are left behind.
    */
   async stop(options: StopOptions = {}): Promise<void> {
+    const stop = resolveStopOptions(options);
     if (this.state === 'idle') {
       this.state = 'stopped';
       return;
@@ -256,7 +268,7 @@ export class Worker {
     this.wakeSignal.notify();
     await this.loop;
     await this.turns?.stop();
-    const graceMs = options.graceMs ?? this.options.shutdownGraceMs;
+    const graceMs = stop.graceMs ?? this.options.shutdownGraceMs;
     if (this.executions.size > 0) {
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([

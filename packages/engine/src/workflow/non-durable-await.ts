@@ -29,6 +29,26 @@ const NON_DURABLE_TYPES = new Set([
 /** Receives the first non-durable resource a turn created. */
 export interface NonDurableSink {
   reportNonDurable(type: string): void;
+  /** Workflow code called `Math.random()` or `Date.now()`: values that differ on replay (not an await). */
+  reportNondeterministic?(call: string): void;
+}
+
+/** The process's own `Math.random` and `Date.now`, for engine code that needs them while a turn runs. */
+export const originalRandom: () => number = Math.random;
+const originalDateNow: () => number = Date.now;
+
+/**
+ * Installed only while a turn runs: outside workflow code (no sink in the async context) they are the originals
+ * with one `getStore()` more. `new Date()` cannot be caught this way (replacing the `Date` constructor would break
+ * `instanceof Date` for values made before); it is documented instead.
+ */
+function watchedRandom(): number {
+  storage.getStore()?.reportNondeterministic?.('Math.random()');
+  return originalRandom();
+}
+function watchedDateNow(): number {
+  storage.getStore()?.reportNondeterministic?.('Date.now()');
+  return originalDateNow();
 }
 
 const storage = new AsyncLocalStorage<NonDurableSink>();
@@ -46,14 +66,23 @@ let activeTurns = 0;
  * the returned `end()` is called (when the turn is over).
  */
 export function trackNonDurable(sink: NonDurableSink, fn: () => void): { end(): void } {
-  if (activeTurns++ === 0) hook.enable();
+  if (activeTurns++ === 0) {
+    hook.enable();
+    Math.random = watchedRandom;
+    Date.now = watchedDateNow;
+  }
   let ended = false;
   storage.run(sink, fn);
   return {
     end() {
       if (ended) return;
       ended = true;
-      if (--activeTurns === 0) hook.disable();
+      if (--activeTurns === 0) {
+        hook.disable();
+        // Restore only what is still ours (someone may have replaced it since, e.g. a fake-timer library).
+        if (Math.random === watchedRandom) Math.random = originalRandom;
+        if (Date.now === watchedDateNow) Date.now = originalDateNow;
+      }
     },
   };
 }

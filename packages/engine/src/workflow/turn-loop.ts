@@ -1,7 +1,7 @@
-import type { WorkflowDefinition } from '@palisade/sdk';
+import { storableFailure, type WorkflowDefinition } from '@palisade/sdk';
 import type { Logger } from 'pino';
 import type { Database } from '../db/database.js';
-import { classifyDatabaseError } from '../infra-retry.js';
+import { classifyDatabaseError, isContentRefusal } from '../infra-retry.js';
 import {
   claimTurns,
   loadRunHistory,
@@ -35,6 +35,8 @@ export class TurnLoop {
   private state: 'running' | 'stopping' = 'running';
   private readonly wakeSignal = new WakeSignal();
   private readonly done: Promise<void>;
+  /** `<workflow>:<call>` pairs already warned about, so a workflow that calls Math.random() warns once. */
+  private readonly warnedNondeterministic = new Set<string>();
 
   constructor(
     private readonly db: Database,
@@ -120,22 +122,54 @@ export class TurnLoop {
       nowMs: row.now_ms,
       cancelRequested: row.cancel_requested,
     });
-    await commitTurn(
-      this.db,
-      this.names,
-      {
-        runId: row.id,
-        workflowName: row.name,
-        token: BigInt(row.token),
-        nonce: row.nonce,
-        attempt: row.turn_attempt,
-        wakeCount: row.wake_count,
-        cancelRequested: row.cancel_requested,
-        leaseMs: this.options.turnLeaseMs,
-      },
-      result,
-    );
-    this.events.emit('turn:committed', { runId: row.id, workflow: row.name, outcome: result.outcome.kind });
+    for (const call of result.nondeterministicCalls ?? []) {
+      const key = `${row.name}:${call}`;
+      if (this.warnedNondeterministic.has(key)) continue;
+      this.warnedNondeterministic.add(key);
+      this.logger.warn(
+        { workflow: row.name, call, runId: row.id, hint: 'differs on replay; use ctx.random() / ctx.now()' },
+        'workflow:nondeterministic-call',
+      );
+    }
+    const ref = {
+      runId: row.id,
+      workflowName: row.name,
+      token: BigInt(row.token),
+      nonce: row.nonce,
+      attempt: row.turn_attempt,
+      wakeCount: row.wake_count,
+      cancelRequested: row.cancel_requested,
+      leaseMs: this.options.turnLeaseMs,
+    };
+    let committed = result;
+    try {
+      await commitTurn(this.db, this.names, ref, result);
+    } catch (error) {
+      // The database refused the turn for a value's content (the commit rolled back; the turn still holds its
+      // lease). Replaying cannot change that: the same code makes the same values, so the turn would fail every
+      // lease, forever, and a cancel could never end the run. Fail the run instead, recorded, with the reason.
+      if (!isContentRefusal(error)) throw error;
+      const message = error instanceof Error ? error.message : String(error);
+      committed = {
+        newSteps: [],
+        deliveries: [],
+        outcome: {
+          kind: 'failed',
+          error: storableFailure({
+            type: 'UnstorableTurn',
+            message: `the database refused to store a turn of workflow ${row.name}: ${message}`,
+            nonRetryable: true,
+          }),
+        },
+      };
+      this.logger.warn({ err: error, runId: row.id }, 'turn:unstorable');
+      await commitTurn(this.db, this.names, ref, committed);
+    }
+    this.events.emit('turn:committed', {
+      runId: row.id,
+      workflow: row.name,
+      outcome: committed.outcome.kind,
+    });
   }
 
   /** Stop claiming; wait for turns in progress (they are short) to commit. */

@@ -246,6 +246,33 @@ describe('runTurn: determinism checks', () => {
     expect(result.deliveries).toEqual([]);
   });
 
+  it('blames Math.random() rather than a code change when workflow code that called it diverges', async () => {
+    // History recorded sendWelcome at position 1; this replay's coin picks sendHello.
+    const coin = workflow('onboard', async (ctx) => {
+      await ctx.run(createUser, { n: 1 });
+      await ctx.run(Math.random() < 2 ? sendHello : sendWelcome, { n: 2 });
+      await ctx.sleep('10s');
+    });
+    const result = await turn(coin, v1History);
+    const error = failure(result);
+    expect(error.code).toBe('NON_DETERMINISM');
+    expect(error.message).toContain("This workflow's code called Math.random(), which differ on replay");
+    expect(error.message).not.toContain('the workflow code changed');
+    expect(result.nondeterministicCalls).toEqual(['Math.random()']);
+  });
+
+  it('reports Date.now() in workflow code but not ctx.random(), and leaves both as they were after the turn', async () => {
+    const timed = workflow('timed', async (ctx) => {
+      ctx.random();
+      Date.now();
+      await ctx.sleep('1s');
+    });
+    const result = await turn(timed, []);
+    expect(result.nondeterministicCalls).toEqual(['Date.now()']);
+    expect(Date.now.name).toBe('now');
+    expect(Math.random.name).toBe('random');
+  });
+
   it('fails at position 0 when the first two steps were swapped, never handing createUser’s result to sendWelcome', async () => {
     let handed: unknown = 'nothing';
     const v2 = workflow('onboard', async (ctx) => {

@@ -3,8 +3,12 @@ import {
   ActivityFailure,
   CancelledFailure,
   InvalidOptionsError,
+  MAX_SLEEP_MS,
   NonDeterminismError,
+  PAYLOAD_LIMITS,
   PalisadeError,
+  checkPayload,
+  formatIssues,
   mergeRetryPolicy,
   serializeFailure,
   toMs,
@@ -18,9 +22,10 @@ import {
   type WorkflowDefinition,
   type WorkflowInfo,
 } from '@palisade/sdk';
+import { z } from 'zod';
 import { shorterLeaseMessage } from '../lease-override.js';
 import type { HistoryStepRow } from '../queries/claim-turns.js';
-import { trackNonDurable, type NonDurableSink } from './non-durable-await.js';
+import { originalRandom, trackNonDurable, type NonDurableSink } from './non-durable-await.js';
 
 /** A durable call that has no recorded step yet. Durations in ms; due times are fixed by the DB clock at commit. */
 type StepCall =
@@ -73,6 +78,8 @@ export interface TurnResult {
   readonly newSteps: readonly NewStep[];
   readonly deliveries: readonly Delivery[];
   readonly outcome: TurnOutcome;
+  /** Calls the workflow code made that differ on replay (`Math.random()`, `Date.now()`), for a warning. */
+  readonly nondeterministicCalls?: readonly string[];
 }
 
 export interface TurnInput {
@@ -109,6 +116,20 @@ function overrideLease(activity: ActivityDefinition, leaseMs: Duration | undefin
   return ms;
 }
 
+/** The per-call options of `ctx.run`; durations are checked where they are used ({@link toMs}). */
+const runActivityOptionsSchema = z
+  .object({
+    retry: z.unknown().optional(),
+    startToCloseTimeoutMs: z.unknown().optional(),
+    leaseMs: z.unknown().optional(),
+    queue: z
+      .string()
+      .regex(/^[A-Za-z0-9_.:-]{1,128}$/, 'must be 1–128 letters, digits, _ . : -')
+      .optional(),
+    priority: z.number().int('must be a whole number').min(-1000).max(1000).optional(),
+  })
+  .strict();
+
 function macrotask(): Promise<void> {
   return new Promise((resolve) => setImmediate(resolve));
 }
@@ -133,6 +154,26 @@ function never<T>(): Promise<T> {
  *   that this turn scheduled: they are recorded cancelled and their awaits reject with CancelledFailure.
  */
 export async function runTurn(turn: TurnInput): Promise<TurnResult> {
+  const nondeterministicCalls = new Set<string>();
+  const result = await replayTurn(turn, nondeterministicCalls);
+  return nondeterministicCalls.size > 0
+    ? { ...result, nondeterministicCalls: [...nondeterministicCalls] }
+    : result;
+}
+
+/**
+ * What to add to a NonDeterminismError when the workflow code called `Math.random()` or `Date.now()`: the likelier
+ * cause than a code change.
+ */
+function nondeterminismHint(calls: ReadonlySet<string>): string | undefined {
+  if (calls.size === 0) return undefined;
+  return (
+    `This workflow's code called ${[...calls].join(' and ')}, which differ on replay: ` +
+    'use ctx.random(), ctx.now() and ctx.uuid() instead.'
+  );
+}
+
+async function replayTurn(turn: TurnInput, nondeterministicCalls: Set<string>): Promise<TurnResult> {
   const byPosition = new Map(turn.history.map((h) => [h.seq, h]));
   const requested = new Map<number, Deferred>();
   const newSteps: NewStep[] = [];
@@ -151,6 +192,9 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
     reportNonDurable(type) {
       if (!closed) nonDurable ??= type;
     },
+    reportNondeterministic(call) {
+      nondeterministicCalls.add(call);
+    },
   };
 
   const nondeterminism = (seq: number, recorded: HistoryStepRow, kind: string, name: string): void => {
@@ -160,6 +204,7 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
       `${recorded.kind} ${recorded.name}`,
       `${kind} ${name}`,
       turn.info.runId,
+      nondeterminismHint(nondeterministicCalls),
     );
   };
 
@@ -213,38 +258,57 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
         );
         return never<O>();
       }
+      const parsedOptions = runActivityOptionsSchema.safeParse(options);
+      if (!parsedOptions.success) {
+        throw new InvalidOptionsError(
+          `ctx.run options of ${activity.name} in workflow ${workflowName}`,
+          formatIssues(parsedOptions.error.issues),
+        );
+      }
+      const inputOf = (seq: number): unknown => {
+        const what = `input of activity ${activity.name} (step ${seq} of ${workflowName})`;
+        const checked: unknown = validate(activity.input, input, what);
+        // A copy, as it is at the call: the code may change the object before the turn commits.
+        return JSON.parse(checkPayload(checked, what, PAYLOAD_LIMITS.inputBytes, { runId: turn.info.runId }));
+      };
       return durable<O>('activity', activity.name, (seq) => ({
         seq,
         kind: 'activity',
         name: activity.name,
-        input: validate(
-          activity.input,
-          input,
-          `input of activity ${activity.name} (step ${seq} of ${workflowName})`,
-        ),
+        input: inputOf(seq),
         queue: options.queue ?? activity.queue,
         priority: options.priority ?? turn.priority,
         retryPolicy: mergeRetryPolicy(activity.retry, options.retry, `retry of ${activity.name}`),
         leaseMs: overrideLease(activity, options.leaseMs),
         startToCloseTimeoutMs:
           options.startToCloseTimeoutMs !== undefined
-            ? toMs(options.startToCloseTimeoutMs, 'startToCloseTimeoutMs')
+            ? toMs(options.startToCloseTimeoutMs, `startToCloseTimeoutMs of ctx.run(${activity.name})`)
             : activity.startToCloseTimeoutMs,
       }));
     },
     sleep: (duration: Duration) => {
-      const delayMs = toMs(duration, `sleep duration in workflow ${workflowName}`);
+      const delayMs = toMs(duration, `ctx.sleep duration in workflow ${workflowName}`, MAX_SLEEP_MS);
       return durable<void>('timer', 'sleep', (seq) => ({ seq, kind: 'timer', name: 'sleep', delayMs }));
     },
     sleepUntil: (date: Date) => {
-      const dueAtMs = date.getTime();
-      if (!Number.isFinite(dueAtMs))
-        throw new TypeError(`sleepUntil in workflow ${workflowName}: invalid date`);
+      const dueAtMs = date instanceof Date ? date.getTime() : Number.NaN;
+      if (!Number.isFinite(dueAtMs)) {
+        const given = date as unknown;
+        const got =
+          given instanceof Date
+            ? 'an invalid Date'
+            : typeof given === 'string'
+              ? `the string ${JSON.stringify(given.slice(0, 40))}`
+              : typeof given;
+        throw new InvalidOptionsError(`ctx.sleepUntil in workflow ${workflowName}`, [
+          { path: 'date', message: `must be a valid Date, got ${got} (use new Date(...) around a string)` },
+        ]);
+      }
       return durable<void>('timer', 'sleep', (seq) => ({ seq, kind: 'timer', name: 'sleep', dueAtMs }));
     },
     // Whole ms, as a Date holds them: the recorded value is exactly what the code saw (the DB clock has µs).
     now: () => new Date(value('now', () => Math.floor(turn.nowMs))),
-    random: () => value('random', () => Math.random()),
+    random: () => value('random', () => originalRandom()),
     uuid: () => value('uuid', () => randomUUID()),
   };
 
@@ -313,6 +377,7 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
         `${h.kind} ${h.name} (delivered in an earlier turn)`,
         position > h.seq ? 'a call that did not await it' : 'no call at that position yet',
         turn.info.runId,
+        nondeterminismHint(nondeterministicCalls),
       );
       break;
     }
@@ -368,6 +433,7 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
       `${unreached.kind} ${unreached.name}`,
       'no call (the workflow ended first)',
       turn.info.runId,
+      nondeterminismHint(nondeterministicCalls),
     );
   }
 
@@ -400,14 +466,11 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
   }
   if (done.ok) {
     try {
-      const output: unknown = validate(
-        turn.workflow.output,
-        done.value,
-        `output of workflow ${workflowName}`,
-        {
-          runId: turn.info.runId,
-        },
-      );
+      const what = `output of workflow ${workflowName}`;
+      const output: unknown = validate(turn.workflow.output, done.value, what, { runId: turn.info.runId });
+      // An output the database cannot store (or that would not come back from result() as it is) fails the run
+      // here, recorded, rather than a commit that fails and replays the turn forever.
+      checkPayload(output, what, PAYLOAD_LIMITS.outputBytes, { runId: turn.info.runId });
       return { newSteps, deliveries, outcome: { kind: 'completed', output } };
     } catch (error) {
       return { newSteps, deliveries, outcome: { kind: 'failed', error: serializeFailure(error) } };

@@ -71,7 +71,7 @@ describe('createMockActivityContext', () => {
       seq: 0,
       attempt: 1,
       epoch: 1,
-      fencing: { scope: 'step:mock-step', token: 1n },
+      fencing: { scope: 'run:mock-run/seq:0', token: 1n },
       heartbeatDetails: undefined,
       queue: 'default',
       workerId: 'mock-worker',
@@ -81,11 +81,12 @@ describe('createMockActivityContext', () => {
     expect(MOCK_ACTIVITY_INFO_DEFAULTS.leaseMs).toBe(30_000);
   });
 
-  it('takes the info fields a test sets, deriving the fencing scope from stepId', () => {
+  it('takes the info fields a test sets, deriving the fencing scope from the run and position', () => {
     const info = createMockActivityContext({
       info: {
         runId: 'r-7',
         stepId: 's-42',
+        seq: 4,
         attempt: 3,
         epoch: 5,
         heartbeatDetails: { page: 2 },
@@ -99,7 +100,7 @@ describe('createMockActivityContext', () => {
       epoch: 5,
       heartbeatDetails: { page: 2 },
       leaseMs: 5_000,
-      fencing: { scope: 'step:s-42', token: 1n },
+      fencing: { scope: 'run:r-7/seq:4', token: 1n },
     });
   });
 
@@ -109,7 +110,7 @@ describe('createMockActivityContext', () => {
 
   it('accepts part of fencing and fills the rest', () => {
     expect(createMockActivityContext({ info: { fencing: { token: 57n } } }).info.fencing).toEqual({
-      scope: 'step:mock-step',
+      scope: 'run:mock-run/seq:0',
       token: 57n,
     });
     expect(createMockActivityContext({ info: { fencing: { scope: 'ledger:acct-1' } } }).info.fencing).toEqual(
@@ -503,5 +504,14 @@ describe('MockActivityContext.run', () => {
     const ctx = createMockActivityContext();
     await ctx.run(spy, {});
     expect(seen).toBe(ctx);
+  });
+});
+
+describe('mock heartbeat details', () => {
+  it('refuses details the engine could not store, as the engine does, and records nothing', async () => {
+    const ctx = createMockActivityContext();
+    await expect(ctx.heartbeat({ n: 1n })).rejects.toMatchObject({ code: 'VALIDATION_FAILED' });
+    await expect(ctx.heartbeat({ s: 'a\u0000' })).rejects.toThrow(/s: contains a NUL/);
+    expect(ctx.heartbeats).toEqual([]);
   });
 });

@@ -34,6 +34,7 @@ import {
   type FencedOperation,
   type PalisadeErrorContext,
 } from '../errors.js';
+import { PAYLOAD_LIMITS, checkPayload } from '../payload.js';
 import { validate } from '../validate.js';
 
 /**
@@ -46,7 +47,8 @@ export type MockActivityInfo = Partial<Omit<ActivityInfo, 'fencing'>> & {
 };
 
 /**
- * Defaults of the mock's `ctx.info`. `epoch` defaults to `attempt`, `fencing.scope` to `step:<stepId>`;
+ * Defaults of the mock's `ctx.info`. `epoch` defaults to `attempt`, `fencing.scope` to `run:<runId>/seq:<seq>`
+ * (the scope a workflow step's attempts get; a standalone activity's is `run:<runId>`);
  * `heartbeatDetails` defaults to `undefined` (no previous attempt heartbeated).
  */
 export const MOCK_ACTIVITY_INFO_DEFAULTS = Object.freeze({
@@ -199,9 +201,14 @@ export class MockActivityContext implements ActivityContext {
    * {@link MockActivityContext.heartbeats}. An arrow function, so it still works when destructured from ctx.
    * @throws LeaseLostError after `abort('lease-lost')`, also when `onHeartbeat` aborted during this call.
    * @throws AttemptAbortedError (the signal's reason) after an abort for any other reason, or `cancel()`.
+   * @throws ValidationError / PalisadeError `PAYLOAD_TOO_LARGE` for details the engine would refuse.
    */
   readonly heartbeat = async (details?: unknown): Promise<void> => {
     this.#throwIfAborted('heartbeat');
+    // As in the engine: details the database could not store are refused by this call.
+    if (details !== undefined) {
+      checkPayload(details, 'heartbeat details', PAYLOAD_LIMITS.heartbeatDetailsBytes, this.#errorContext());
+    }
     if (this.#onHeartbeat) await this.#onHeartbeat(details);
     // onHeartbeat may have aborted the attempt; as with a fenced-out heartbeat, nothing is stored then.
     this.#throwIfAborted('heartbeat');
@@ -307,15 +314,20 @@ export class MockActivityContext implements ActivityContext {
 function resolveInfo(given: MockActivityInfo, definition: ActivityDefinition | undefined): ActivityInfo {
   const d = MOCK_ACTIVITY_INFO_DEFAULTS;
   const stepId = given.stepId ?? d.stepId;
+  const runId = given.runId ?? d.runId;
+  const seq = given.seq ?? d.seq;
   const attempt = given.attempt ?? d.attempt;
   return Object.freeze({
-    runId: given.runId ?? d.runId,
+    runId,
     stepId,
     activityName: given.activityName ?? definition?.name ?? d.activityName,
-    seq: given.seq ?? d.seq,
+    seq,
     attempt,
     epoch: given.epoch ?? attempt,
-    fencing: fencingInfo(given.fencing?.scope ?? `step:${stepId}`, given.fencing?.token ?? d.fencingToken),
+    fencing: fencingInfo(
+      given.fencing?.scope ?? `run:${runId}/seq:${seq}`,
+      given.fencing?.token ?? d.fencingToken,
+    ),
     heartbeatDetails: given.heartbeatDetails,
     queue: given.queue ?? definition?.queue ?? d.queue,
     workerId: given.workerId ?? d.workerId,

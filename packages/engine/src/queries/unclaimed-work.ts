@@ -1,0 +1,52 @@
+import { sql } from 'drizzle-orm';
+import type { Database } from '../db/database.js';
+import { msInterval, type SchemaNames } from './schema-names.js';
+
+/** Work of a run that has been due for a while and that no worker ever claimed. */
+export interface UnclaimedWork {
+  /** `activity`: a step no worker claimed; `workflow`: the run's first turn, which no worker claimed. */
+  readonly kind: 'activity' | 'workflow';
+  /** The activity or workflow name a worker must serve. */
+  readonly name: string;
+  readonly queue: string;
+  readonly stepId: string | null;
+  /** How long it has been due, by the database clock (ms). */
+  readonly dueForMs: number;
+}
+
+/**
+ * A run's work that has been due for at least `olderThanMs` and never claimed (epoch 0): most likely no live worker
+ * serves that activity or workflow on that queue. Plain read, no locks.
+ */
+export async function readUnclaimedWork(
+  db: Database,
+  n: SchemaNames,
+  runId: string,
+  olderThanMs: number,
+): Promise<UnclaimedWork[]> {
+  const rows = await db.rows<{
+    kind: 'activity' | 'workflow';
+    name: string;
+    queue: string;
+    step_id: string | null;
+    due_for_ms: number;
+  }>(sql`
+    SELECT 'activity' AS kind, s.name, s.queue, s.id::text AS step_id,
+           (extract(epoch FROM (${n.now} - s.next_run_at)) * 1000)::float8 AS due_for_ms
+      FROM ${n.steps} s
+     WHERE s.run_id = ${runId}::uuid AND s.kind = 'activity' AND s.status = 'scheduled' AND s.epoch = 0
+       AND s.retired_at IS NULL AND s.next_run_at <= ${n.now} - ${msInterval(sql`${olderThanMs}::int`)}
+    UNION ALL
+    SELECT 'workflow', r.name, r.queue, NULL,
+           (extract(epoch FROM (${n.now} - r.turn_next_run_at)) * 1000)::float8
+      FROM ${n.runs} r
+     WHERE r.id = ${runId}::uuid AND r.kind = 'workflow' AND r.status = 'pending' AND r.turn_epoch = 0
+       AND r.turn_next_run_at <= ${n.now} - ${msInterval(sql`${olderThanMs}::int`)}`);
+  return rows.map((r) => ({
+    kind: r.kind,
+    name: r.name,
+    queue: r.queue,
+    stepId: r.step_id,
+    dueForMs: Math.round(r.due_for_ms),
+  }));
+}

@@ -1,0 +1,251 @@
+/**
+ * Every ending reaches its holder, and a fencing scope is the unit of work (DESIGN.md §4 invariants 12 and 13).
+ *
+ * A workflow `try { await ctx.run(refuse) } catch { return await ctx.run(compensate) }` whose `compensate` is held
+ * by attempt H1. An admin path ends or supersedes H1 while it still believes it holds its lease (the database
+ * clock is moved, never the worker's): a retry after the run failed (H1's step retired and the position
+ * scheduled again), a retry after the run was cancelled, a cancel alone, an operator revoke (a token bump), or an
+ * expiry reclaim. A successor H2 then runs the same position and writes to a fenced resource under its
+ * `ctx.info.fencing`. H1 comes back with a heartbeat, a completion, a failure, a fenced transaction or a write to
+ * that resource — and is refused, with a reason, recorded, and its signal fired; the resource keeps only H2's
+ * effect; scope, epoch and token of the position behave as invariants 6 and 13 say.
+ */
+import { sql } from 'drizzle-orm';
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { ApplicationFailure, LeaseLostError, defineActivity, defineWorkflow } from '@palisade/sdk';
+import { createFencedResource, type Engine, type Worker } from '@palisade/engine';
+import { advanceClock } from '@palisade/engine/testing';
+import { nextEvent, useEngineTarget, type EngineTarget } from '../support/engine.js';
+import { eventsOfRun, rejectionOf } from './engine-rows.js';
+import { holdActivity, type HeldActivity, type HeldAttempt } from './held-activity.js';
+import {
+  ADMIN_PATHS,
+  EXPECTED_REASON,
+  comebacksAfter,
+  type AdminPath,
+  type Comeback,
+} from '../support/ending-paths.js';
+
+const LEASE_MS = 5 * 60_000;
+
+const refuse = defineActivity({
+  name: 'refuse',
+  input: z.object({}),
+  output: z.object({}),
+  leaseMs: LEASE_MS,
+  retry: { maximumAttempts: 1 },
+  run() {
+    return Promise.reject(
+      new ApplicationFailure('refused on purpose', { type: 'Refused', nonRetryable: true }),
+    );
+  },
+});
+
+interface StepRow {
+  id: string;
+  seq: number;
+  status: string;
+  epoch: number;
+  token: string | null;
+  fencing_scope: string;
+  retired: boolean;
+}
+
+async function stepsAt(engine: Engine, runId: string, seq: number): Promise<StepRow[]> {
+  return engine.database.rows<StepRow>(sql`
+    SELECT id::text, seq, status, epoch, fencing_token::text AS token, fencing_scope, retired_at IS NOT NULL AS retired
+      FROM ${engine.names.steps} WHERE run_id = ${runId}::uuid AND seq = ${seq} ORDER BY created_at`);
+}
+
+/** A fenced resource on the engine's database (its own `fences` table), and a table of the effects it let in. */
+async function effectsResource(target: EngineTarget, engine: Engine) {
+  const table = `"${engine.schema}".effects`;
+  const ddl = `CREATE TABLE ${table} (scope text NOT NULL, token bigint NOT NULL, by text NOT NULL)`;
+  if (target.driver === 'postgres') {
+    const client = target.sql();
+    await client.unsafe(ddl);
+    const resource = createFencedResource({ sql: client, schema: engine.schema });
+    return {
+      write: (f: { scope: string; token: bigint }, by: string) =>
+        resource.write(f, (tx) =>
+          tx.unsafe(`INSERT INTO ${table} VALUES ($1, $2, $3)`, [f.scope, f.token.toString(), by]),
+        ),
+      effects: async () =>
+        (await client.unsafe<{ by: string }[]>(`SELECT by FROM ${table} ORDER BY token`)).map((r) => r.by),
+    };
+  }
+  const pglite = target.pglite();
+  await pglite.exec(ddl);
+  const resource = createFencedResource({ pglite, schema: engine.schema });
+  return {
+    write: (f: { scope: string; token: bigint }, by: string) =>
+      resource.write(f, (tx) =>
+        tx.query(`INSERT INTO ${table} VALUES ($1, $2, $3)`, [f.scope, f.token.toString(), by]),
+      ),
+    effects: async () =>
+      (await pglite.query<{ by: string }>(`SELECT by FROM ${table} ORDER BY token`)).rows.map((r) => r.by),
+  };
+}
+
+interface Scene {
+  engine: Engine;
+  worker: Worker;
+  held: HeldActivity;
+  runId: string;
+  h1: HeldAttempt;
+  /** The successor, for the paths that grant one. */
+  h2: HeldAttempt | undefined;
+}
+
+/** Bring H1 to hold `compensate` (position 1), then take `path`, leaving H2 (if any) holding the position. */
+async function scene(target: EngineTarget, path: AdminPath): Promise<Scene> {
+  const engine = await target.engine();
+  const held = holdActivity('compensate', {
+    leaseMs: LEASE_MS,
+    retry: { maximumAttempts: path === 'revoke' || path === 'expiry' ? 2 : 1, initialIntervalMs: 1 },
+  });
+  const compensating = defineWorkflow({
+    name: 'compensating',
+    input: z.object({}),
+    output: z.object({ by: z.string() }),
+    async run(_input, ctx) {
+      try {
+        await ctx.run(refuse, {});
+        return { by: 'nobody' };
+      } catch {
+        return await ctx.run(held.activity, {});
+      }
+    },
+  });
+  // No automatic heartbeat within a test (a third of a 5-minute lease): H1 comes back only when told to.
+  const worker = engine.worker({
+    workflows: [compensating],
+    activities: [refuse, held.activity],
+    pollIntervalMs: 50,
+    concurrency: 4,
+  });
+  await worker.start();
+  const handle = await engine.client.start(compensating, {});
+  const h1 = await held.next();
+  const runId = handle.runId;
+
+  switch (path) {
+    case 'retry-after-failure': {
+      // H1's lease runs out by the database clock (not by H1's); expiry maintenance fails the step (no attempts
+      // left), the run fails, and an operator retries it: `compensate` is retired and scheduled again.
+      await advanceClock(engine, LEASE_MS + 1_000);
+      await expect(handle.result({ timeoutMs: 20_000 })).rejects.toMatchObject({ code: 'RUN_FAILED' });
+      await engine.client.retry(runId);
+      break;
+    }
+    case 'retry-after-cancel': {
+      expect(await handle.cancel('operator')).toBe('running');
+      await expect(handle.result({ timeoutMs: 20_000 })).rejects.toMatchObject({ code: 'CANCELLED' });
+      await engine.client.retry(runId);
+      // The position is not granted again while H1's lease (kept by the cancel) may still run.
+      await expect(held.next(300)).rejects.toThrow(/no attempt/);
+      await advanceClock(engine, LEASE_MS + 1_000);
+      break;
+    }
+    case 'cancel':
+      expect(await handle.cancel('operator')).toBe('running');
+      await expect(handle.result({ timeoutMs: 20_000 })).rejects.toMatchObject({ code: 'CANCELLED' });
+      return { engine, worker, held, runId, h1, h2: undefined };
+    case 'revoke': {
+      // What an operator's revoke does to a live attempt: a new token from the sequence, the lease ended now.
+      const [row] = await stepsAt(engine, runId, 1);
+      await engine.database.rows(sql`
+        UPDATE ${engine.names.steps}
+           SET fencing_token = nextval(${`"${engine.schema}".fencing_token_seq`}::regclass),
+               lease_expires_at = ${engine.names.now}, next_run_at = ${engine.names.now}
+         WHERE id = ${row?.id}::uuid`);
+      break;
+    }
+    case 'expiry':
+      await advanceClock(engine, LEASE_MS + 1_000);
+      break;
+  }
+  const h2 = await held.next();
+  return { engine, worker, held, runId, h1, h2 };
+}
+
+/** H1 comes back with `how`; resolves with the LeaseLostError it met. */
+async function comeBack(
+  s: Scene,
+  how: Comeback,
+  resource: Awaited<ReturnType<typeof effectsResource>>,
+): Promise<LeaseLostError> {
+  const rejected = nextEvent<{ error: LeaseLostError }>(s.worker.events, 'attempt:stale-rejected', (e) => {
+    return e.error.staleToken === s.h1.token;
+  });
+  switch (how) {
+    case 'heartbeat':
+      return (await rejectionOf(s.h1.ctx.heartbeat({ late: true }))) as LeaseLostError;
+    case 'completion':
+      s.h1.complete('h1');
+      return (await rejected).error;
+    case 'failure':
+      s.h1.fail(new Error('h1 failed late'));
+      return (await rejected).error;
+    case 'fenced-transaction':
+      return (await rejectionOf(s.h1.ctx.fencedTransaction(() => Promise.resolve('h1')))) as LeaseLostError;
+    case 'fenced-resource':
+      return (await rejectionOf(resource.write(s.h1.ctx.info.fencing, 'h1'))) as LeaseLostError;
+  }
+}
+
+for (const driver of ['postgres', 'pglite'] as const) {
+  describe(`every ending reaches its holder on ${driver}`, () => {
+    const target = useEngineTarget(driver);
+
+    for (const path of ADMIN_PATHS) {
+      for (const how of comebacksAfter(path)) {
+        it(`refuses the holder's ${how} after ${path}, saying why, and keeps only the successor's effect`, async () => {
+          const s = await scene(target, path);
+          const resource = await effectsResource(target, s.engine);
+          if (s.h2) await resource.write(s.h2.ctx.info.fencing, 'h2');
+
+          const error = await comeBack(s, how, resource);
+          expect(error).toBeInstanceOf(LeaseLostError);
+          if (how === 'fenced-resource') {
+            // The resource knows nothing of the engine: it refuses H1 because H2's newer token holds the scope.
+            expect(error.currentToken).toBe(s.h2?.token);
+          } else {
+            expect(s.h1.ctx.signal.aborted).toBe(true);
+            expect(error.reason).toBe(EXPECTED_REASON[path]);
+            // Recorded as a stale write, with the reason, and H1's signal says cancelled only for a cancel.
+            const rejections = await eventsOfRun(s.engine, s.runId, 'attempt:stale-rejected');
+            expect(rejections.map((e) => [e.token, e.data?.reason])).toContainEqual([
+              s.h1.token.toString(),
+              EXPECTED_REASON[path],
+            ]);
+            const abortReason = (s.h1.ctx.signal.reason as { reason?: string }).reason;
+            expect(abortReason).toBe(path === 'cancel' ? 'cancelled' : 'lease-lost');
+          }
+
+          if (s.h2) {
+            // One unit of work: same scope, epochs and tokens still growing, whichever row each attempt ran under.
+            expect(s.h2.ctx.info.fencing.scope).toBe(s.h1.ctx.info.fencing.scope);
+            expect(s.h1.ctx.info.fencing.scope).toBe(`run:${s.runId}/seq:1`);
+            expect(s.h2.ctx.info.epoch).toBeGreaterThan(s.h1.ctx.info.epoch);
+            expect(s.h2.token).toBeGreaterThan(s.h1.token);
+            s.h2.complete('h2');
+            await expect(s.engine.client.getHandle(s.runId).result({ timeoutMs: 20_000 })).resolves.toEqual({
+              by: 'h2',
+            });
+            expect(await resource.effects()).toEqual(['h2']);
+            const rows = await stepsAt(s.engine, s.runId, 1);
+            expect(rows.at(-1)).toMatchObject({ status: 'completed', retired: false });
+            expect(new Set(rows.map((r) => r.fencing_scope))).toEqual(new Set([`run:${s.runId}/seq:1`]));
+            const epochs = rows.map((r) => r.epoch);
+            expect(epochs).toEqual([...epochs].sort((a, b) => a - b));
+            expect(new Set(epochs).size).toBe(epochs.length);
+          } else {
+            expect(await resource.effects()).toEqual([]);
+          }
+        });
+      }
+    }
+  });
+}
