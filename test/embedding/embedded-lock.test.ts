@@ -48,7 +48,7 @@ it('refuses a second process on the same embedded directory at once, naming the 
         stdout += chunk;
         check();
       });
-      holder.once('exit', () =>
+      holder.once('close', () =>
         stdout.includes(word) ? resolve() : reject(new Error(`holder exited: ${stderr}`)),
       );
       check();
@@ -75,7 +75,7 @@ it('refuses a second process on the same embedded directory at once, naming the 
     const closed = printed('closed');
     holder.stdin.end('close\n');
     await closed;
-    await once(holder, 'exit');
+    await once(holder, 'close');
   } finally {
     holder.kill('SIGKILL');
   }

@@ -171,7 +171,7 @@ describe('the packed packages installed with npm in a fresh application', () => 
     let stderr = '';
     child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString('utf8')));
     child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
-    const [code] = (await once(child, 'exit')) as [number | null];
+    const [code] = (await once(child, 'close')) as [number | null]; // 'close': all output read
     expect(stderr).not.toContain('TypeError');
     expect(code, stderr).toBe(0);
     expect(JSON.parse(stdout.trim())).toEqual(CLOSED_SOCKET_EXPECTED);
@@ -192,11 +192,11 @@ describe('the packed packages installed with npm in a fresh application', () => 
         out += chunk.toString('utf8');
         if (/activities\s+charge/.test(out)) resolve(); // the start-up banner's last line
       });
-      worker.once('exit', () => reject(new Error(`worker exited: ${out}\n${err}`)));
+      worker.once('close', () => reject(new Error(`worker exited: ${out}\n${err}`)));
     });
     expect(out).toContain('worker started');
     worker.kill('SIGINT');
-    const [code] = (await once(worker, 'exit')) as [number | null];
+    const [code] = (await once(worker, 'close')) as [number | null];
     expect(code, err).toBe(0);
 
     // Outside the application (no node_modules, so no tsx), the same module is refused with the fix.

@@ -163,8 +163,11 @@ export async function spawnWorkerProcess(
   const events = new EventEmitter();
   events.setMaxListeners(0);
   let exitInfo: ExitInfo | undefined;
+  // 'close', not 'exit': a child's last IPC messages can be delivered after its 'exit' event (a worker that sent
+  // `attempt:completed` and exited at once was reported as having exited without it); 'close' comes only once
+  // the process ended and its stdio and IPC channel are closed, so every message it sent has been emitted.
   const exited = new Promise<ExitInfo>((resolve) => {
-    child.once('exit', (code, signal) => {
+    child.once('close', (code, signal) => {
       exitInfo = { code, signal };
       events.emit('process:exit', exitInfo);
       resolve(exitInfo);
