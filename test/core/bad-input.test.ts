@@ -476,13 +476,6 @@ describe('engine options at the door', () => {
     expect(isPalisadeError(error, 'INVALID_OPTIONS')).toBe(true);
     expect((error as Error).message).toContain('statementTimeoutMs: "30d" is too long');
   });
-
-  it('reports an unreachable database as DATABASE_UNAVAILABLE, not a driver error', async () => {
-    const outcome = await settle(createEngine({ databaseUrl: 'postgres://nobody@127.0.0.1:1/x' }));
-    const error = (outcome as { error: unknown }).error;
-    expect(isPalisadeError(error, 'DATABASE_UNAVAILABLE')).toBe(true);
-    expect((error as Error).message).toContain('cannot reach the database');
-  });
 });
 
 for (const driver of ['postgres', 'pglite'] as const) {

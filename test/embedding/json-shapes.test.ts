@@ -41,7 +41,7 @@ it('serialises ctx.info with the fencing token as a decimal string, and keeps th
     activityName: 'probe',
     attempt: 1,
     epoch: 1,
-    fencing: { scope: `step:${seen?.stepId}`, token: seen?.fencing.token.toString() },
+    fencing: { scope: `run:${handle.runId}`, token: seen?.fencing.token.toString() },
   });
 });
 
@@ -96,14 +96,14 @@ it('serialises errors with their code, context (bigints as decimal strings) and 
     currentToken: '9007199254740995',
     reason: 'superseded',
   });
-  const wrapped = new PalisadeError('DATABASE_UNREACHABLE', 'cannot reach', {
+  const wrapped = new PalisadeError('DATABASE_UNAVAILABLE', 'cannot reach', {
     cause: Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' }),
     token: 5n,
   });
   expect(JSON.parse(JSON.stringify(wrapped))).toEqual({
     name: 'PalisadeError',
-    code: 'DATABASE_UNREACHABLE',
-    message: '[DATABASE_UNREACHABLE] cannot reach',
+    code: 'DATABASE_UNAVAILABLE',
+    message: '[DATABASE_UNAVAILABLE] cannot reach',
     token: '5',
     cause: { name: 'Error', code: 'ECONNREFUSED', message: 'connect ECONNREFUSED' },
   });

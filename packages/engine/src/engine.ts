@@ -143,7 +143,7 @@ async function openDatabase(options: ResolvedEngineOptions): Promise<Database> {
  * password.
  * @throws InvalidOptionsError naming the bad option; PalisadeError `SCHEMA_TOO_NEW` when a newer Palisade
  * migrated the schema.
- * @throws PalisadeError `DATABASE_UNREACHABLE`, `DATABASE_NOT_FOUND` or `DATABASE_AUTH_FAILED` (naming host and
+ * @throws PalisadeError `DATABASE_UNAVAILABLE`, `DATABASE_NOT_FOUND` or `DATABASE_AUTH_FAILED` (naming host and
  * database) when the server of a URL cannot be used.
  * @throws PalisadeError `EMBEDDED_DATABASE_LOCKED` naming the pid of the live process that holds the embedded
  * directory.

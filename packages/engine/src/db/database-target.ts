@@ -91,7 +91,7 @@ function codesOf(error: unknown): string[] {
 
 /**
  * A PalisadeError for a first connection that failed because the server is unreachable
- * (`DATABASE_UNREACHABLE`), the database does not exist (`DATABASE_NOT_FOUND`, SQLSTATE 3D000) or the server
+ * (`DATABASE_UNAVAILABLE`), the database does not exist (`DATABASE_NOT_FOUND`, SQLSTATE 3D000) or the server
  * refused the credentials (`DATABASE_AUTH_FAILED`, SQLSTATE 28P01 / 28000); undefined for anything else.
  * Classified by code, never by message text. The message names host and database and says what to do.
  */
@@ -118,7 +118,7 @@ export function connectionFailure(error: unknown, url: string, from: string): Pa
   const socket = codes.find((c) => UNREACHABLE.has(c));
   if (socket !== undefined) {
     return fail(
-      'DATABASE_UNREACHABLE',
+      'DATABASE_UNAVAILABLE',
       `cannot reach PostgreSQL at ${t.host}:${t.port} for database "${t.database}" (${where}): ${socket}. ` +
         'Start the server (or `palisade dev` for a local one), or fix the host and port in the URL.',
     );
