@@ -1,6 +1,6 @@
 import type { PGlite } from '@electric-sql/pglite';
 import { sql, type SQL } from 'drizzle-orm';
-import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import { PgDialect, type PgDatabase, type PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import postgres, { type Sql } from '../../vendor/postgres/index.js';
 import { PalisadeError, isPalisadeError } from '@palisade/sdk';
 import { classifyDatabaseError } from '../infra-retry.js';
@@ -108,7 +108,25 @@ function normalizeRows<T>(result: unknown): T[] {
   return (result as { rows?: T[] }).rows ?? [];
 }
 
+/** Renders drizzle `sql` templates to text and parameters (pure; one for the process). */
+const dialect = new PgDialect();
+
+/** The part of a postgres.js client (or transaction) the prepared path needs. */
+interface UnsafeClient {
+  unsafe(text: string, params: unknown[], options: { prepare: boolean }): PromiseLike<unknown>;
+}
+
 class DrizzleDatabase implements Database {
+  /**
+   * On postgres.js, the client (or transaction) drizzle runs on: statements go to it directly as named prepared
+   * statements. drizzle's `execute()` sends every statement unprepared, which costs a parse and a plan on every
+   * call and, for a statement with parameters, a second round trip (postgres.js describes an unnamed statement
+   * before it binds it). The engine's statement texts do not vary with their inputs (lists are per worker, sets
+   * are array parameters), so the driver's per-connection cache stays small; a client created with
+   * `prepare: false` (behind a transaction pooler) is honoured, as the driver ANDs its own option in.
+   */
+  private readonly client: UnsafeClient | undefined;
+
   constructor(
     readonly driver: 'postgres' | 'pglite',
     readonly drizzle: AnyPgDatabase,
@@ -117,10 +135,17 @@ class DrizzleDatabase implements Database {
       reserve: Database['reserveHeartbeatConnection'];
       close: () => Promise<void>;
     },
-  ) {}
+  ) {
+    this.client =
+      driver === 'postgres' ? (drizzle._.session as unknown as { client: UnsafeClient }).client : undefined;
+  }
 
   async rows<T>(query: SQL): Promise<T[]> {
     try {
+      if (this.client) {
+        const { sql: text, params } = dialect.sqlToQuery(query);
+        return normalizeRows<T>(await this.client.unsafe(text, params, { prepare: true }));
+      }
       return normalizeRows<T>(await this.drizzle.execute(query));
     } catch (error) {
       throw wrapDatabaseError(error);
