@@ -1,11 +1,12 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import {
+  fencedInputCte,
   fencedResultColumns,
   rejectionCtes,
   runLockCte,
   settleFencedResult,
-  stepFence,
+  stepFenceOnInput,
   type AttemptRef,
   type FencedResultRow,
 } from './fenced-outcome.js';
@@ -17,28 +18,32 @@ export interface CompleteStepParams extends AttemptRef {
 }
 
 /**
- * Record a step's result (invariant 4; I3, I7): one statement that, only if the fence holds, sets the step
- * `completed` with its output, ends the attempt row, appends the step's single terminal event (a unique index
- * allows one per step), completes a standalone run (with its terminal event and a NOTIFY for result waiters)
- * or wakes a workflow run's next turn. Idempotent: if the fence fails because this very attempt's completion
- * already committed (`ended_nonce` is ours and the step is `completed`), it reports `replayed`. Otherwise the
- * rejection is recorded in the same statement and {@link LeaseLostError} is thrown.
- * Locks, in the one order (invariant 14): the run row (`run_lock`), then the step row.
+ * Record the results of a batch of attempts (invariant 4; I3, I7) in one statement that fences every row on its
+ * own: for each attempt whose fence holds, set its step `completed` with its output, end its attempt row, append
+ * the step's single terminal event (a unique index allows one per step), complete a standalone run (with its
+ * terminal event and a NOTIFY for result waiters) or wake a workflow run's next turn. A row whose fence fails
+ * because this very attempt's completion already committed (`ended_nonce` is its own and the step is
+ * `completed`) is `replayed`; any other such row is rejected and recorded in the same statement, without
+ * touching its neighbours. The input is one jsonb parameter, so one prepared statement serves every batch size.
+ * Locks, in the one order (invariant 14): the runs (`run_lock`, by id), then the steps (`step_lock`, by id).
+ * @param batch at most one attempt per step.
+ * @returns one row per attempt, in the order given.
  */
-export async function completeStep(
+export async function completeSteps(
   db: Database,
   n: SchemaNames,
-  p: CompleteStepParams,
-): Promise<'applied' | 'replayed'> {
-  const output = JSON.stringify(p.output ?? null);
+  batch: readonly CompleteStepParams[],
+): Promise<FencedResultRow[]> {
   const rows = await db.rows<FencedResultRow>(sql`
-    WITH ${runLockCte(n, p.stepId)},
+    WITH ${fencedInputCte(batch.map((p) => ({ ...p, payload: p.output ?? null })))},
+    ${runLockCte(n)},
     applied AS (
       UPDATE ${n.steps} s
-         SET status = 'completed', output = ${output}::jsonb, error = NULL, ended_nonce = s.nonce,
+         SET status = 'completed', output = i.payload, error = NULL, ended_nonce = s.nonce,
              finished_at = ${n.now}, next_run_at = NULL
-       WHERE ${stepFence(n, 's', p)} AND s.run_id IN (SELECT id FROM run_lock)
-      RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, s.worker_id),
+        FROM inp i
+       WHERE ${stepFenceOnInput(n, 's')} AND s.id IN (SELECT id FROM step_lock)
+      RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, s.worker_id, i.payload AS output),
     ended AS (
       UPDATE ${n.attempts} a SET outcome = 'completed', ended_at = ${n.now}
         FROM applied WHERE a.fencing_token = applied.fencing_token
@@ -48,8 +53,9 @@ export async function completeStep(
       SELECT run_id, id, 'step:completed', attempt, epoch, fencing_token, worker_id, true, ${n.now} FROM applied
       RETURNING 1),
     finished_run AS (
-      UPDATE ${n.runs} r SET status = 'completed', output = ${output}::jsonb, finished_at = ${n.now}
-       WHERE r.id IN (SELECT run_id FROM applied) AND r.kind = 'activity' AND r.status IN ('pending', 'running')
+      UPDATE ${n.runs} r SET status = 'completed', output = applied.output, finished_at = ${n.now}
+        FROM applied
+       WHERE r.id = applied.run_id AND r.kind = 'activity' AND r.status IN ('pending', 'running')
       RETURNING r.id),
     run_event AS (
       INSERT INTO ${n.events} (run_id, type, terminal, at)
@@ -62,10 +68,25 @@ export async function completeStep(
       RETURNING r.id, r.queue),
     notified AS (
       SELECT pg_notify(${n.channel}, 'run:' || id::text) FROM finished_run
-      UNION ALL SELECT pg_notify(${n.channel}, 'turn:' || queue) FROM woken_run),
-    ${rejectionCtes(n, { ...p, operation: 'complete', replayWhen: sql`cur.status = 'completed' AND cur.ended_nonce = ${p.nonce}::uuid AND cur.fencing_token = ${p.token.toString()}::bigint` })}
+      UNION ALL SELECT pg_notify(${n.channel}, 'turn:' || queue) FROM (SELECT DISTINCT queue FROM woken_run) q),
+    ${rejectionCtes(n, { operation: 'complete', replayWhen: sql`cur.status = 'completed' AND cur.ended_nonce = cur.stale_nonce AND cur.fencing_token = cur.stale_token` })}
     SELECT ${fencedResultColumns},
            (SELECT count(*) FROM ended) + (SELECT count(*) FROM step_event) + (SELECT count(*) FROM run_event)
-             + (SELECT count(*) FROM notified) AS effects`);
-  return settleFencedResult(rows[0], p, 'complete');
+             + (SELECT count(*) FROM notified) AS effects
+      FROM inp i ORDER BY i.ord`);
+  return rows;
+}
+
+/**
+ * Record one attempt's result: {@link completeSteps} with a batch of one.
+ * @returns `'applied'`, or `'replayed'` when this attempt's completion had already committed.
+ * @throws LeaseLostError when the attempt no longer holds the step (recorded as `attempt:stale-rejected`).
+ */
+export async function completeStep(
+  db: Database,
+  n: SchemaNames,
+  p: CompleteStepParams,
+): Promise<'applied' | 'replayed'> {
+  const [row] = await completeSteps(db, n, [p]);
+  return settleFencedResult(row, p, 'complete');
 }

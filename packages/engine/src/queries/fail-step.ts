@@ -2,11 +2,12 @@ import { sql } from 'drizzle-orm';
 import type { SerializedFailure } from '@palisade/sdk';
 import type { Database } from '../db/database.js';
 import {
+  fencedInputCte,
   fencedResultColumns,
   rejectionCtes,
   runLockCte,
   settleFencedResult,
-  stepFence,
+  stepFenceOnInput,
   type AttemptRef,
   type FencedResultRow,
 } from './fenced-outcome.js';
@@ -29,7 +30,7 @@ export interface FailStepParams extends AttemptRef {
  * is woken. Idempotent on retry after an unknown outcome (this attempt's nonce is the step's `ended_nonce` and the
  * step is not `completed`).
  * Otherwise the rejection is recorded in the same statement and {@link LeaseLostError} is thrown.
- * Locks, in the one order (invariant 14): the run row (`run_lock`), then the step row.
+ * Locks, in the one order (invariant 14): the run row (`run_lock`), then the step row (`step_lock`).
  */
 export async function failStep(
   db: Database,
@@ -39,7 +40,8 @@ export async function failStep(
   const error = JSON.stringify(p.error);
   const terminalStatus = p.outcome === 'cancelled' ? 'cancelled' : 'failed';
   const rows = await db.rows<FencedResultRow>(sql`
-    WITH ${runLockCte(n, p.stepId)},
+    WITH ${fencedInputCte([p])},
+    ${runLockCte(n)},
     applied AS (
       UPDATE ${n.steps} s
          SET status = CASE WHEN ${p.retry} THEN 'scheduled' ELSE ${terminalStatus} END,
@@ -47,7 +49,8 @@ export async function failStep(
              next_run_at = CASE WHEN ${p.retry}
                                 THEN ${n.now} + ${msInterval(sql`${n.retryDelayMs}(s.retry_policy, s.attempt)`)} END,
              finished_at = CASE WHEN ${p.retry} THEN NULL ELSE ${n.now} END
-       WHERE ${stepFence(n, 's', p)} AND s.run_id IN (SELECT id FROM run_lock)
+        FROM inp i
+       WHERE ${stepFenceOnInput(n, 's')} AND s.id IN (SELECT id FROM step_lock)
       RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, s.worker_id, s.status, s.next_run_at, s.queue),
     ended AS (
       UPDATE ${n.attempts} a SET outcome = ${p.outcome ?? 'failed'}, ended_at = ${n.now}, error = ${error}::jsonb
@@ -80,14 +83,14 @@ export async function failStep(
       SELECT pg_notify(${n.channel}, 'run:' || id::text) FROM finished_run
       UNION ALL SELECT pg_notify(${n.channel}, 'turn:' || queue) FROM woken_run),
     ${rejectionCtes(n, {
-      ...p,
       operation: 'fail',
       // This attempt's own completion also leaves its nonce in ended_nonce: a failure sent after it is a
       // different write that did not happen — rejected, never reported as replayed.
-      replayWhen: sql`cur.status <> 'completed' AND cur.ended_nonce = ${p.nonce}::uuid AND cur.fencing_token = ${p.token.toString()}::bigint`,
+      replayWhen: sql`cur.status <> 'completed' AND cur.ended_nonce = cur.stale_nonce AND cur.fencing_token = cur.stale_token`,
     })}
     SELECT ${fencedResultColumns},
            (SELECT count(*) FROM ended) + (SELECT count(*) FROM step_event) + (SELECT count(*) FROM run_event)
-             + (SELECT count(*) FROM notified) AS effects`);
+             + (SELECT count(*) FROM notified) AS effects
+      FROM inp i`);
   return settleFencedResult(rows[0], p, 'fail');
 }

@@ -1,6 +1,7 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import {
+  fencedInputCte,
   fencedResultColumns,
   rejectionCtes,
   runLockCte,
@@ -39,10 +40,11 @@ export async function recordStaleRejection(
   p: AttemptRef & { nonce: string; operation: 'fenced-transaction' | 'heartbeat' },
 ): Promise<never> {
   const rows = await db.rows<FencedResultRow>(sql`
-    WITH ${runLockCte(n, p.stepId)},
-    applied AS (SELECT NULL::uuid AS id WHERE false),
+    WITH ${fencedInputCte([p])},
+    ${runLockCte(n)},
+    applied AS (SELECT NULL::uuid AS id, NULL::bigint AS fencing_token WHERE false),
     ${rejectionCtes(n, p)}
-    SELECT ${fencedResultColumns}`);
+    SELECT ${fencedResultColumns} FROM inp i`);
   settleFencedResult(rows[0], p, p.operation);
   throw new Error('unreachable: a fenced write with nothing applied was settled as applied');
 }

@@ -37,57 +37,96 @@ export function staleReason(n: SchemaNames, cur: string, staleToken: SQL): SQL {
 }
 
 /**
- * A CTE named `run_lock` that locks the run of step `stepId` (`FOR NO KEY UPDATE`) — the first lock of every
- * owner write that ends or changes a step, so that all statements lock a run's rows in one order: the run row
- * first, then its steps by id (DESIGN.md §4 invariant 14). `FOR NO KEY UPDATE` rather than `FOR UPDATE`: the
- * key-share locks that foreign keys take when events or attempts are inserted never wait on it.
- * The statement's write on the step must reference `run_lock` (e.g. `AND s.run_id IN (SELECT id FROM run_lock)`)
- * so that the run is locked before the step row is.
+ * The fenced writes' input as a CTE named `inp` (`step_id`, `token`, `nonce`, `ord`, and `output`/`extra` when
+ * given), one row per attempt: the statements that end or change a step are written over a set of attempts, so
+ * one statement text serves one attempt and a batch alike (the batch is one jsonb parameter, so the text does
+ * not change with its size and stays one prepared statement).
  */
-export function runLockCte(n: SchemaNames, stepId: string): SQL {
-  return sql`run_lock AS MATERIALIZED (
-    SELECT r.id FROM ${n.runs} r
-     WHERE r.id = (SELECT run_id FROM ${n.steps} WHERE id = ${stepId}::uuid)
-       FOR NO KEY UPDATE OF r)`;
+export interface FencedInput {
+  readonly stepId: string;
+  readonly token: bigint;
+  readonly nonce: string;
+}
+
+/** `inp` from a batch of attempts; `payload(i)` adds a per-row jsonb `payload` column (an output, an error). */
+export function fencedInputCte(items: readonly (FencedInput & { readonly payload?: unknown })[]): SQL {
+  const rows = JSON.stringify(
+    items.map((i) => ({ s: i.stepId, t: i.token.toString(), n: i.nonce, p: i.payload ?? null })),
+  );
+  return sql`inp AS MATERIALIZED (
+    SELECT (e->>'s')::uuid AS step_id, (e->>'t')::bigint AS token, (e->>'n')::uuid AS nonce, e->'p' AS payload,
+           ord::int AS ord
+      FROM jsonb_array_elements(${rows}::jsonb) WITH ORDINALITY AS x(e, ord))`;
 }
 
 /**
- * CTEs appended to a fenced write whose own CTE is named `applied` (and that defines {@link runLockCte}): when the
- * write matched nothing, they lock and read the step's latest committed version (after the run lock; the lock
- * waits for a concurrent claim to commit, so the current token is the real one), and — unless `replayWhen` says
- * the write already happened (an idempotent retry after an unknown commit outcome) — record an
- * `attempt:stale-rejected` event with the {@link staleReason}, end the stale attempt's row as `rejected_stale`
- * (unless something else already ended it) and note that the holder was told ({@link toldCte}), all in the same
- * statement as the write (invariant 2: never a silent no-op).
+ * The fence of a set-based write over `inp` (alias `i`) on step alias `a`: equality on token and nonce, still
+ * running, lease unexpired (DESIGN.md §4 invariant 2).
  */
-export function rejectionCtes(
-  n: SchemaNames,
-  p: { stepId: string; token: bigint; nonce: string; operation: FencedOperation; replayWhen?: SQL },
-): SQL {
-  const token = sql`${p.token.toString()}::bigint`;
+export function stepFenceOnInput(n: SchemaNames, alias: string): SQL {
+  const a = sql.raw(alias);
+  return sql`${a}.id = i.step_id AND ${a}.fencing_token = i.token AND ${a}.nonce = i.nonce
+    AND ${a}.status = 'running' AND ${a}.lease_expires_at > ${n.now}`;
+}
+
+/**
+ * CTEs named `run_lock` and `step_lock` that lock the runs of the steps in `inp` (`FOR NO KEY UPDATE`, in run id
+ * order) and then those steps (in step id order) — the first locks of every owner write that ends or changes a
+ * step, so that all statements lock a run's rows in one order: the run rows first, then their steps by id
+ * (DESIGN.md §4 invariant 14). A batch's steps must be locked here, in id order, before its UPDATE touches them:
+ * the UPDATE's join visits them in any order, and a heartbeat locking the same worker's steps by id would then
+ * close a cycle with it (seen: deadlocks under the lock-order stress test). `FOR NO KEY UPDATE` rather than
+ * `FOR UPDATE`: the key-share locks that foreign keys take when events or attempts are inserted never wait on it.
+ * The statement's write on the step must reference `step_lock` (e.g. `AND s.id IN (SELECT id FROM step_lock)`)
+ * so that the locks are taken before the write.
+ */
+export const runLockCte = (n: SchemaNames): SQL => sql`run_lock AS MATERIALIZED (
+    SELECT r.id FROM ${n.runs} r
+     WHERE r.id IN (SELECT s.run_id FROM ${n.steps} s WHERE s.id IN (SELECT step_id FROM inp))
+     ORDER BY r.id
+       FOR NO KEY UPDATE OF r),
+  step_lock AS MATERIALIZED (
+    SELECT s.id FROM ${n.steps} s
+     WHERE s.id IN (SELECT step_id FROM inp) AND s.run_id IN (SELECT id FROM run_lock)
+     ORDER BY s.id
+       FOR NO KEY UPDATE OF s)`;
+
+/**
+ * CTEs appended to a fenced write over `inp` whose own CTE is named `applied` (returning the step `id` and its
+ * `fencing_token`, and defining {@link runLockCte}): for each input row the write did not apply, they lock and
+ * read the step's latest committed version as `cur` (after the run lock; the lock waits for a concurrent claim to
+ * commit, so the current token is the real one), and — unless `replayWhen` (over `cur`, with the input's
+ * `stale_token` and `stale_nonce`) says the write already happened (an idempotent retry after an unknown commit
+ * outcome) — record an `attempt:stale-rejected` event with the {@link staleReason}, end the stale attempt's row as
+ * `rejected_stale` (unless something else already ended it) and note that the holder was told ({@link toldCte}),
+ * all in the same statement as the write (invariant 2: never a silent no-op). Each row is judged on its own: a
+ * stale row never fails its neighbours. A batch holds at most one row per step.
+ */
+export function rejectionCtes(n: SchemaNames, p: { operation: FencedOperation; replayWhen?: SQL }): SQL {
   return sql`
   cur AS (
-    SELECT s.id, s.run_id, s.fencing_token, s.status, s.ended_nonce, s.retired_at
-      FROM ${n.steps} s
-     WHERE s.id = ${p.stepId} AND NOT EXISTS (SELECT 1 FROM applied) AND s.run_id IN (SELECT id FROM run_lock)
+    SELECT s.id, s.run_id, s.fencing_token, s.status, s.ended_nonce, s.retired_at,
+           i.token AS stale_token, i.nonce AS stale_nonce
+      FROM inp i JOIN ${n.steps} s ON s.id = i.step_id
+     WHERE i.step_id NOT IN (SELECT id FROM applied) AND s.id IN (SELECT id FROM step_lock)
        FOR NO KEY UPDATE OF s),
-  replayed AS (SELECT 1 FROM cur WHERE ${p.replayWhen ?? sql`false`}),
+  replayed AS (SELECT cur.id FROM cur WHERE ${p.replayWhen ?? sql`false`}),
   rej AS (
     INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, worker_id, data, at)
-    SELECT cur.run_id, cur.id, 'attempt:stale-rejected', a.attempt, a.epoch, ${token}, a.worker_id,
+    SELECT cur.run_id, cur.id, 'attempt:stale-rejected', a.attempt, a.epoch, cur.stale_token, a.worker_id,
            jsonb_build_object(
              'operation', ${p.operation}::text,
-             'staleToken', ${p.token.toString()}::text,
+             'staleToken', cur.stale_token::text,
              'currentToken', cur.fencing_token::text,
-             'reason', ${staleReason(n, 'cur', token)}),
+             'reason', ${staleReason(n, 'cur', sql`cur.stale_token`)}),
            ${n.now}
-      FROM cur LEFT JOIN ${n.attempts} a ON a.fencing_token = ${token}
-     WHERE NOT EXISTS (SELECT 1 FROM replayed)
-    RETURNING data),
-  ${toldCte(n, 'cur', token, sql`NOT EXISTS (SELECT 1 FROM replayed) AND cur.ended_nonce IS DISTINCT FROM ${p.nonce}::uuid`)},
+      FROM cur LEFT JOIN ${n.attempts} a ON a.fencing_token = cur.stale_token
+     WHERE cur.id NOT IN (SELECT id FROM replayed)
+    RETURNING step_id, fencing_token, data),
+  ${toldCte(n, 'cur', sql`cur.stale_token`, sql`cur.id NOT IN (SELECT id FROM replayed) AND cur.ended_nonce IS DISTINCT FROM cur.stale_nonce`)},
   rej_attempt AS (
     UPDATE ${n.attempts} SET outcome = coalesce(outcome, 'rejected_stale'), ended_at = coalesce(ended_at, ${n.now})
-     WHERE fencing_token = ${token} AND EXISTS (SELECT 1 FROM rej)
+     WHERE fencing_token IN (SELECT fencing_token FROM rej)
     RETURNING 1)`;
 }
 
@@ -109,18 +148,18 @@ export function toldCte(n: SchemaNames, cur: string, staleToken: SQL, when: SQL)
     RETURNING 1)`;
 }
 
-/** The columns a statement built with {@link rejectionCtes} selects last. */
+/** The columns, per input row, that a statement built with {@link rejectionCtes} selects last (`FROM inp i`). */
 export const fencedResultColumns = sql`
-  (SELECT count(*) FROM applied)::int AS applied,
-  (SELECT count(*) FROM replayed)::int AS replayed,
-  (SELECT fencing_token::text FROM cur) AS current_token,
-  (SELECT data->>'reason' FROM rej) AS reason,
-  (SELECT count(*) FROM rej_attempt)::int AS rejected_attempts,
-  (SELECT count(*) FROM told)::int AS told`;
+  i.ord,
+  EXISTS (SELECT 1 FROM applied WHERE applied.id = i.step_id AND applied.fencing_token = i.token) AS applied,
+  EXISTS (SELECT 1 FROM replayed WHERE replayed.id = i.step_id) AS replayed,
+  (SELECT cur.fencing_token::text FROM cur WHERE cur.id = i.step_id) AS current_token,
+  (SELECT rej.data->>'reason' FROM rej WHERE rej.step_id = i.step_id) AS reason`;
 
 export interface FencedResultRow {
-  applied: number;
-  replayed: number;
+  ord: number;
+  applied: boolean;
+  replayed: boolean;
   current_token: string | null;
   reason: string | null;
 }
@@ -143,8 +182,8 @@ export function settleFencedResult(
   ref: AttemptRef,
   operation: FencedOperation,
 ): 'applied' | 'replayed' {
-  if (row && row.applied > 0) return 'applied';
-  if (row && row.replayed > 0) return 'replayed';
+  if (row?.applied) return 'applied';
+  if (row?.replayed) return 'replayed';
   throw leaseLostFromRow(row, ref, operation);
 }
 

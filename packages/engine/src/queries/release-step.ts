@@ -1,11 +1,12 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import {
+  fencedInputCte,
   fencedResultColumns,
   rejectionCtes,
   runLockCte,
   settleFencedResult,
-  stepFence,
+  stepFenceOnInput,
   type AttemptRef,
   type FencedResultRow,
 } from './fenced-outcome.js';
@@ -33,21 +34,22 @@ export interface ReleaseStepParams extends AttemptRef {
  * attempts without running it once. This does not revive a lease (expiry stays final, I4): the step only
  * becomes claimable, which it already was, and no effect of the attempt exists to fence. Under row lock, a
  * concurrent claim that took the step first changes the token, and the release is rejected as `superseded`.
- * Locks, in the one order (invariant 14): the run row (`run_lock`), then the step row.
+ * Locks, in the one order (invariant 14): the run row (`run_lock`), then the step row (`step_lock`).
  */
 export async function releaseStep(db: Database, n: SchemaNames, p: ReleaseStepParams): Promise<void> {
   const fence =
     p.why === 'shutdown'
-      ? stepFence(n, 's', p)
-      : sql`s.id = ${p.stepId}::uuid AND s.fencing_token = ${p.token.toString()}::bigint AND s.nonce = ${p.nonce}::uuid
-          AND s.status = 'running'`;
+      ? stepFenceOnInput(n, 's')
+      : sql`s.id = i.step_id AND s.fencing_token = i.token AND s.nonce = i.nonce AND s.status = 'running'`;
   const rows = await db.rows<FencedResultRow>(sql`
-    WITH ${runLockCte(n, p.stepId)},
+    WITH ${fencedInputCte([p])},
+    ${runLockCte(n)},
     applied AS (
       UPDATE ${n.steps} s
          SET status = 'scheduled', attempt = s.attempt - 1, next_run_at = ${n.now}, lease_expires_at = NULL,
              ended_nonce = s.nonce
-       WHERE ${fence} AND s.run_id IN (SELECT id FROM run_lock)
+        FROM inp i
+       WHERE ${fence} AND s.id IN (SELECT id FROM step_lock)
       RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, s.worker_id, s.queue),
     ended AS (
       UPDATE ${n.attempts} a SET outcome = 'released', ended_at = ${n.now}
@@ -60,8 +62,9 @@ export async function releaseStep(db: Database, n: SchemaNames, p: ReleaseStepPa
         FROM applied
       RETURNING 1),
     notified AS (SELECT pg_notify(${n.channel}, 'step:' || queue) FROM applied),
-    ${rejectionCtes(n, { ...p, operation: 'release' })}
+    ${rejectionCtes(n, { operation: 'release' })}
     SELECT ${fencedResultColumns},
-           (SELECT count(*) FROM ended) + (SELECT count(*) FROM step_event) + (SELECT count(*) FROM notified) AS effects`);
+           (SELECT count(*) FROM ended) + (SELECT count(*) FROM step_event) + (SELECT count(*) FROM notified) AS effects
+      FROM inp i`);
   settleFencedResult(rows[0], p, 'release');
 }

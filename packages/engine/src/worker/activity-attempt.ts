@@ -25,8 +25,8 @@ import { faultHooks } from '../internal/fault-points.js';
 import { classifyDatabaseError, isContentRefusal, sqlstateOf, withInfraRetry } from '../infra-retry.js';
 import type { ActivityTiming } from '../options.js';
 import type { ClaimedStepRow } from '../queries/claim-steps.js';
-import { completeStep } from '../queries/complete-step.js';
 import { failStep } from '../queries/fail-step.js';
+import type { CompletionBatcher } from './completion-batcher.js';
 import { fenceStep, recordStaleRejection } from '../queries/fence-step.js';
 import { releaseStep } from '../queries/release-step.js';
 import {
@@ -48,6 +48,8 @@ export interface AttemptServices {
   readonly clockRateError: number;
   readonly logger: Logger;
   readonly events: WorkerEvents;
+  /** Where completions go: batched with the worker's other completions. */
+  readonly completions: CompletionBatcher;
   /** Ask the heartbeat loop to renew now (coalesced; at most one heartbeat in flight). */
   requestHeartbeat(): void;
 }
@@ -468,7 +470,7 @@ export class ActivityAttempt {
       throw error;
     }
     const result = await this.fencedWrite('complete', () =>
-      completeStep(this.services.db, this.services.names, { ...this.ref, output }),
+      this.services.completions.complete({ ...this.ref, output }),
     );
     if (result === 'recorded') this.services.events.emit('attempt:completed', { attempt: this.ref, output });
     else if (result !== 'not-recorded') {

@@ -13,6 +13,7 @@ import {
   type WorkerOptions,
 } from '../options.js';
 import { claimSteps } from '../queries/claim-steps.js';
+import { CompletionBatcher } from './completion-batcher.js';
 import { expireSteps } from '../queries/expire-steps.js';
 import { findClaimedByRequest } from '../queries/find-claimed-by-request.js';
 import { msUntilNextDueStep } from '../queries/next-due-step.js';
@@ -55,6 +56,7 @@ export class Worker {
   private loop: Promise<void> | undefined;
   private lastMaintenanceMs = 0;
   private readonly unsettledClaims: string[] = [];
+  private readonly completions: CompletionBatcher;
 
   constructor(
     private readonly host: WorkerHost,
@@ -62,6 +64,7 @@ export class Worker {
   ) {
     const defaultId = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
     this.options = resolveWorkerOptions(options, defaultId);
+    this.completions = new CompletionBatcher(host.db, host.names);
   }
 
   get workerId(): string {
@@ -221,6 +224,7 @@ export class Worker {
         clockRateError: this.options.clockRateError,
         logger: this.host.logger,
         events: this.events,
+        completions: this.completions,
         requestHeartbeat: () => this.heartbeats?.requestFlush(),
       });
       this.events.emit('attempt:claimed', { attempt: attempt.ref, epoch: row.epoch, activity: row.name });

@@ -1,0 +1,106 @@
+import type { Database } from '../db/database.js';
+import { classifyDatabaseError } from '../infra-retry.js';
+import { completeSteps, type CompleteStepParams } from '../queries/complete-step.js';
+import { settleFencedResult } from '../queries/fenced-outcome.js';
+import type { SchemaNames } from '../queries/schema-names.js';
+
+interface Pending {
+  readonly params: CompleteStepParams;
+  resolve(outcome: 'applied' | 'replayed'): void;
+  reject(error: unknown): void;
+}
+
+/** Most completions in one statement. */
+export const MAX_COMPLETION_BATCH = 100;
+
+/**
+ * A worker's completions, sent as few statements as the database allows (group commit): a completion waits at
+ * most for the statement in flight, then goes with every completion that arrived meanwhile, in one statement
+ * that fences each row on its own ({@link completeSteps}). A completion arriving while nothing is in flight is
+ * sent on the next turn of the event loop, with whatever else completed in the same turn.
+ *
+ * Each caller gets its own row's answer: `'applied'`, `'replayed'`, or its own `LeaseLostError`; a stale row
+ * never fails its neighbours. A statement that fails as a whole fails every caller in it with that error when
+ * the error is transient (each caller's write retry sends it again, and a completion that did commit comes
+ * back `replayed`); any other error (a content the database refused) is retried row by row, so only the row
+ * that caused it fails. At most one row per step goes in one statement (a reclaimed attempt and its successor
+ * on one worker complete in two).
+ */
+export class CompletionBatcher {
+  private queue: Pending[] = [];
+  private running = false;
+
+  constructor(
+    private readonly db: Database,
+    private readonly names: SchemaNames,
+  ) {}
+
+  /**
+   * Record one attempt's result with the next batch.
+   * @returns `'applied'`, or `'replayed'` when this attempt's completion had already committed.
+   * @throws LeaseLostError when the attempt no longer holds its step; the statement's error otherwise.
+   */
+  complete(params: CompleteStepParams): Promise<'applied' | 'replayed'> {
+    return new Promise((resolve, reject) => {
+      this.queue.push({ params, resolve, reject });
+      if (!this.running) {
+        this.running = true;
+        setImmediate(() => void this.drain());
+      }
+    });
+  }
+
+  private async drain(): Promise<void> {
+    try {
+      while (this.queue.length > 0) await this.send(this.takeBatch());
+    } finally {
+      this.running = false;
+    }
+  }
+
+  /** Up to {@link MAX_COMPLETION_BATCH} completions, at most one per step, oldest first. */
+  private takeBatch(): Pending[] {
+    const batch: Pending[] = [];
+    const steps = new Set<string>();
+    const rest: Pending[] = [];
+    for (const p of this.queue) {
+      if (batch.length < MAX_COMPLETION_BATCH && !steps.has(p.params.stepId)) {
+        steps.add(p.params.stepId);
+        batch.push(p);
+      } else rest.push(p);
+    }
+    this.queue = rest;
+    return batch;
+  }
+
+  private async send(batch: readonly Pending[]): Promise<void> {
+    let rows;
+    try {
+      rows = await completeSteps(
+        this.db,
+        this.names,
+        batch.map((p) => p.params),
+      );
+    } catch (error) {
+      if (batch.length > 1 && classifyDatabaseError(error) !== 'transient') {
+        for (const p of batch) await this.send([p]);
+        return;
+      }
+      for (const p of batch) p.reject(error);
+      return;
+    }
+    for (const [k, p] of batch.entries()) {
+      try {
+        p.resolve(
+          settleFencedResult(
+            rows.find((r) => Number(r.ord) === k + 1),
+            p.params,
+            'complete',
+          ),
+        );
+      } catch (error) {
+        p.reject(error);
+      }
+    }
+  }
+}
