@@ -44,6 +44,9 @@ export class TurnConflict extends Error {}
  *    holders are refused as `cancelled` at their next write — NOTIFY) or is given its
  *    next turn time: now if anything woke it since the claim (`wake_count` moved), else its earliest timer;
  * 5. the turn's attempt row ends; workers of the new steps' queues are NOTIFYed.
+ * Three statements at most between BEGIN and COMMIT: the fence (which also sets the transaction's idle timeout),
+ * the steps (skipped when the turn has nothing new and delivered nothing; it NOTIFYs the new steps' queues), and
+ * the run's next turn or end (which also ends the turn's attempt row).
  */
 export async function commitTurn(
   db: Database,
@@ -55,8 +58,8 @@ export async function commitTurn(
   const fenced = await db
     .transaction(async (tx) => {
       // A worker frozen mid-commit must not hold the run row (locked by the fence) past its lease (I16).
+      // (Set by the fence statement itself, as its first step: one round trip less per turn.)
       const idleMs = Math.max(500, Math.floor(ref.leaseMs / 3));
-      await tx.rows(sql`SELECT set_config('idle_in_transaction_session_timeout', ${String(idleMs)}, true)`);
       // The fence locks the run row; the same statement then locks, by id, every step this commit will change
       // (the outcomes it marks delivered and, when the run ends, every live step) — invariant 14's one order,
       // taken before any later statement of the commit reads them, so what those statements see cannot change
@@ -64,10 +67,13 @@ export async function commitTurn(
       const ending = result.outcome.kind !== 'blocked';
       const touched = result.deliveries.map((d) => d.stepId);
       const fence = await tx.rows<{ wake_count: number; queue: string; cancel_requested: boolean }>(sql`
-        WITH f AS (
+        WITH cfg AS MATERIALIZED (
+          SELECT set_config('idle_in_transaction_session_timeout', ${String(idleMs)}, true) AS v),
+        f AS (
           UPDATE ${n.runs} SET turn_lease_expires_at = NULL
            WHERE id = ${ref.runId}::uuid AND turn_token = ${token}::bigint AND turn_nonce = ${ref.nonce}::uuid
              AND turn_lease_expires_at > ${n.now} AND status IN ('pending', 'running')
+             AND EXISTS (SELECT 1 FROM cfg)
           RETURNING wake_count, queue, cancel_requested_at IS NOT NULL AS cancel_requested),
         locked AS (
           SELECT count(*) AS n FROM (
@@ -108,7 +114,11 @@ export async function commitTurn(
         delivered_seq: d.deliveredSeq,
         fires_timer: d.firesTimer,
       }));
-      const applied = await tx.rows<{ fired_expected: number; fired: number; queues: string[] | null }>(sql`
+      // Nothing new and nothing delivered (a turn that only ends the run or waits): no statement to send.
+      const applied =
+        steps.length === 0 && deliveries.length === 0
+          ? []
+          : await tx.rows<{ fired_expected: number; fired: number }>(sql`
         WITH ns AS (
           SELECT * FROM jsonb_to_recordset(${JSON.stringify(steps)}::jsonb) AS x(
             seq int, kind text, name text, after_delivered_seq int, status text, delivered_seq int, error jsonb, input jsonb, output jsonb,
@@ -166,15 +176,25 @@ export async function commitTurn(
           INSERT INTO ${n.events} (run_id, step_id, type, data, terminal, at)
           SELECT ${ref.runId}::uuid, id, 'timer:fired', jsonb_build_object('seq', seq), true, ${n.now}
             FROM marked WHERE fires_timer
-          RETURNING 1)
+          RETURNING 1),
+        -- Workers of the new activities' queues are woken at COMMIT (a rollback discards the NOTIFY with the rest).
+        step_notify AS (
+          SELECT pg_notify(${n.channel}, 'step:' || q.queue)
+            FROM (SELECT DISTINCT queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled') q)
         SELECT (SELECT count(*) FROM dl WHERE fires_timer)::int AS fired_expected,
                (SELECT count(*) FROM marked WHERE fires_timer)::int AS fired,
-               (SELECT array_agg(DISTINCT queue) FROM inserted WHERE kind = 'activity' AND status = 'scheduled') AS queues,
+               (SELECT count(*) FROM step_notify) AS notified,
                (SELECT count(*) FROM scheduled_events) + (SELECT count(*) FROM fired_events)
                  + (SELECT count(*) FROM cancelled_events) AS effects`);
       const row = applied[0];
       if (row && row.fired !== row.fired_expected) throw new TurnConflict('a timer changed under the turn');
       const outcome = result.outcome;
+      // The turn's attempt row ends in the same statement as the run's next turn or its end (a data-modifying
+      // CTE runs whether or not the query reads it).
+      const turnAttemptEnd = sql`turn_attempt AS (
+            UPDATE ${n.attempts} SET outcome = 'completed', ended_at = ${n.now}
+             WHERE fencing_token = ${token}::bigint AND outcome IS NULL
+            RETURNING 1)`;
       if (outcome.kind === 'blocked') {
         await tx.rows(sql`
           WITH next AS (
@@ -184,7 +204,8 @@ export async function commitTurn(
             UPDATE ${n.runs} r
                SET turn_next_run_at = CASE WHEN r.wake_count <> ${ref.wakeCount} THEN ${n.now} ELSE (SELECT due FROM next) END
              WHERE r.id = ${ref.runId}::uuid
-            RETURNING r.turn_next_run_at <= ${n.now} AS due_now, r.queue)
+            RETURNING r.turn_next_run_at <= ${n.now} AS due_now, r.queue),
+          ${turnAttemptEnd}
           SELECT pg_notify(${n.channel}, 'turn:' || queue) FROM upd WHERE due_now`);
       } else {
         const status = outcome.kind;
@@ -221,17 +242,13 @@ export async function commitTurn(
             INSERT INTO ${n.events} (run_id, type, data, terminal, at)
             SELECT id, 'run:' || ${status}::text, CASE WHEN ${error}::jsonb IS NOT NULL THEN jsonb_build_object('error', ${error}::jsonb) END,
                    true, ${n.now} FROM ended
-            RETURNING 1)
+            RETURNING 1),
+          ${turnAttemptEnd}
           SELECT pg_notify(${n.channel}, 'run:' || id::text),
                  (SELECT count(*) FROM leftover_events) + (SELECT count(*) FROM leftover_attempts)
                    + (SELECT count(*) FROM run_event)
             FROM ended`);
       }
-      await tx.rows(sql`
-        UPDATE ${n.attempts} SET outcome = 'completed', ended_at = ${n.now}
-         WHERE fencing_token = ${token}::bigint AND outcome IS NULL`);
-      for (const queue of row?.queues ?? [])
-        await tx.rows(sql`SELECT pg_notify(${n.channel}, ${'step:' + queue})`);
       return true;
     })
     .catch((error: unknown) => {
