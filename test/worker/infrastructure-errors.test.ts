@@ -97,6 +97,10 @@ describe('infrastructure errors on postgres never consume an attempt', () => {
       await tx`SELECT 1 FROM ${runs_} WHERE id = ${handle.runId} FOR UPDATE`;
       resume.open();
       const blocked = await until('the completion to wait on the run row lock', async () => {
+        // pg_stat_activity is read once per transaction and then kept: polled inside this one, it showed the
+        // backends as they were at the first poll, which on a loaded machine came before the completion was
+        // sent (the test then timed out with the completion waiting in plain sight). Drop that copy each time.
+        await tx`SELECT pg_stat_clear_snapshot()`;
         const rows = await tx<{ pid: number }[]>`
           SELECT pid FROM pg_stat_activity
            WHERE datname = current_database() AND application_name = 'palisade'
