@@ -39,21 +39,26 @@ export async function failStep(
 ): Promise<'applied' | 'replayed'> {
   const error = JSON.stringify(p.error);
   const terminalStatus = p.outcome === 'cancelled' ? 'cancelled' : 'failed';
+  // One time for the whole decision: the persisted retry time and the event that reports it (retryAt − at is
+  // exactly the backoff), the step's and the attempt's end.
+  const now = sql`(SELECT t FROM clock)`;
   const rows = await db.rows<FencedResultRow>(sql`
     WITH ${fencedInputCte([p])},
     ${runLockCte(n)},
+    -- read once the step is locked (not before a lock wait)
+    clock AS MATERIALIZED (SELECT ${n.now} AS t FROM (SELECT count(*) FROM step_lock) locked),
     applied AS (
       UPDATE ${n.steps} s
          SET status = CASE WHEN ${p.retry} THEN 'scheduled' ELSE ${terminalStatus} END,
              error = ${error}::jsonb, ended_nonce = s.nonce,
              next_run_at = CASE WHEN ${p.retry}
-                                THEN ${n.now} + ${msInterval(sql`${n.retryDelayMs}(s.retry_policy, s.attempt)`)} END,
-             finished_at = CASE WHEN ${p.retry} THEN NULL ELSE ${n.now} END
+                                THEN ${now} + ${msInterval(sql`${n.retryDelayMs}(s.retry_policy, s.attempt)`)} END,
+             finished_at = CASE WHEN ${p.retry} THEN NULL ELSE ${now} END
         FROM inp i
        WHERE ${stepFenceOnInput(n, 's')} AND s.id IN (SELECT id FROM step_lock)
       RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, s.worker_id, s.status, s.next_run_at, s.queue),
     ended AS (
-      UPDATE ${n.attempts} a SET outcome = ${p.outcome ?? 'failed'}, ended_at = ${n.now}, error = ${error}::jsonb
+      UPDATE ${n.attempts} a SET outcome = ${p.outcome ?? 'failed'}, ended_at = ${now}, error = ${error}::jsonb
         FROM applied WHERE a.fencing_token = applied.fencing_token
       RETURNING 1),
     step_event AS (
@@ -61,20 +66,20 @@ export async function failStep(
       SELECT run_id, id,
              CASE WHEN status = 'scheduled' THEN 'attempt:failed' ELSE 'step:' || status END,
              attempt, epoch, fencing_token, worker_id,
-             jsonb_build_object('error', ${error}::jsonb, 'retryAt', next_run_at), status <> 'scheduled', ${n.now}
+             jsonb_build_object('error', ${error}::jsonb, 'retryAt', next_run_at), status <> 'scheduled', ${now}
         FROM applied
       RETURNING 1),
     finished_run AS (
-      UPDATE ${n.runs} r SET status = ${terminalStatus}, error = ${error}::jsonb, finished_at = ${n.now}
+      UPDATE ${n.runs} r SET status = ${terminalStatus}, error = ${error}::jsonb, finished_at = ${now}
        WHERE r.id IN (SELECT run_id FROM applied WHERE status <> 'scheduled')
          AND r.kind = 'activity' AND r.status IN ('pending', 'running')
       RETURNING r.id),
     run_event AS (
       INSERT INTO ${n.events} (run_id, type, data, terminal, at)
-      SELECT id, 'run:' || ${terminalStatus}, jsonb_build_object('error', ${error}::jsonb), true, ${n.now} FROM finished_run
+      SELECT id, 'run:' || ${terminalStatus}, jsonb_build_object('error', ${error}::jsonb), true, ${now} FROM finished_run
       RETURNING 1),
     woken_run AS (
-      UPDATE ${n.runs} r SET turn_next_run_at = least(coalesce(r.turn_next_run_at, ${n.now}), ${n.now}),
+      UPDATE ${n.runs} r SET turn_next_run_at = least(coalesce(r.turn_next_run_at, ${now}), ${now}),
                            wake_count = r.wake_count + 1
        WHERE r.id IN (SELECT run_id FROM applied WHERE status <> 'scheduled')
          AND r.kind = 'workflow' AND r.status IN ('pending', 'running')
