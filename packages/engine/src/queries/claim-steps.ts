@@ -33,6 +33,12 @@ export interface ClaimedStepRow {
   prev_token: string | null;
   /** The unit of work the token fences (`ctx.info.fencing.scope`). */
   fencing_scope: string;
+  /**
+   * How long until the next step on these queues that this claim did not take becomes claimable (ms, DB clock;
+   * ≤ 0: due now), or null when none is pending — the same for every row of one claim, so that a worker that
+   * claimed fewer than it asked for needs no second query to know how long it may sleep.
+   */
+  next_due_ms: number | null;
 }
 
 /**
@@ -135,6 +141,11 @@ export async function claimSteps(
            c.nonce::text, c.lease_ms, c.start_to_close_timeout_ms, c.retry_policy, c.heartbeat_details,
            (extract(epoch FROM (c.lease_expires_at - ${n.now})) * 1000)::float8 AS remaining_ms,
            c.prev_token::text, c.fencing_scope,
+           (SELECT (extract(epoch FROM (min(x.next_run_at) - (SELECT t FROM clock))) * 1000)::float8
+              FROM ${n.steps} x
+             WHERE x.queue IN ${p.queues} AND x.status IN ('scheduled', 'running') AND x.name IN ${p.activityNames}
+               AND x.kind = 'activity' AND x.next_run_at IS NOT NULL
+               AND x.id NOT IN (SELECT id FROM claimed)) AS next_due_ms,
            (SELECT count(*) FROM new_attempts) + (SELECT count(*) FROM ended_attempts)
              + (SELECT count(*) FROM claim_events) + (SELECT count(*) FROM started_runs) AS effects
       FROM claimed c`);

@@ -135,13 +135,17 @@ export class Worker {
         await this.maintain();
         const free = this.options.concurrency - this.active.size;
         if (free > 0) {
-          const claimed = await this.claim(free);
+          const { claimed, nextDueMs } = await this.claim(free);
           failures = 0;
           if (claimed === free) continue; // more may be waiting
-          const dueIn = await msUntilNextDueStep(this.host.db, this.host.names, {
-            queues: this.options.queues,
-            activityNames: [...this.options.activities.keys()],
-          });
+          // A claim that took something says when the next step falls due; one that took nothing does not.
+          const dueIn =
+            claimed > 0
+              ? nextDueMs
+              : await msUntilNextDueStep(this.host.db, this.host.names, {
+                  queues: this.options.queues,
+                  activityNames: [...this.options.activities.keys()],
+                });
           if (dueIn !== null) waitMs = Math.min(waitMs, Math.max(0, dueIn));
           if (dueIn !== null && dueIn <= 0 && claimed > 0) continue;
         }
@@ -189,7 +193,7 @@ export class Worker {
     }
   }
 
-  private async claim(limit: number): Promise<number> {
+  private async claim(limit: number): Promise<{ claimed: number; nextDueMs: number | null }> {
     const claimRequestId = randomUUID();
     const sentAt = monotonicNow();
     let rows;
@@ -250,7 +254,7 @@ export class Worker {
         });
       this.executions.add(execution);
     }
-    return rows.length;
+    return { claimed: rows.length, nextDueMs: rows[0]?.next_due_ms ?? null };
   }
 
   /**
