@@ -28,6 +28,8 @@ const timings: FixtureTimings = {
 const HEARTBEAT_MS = 1_000;
 const POLL_MS = 500;
 const GRACE_MS = 2_000;
+/** The grace period of case (3), whose attempt returns 1 s after SIGTERM. */
+const FINISH_GRACE_MS = 8_000;
 /** Long enough that only the shutdown ends a first attempt. */
 const FOREVER_MS = 60_000;
 /** Slack for IPC, scheduling and query latency on a loaded two-core machine, added to every timing bound. */
@@ -41,7 +43,12 @@ describe('F11: graceful shutdown loses nothing and strands nothing', () => {
   const faults = useFaultCase(target);
   const { longSlices, recordStep } = fixtureActivities(timings);
 
-  const config = (c: FaultCase, workerId: string, deferStart = false): WorkerProcessConfig => ({
+  const config = (
+    c: FaultCase,
+    workerId: string,
+    deferStart = false,
+    graceMs = GRACE_MS,
+  ): WorkerProcessConfig => ({
     databaseUrl: c.databaseUrl,
     schema: c.schema,
     workerId,
@@ -51,7 +58,7 @@ describe('F11: graceful shutdown loses nothing and strands nothing', () => {
     pollIntervalMs: POLL_MS,
     concurrency: 10,
     poolSize: 4,
-    shutdownGraceMs: GRACE_MS,
+    shutdownGraceMs: graceMs,
     deferStart,
   });
 
@@ -62,6 +69,7 @@ describe('F11: graceful shutdown loses nothing and strands nothing', () => {
   async function w1Holding(
     c: FaultCase,
     runs: { cooperative: number; ignoring: number; finishing?: number },
+    graceMs = GRACE_MS,
   ): Promise<{
     w1: WorkerProcess;
     w2: WorkerProcess;
@@ -71,8 +79,8 @@ describe('F11: graceful shutdown loses nothing and strands nothing', () => {
     results: Promise<unknown[]>;
   }> {
     const [w1, w2] = await Promise.all([
-      workers.spawn(config(c, 'w1')),
-      workers.spawn(config(c, 'w2', true)),
+      workers.spawn(config(c, 'w1', false, graceMs)),
+      workers.spawn(config(c, 'w2', true, graceMs)),
     ]);
     const enqueue = (input: LongSlicesInput, n: number) =>
       Promise.all(Array.from({ length: n }, () => c.engine.client.enqueue(longSlices, input)));
@@ -222,18 +230,21 @@ describe('F11: graceful shutdown loses nothing and strands nothing', () => {
 
   it('(3) an attempt that returns inside the grace period is completed once, by W1, and not run again', async () => {
     const c = await faults.setUp();
-    const { w1, w2, cooperative, finishing, results } = await w1Holding(c, {
-      cooperative: 1,
-      ignoring: 0,
-      finishing: 1,
-    });
+    // A grace period far longer than the 1 s the attempt takes to return: on a loaded CI machine the attempt's
+    // timer and its completion were seen to take over a second more, and the grace end then released it (the
+    // cooperative way) instead of its completion landing — what (1) tests, not this case.
+    const { w1, w2, cooperative, finishing, results } = await w1Holding(
+      c,
+      { cooperative: 1, ignoring: 0, finishing: 1 },
+      FINISH_GRACE_MS,
+    );
     const [done] = finishing as [string];
 
     const termWallMs = Date.now();
     expect(w1.kill('SIGTERM')).toBe(true);
     const completed = await w1.waitFor('attempt:completed', (m) => m.attempt.runId === done);
     expect(completed.wallMs - termWallMs).toBeGreaterThanOrEqual(1_000);
-    expect(completed.wallMs - termWallMs).toBeLessThan(GRACE_MS);
+    expect(completed.wallMs - termWallMs).toBeLessThan(FINISH_GRACE_MS);
     // W1 then stops by itself: the cooperative attempt is released at the grace end, and the process exits.
     expect(await w1.exited).toEqual({ code: 0, signal: null });
     await results;

@@ -219,7 +219,18 @@ export async function spawnWorkerProcess(
       };
       const onExit = (e: ExitInfo): void => {
         cleanup();
-        reject(new Error(`waiting for ${type}: ${describeExit(e)}`));
+        reject(
+          new Error(
+            `waiting for ${type}: ${describeExit(e)}\n--- last messages ---\n` +
+              messages
+                .slice(-12)
+                .map(
+                  (m) =>
+                    `${m.type}${'attempt' in m ? ` ${(m.attempt as { stepLabel?: string }).stepLabel ?? ''}` : ''}`,
+                )
+                .join(', '),
+          ),
+        );
       };
       const timer = setTimeout(() => {
         cleanup();
