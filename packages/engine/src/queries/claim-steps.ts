@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
+import { nextDueMsSql } from './next-due-step.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 export interface ClaimStepsParams {
@@ -141,11 +142,7 @@ export async function claimSteps(
            c.nonce::text, c.lease_ms, c.start_to_close_timeout_ms, c.retry_policy, c.heartbeat_details,
            (extract(epoch FROM (c.lease_expires_at - ${n.now})) * 1000)::float8 AS remaining_ms,
            c.prev_token::text, c.fencing_scope,
-           (SELECT (extract(epoch FROM (min(x.next_run_at) - (SELECT t FROM clock))) * 1000)::float8
-              FROM ${n.steps} x
-             WHERE x.queue IN ${p.queues} AND x.status IN ('scheduled', 'running') AND x.name IN ${p.activityNames}
-               AND x.kind = 'activity' AND x.next_run_at IS NOT NULL
-               AND x.id NOT IN (SELECT id FROM claimed)) AS next_due_ms,
+           ${nextDueMsSql(n, p, sql`(SELECT id FROM claimed)`)} AS next_due_ms,
            (SELECT count(*) FROM new_attempts) + (SELECT count(*) FROM ended_attempts)
              + (SELECT count(*) FROM claim_events) + (SELECT count(*) FROM started_runs) AS effects
       FROM claimed c`);

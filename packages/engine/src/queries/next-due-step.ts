@@ -1,11 +1,28 @@
-import { sql } from 'drizzle-orm';
+import { sql, type SQL } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import type { SchemaNames } from './schema-names.js';
 
 /**
- * How long until the next step on these queues becomes claimable (a retry's backoff, a delayed start, or a
- * lease that will expire), by the DB clock, so an idle worker sleeps until then instead of polling tightly.
- * Uses `steps_claimable_idx`; no locks. @returns ms to wait (≤ 0: due now), or null when nothing is pending.
+ * An expression: ms (DB clock) until the next step on these queues becomes claimable (a retry's backoff, a
+ * delayed start, or a lease that will expire), ≤ 0 when one is due now, null when none is pending; steps whose
+ * ids `exclude` (a subquery) lists are left out. Uses `steps_claimable_idx`; no locks. The claim statement
+ * selects it too, leaving out what it claimed.
+ */
+export function nextDueMsSql(
+  n: SchemaNames,
+  p: { queues: readonly string[]; activityNames: readonly string[] },
+  exclude?: SQL,
+): SQL {
+  return sql`(SELECT (extract(epoch FROM (min(x.next_run_at) - ${n.now})) * 1000)::float8
+      FROM ${n.steps} x
+     WHERE x.queue IN ${p.queues} AND x.status IN ('scheduled', 'running') AND x.name IN ${p.activityNames}
+       AND x.kind = 'activity' AND x.next_run_at IS NOT NULL${exclude ? sql` AND x.id NOT IN ${exclude}` : sql``})`;
+}
+
+/**
+ * How long until the next step on these queues becomes claimable, by the DB clock, so an idle worker sleeps
+ * until then instead of polling tightly ({@link nextDueMsSql}). @returns ms to wait (≤ 0: due now), or null
+ * when nothing is pending.
  */
 export async function msUntilNextDueStep(
   db: Database,
@@ -13,10 +30,6 @@ export async function msUntilNextDueStep(
   p: { queues: readonly string[]; activityNames: readonly string[] },
 ): Promise<number | null> {
   if (p.queues.length === 0 || p.activityNames.length === 0) return null;
-  const rows = await db.rows<{ wait_ms: number | null }>(sql`
-    SELECT (extract(epoch FROM (min(next_run_at) - ${n.now})) * 1000)::float8 AS wait_ms
-      FROM ${n.steps}
-     WHERE queue IN ${p.queues} AND status IN ('scheduled', 'running') AND name IN ${p.activityNames}
-       AND kind = 'activity' AND next_run_at IS NOT NULL`);
+  const rows = await db.rows<{ wait_ms: number | null }>(sql`SELECT ${nextDueMsSql(n, p)} AS wait_ms`);
   return rows[0]?.wait_ms ?? null;
 }
