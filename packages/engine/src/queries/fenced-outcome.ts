@@ -37,10 +37,9 @@ export function staleReason(n: SchemaNames, cur: string, staleToken: SQL): SQL {
 }
 
 /**
- * The fenced writes' input as a CTE named `inp` (`step_id`, `token`, `nonce`, `ord`, and `output`/`extra` when
- * given), one row per attempt: the statements that end or change a step are written over a set of attempts, so
- * one statement text serves one attempt and a batch alike (the batch is one jsonb parameter, so the text does
- * not change with its size and stays one prepared statement).
+ * An attempt as the fenced writes take it: the step, and the token and nonce of the claim that granted it.
+ * The statements that end or change a step are written over a set of attempts (the CTE `inp`), so one statement
+ * text serves one attempt and a batch alike.
  */
 export interface FencedInput {
   readonly stepId: string;
@@ -48,7 +47,11 @@ export interface FencedInput {
   readonly nonce: string;
 }
 
-/** `inp` from a batch of attempts; `payload(i)` adds a per-row jsonb `payload` column (an output, an error). */
+/**
+ * The CTE `inp` (`step_id`, `token`, `nonce`, `payload`, `ord` from 1 in the order given) from a batch of
+ * attempts, each with an optional jsonb `payload` (an output). The batch is one jsonb parameter, so the text does
+ * not change with its size and stays one prepared statement.
+ */
 export function fencedInputCte(items: readonly (FencedInput & { readonly payload?: unknown })[]): SQL {
   const rows = JSON.stringify(
     items.map((i) => ({ s: i.stepId, t: i.token.toString(), n: i.nonce, p: i.payload ?? null })),
