@@ -29,7 +29,8 @@ const TRANSIENT_ERRNOS = new Set([
   'CONNECT_TIMEOUT',
 ]);
 
-function codesOf(error: unknown): string[] {
+/** Every error code (a SQLSTATE or a socket errno) along `error`'s cause chain, and inside AggregateErrors. */
+export function codesOf(error: unknown): string[] {
   const codes: string[] = [];
   const seen = new Set<unknown>();
   let current: unknown = error;
@@ -37,7 +38,9 @@ function codesOf(error: unknown): string[] {
     seen.add(current);
     const code = (current as { code?: unknown }).code;
     if (typeof code === 'string') codes.push(code);
-    if (current instanceof AggregateError) for (const e of current.errors) codes.push(...codesOf(e));
+    // AggregateError (several addresses refused, e.g. ::1 and 127.0.0.1) holds its causes in `errors`.
+    const inner = (current as { errors?: unknown }).errors;
+    if (Array.isArray(inner)) for (const e of inner) codes.push(...codesOf(e));
     current = (current as { cause?: unknown }).cause;
   }
   return codes;

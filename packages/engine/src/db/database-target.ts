@@ -6,6 +6,7 @@
 import { resolve } from 'node:path';
 import { PalisadeError, type PalisadeErrorCode } from '@palisade/sdk';
 import type { ResolvedEngineOptions } from '../options.js';
+import { codesOf } from '../infra-retry.js';
 
 /** A PostgreSQL server and database as a URL names them (no password). */
 export interface ServerTarget {
@@ -74,20 +75,6 @@ const UNREACHABLE = new Set([
   'ECONNRESET',
   'CONNECT_TIMEOUT',
 ]);
-
-/** The first error code (a SQLSTATE or a socket errno) along `error`'s cause chain. */
-function codesOf(error: unknown): string[] {
-  const codes: string[] = [];
-  for (let e = error, depth = 0; e && typeof e === 'object' && depth < 6; depth++) {
-    const code = (e as { code?: unknown }).code;
-    if (typeof code === 'string') codes.push(code);
-    // AggregateError (several addresses refused, e.g. ::1 and 127.0.0.1) holds its causes in `errors`.
-    const inner = (e as { errors?: unknown[] }).errors;
-    if (Array.isArray(inner)) codes.push(...inner.flatMap(codesOf));
-    e = (e as { cause?: unknown }).cause;
-  }
-  return codes;
-}
 
 /**
  * A PalisadeError for a first connection that failed because the server is unreachable
