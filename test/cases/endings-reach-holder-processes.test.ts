@@ -128,8 +128,8 @@ describe('every ending reaches its holder in another worker process', () => {
 
   async function staleRejections(runId: string): Promise<[string | null, unknown][]> {
     const rows = await engine.database.rows<{ token: string | null; data: { reason?: unknown } | null }>(sql`
-      SELECT fencing_token::text AS token, data FROM ${engine.names.events}
-       WHERE run_id = ${runId}::uuid AND type = 'attempt:stale-rejected' ORDER BY id`);
+      SELECT fencing_token::text AS token, data FROM ${engine.names.runEvents}
+       WHERE run_id = ${runId}::uuid AND type = 'attempt:stale-rejected' ORDER BY at, rank, ord`);
     return rows.map((r) => [r.token, r.data?.reason]);
   }
 

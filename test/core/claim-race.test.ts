@@ -334,7 +334,7 @@ describe('claim races on postgres (F12)', { timeout: 180_000 }, () => {
       SELECT fencing_token FROM (
         SELECT fencing_token, (data->>'leaseExpiresAt')::timestamptz AS lease_expires_at,
                lead(at) OVER (ORDER BY fencing_token) AS next_claimed_at
-          FROM ${engine.names.events} WHERE type = 'attempt:claimed') c
+          FROM ${engine.names.runEvents} WHERE type = 'attempt:claimed') c
        WHERE lease_expires_at > next_claimed_at`);
     expect(overlappingLeases).toEqual([]);
     const claimedEvents = await eventsOfType(engine, 'attempt:claimed');
@@ -541,7 +541,7 @@ describe('claim races on postgres (F12)', { timeout: 180_000 }, () => {
     // Exactly one terminal event per step, and per run.
     const terminal = await engine.database.rows<{ steps: number; runs: number }>(sql`
       SELECT count(*) FILTER (WHERE step_id IS NOT NULL)::int AS steps, count(*) FILTER (WHERE step_id IS NULL)::int AS runs
-        FROM ${n.events} WHERE terminal`);
+        FROM ${n.runEvents} WHERE terminal`);
     expect(terminal).toEqual([{ steps: SIDE_ITERATIONS, runs: SIDE_ITERATIONS }]);
   });
 });

@@ -67,16 +67,16 @@ export interface StoredEvent {
 export async function eventsOfRun(engine: Engine, runId: string, type?: string): Promise<StoredEvent[]> {
   return engine.database.rows<StoredEvent>(sql`
     SELECT type, step_id::text, attempt, epoch, fencing_token::text AS token, worker_id, data, terminal
-      FROM ${engine.names.events}
+      FROM ${engine.names.runEvents}
      WHERE run_id = ${runId}::uuid AND (${type ?? null}::text IS NULL OR type = ${type ?? null})
-     ORDER BY id`);
+     ORDER BY at, rank, ord`);
 }
 
 /** Events of one type across every run of the engine's schema, in append order. */
 export async function eventsOfType(engine: Engine, type: string): Promise<StoredEvent[]> {
   return engine.database.rows<StoredEvent>(sql`
     SELECT type, step_id::text, attempt, epoch, fencing_token::text AS token, worker_id, data, terminal
-      FROM ${engine.names.events} WHERE type = ${type} ORDER BY id`);
+      FROM ${engine.names.runEvents} WHERE type = ${type} ORDER BY at, rank, ord`);
 }
 
 /** The SQLSTATE of a database error, wherever the driver wrapper put it. */

@@ -143,7 +143,7 @@ export function caseDatabase(sql: postgres.Sql, schema: string): CaseDatabase {
     events: (runId) =>
       sql.unsafe<EventRecord[]>(
         `SELECT type, step_id::text, fencing_token::text AS token, worker_id, data, ${ms('at')} AS at_ms
-           FROM ${t('events')} WHERE run_id = $1 ORDER BY id`,
+           FROM ${t('run_events')} WHERE run_id = $1 ORDER BY at, rank, ord`,
         [runId],
       ),
     ledger: (runId) =>

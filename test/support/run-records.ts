@@ -99,7 +99,7 @@ export function runRecords(sql: postgres.Sql, schema: string): RunRecords {
       sql.unsafe<RunEvent[]>(
         `SELECT type, step_id::text, fencing_token::text AS token, worker_id,
                 ${ms(`(data->>'dueAt')::timestamptz`)} AS due_at_ms, ${ms('at')} AS at_ms
-           FROM ${t('events')} WHERE run_id = $1 ORDER BY id`,
+           FROM ${t('run_events')} WHERE run_id = $1 ORDER BY at, rank, ord`,
         [runId],
       ),
     nowMs: async () => {

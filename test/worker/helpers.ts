@@ -130,7 +130,7 @@ export async function eventsOf(engine: Engine, runId: string): Promise<EventStat
   const n = engine.names;
   return engine.database.rows<EventState>(sql`
     SELECT type, attempt, epoch, fencing_token::text AS token, terminal, data
-      FROM ${n.events} WHERE run_id = ${runId}::uuid ORDER BY id`);
+      FROM ${n.runEvents} WHERE run_id = ${runId}::uuid ORDER BY at, rank, ord`);
 }
 
 /** The engine's database time (`<schema>.now()`, time travel included) in epoch ms. */

@@ -1,4 +1,5 @@
 import { PalisadeError } from '@palisade/sdk';
+import { notificationItems } from '../queries/notify.js';
 import type { Database } from './database.js';
 
 /**
@@ -27,8 +28,12 @@ export class NotificationHub {
     let set = this.subscribers.get(payload);
     if (!set) this.subscribers.set(payload, (set = new Set()));
     set.add(handler);
-    this.started ??= this.db.listen(this.channel, (p) => {
-      for (const h of this.subscribers.get(p) ?? []) h();
+    this.started ??= this.db.listen(this.channel, (payload) => {
+      for (const item of notificationItems(payload)) {
+        if (item === 'run:*') {
+          for (const [key, set] of this.subscribers) if (key.startsWith('run:')) for (const h of set) h();
+        } else for (const h of this.subscribers.get(item) ?? []) h();
+      }
     });
     await this.started;
     return () => {

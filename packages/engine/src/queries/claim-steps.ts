@@ -52,8 +52,9 @@ export interface ClaimedStepRow {
  * claim can never take an unexpired lease. Each claimed row takes a fresh token from the global sequence
  * (taken under the row lock, so grants of one step increase in commit order), a fresh nonce, attempt + 1,
  * epoch + 1, an attempt deadline (start-to-close) and a lease from the DB clock capped by that deadline.
- * The same statement inserts the `attempts` row, ends a reclaimed attempt's row as `lease_expired` or
- * `timed_out`, appends the events, and marks a standalone run `running`. It never waits for a lock (SKIP LOCKED
+ * The same statement inserts the `attempts` row (claimed at the lease's start; a reclaim names the token it took
+ * over: `attempt:claimed` is read off this row, not stored — see the `run_events` view), ends a reclaimed
+ * attempt's row as `lease_expired` or `timed_out`, and marks a standalone run `running`. It never waits for a lock (SKIP LOCKED
  * on steps and on the runs it marks), so it can take part in no deadlock (invariant 14).
  */
 export async function claimSteps(
@@ -110,10 +111,12 @@ export async function claimSteps(
          AND (s.status = 'scheduled' OR (s.status = 'running' AND s.lease_expires_at <= ${n.now}))
       RETURNING s.id, s.run_id, s.seq, s.name, s.queue, s.input, s.attempt, s.epoch, s.fencing_token, s.nonce,
                 s.lease_ms, s.start_to_close_timeout_ms, s.retry_policy, s.heartbeat_details, s.lease_expires_at,
-                s.fencing_scope, p.prev_status, p.prev_token, p.prev_lease_expires_at, p.prev_deadline_at),
+                s.fencing_scope, p.prev_status, p.prev_token, p.prev_lease_expires_at, p.prev_deadline_at, p.t),
     new_attempts AS (
-      INSERT INTO ${n.attempts} (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at)
-      SELECT c.run_id, c.id, 'activity', c.attempt, c.epoch, c.fencing_token, c.nonce, ${p.workerId}, ${n.now}
+      INSERT INTO ${n.attempts} (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
+                                 reclaimed_from_token)
+      SELECT c.run_id, c.id, 'activity', c.attempt, c.epoch, c.fencing_token, c.nonce, ${p.workerId}, c.t,
+             CASE WHEN c.prev_status = 'running' THEN c.prev_token END
         FROM claimed c
       RETURNING 1),
     ended_attempts AS (
@@ -122,17 +125,6 @@ export async function claimSteps(
              ended_at = c.prev_lease_expires_at
         FROM claimed c
        WHERE c.prev_status = 'running' AND a.fencing_token = c.prev_token AND a.outcome IS NULL
-      RETURNING 1),
-    claim_events AS (
-      INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, worker_id, data, at)
-      SELECT c.run_id, c.id, 'attempt:claimed', c.attempt, c.epoch, c.fencing_token, ${p.workerId},
-             jsonb_build_object('leaseExpiresAt', c.lease_expires_at,
-                                'reclaimedFromToken', CASE WHEN c.prev_status = 'running' THEN c.prev_token::text END,
-                                'previousAttemptEnded', CASE WHEN c.prev_status <> 'running' THEN NULL
-                                  WHEN c.prev_lease_expires_at >= c.prev_deadline_at THEN 'timed_out'
-                                  ELSE 'lease_expired' END),
-             ${n.now}
-        FROM claimed c
       RETURNING 1),
     started_runs AS (
       UPDATE ${n.runs} r SET status = 'running', started_at = coalesce(r.started_at, ${n.now})
@@ -144,6 +136,6 @@ export async function claimSteps(
            c.prev_token::text, c.fencing_scope,
            ${nextDueMsSql(n, p, sql`(SELECT id FROM claimed)`)} AS next_due_ms,
            (SELECT count(*) FROM new_attempts) + (SELECT count(*) FROM ended_attempts)
-             + (SELECT count(*) FROM claim_events) + (SELECT count(*) FROM started_runs) AS effects
+             + (SELECT count(*) FROM started_runs) AS effects
       FROM claimed c`);
 }

@@ -10,6 +10,7 @@ import {
   type AttemptRef,
   type FencedResultRow,
 } from './fenced-outcome.js';
+import { notifyOnce } from './notify.js';
 import type { SchemaNames } from './schema-names.js';
 
 export interface CompleteStepParams extends AttemptRef {
@@ -20,8 +21,9 @@ export interface CompleteStepParams extends AttemptRef {
 /**
  * Record the results of a batch of attempts (invariant 4; I3, I7) in one statement that fences every row on its
  * own: for each attempt whose fence holds, set its step `completed` with its output, end its attempt row, append
- * the step's single terminal event (a unique index allows one per step), complete a standalone run (with its
- * terminal event and a NOTIFY for result waiters) or wake a workflow run's next turn. A row whose fence fails
+ * the step's single terminal event (a unique index allows one per step), complete a standalone run (its
+ * `run:completed` is read off the run row: see the `run_events` view) or wake a workflow run's next turn, and
+ * send one NOTIFY for the whole batch (result waiters, turn queues: {@link notifyOnce}). A row whose fence fails
  * because this very attempt's completion already committed (`ended_nonce` is its own and the step is
  * `completed`) is `replayed`; any other such row is rejected and recorded in the same statement, without
  * touching its neighbours. The input is one jsonb parameter, so one prepared statement serves every batch size.
@@ -57,21 +59,19 @@ export async function completeSteps(
         FROM applied
        WHERE r.id = applied.run_id AND r.kind = 'activity' AND r.status IN ('pending', 'running')
       RETURNING r.id),
-    run_event AS (
-      INSERT INTO ${n.events} (run_id, type, terminal, at)
-      SELECT id, 'run:completed', true, ${n.now} FROM finished_run
-      RETURNING 1),
     woken_run AS (
       UPDATE ${n.runs} r SET turn_next_run_at = least(coalesce(r.turn_next_run_at, ${n.now}), ${n.now}),
                            wake_count = r.wake_count + 1
        WHERE r.id IN (SELECT run_id FROM applied) AND r.kind = 'workflow' AND r.status IN ('pending', 'running')
       RETURNING r.id, r.queue),
-    notified AS (
-      SELECT pg_notify(${n.channel}, 'run:' || id::text) FROM finished_run
-      UNION ALL SELECT pg_notify(${n.channel}, 'turn:' || queue) FROM (SELECT DISTINCT queue FROM woken_run) q),
+    ${notifyOnce(
+      n,
+      'notified',
+      sql`SELECT 'run:' || id::text FROM finished_run UNION ALL SELECT 'turn:' || queue FROM woken_run`,
+    )},
     ${rejectionCtes(n, { operation: 'complete', replayWhen: sql`cur.status = 'completed' AND cur.ended_nonce = cur.stale_nonce AND cur.fencing_token = cur.stale_token` })}
     SELECT ${fencedResultColumns},
-           (SELECT count(*) FROM ended) + (SELECT count(*) FROM step_event) + (SELECT count(*) FROM run_event)
+           (SELECT count(*) FROM ended) + (SELECT count(*) FROM step_event)
              + (SELECT count(*) FROM notified) AS effects
       FROM inp i ORDER BY i.ord`);
   return rows;

@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
+import { notifyOnce } from './notify.js';
 import type { SchemaNames } from './schema-names.js';
 
 export interface ExpiredStepRow {
@@ -83,9 +84,7 @@ export async function expireSteps(db: Database, n: SchemaNames, limit = 100): Pr
                            wake_count = r.wake_count + 1
        WHERE r.id IN (SELECT run_id FROM ended) AND r.kind = 'workflow' AND r.status IN ('pending', 'running')
       RETURNING r.id, r.queue),
-    notified AS (
-      SELECT pg_notify(${n.channel}, 'run:' || id::text) FROM finished_runs
-      UNION ALL SELECT pg_notify(${n.channel}, 'turn:' || queue) FROM woken_runs)
+    ${notifyOnce(n, 'notified', sql`SELECT 'run:' || id::text FROM finished_runs UNION ALL SELECT 'turn:' || queue FROM woken_runs`)}
     SELECT e.id::text, e.run_id::text, e.status,
            (SELECT count(*) FROM ended_attempts) + (SELECT count(*) FROM step_events)
              + (SELECT count(*) FROM run_events) + (SELECT count(*) FROM notified) AS effects

@@ -12,6 +12,7 @@ import {
   type FencedResultRow,
 } from './fenced-outcome.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
+import { notifyOnce } from './notify.js';
 
 export interface FailStepParams extends AttemptRef {
   readonly nonce: string;
@@ -84,9 +85,7 @@ export async function failStep(
        WHERE r.id IN (SELECT run_id FROM applied WHERE status <> 'scheduled')
          AND r.kind = 'workflow' AND r.status IN ('pending', 'running')
       RETURNING r.id, r.queue),
-    notified AS (
-      SELECT pg_notify(${n.channel}, 'run:' || id::text) FROM finished_run
-      UNION ALL SELECT pg_notify(${n.channel}, 'turn:' || queue) FROM woken_run),
+    ${notifyOnce(n, 'notified', sql`SELECT 'run:' || id::text FROM finished_run UNION ALL SELECT 'turn:' || queue FROM woken_run`)},
     ${rejectionCtes(n, {
       operation: 'fail',
       // This attempt's own completion also leaves its nonce in ended_nonce: a failure sent after it is a

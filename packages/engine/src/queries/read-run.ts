@@ -109,8 +109,8 @@ export async function readRunHistory(
              (extract(epoch FROM (ended_at - claimed_at)) * 1000)::float8 AS duration_ms
         FROM ${n.attempts} WHERE run_id = ${runId}::uuid ORDER BY id`),
     db.rows<EventRow>(sql`
-      SELECT id::text, step_id::text, type, attempt, epoch, fencing_token::text AS token, worker_id, data, ${ts('at')} AS at
-        FROM ${n.events} e WHERE e.run_id = ${runId}::uuid ORDER BY e.id`),
+      SELECT id, step_id::text, type, attempt, epoch, fencing_token::text AS token, worker_id, data, ${ts('at')} AS at
+        FROM ${n.runEvents} e WHERE e.run_id = ${runId}::uuid ORDER BY e.at, e.rank, e.ord`),
   ]);
   return { steps, attempts, events };
 }

@@ -12,6 +12,8 @@ export interface SchemaNames {
   readonly steps: SQL;
   readonly attempts: SQL;
   readonly events: SQL;
+  /** The view of a run's history: stored events plus those read off runs and attempts (migration 0008). */
+  readonly runEvents: SQL;
   readonly fences: SQL;
   readonly clockOffset: SQL;
   /** `nextval(...)` of the global fencing-token sequence. */
@@ -38,6 +40,7 @@ export function schemaNames(schema: string): SchemaNames {
     steps: t('steps'),
     attempts: t('attempts'),
     events: t('events'),
+    runEvents: t('run_events'),
     fences: t('fences'),
     clockOffset: t('clock_offset'),
     nextToken: sql.raw(`nextval('${q}."fencing_token_seq"')`),

@@ -64,7 +64,9 @@ export function defineTables(schemaName: string) {
     (t) => [
       // A key is scoped to the workflow or activity it starts (kind + name): the same key may start one run of each.
       unique('runs_kind_name_idempotency_key_unique').on(t.kind, t.name, t.idempotencyKey),
-      index('runs_status_created_at_idx').on(t.status, t.createdAt),
+      // Not (status, created_at): a run's status changes on its hot path, and an indexed column would make those
+      // updates write every index of the table (migration 0008).
+      index('runs_created_at_idx').on(t.createdAt),
       index('runs_turn_due_idx')
         .on(t.queue, t.turnNextRunAt)
         .where(sql`${t.turnNextRunAt} IS NOT NULL`),
@@ -174,7 +176,10 @@ export function defineTables(schemaName: string) {
       fencingToken: bigint('fencing_token', { mode: 'bigint' }).notNull(),
       nonce: uuid('nonce').notNull(),
       workerId: text('worker_id').notNull(),
+      /** For an activity attempt, the start of its first lease (DB clock). */
       claimedAt: ts('claimed_at').notNull(),
+      /** The token of the attempt whose expired lease this claim took over, if any (for `attempt:claimed`). */
+      reclaimedFromToken: bigint('reclaimed_from_token', { mode: 'bigint' }),
       endedAt: ts('ended_at'),
       /** completed | failed | lease_expired | rejected_stale | cancelled | timed_out | released */
       outcome: text('outcome'),

@@ -1,0 +1,34 @@
+import { sql, type SQL } from 'drizzle-orm';
+import type { SchemaNames } from './schema-names.js';
+
+/**
+ * Wake-ups travel on one channel per schema as NOTIFY payloads made of items, one per line:
+ * - `step:<queue>`: an activity step of that queue may be claimable;
+ * - `turn:<queue>`: a workflow turn of that queue may be due;
+ * - `run:<id>`: that run ended (for `handle.result()` waiters); `run:*`: some runs ended, too many to name.
+ * A statement sends at most one NOTIFY ({@link notifyOnce}): PostgreSQL queues every NOTIFY of a transaction
+ * under one global lock held until COMMIT, so one per run or per queue would serialize the commits of every
+ * worker behind it.
+ */
+export function notificationItems(payload: string): string[] {
+  return payload.split('\n');
+}
+
+/** Largest payload sent as it is (PostgreSQL refuses more than 8000 bytes); longer ones name the runs as `run:*`. */
+const MAX_PAYLOAD = 7900;
+
+/**
+ * A CTE named `name` that sends one NOTIFY carrying every item `items` (a query over one text column `item`)
+ * yields, de-duplicated, or none when it yields none. When the items do not fit one payload, the `run:` items
+ * are folded into `run:*` (every waiter re-reads its run) and the other items, a queue each, are kept.
+ */
+export function notifyOnce(n: SchemaNames, name: string, items: SQL): SQL {
+  return sql`${sql.raw(name)} AS (
+    SELECT pg_notify(${n.channel},
+             CASE WHEN length(p.all_items) <= ${MAX_PAYLOAD} THEN p.all_items
+                  ELSE concat_ws(E'\\n', 'run:*', p.other_items) END)
+      FROM (SELECT string_agg(item, E'\\n') AS all_items,
+                   string_agg(item, E'\\n') FILTER (WHERE item NOT LIKE 'run:%') AS other_items
+              FROM (SELECT DISTINCT item FROM (${items}) x(item) WHERE item IS NOT NULL) d) p
+     WHERE p.all_items IS NOT NULL)`;
+}
