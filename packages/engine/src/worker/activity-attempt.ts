@@ -52,6 +52,11 @@ export interface AttemptServices {
   readonly completions: CompletionBatcher;
   /** Ask the heartbeat loop to renew now (coalesced; at most one heartbeat in flight). */
   requestHeartbeat(): void;
+  /**
+   * The activity's code has returned or thrown: its concurrency slot may take the next attempt while this one's
+   * outcome is being recorded (the attempt keeps its lease, and its heartbeats, until the record commits).
+   */
+  codeSettled?(): void;
 }
 
 class FenceFailed extends Error {}
@@ -415,7 +420,10 @@ export class ActivityAttempt {
     throw original;
   }
 
-  /** Run the activity and record its outcome; resolves when the slot can be reused. */
+  /**
+   * Run the activity and record its outcome; resolves when the outcome is recorded (or could not be). The code's
+   * own end is reported earlier, through `codeSettled`.
+   */
   async execute(): Promise<void> {
     const { events } = this.services;
     events.emit('attempt:started', { attempt: this.ref });
@@ -437,6 +445,7 @@ export class ActivityAttempt {
       ),
       aborted.then(() => ({ kind: 'aborted' as const })),
     ]);
+    if (outcome.kind !== 'aborted') this.services.codeSettled?.();
     try {
       if (outcome.kind === 'aborted' || !this.live) await this.afterAbort(user);
       else if (outcome.kind === 'returned') await this.recordCompletion(outcome.value);

@@ -17,6 +17,7 @@ import { CompletionBatcher } from './completion-batcher.js';
 import { expireSteps } from '../queries/expire-steps.js';
 import { findClaimedByRequest } from '../queries/find-claimed-by-request.js';
 import { msUntilNextDueStep } from '../queries/next-due-step.js';
+import { notificationItems } from '../queries/notify.js';
 import { releaseStep } from '../queries/release-step.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import { TurnLoop } from '../workflow/turn-loop.js';
@@ -45,7 +46,10 @@ export interface WorkerHost {
 export class Worker {
   readonly options: ResolvedWorkerOptions;
   readonly events = new WorkerEvents();
+  /** Attempts this worker holds, from their claim until their outcome is recorded (or cannot be). */
   private readonly active = new Set<ActivityAttempt>();
+  /** Attempts whose code runs: each holds one of the `concurrency` slots. */
+  private readonly busy = new Set<ActivityAttempt>();
   private readonly executions = new Set<Promise<void>>();
   private heartbeats: HeartbeatLoop | undefined;
   private turns: TurnLoop | undefined;
@@ -99,10 +103,12 @@ export class Worker {
     );
     this.heartbeats.start();
     this.unlisten = await db.listen(names.channel, (payload) => {
-      const [kind, queue] = [payload.slice(0, payload.indexOf(':')), payload.slice(payload.indexOf(':') + 1)];
-      if (!this.options.queues.includes(queue)) return;
-      if (kind === 'step') this.wakeSignal.notify();
-      else if (kind === 'turn') this.turns?.wake();
+      for (const item of notificationItems(payload)) {
+        const [kind, queue] = [item.slice(0, item.indexOf(':')), item.slice(item.indexOf(':') + 1)];
+        if (!this.options.queues.includes(queue)) continue;
+        if (kind === 'step') this.wakeSignal.notify();
+        else if (kind === 'turn') this.turns?.wake();
+      }
     });
     if (this.options.activities.size > 0) this.loop = this.claimLoop();
     if (this.options.workflows.size > 0) {
@@ -133,7 +139,13 @@ export class Worker {
       this.wakeSignal.take();
       try {
         await this.maintain();
-        const free = this.options.concurrency - this.active.size;
+        if (this.state !== 'running') break; // stop() began meanwhile: claim nothing more
+        // A slot frees when an attempt's code ends; its outcome is then recorded while the slot runs the next one,
+        // so claims and completions overlap instead of taking turns. Outcomes being recorded are bounded too.
+        const free = Math.min(
+          this.options.concurrency - this.busy.size,
+          2 * this.options.concurrency - this.active.size,
+        );
         if (free > 0) {
           const { claimed, nextDueMs } = await this.claim(free);
           failures = 0;
@@ -230,9 +242,13 @@ export class Worker {
         events: this.events,
         completions: this.completions,
         requestHeartbeat: () => this.heartbeats?.requestFlush(),
+        codeSettled: () => {
+          if (this.busy.delete(attempt)) this.wakeSignal.notify();
+        },
       });
       this.events.emit('attempt:claimed', { attempt: attempt.ref, epoch: row.epoch, activity: row.name });
       this.active.add(attempt);
+      this.busy.add(attempt);
       this.heartbeats?.add(attempt);
       const fresh = isGrantFresh(
         attempt.localDeadlineMs,
@@ -248,6 +264,7 @@ export class Worker {
         })
         .finally(() => {
           this.active.delete(attempt);
+          this.busy.delete(attempt);
           this.heartbeats?.delete(attempt);
           this.executions.delete(execution);
           this.wakeSignal.notify();
