@@ -16,6 +16,8 @@ import { parameterGuard } from './t14-parameter-guard.js';
 import { retryUnderLiveHolder } from './t15-retry-under-live-holder.js';
 import { sigkillBatch } from './t16-sigkill-batch.js';
 import { sigstopBatch } from './t17-sigstop-batch.js';
+import { terminateBatch } from './t18-terminate-batch.js';
+import { lostBatchReply } from './t19-lost-batch-reply.js';
 
 export const SCENARIOS: readonly Scenario[] = [
   frozenZombie,
@@ -34,4 +36,6 @@ export const SCENARIOS: readonly Scenario[] = [
   retryUnderLiveHolder,
   sigkillBatch,
   sigstopBatch,
+  terminateBatch,
+  lostBatchReply,
 ];
