@@ -97,10 +97,12 @@ export const chaosInput = z.object({
   /** Throw a non-retryable failure after the iterations (a step for a workflow to compensate). @defaultValue false */
   fail: z.boolean().default(false),
   /**
-   * Gather before returning (attempt `onEpoch` only): the step waits after its iterations until `size` steps with
+   * Gather before returning, on worker `workerId` only: the step waits after its iterations until `size` steps with
    * this `key` have reached the same point in this worker process, and all of them return in the same tick, so
-   * their completions go in one batched statement. With `hold`, that statement waits before it is sent (reported
-   * as `chaos:batch` phase `held`) until the parent sends `release-completion` for one of its attempts.
+   * their completions go in one batched statement. An attempt that loses its lease while waiting leaves the
+   * gathering, and the step's next attempt on this worker takes its place; once a gathering went, later attempts
+   * of its steps return at once. With `hold`, the gathered batch's statement waits before it is sent (reported as
+   * `chaos:batch` phase `held`) until the parent sends `release-completion` for one of its attempts.
    * Installs the `completion:*` fault hooks that report every batch of this worker (`chaos:batch`).
    */
   batch: z
@@ -108,7 +110,7 @@ export const chaosInput = z.object({
       key: z.string(),
       size: z.number().int().min(2),
       hold: z.boolean().default(false),
-      onEpoch: z.number().int().positive().default(1),
+      workerId: z.string(),
     })
     .optional(),
   /** Returned in the output, so a scenario can recognise this step's completion on the wire. */
@@ -248,7 +250,7 @@ async function runLoop(
         });
       }
     }
-    if (input.batch && input.batch.onEpoch === ctx.info.epoch) await gather(input.batch, ctx, env);
+    if (input.batch && input.batch.workerId === ctx.info.workerId) await gather(input.batch, ctx, env);
     if (input.fail) throw new ApplicationFailure('chaos-loop failed on purpose', { nonRetryable: true });
     report({ type: 'fixture:ended', attempt, outcome: 'returned' });
     return { iterations: seq, ...(input.tag !== undefined ? { tag: input.tag } : {}) };
@@ -262,6 +264,8 @@ async function runLoop(
 
 /** Steps waiting at a `batch` gathering, by key: each one's release. */
 const gatherings = new Map<string, (() => void)[]>();
+/** Keys of the gatherings that went. */
+const gathered = new Set<string>();
 /** Tokens of the attempts whose completion must be held before it is sent (`batch.hold`). */
 const heldTokens = new Set<string>();
 /** How long a gathering or a held batch may wait before it goes anyway, so a lost wave never wedges a worker. */
@@ -278,6 +282,7 @@ async function gather(
   env: FixtureEnvironment,
 ): Promise<void> {
   installBatchProbe(env);
+  if (gathered.has(batch.key)) return;
   if (batch.hold) heldTokens.add(ctx.info.fencing.token.toString());
   const waiting = gatherings.get(batch.key) ?? [];
   gatherings.set(batch.key, waiting);
@@ -299,6 +304,7 @@ async function gather(
     waiting.push(go);
     if (waiting.length >= batch.size) {
       gatherings.delete(batch.key);
+      gathered.add(batch.key);
       for (const release of waiting) release();
     }
   });

@@ -21,8 +21,16 @@ export interface Wave {
   readonly tags: readonly string[];
 }
 
-/** Enqueue `WAVE_SIZE` runs of two short iterations whose completions gather into one batch (held if `hold`). */
-export async function enqueueWave(ctx: ScenarioContext, label: string, hold: boolean): Promise<Wave> {
+/**
+ * Enqueue `WAVE_SIZE` runs of two short iterations whose completions gather into one batch on `worker` (held if
+ * `hold`); on any other worker they complete as they come.
+ */
+export async function enqueueWave(
+  ctx: ScenarioContext,
+  label: string,
+  worker: WorkerProcess,
+  hold: boolean,
+): Promise<Wave> {
   const key = `${label}-${ctx.rng.seed}-${ctx.rng.int(0, 1e9)}`;
   const runs: EnqueuedRun[] = [];
   const tags: string[] = [];
@@ -30,7 +38,12 @@ export async function enqueueWave(ctx: ScenarioContext, label: string, hold: boo
     const tag = `${key}#${j}`;
     tags.push(tag);
     runs.push(
-      await ctx.enqueue({ iterations: 2, sleepMs: 20, tag, batch: { key, size: WAVE_SIZE, hold } }),
+      await ctx.enqueue({
+        iterations: 2,
+        sleepMs: 20,
+        tag,
+        batch: { key, size: WAVE_SIZE, hold, workerId: worker.workerId },
+      }),
     );
   }
   return { key, runs, tags };
@@ -38,6 +51,7 @@ export async function enqueueWave(ctx: ScenarioContext, label: string, hold: boo
 
 /** The first `chaos:batch` message of `phase` from `worker` with a row of the wave (after message `after`). */
 export function waitForBatch(
+  ctx: ScenarioContext,
   worker: WorkerProcess,
   wave: Wave,
   phase: BatchMessage['phase'],
@@ -49,7 +63,7 @@ export function waitForBatch(
     (m) =>
       m.phase === phase &&
       m.rows.some((r) => steps.has(r.attempt.stepId) && (!o.tokens || o.tokens.has(r.attempt.token))),
-    { after: o.after ?? 0, timeoutMs: o.timeoutMs ?? 20_000 },
+    { after: o.after ?? 0, timeoutMs: o.timeoutMs ?? 10 * ctx.timings.leaseMs + 20_000 },
   );
 }
 

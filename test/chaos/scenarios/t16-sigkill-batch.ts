@@ -44,8 +44,8 @@ export const sigkillBatch: Scenario = {
     let a = await spawn();
     for (let i = 0; i < iterations; i++) {
       const point = POINTS[i % POINTS.length] ?? 'held-before-send';
-      const wave = await enqueueWave(ctx, `t16-${i}`, true);
-      const held = await waitForBatch(a, wave, 'held');
+      const wave = await enqueueWave(ctx, `t16-${i}`, a, true);
+      const held = await waitForBatch(ctx, a, wave, 'held');
       const tokens = expectWholeWave(ctx, wave, held);
 
       let lock: { release(): Promise<void> } | undefined;
@@ -83,7 +83,10 @@ export const sigkillBatch: Scenario = {
       const final = await finalSteps(ctx, wave);
       const rejected = await rejectedCompletions(ctx, tokens.values());
       const acked = killed.all('attempt:completed', (m) => tokens.get(m.attempt.stepId) === m.attempt.token);
-      ctx.expect(acked.length === 0, `${wave.key} (${point}): the killed worker acknowledged ${acked.length}`);
+      ctx.expect(
+        acked.length === 0,
+        `${wave.key} (${point}): the killed worker acknowledged ${acked.length}`,
+      );
       let appliedByOrphan = 0;
       for (const [stepId, token] of tokens) {
         const grants = (await readGrants(ctx.sql, ctx.schema, stepId)).filter((g) => !g.revoke);
@@ -110,7 +113,9 @@ export const sigkillBatch: Scenario = {
           );
         }
       }
-      ctx.fault(`${point}: ${appliedByOrphan} of ${tokens.size} rows applied by the killed worker's statement`);
+      ctx.fault(
+        `${point}: ${appliedByOrphan} of ${tokens.size} rows applied by the killed worker's statement`,
+      );
     }
   },
 };

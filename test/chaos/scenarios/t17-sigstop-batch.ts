@@ -37,8 +37,8 @@ export const sigstopBatch: Scenario = {
     const a = await ctx.spawnWorker({ workerId: 'a', concurrency: WAVE_CONCURRENCY });
     for (let i = 0; i < iterations; i++) {
       const variant = VARIANTS[i % VARIANTS.length] ?? 'past-lease';
-      const wave = await enqueueWave(ctx, `t17-${i}`, true);
-      const held = await waitForBatch(a, wave, 'held');
+      const wave = await enqueueWave(ctx, `t17-${i}`, a, true);
+      const held = await waitForBatch(ctx, a, wave, 'held');
       const tokens = expectWholeWave(ctx, wave, held);
       const heldTokens = new Set(tokens.values());
       a.kill('SIGSTOP');
@@ -69,7 +69,7 @@ export const sigstopBatch: Scenario = {
       }
       const from = a.mark();
       releaseBatch(a, held);
-      const answered = await waitForBatch(a, wave, 'answered', { after: from, tokens: heldTokens });
+      const answered = await waitForBatch(ctx, a, wave, 'answered', { after: from, tokens: heldTokens });
       ctx.sample('batchRows answered', answered.rows.length);
       await expectWaveCompleted(ctx, wave, variant);
 
@@ -100,7 +100,10 @@ export const sigstopBatch: Scenario = {
         );
       }
       if (variant === 'superseded-row') {
-        ctx.expect(applied > 0 && applied < tokens.size, `${wave.key}: ${applied} rows applied, want a mixed batch`);
+        ctx.expect(
+          applied > 0 && applied < tokens.size,
+          `${wave.key}: ${applied} rows applied, want a mixed batch`,
+        );
       }
       ctx.fault(`${variant}: ${tokens.size - applied} of ${tokens.size} rows refused in one statement`);
     }

@@ -38,8 +38,8 @@ export const terminateBatch: Scenario = {
       concurrency: WAVE_CONCURRENCY,
     });
     for (let i = 0; i < iterations; i++) {
-      const wave = await enqueueWave(ctx, `t18-${i}`, true);
-      const held = await waitForBatch(a, wave, 'held');
+      const wave = await enqueueWave(ctx, `t18-${i}`, a, true);
+      const held = await waitForBatch(ctx, a, wave, 'held');
       const tokens = expectWholeWave(ctx, wave, held);
       const lock = await lockRow(ctx, 'runs', ctx.rng.pick(wave.runs).runId);
       const from = a.mark();
@@ -68,7 +68,10 @@ export const terminateBatch: Scenario = {
         const grants = (await readGrants(ctx.sql, ctx.schema, stepId)).filter((g) => !g.revoke);
         const got = answers.get(token) ?? [];
         ctx.sample('attemptsPerStep terminated', grants.length);
-        ctx.expect(grants.length === 1, `${wave.key}: step ${stepId} ${grants.length} grants, want 1 (nothing re-run)`);
+        ctx.expect(
+          grants.length === 1,
+          `${wave.key}: step ${stepId} ${grants.length} grants, want 1 (nothing re-run)`,
+        );
         ctx.expect(
           got.length === 1 && got[0] === 'applied',
           `${wave.key}: the completion under ${token} was answered ${got.join(', ') || 'never'} after the ` +

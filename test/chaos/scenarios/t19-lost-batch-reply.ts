@@ -37,8 +37,8 @@ export const lostBatchReply: Scenario = {
       concurrency: WAVE_CONCURRENCY,
     });
     for (let i = 0; i < iterations; i++) {
-      const wave = await enqueueWave(ctx, `t19-${i}`, true);
-      const held = await waitForBatch(a, wave, 'held');
+      const wave = await enqueueWave(ctx, `t19-${i}`, a, true);
+      const held = await waitForBatch(ctx, a, wave, 'held');
       const tokens = expectWholeWave(ctx, wave, held);
       // The tag as the jsonb parameter spells it, quotes included, so no other tag contains it.
       const rule = proxy.dropReplyAfter(JSON.stringify(ctx.rng.pick(wave.tags)));
@@ -79,7 +79,10 @@ export const lostBatchReply: Scenario = {
         ctx.expect(acked, `${wave.key}: A never saw its completion under ${token} acknowledged`);
         const grants = (await readGrants(ctx.sql, ctx.schema, stepId)).filter((g) => !g.revoke);
         ctx.sample('attemptsPerStep reply lost', grants.length);
-        ctx.expect(grants.length === 1, `${wave.key}: step ${stepId} ${grants.length} grants, want 1 (nothing re-run)`);
+        ctx.expect(
+          grants.length === 1,
+          `${wave.key}: step ${stepId} ${grants.length} grants, want 1 (nothing re-run)`,
+        );
         ctx.expect(!rejected.has(token), `${wave.key}: the completion under ${token} was recorded as stale`);
       }
       const answers = answersOf(a, tokens.values(), from);
