@@ -13,6 +13,11 @@
  * fence (`before-fence`), inside a long user statement (`in-statement`: `pg_sleep`), or after the fence UPDATE and
  * before COMMIT (`before-commit`, through the engine's `fenced-transaction:before-commit` fault hook).
  *
+ * A `batch` gathers the step with others before it returns, so a scenario gets a batched completion of a known
+ * size (the worker's completion batcher sends completions that arrive in one tick in one statement), and may
+ * hold that statement before it is sent (reported as `chaos:batch`, released by the parent's
+ * `release-completion` command) to fault the worker or the database while the batch is in flight.
+ *
  * The loop is a cooperative activity: it stops at the first failed fenced write and, when `honourSignal` is
  * set, as soon as `ctx.signal` fires (checked before each write and during the sleep).
  */
@@ -20,7 +25,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { sql as drizzleSql } from 'drizzle-orm';
 import { z } from 'zod';
 import { createFencedResource } from '@palisade/engine';
-import { setFaultHook } from '@palisade/engine/testing';
+import { setFaultHook, type CompletionAnswer } from '@palisade/engine/testing';
 import { ApplicationFailure, defineActivity, defineWorkflow, type ActivityContext } from '@palisade/sdk';
 import {
   attemptInfo,
@@ -29,7 +34,9 @@ import {
   errorInfo,
   type FixtureEnvironment,
 } from '../fixtures/activities.js';
-import type { FixtureTimings } from '../fixtures/worker-protocol.js';
+import type { ActivityCommand, FixtureTimings } from '../fixtures/worker-protocol.js';
+
+type AttemptRef = CompletionAnswer['attempt'];
 
 export const CHAOS_ACTIVITY = 'chaos-loop';
 export const CHAOS_WORKFLOW = 'chaos-flow';
@@ -89,6 +96,23 @@ export const chaosInput = z.object({
   resource: z.boolean().default(false),
   /** Throw a non-retryable failure after the iterations (a step for a workflow to compensate). @defaultValue false */
   fail: z.boolean().default(false),
+  /**
+   * Gather before returning, on worker `workerId` only: the step waits after its iterations until `size` steps with
+   * this `key` have reached the same point in this worker process, and all of them return in the same tick, so
+   * their completions go in one batched statement. An attempt that loses its lease while waiting leaves the
+   * gathering, and the step's next attempt on this worker takes its place; once a gathering went, later attempts
+   * of its steps return at once. With `hold`, the gathered batch's statement waits before it is sent (reported as
+   * `chaos:batch` phase `held`) until the parent sends `release-completion` for one of its attempts.
+   * Installs the `completion:*` fault hooks that report every batch of this worker (`chaos:batch`).
+   */
+  batch: z
+    .object({
+      key: z.string(),
+      size: z.number().int().min(2),
+      hold: z.boolean().default(false),
+      workerId: z.string(),
+    })
+    .optional(),
   /** Returned in the output, so a scenario can recognise this step's completion on the wire. */
   tag: z.string().optional(),
 });
@@ -226,6 +250,7 @@ async function runLoop(
         });
       }
     }
+    if (input.batch && input.batch.workerId === ctx.info.workerId) await gather(input.batch, ctx, env);
     if (input.fail) throw new ApplicationFailure('chaos-loop failed on purpose', { nonRetryable: true });
     report({ type: 'fixture:ended', attempt, outcome: 'returned' });
     return { iterations: seq, ...(input.tag !== undefined ? { tag: input.tag } : {}) };
@@ -235,6 +260,101 @@ async function runLoop(
   } finally {
     setFaultHook('fenced-transaction:before-commit', undefined);
   }
+}
+
+/** Steps waiting at a `batch` gathering, by key: each one's release. */
+const gatherings = new Map<string, (() => void)[]>();
+/** Keys of the gatherings that went. */
+const gathered = new Set<string>();
+/** Tokens of the attempts whose completion must be held before it is sent (`batch.hold`). */
+const heldTokens = new Set<string>();
+/** How long a gathering or a held batch may wait before it goes anyway, so a lost wave never wedges a worker. */
+const GATHER_TIMEOUT_MS = 30_000;
+let batchProbeInstalled = false;
+
+/**
+ * Wait until `batch.size` steps of `batch.key` arrived here, then let all of them go in the same tick (their
+ * completions then join one statement). Ends early, throwing, when the attempt's signal fires.
+ */
+async function gather(
+  batch: NonNullable<z.output<typeof chaosInput>['batch']>,
+  ctx: ActivityContext,
+  env: FixtureEnvironment,
+): Promise<void> {
+  installBatchProbe(env);
+  if (gathered.has(batch.key)) return;
+  if (batch.hold) heldTokens.add(ctx.info.fencing.token.toString());
+  const waiting = gatherings.get(batch.key) ?? [];
+  gatherings.set(batch.key, waiting);
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(go, GATHER_TIMEOUT_MS);
+    const onAbort = (): void => {
+      clearTimeout(timer);
+      const at = waiting.indexOf(go);
+      if (at >= 0) waiting.splice(at, 1);
+      reject(ctx.signal.reason as Error);
+    };
+    function go(): void {
+      clearTimeout(timer);
+      ctx.signal.removeEventListener('abort', onAbort);
+      resolve();
+    }
+    if (ctx.signal.aborted) return onAbort();
+    ctx.signal.addEventListener('abort', onAbort, { once: true });
+    waiting.push(go);
+    if (waiting.length >= batch.size) {
+      gatherings.delete(batch.key);
+      gathered.add(batch.key);
+      for (const release of waiting) release();
+    }
+  });
+}
+
+/**
+ * Once per worker process: report every batched completion statement (`chaos:batch`), and hold the one that
+ * carries a `batch.hold` attempt before it is sent, until the parent's `release-completion` names one of its
+ * attempts (or {@link GATHER_TIMEOUT_MS} passed). A batch is held once: its retries go at once.
+ */
+function installBatchProbe(env: FixtureEnvironment): void {
+  if (batchProbeInstalled) return;
+  batchProbeInstalled = true;
+  const info = (a: AttemptRef) => ({
+    runId: a.runId,
+    stepId: a.stepId,
+    attempt: a.attempt,
+    token: a.token.toString(),
+  });
+  setFaultHook('completion:before-send', async (batch) => {
+    const rows = batch.map((a) => ({ attempt: info(a) }));
+    const tokens = new Set(rows.map((r) => r.attempt.token));
+    if (![...tokens].some((t) => heldTokens.has(t))) {
+      env.report({ type: 'chaos:batch', phase: 'sending', rows });
+      return;
+    }
+    for (const t of tokens) heldTokens.delete(t);
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(release, GATHER_TIMEOUT_MS);
+      function release(): void {
+        clearTimeout(timer);
+        env.commands?.off('command', onCommand);
+        resolve();
+      }
+      function onCommand(command: ActivityCommand): void {
+        if (command.action === 'release-completion' && tokens.has(command.token)) release();
+      }
+      env.commands?.on('command', onCommand);
+      env.report({ type: 'chaos:batch', phase: 'held', rows });
+    });
+    env.report({ type: 'chaos:batch', phase: 'sending', rows });
+  });
+  setFaultHook('completion:after-commit', (answers) => {
+    env.report({
+      type: 'chaos:batch',
+      phase: 'answered',
+      rows: answers.map((a) => ({ attempt: info(a.attempt), outcome: a.outcome })),
+    });
+    return Promise.resolve();
+  });
 }
 
 /**

@@ -14,6 +14,10 @@ import { stalledFencedTransaction } from './t12-stalled-fenced-transaction.js';
 import { delayedGrants } from './t13-delayed-grants.js';
 import { parameterGuard } from './t14-parameter-guard.js';
 import { retryUnderLiveHolder } from './t15-retry-under-live-holder.js';
+import { sigkillBatch } from './t16-sigkill-batch.js';
+import { sigstopBatch } from './t17-sigstop-batch.js';
+import { terminateBatch } from './t18-terminate-batch.js';
+import { lostBatchReply } from './t19-lost-batch-reply.js';
 
 export const SCENARIOS: readonly Scenario[] = [
   frozenZombie,
@@ -30,4 +34,8 @@ export const SCENARIOS: readonly Scenario[] = [
   delayedGrants,
   parameterGuard,
   retryUnderLiveHolder,
+  sigkillBatch,
+  sigstopBatch,
+  terminateBatch,
+  lostBatchReply,
 ];

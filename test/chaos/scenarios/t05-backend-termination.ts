@@ -21,6 +21,7 @@
  * ran more than once only when a fenced transaction's failure reached it (attempts per step are reported).
  */
 import type postgres from '@palisade/engine/postgres';
+import { COMPLETION_STATEMENT, lockRow, waitingBackend } from '../backend-faults.js';
 import { readGrants } from '../checker.js';
 import type { Scenario, ScenarioContext } from '../harness.js';
 
@@ -32,66 +33,12 @@ const APPLICATION_NAME = 'chaos-t5-a';
 const STATEMENT: Record<Exclude<Kind, 'fenced-transaction'>, string> = {
   claim: '%prev_deadline_at%',
   heartbeat: '%jsonb_to_recordset%renewed AS%',
-  completion: `%SET status = 'completed', output%`,
+  completion: COMPLETION_STATEMENT,
 };
 
-/**
- * Hold a lock in an admin transaction until `release()` is called: a row's, or (`table` 'attempts') the unique
- * index entries of the next few fencing tokens, on uncommitted attempt rows of step `id` (rolled back after).
- */
-async function lockRow(
-  ctx: ScenarioContext,
-  table: 'runs' | 'steps' | 'attempts',
-  id: string,
-): Promise<{ release(): Promise<void> }> {
-  let release!: () => void;
-  const released = new Promise<void>((resolve) => (release = resolve));
-  let locked!: () => void;
-  const isLocked = new Promise<void>((resolve) => (locked = resolve));
-  const done = ctx.sql
-    .begin(async (tx) => {
-      const q = `"${ctx.schema}"`;
-      if (table === 'attempts') {
-        await tx.unsafe(
-          `INSERT INTO ${q}.attempts (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at)
-         SELECT s.run_id, s.id, 'activity', 0, 0, t.token, gen_random_uuid(), 'operator:t5', now()
-           FROM ${q}.steps s, (SELECT nextval('${q}.fencing_token_seq') + k AS token FROM generate_series(1, 3) k) t
-          WHERE s.id = $1`,
-          [id],
-        );
-      } else await tx.unsafe(`SELECT 1 FROM ${q}.${table} WHERE id = $1 FOR UPDATE`, [id]);
-      locked();
-      await released;
-      if (table === 'attempts') throw new RolledBack();
-    })
-    .catch((error: unknown) => {
-      if (!(error instanceof RolledBack)) throw error;
-    });
-  await Promise.race([isLocked, done]);
-  return {
-    release: async () => {
-      release();
-      await done;
-    },
-  };
-}
-
 /** Terminate the backend of A that waits on a lock running `pattern`; resolves with its pid. */
-class RolledBack extends Error {}
-
-async function terminateWaiting(ctx: ScenarioContext, pattern: string, timeoutMs: number): Promise<number> {
-  return ctx.poll(
-    `a backend of A waiting in ${pattern}`,
-    async () => {
-      const [row] = await ctx.sql.unsafe<{ pid: number; terminated: boolean }[]>(
-        `SELECT pid, pg_terminate_backend(pid) AS terminated FROM pg_stat_activity
-          WHERE application_name = $1 AND wait_event_type = 'Lock' AND query LIKE $2 LIMIT 1`,
-        [APPLICATION_NAME, pattern],
-      );
-      return row?.terminated ? row.pid : undefined;
-    },
-    timeoutMs,
-  );
+function terminateWaiting(ctx: ScenarioContext, pattern: string, timeoutMs: number): Promise<number> {
+  return waitingBackend(ctx, { applicationName: APPLICATION_NAME, pattern, terminate: true, timeoutMs });
 }
 
 export const backendTermination: Scenario = {

@@ -5,6 +5,13 @@
  */
 import type { AttemptRef } from '../queries/fenced-outcome.js';
 
+/** What one row of a batched completion statement answered: see {@link FaultHooks}'s `completion:after-commit`. */
+export interface CompletionAnswer {
+  readonly attempt: AttemptRef;
+  /** `rejected`: the row's fence failed and the statement recorded it as a stale write. */
+  readonly outcome: 'applied' | 'replayed' | 'rejected';
+}
+
 /** The points a hook can be attached to. */
 export interface FaultHooks {
   /**
@@ -31,6 +38,18 @@ export interface FaultHooks {
   'claim:before-commit'?: (
     claimed: readonly { readonly stepId: string; readonly name: string }[],
   ) => Promise<void>;
+  /**
+   * In a worker's completion batcher, before a batch's completion statement is sent; receives the batch's attempts
+   * (at most one per step, in the statement's order). While the hook runs, every completion of the batch is in
+   * flight (its caller waits), and so is every completion queued behind it.
+   */
+  'completion:before-send'?: (batch: readonly AttemptRef[]) => Promise<void>;
+  /**
+   * In a worker's completion batcher, after a batch's completion statement returned (it has committed) and before
+   * its rows' answers reach their callers; receives each attempt with its row's answer. A hook that throws here
+   * fails the whole batch as the statement's own error would (a connection error: a reply lost after the commit).
+   */
+  'completion:after-commit'?: (answers: readonly CompletionAnswer[]) => Promise<void>;
 }
 
 export type FaultPoint = keyof FaultHooks;

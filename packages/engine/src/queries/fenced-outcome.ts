@@ -64,12 +64,13 @@ export function fencedInputCte(items: readonly (FencedInput & { readonly payload
 
 /**
  * The fence of a set-based write over `inp` (alias `i`) on step alias `a`: equality on token and nonce, still
- * running, lease unexpired (DESIGN.md §4 invariant 2).
+ * running, lease unexpired (DESIGN.md §4 invariant 2). Only in a statement with {@link runLockCte}: the lease is
+ * judged at `lock_clock`, the clock read once every lock of the statement is held.
  */
-export function stepFenceOnInput(n: SchemaNames, alias: string): SQL {
+export function stepFenceOnInput(_n: SchemaNames, alias: string): SQL {
   const a = sql.raw(alias);
   return sql`${a}.id = i.step_id AND ${a}.fencing_token = i.token AND ${a}.nonce = i.nonce
-    AND ${a}.status = 'running' AND ${a}.lease_expires_at > ${n.now}`;
+    AND ${a}.status = 'running' AND ${a}.lease_expires_at > (SELECT now_at FROM lock_clock)`;
 }
 
 /**
@@ -82,6 +83,13 @@ export function stepFenceOnInput(n: SchemaNames, alias: string): SQL {
  * `FOR UPDATE`: the key-share locks that foreign keys take when events or attempts are inserted never wait on it.
  * The statement's write on the step must reference `step_lock` (e.g. `AND s.id IN (SELECT id FROM step_lock)`)
  * so that the locks are taken before the write.
+ *
+ * `lock_clock` (`now_at`) is `<schema>.now()` read once `step_lock` holds all its rows, for the fence to judge
+ * leases by ({@link stepFenceOnInput}). Read in the write's own WHERE, the clock may be read before the locks: the
+ * planner may scan the steps (evaluating the fence) before it reads `step_lock`, and a wait on a row that its
+ * holder only locked, never changed, triggers no recheck. A statement that waited on a run's lock past the
+ * lease then completed the step under an expired lease (seen: chaos T16, a SIGKILLed worker's batched completion
+ * blocked on a run lock until every lease had expired, committed every row).
  */
 export const runLockCte = (n: SchemaNames): SQL => sql`run_lock AS MATERIALIZED (
     SELECT r.id FROM ${n.runs} r
@@ -92,7 +100,8 @@ export const runLockCte = (n: SchemaNames): SQL => sql`run_lock AS MATERIALIZED 
     SELECT s.id FROM ${n.steps} s
      WHERE s.id IN (SELECT step_id FROM inp) AND s.run_id IN (SELECT id FROM run_lock)
      ORDER BY s.id
-       FOR NO KEY UPDATE OF s)`;
+       FOR NO KEY UPDATE OF s),
+  lock_clock AS MATERIALIZED (SELECT ${n.now} AS now_at FROM (SELECT count(*) FROM step_lock) locked)`;
 
 /**
  * CTEs appended to a fenced write over `inp` whose own CTE is named `applied` (returning the step `id` and its

@@ -1,7 +1,8 @@
 import type { Database } from '../db/database.js';
+import { faultHooks } from '../internal/fault-points.js';
 import { classifyDatabaseError } from '../infra-retry.js';
 import { completeSteps, type CompleteStepParams } from '../queries/complete-step.js';
-import { settleFencedResult } from '../queries/fenced-outcome.js';
+import { settleFencedResult, type AttemptRef } from '../queries/fenced-outcome.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 
 interface Pending {
@@ -24,7 +25,8 @@ export const MAX_COMPLETION_BATCH = 100;
  * the error is transient (each caller's write retry sends it again, and a completion that did commit comes
  * back `replayed`); any other error (a content the database refused) is retried row by row, so only the row
  * that caused it fails. At most one row per step goes in one statement (a reclaimed attempt and its successor
- * on one worker complete in two).
+ * on one worker complete in two). Tests may hold a batch before it is sent and see each row's answer through the
+ * fault points `completion:before-send` and `completion:after-commit` (../internal/fault-points.ts).
  */
 export class CompletionBatcher {
   private queue: Pending[] = [];
@@ -76,11 +78,24 @@ export class CompletionBatcher {
   private async send(batch: readonly Pending[]): Promise<void> {
     let rows;
     try {
-      rows = await completeSteps(
+      const beforeSend = faultHooks['completion:before-send'];
+      if (beforeSend) await beforeSend(batch.map((p) => attemptRefOf(p.params)));
+      const answered = await completeSteps(
         this.db,
         this.names,
         batch.map((p) => p.params),
       );
+      rows = answered;
+      const afterCommit = faultHooks['completion:after-commit'];
+      if (afterCommit) {
+        await afterCommit(
+          batch.map((p, k) => {
+            const row = answered.find((r) => Number(r.ord) === k + 1);
+            const outcome = row?.applied ? 'applied' : row?.replayed ? 'replayed' : 'rejected';
+            return { attempt: attemptRefOf(p.params), outcome };
+          }),
+        );
+      }
     } catch (error) {
       if (batch.length > 1 && classifyDatabaseError(error) !== 'transient') {
         for (const p of batch) await this.send([p]);
@@ -103,4 +118,9 @@ export class CompletionBatcher {
       }
     }
   }
+}
+
+/** The attempt of a completion, without its nonce and output (what a fault hook is shown). */
+function attemptRefOf(p: CompleteStepParams): AttemptRef {
+  return { runId: p.runId, stepId: p.stepId, stepLabel: p.stepLabel, attempt: p.attempt, token: p.token };
 }
