@@ -6,13 +6,17 @@ import { fileURLToPath } from 'node:url';
 
 export const DEFAULT_DATABASE_URL = 'postgres://postgres@127.0.0.1:5432/test';
 
-export type ScenarioName = 'baseline' | 'activities' | 'workflows' | 'overhead' | 'latency';
+export type ScenarioName =
+  'baseline' | 'activities' | 'workflows' | 'overhead' | 'latency' | 'long-workflow' | 'history' | 'memory';
 export const SCENARIOS: readonly ScenarioName[] = [
   'baseline',
   'activities',
   'workflows',
   'overhead',
   'latency',
+  'long-workflow',
+  'history',
+  'memory',
 ];
 
 export interface BenchConfig {
@@ -42,6 +46,21 @@ export interface BenchConfig {
   readonly latencyWarmup: number;
   /** 4. worker concurrency of the latency run. */
   readonly latencyConcurrency: number;
+  /** 6. steps of the one long sequential workflow. */
+  readonly longWorkflowSteps: number;
+  /** 6. steps in each of its compared windows (the first and the last). */
+  readonly longWorkflowWindow: number;
+  /** 7. finished standalone jobs (one step each) written into the full database before it is measured. */
+  readonly historySteps: number;
+  /** 7. timed jobs on each database (one at a time, alternating), after `historyWarmup` untimed ones each. */
+  readonly historyJobs: number;
+  readonly historyWarmup: number;
+  /** 8. no-op activities the worker runs while its RSS is sampled. */
+  readonly memorySteps: number;
+  /** 8. RSS sample (after a full GC) every this many completed steps. */
+  readonly memorySampleEvery: number;
+  /** 8. worker concurrency of that run. */
+  readonly memoryConcurrency: number;
   /** Engine pool size (ENGINE_DEFAULTS.poolSize unless overridden). */
   readonly poolSize: number;
   /** Worker poll interval (WORKER_DEFAULTS.pollIntervalMs unless overridden). */
@@ -78,6 +97,16 @@ export const ENV: Readonly<Record<string, string>> = {
   BENCH_LATENCY_RATE: 'enqueues per second of that run (50)',
   BENCH_LATENCY_WARMUP: 'untimed paced activities before it (20)',
   BENCH_LATENCY_CONCURRENCY: 'worker concurrency of that run (10)',
+  BENCH_LONG_WORKFLOW_STEPS: 'steps of the one long sequential workflow (1000)',
+  BENCH_LONG_WORKFLOW_WINDOW: 'steps in its first and last window, whose times are compared (100)',
+  BENCH_HISTORY_STEPS:
+    'finished jobs (1 run, step, attempt, 4 events each) written into the full database (1000000)',
+  BENCH_HISTORY_JOBS: 'timed single jobs on the empty and on the full database each (200)',
+  BENCH_HISTORY_WARMUP: 'untimed jobs on each database first (20)',
+  BENCH_MEMORY_STEPS:
+    'no-op activities run while the worker RSS is sampled (50000, a few minutes; 10^6 would take ~45 min at the ~370 steps/s of a quiet 2-core machine)',
+  BENCH_MEMORY_SAMPLE_EVERY: 'RSS sample after a full GC every this many steps (steps / 20)',
+  BENCH_MEMORY_CONCURRENCY: 'worker concurrency of that run (50)',
   BENCH_POOL_SIZE: 'engine pool size (10, the engine default)',
   BENCH_POLL_INTERVAL_MS: 'worker poll interval (1000, the engine default)',
   BENCH_LEASE_MS: 'activity lease; heartbeat = lease / 3 (30000, the activity default)',
@@ -133,6 +162,19 @@ function scenarios(): readonly ScenarioName[] {
 export function loadConfig(): BenchConfig {
   const fromEnv = process.env.DATABASE_URL !== undefined && process.env.DATABASE_URL !== '';
   const leaseMs = int('BENCH_LEASE_MS', 30_000, 3_000);
+  const longWorkflowSteps = int('BENCH_LONG_WORKFLOW_STEPS', 1_000, 2);
+  const longWorkflowWindow = int(
+    'BENCH_LONG_WORKFLOW_WINDOW',
+    Math.min(100, Math.floor(longWorkflowSteps / 2)),
+    1,
+  );
+  if (2 * longWorkflowWindow > longWorkflowSteps) {
+    throw new Error(
+      `BENCH_LONG_WORKFLOW_WINDOW (${longWorkflowWindow}) must be at most half of BENCH_LONG_WORKFLOW_STEPS` +
+        ` (${longWorkflowSteps}): the first and the last window may not overlap`,
+    );
+  }
+  const memorySteps = int('BENCH_MEMORY_STEPS', 50_000, 1);
   return Object.freeze({
     databaseUrl: fromEnv ? (process.env.DATABASE_URL as string) : undefined,
     databaseUrlFromEnv: fromEnv,
@@ -149,6 +191,14 @@ export function loadConfig(): BenchConfig {
     latencyRatePerSec: int('BENCH_LATENCY_RATE', 50, 1),
     latencyWarmup: int('BENCH_LATENCY_WARMUP', 20, 0),
     latencyConcurrency: int('BENCH_LATENCY_CONCURRENCY', 10, 1),
+    longWorkflowSteps,
+    longWorkflowWindow,
+    historySteps: int('BENCH_HISTORY_STEPS', 1_000_000, 1),
+    historyJobs: int('BENCH_HISTORY_JOBS', 200, 1),
+    historyWarmup: int('BENCH_HISTORY_WARMUP', 20, 0),
+    memorySteps,
+    memorySampleEvery: int('BENCH_MEMORY_SAMPLE_EVERY', Math.max(1, Math.floor(memorySteps / 20)), 1),
+    memoryConcurrency: int('BENCH_MEMORY_CONCURRENCY', 50, 1),
     poolSize: int('BENCH_POOL_SIZE', 10, 2),
     pollIntervalMs: int('BENCH_POLL_INTERVAL_MS', 1_000, 10),
     leaseMs,

@@ -6,6 +6,7 @@
 import { readFile } from 'node:fs/promises';
 import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
 import type postgres from '@palisade/engine/postgres';
+import type { CountedClient } from './engine-client.js';
 import {
   profileDiff,
   profileSnapshot,
@@ -29,6 +30,8 @@ export interface PhaseStats {
   readonly walBytes: number;
   readonly eventLoopDelayP99Ms: number;
   readonly eventLoopDelayMaxMs: number;
+  /** Statements the engine's client sent, BEGIN/COMMIT included (engine-client.ts; counted with profiling off too). */
+  readonly roundTrips: number;
   readonly statements: Readonly<Record<string, StatementStat>>;
   readonly transactions: { readonly count: number; readonly totalMs: number };
   /** NOTIFY payloads by kind on the engine's channel. */
@@ -68,13 +71,12 @@ async function cpuMsByPid(pids: readonly number[]): Promise<Map<number, number>>
 }
 
 /**
- * The server processes serving this engine: client backends whose last statement names the run's schema (all
- * engine statements and its LISTEN do). Other sessions on the server — other people's tests — are left out.
+ * The server processes serving this engine: its client's connections carry application_name = the run's schema
+ * (engine-client.ts). Other sessions on the server — other people's tests — are left out.
  */
 async function engineBackendPids(admin: postgres.Sql, schema: string): Promise<number[]> {
   const rows = await admin<{ pid: number }[]>`
-    select pid from pg_stat_activity
-     where backend_type = 'client backend' and position(${schema} in query) > 0 and pid <> pg_backend_pid()`;
+    select pid from pg_stat_activity where application_name = ${schema} and pid <> pg_backend_pid()`;
   return rows.map((r) => r.pid);
 }
 
@@ -86,7 +88,8 @@ async function walLsn(admin: postgres.Sql): Promise<bigint> {
 
 /**
  * Row operations on the tables of `schema` since it was created. Backends report their counts when they exit
- * (or after being idle for a while), so read this after the engine's connections were closed.
+ * (or after being idle for a while), so read this after the engine's backends exited (costs.ts
+ * `waitForBackendsGone`).
  */
 export async function tableCounters(admin: postgres.Sql, schema: string): Promise<TableCounters> {
   const rows = await admin<
@@ -113,6 +116,7 @@ export interface MeterOptions {
   /** Read /proc for the server's CPU (only meaningful when PostgreSQL runs on this machine). */
   readonly localServer: boolean;
   readonly notifications?: NotificationCounter;
+  readonly client: CountedClient;
 }
 
 /** Start measuring a phase now; `stop(items)` ends it. */
@@ -126,6 +130,7 @@ export async function startPhase(
   const pgBefore = options.localServer ? await cpuMsByPid(pidsBefore) : null;
   const notifyBefore = options.notifications?.snapshot() ?? {};
   const profileBefore: ProfileSnapshot = profileSnapshot({ resetMaxima: true });
+  const statementsBefore = options.client.statementsSent();
   histogram.enable();
   const cpuBefore = process.cpuUsage();
   const started = performance.now();
@@ -135,6 +140,7 @@ export async function startPhase(
       const cpu = process.cpuUsage(cpuBefore);
       histogram.disable();
       const profile = profileDiff(profileBefore, profileSnapshot());
+      const roundTrips = options.client.statementsSent() - statementsBefore;
       const notifyAfter = options.notifications?.snapshot() ?? {};
       let postgresCpuMs: number | null = null;
       if (pgBefore !== null) {
@@ -157,6 +163,7 @@ export async function startPhase(
         walBytes: Number(lsnAfter - lsnBefore),
         eventLoopDelayP99Ms: round(histogram.percentile(99) / 1e6, 1),
         eventLoopDelayMaxMs: round(histogram.max / 1e6, 1),
+        roundTrips,
         statements: profile.statements,
         transactions: profile.transactions,
         notifications,

@@ -33,7 +33,7 @@ const KINDS: readonly (readonly [string, RegExp])[] = [
   ['start-workflow', /'run:started'/],
   ['claim-steps', /'attempt:claimed'/],
   ['claim-turns', /ended_turns AS/],
-  ['next-due-step', /AS wait_ms[\s\S]*min\(next_run_at\)|min\(next_run_at\) - [\s\S]*AS wait_ms/],
+  ['next-due-step', /min\((x\.)?next_run_at\) - [\s\S]*AS wait_ms/],
   ['next-due-turn', /min\(greatest\(turn_next_run_at/],
   ['complete-step', /'step:completed'/],
   ['fail-step', /'step:failed'|retry_delay_ms[\s\S]*'attempt:failed'/],

@@ -1,12 +1,16 @@
 /** Renders {@link BenchResults} as the plain-text report `pnpm bench` prints. */
 import type { BenchConfig } from './config.js';
 import type { MachineInfo, PostgresInfo } from './machine.js';
+import type { WorkCost } from './costs.js';
 import type { PhaseStats, TableCounters } from './meter.js';
 import type { ActivityThroughputResult } from './scenarios/activities.js';
 import type { BaselineResult } from './scenarios/baseline.js';
 import type { WorkerSettings } from './scenarios/context.js';
+import type { HistorySizeResult } from './scenarios/history-size.js';
+import type { LongWorkflowResult } from './scenarios/long-workflow.js';
 import type { StartLatencyResult } from './scenarios/start-latency.js';
 import type { StepOverheadResult } from './scenarios/step-overhead.js';
+import type { WorkerMemoryResult } from './scenarios/worker-memory.js';
 import type { WorkflowThroughputResult } from './scenarios/workflows.js';
 
 export interface MemorySnapshot {
@@ -35,6 +39,9 @@ export interface BenchResults {
   readonly workflows?: WorkflowThroughputResult;
   readonly overhead?: StepOverheadResult;
   readonly latency?: StartLatencyResult;
+  readonly longWorkflow?: LongWorkflowResult;
+  readonly history?: HistorySizeResult;
+  readonly workerMemory?: WorkerMemoryResult;
   readonly memory: {
     readonly before: MemorySnapshot;
     readonly after: MemorySnapshot;
@@ -182,6 +189,52 @@ function results(r: BenchResults): string {
         mem.afterGc.heapUsedMiB,
       )} MiB; peak RSS ${dec1(mem.peakRssMiB)} MiB`,
   ]);
+  if (r.longWorkflow) {
+    const l = r.longWorkflow;
+    rows.push([
+      '6',
+      `${int(l.steps)}-step workflow, last ${l.window} / first ${l.window} steps`,
+      `${dec2(l.ratio)}×`,
+      `target ≤ 1.5${l.ratio > 1.5 ? ' MISSED' : ''}; ${secs(l.lastWindowMs)} vs ${secs(l.firstWindowMs)} (DB clock);` +
+        ` whole run ${secs(l.run.wallMs)}`,
+    ]);
+  }
+  if (r.history) {
+    const h = r.history;
+    const missed = (x: number) => (x > 1.2 ? ' MISSED' : '');
+    rows.push([
+      '7',
+      `claim p50, ${int(h.full.finishedJobs)} finished jobs / none`,
+      `${dec2(h.claimRatio)}×`,
+      `target ≤ 1.2${missed(h.claimRatio)}; enqueue→start ${ms(h.full.claim.p50Ms)} vs ${ms(h.empty.claim.p50Ms)};` +
+        ` ${int(h.jobs)} jobs each, one at a time`,
+    ]);
+    rows.push([
+      '7',
+      `completion p50, full / empty`,
+      `${dec2(h.completionRatio)}×`,
+      `target ≤ 1.2${missed(h.completionRatio)}; enqueue→completed ${ms(h.full.completion.p50Ms)} vs` +
+        ` ${ms(h.empty.completion.p50Ms)}; fill took ${secs(h.fillMs)}`,
+    ]);
+  }
+  if (r.workerMemory) {
+    const m = r.workerMemory;
+    const first = m.samples[0];
+    const last = m.samples[m.samples.length - 1];
+    rows.push([
+      '8',
+      `worker RSS after GC over ${int(m.steps)} steps`,
+      `${m.rssChangePct > 0 ? '+' : ''}${dec1(m.rssChangePct)}%`,
+      `target ±10%${Math.abs(m.rssChangePct) > 10 ? ' MISSED' : ''}; ${dec1(first?.rssMiB ?? Number.NaN)} MiB at` +
+        ` step ${int(first?.steps ?? Number.NaN)} → ${dec1(last?.rssMiB ?? Number.NaN)} MiB at step` +
+        ` ${int(last?.steps ?? Number.NaN)}; heap ${dec1(first?.heapUsedMiB ?? Number.NaN)} →` +
+        ` ${dec1(last?.heapUsedMiB ?? Number.NaN)} MiB; ${m.samples.length} samples, ${int(m.run.perSecond)} steps/s` +
+        // RSS left over from earlier scenarios is returned to the OS lazily and shows as a fall.
+        (r.config.scenarios.length > 1
+          ? '; ran after other scenarios (BENCH_ONLY=memory for a clean figure)'
+          : ''),
+    ]);
+  }
   return table(['#', 'benchmark', 'result', 'detail'], rows, 'llrl');
 }
 
@@ -198,6 +251,13 @@ function distributions(r: BenchResults): string | undefined {
   if (r.latency) {
     add('activity enqueue call → start of run', r.latency.enqueueToStart);
     add('activity enqueue call → returned', r.latency.enqueueCall);
+  }
+  if (r.history) {
+    const h = r.history;
+    add('single job enqueue → start, empty database', h.empty.claim);
+    add(`single job enqueue → start, ${int(h.full.finishedJobs)} finished`, h.full.claim);
+    add('single job enqueue → completed, empty database', h.empty.completion);
+    add(`single job enqueue → completed, ${int(h.full.finishedJobs)} finished`, h.full.completion);
   }
   if (rows.length === 0) return undefined;
   return table(['latency', 'n', 'p50', 'p90', 'p99', 'max'], rows, 'lrrrrr');
@@ -230,12 +290,9 @@ function phases(r: BenchResults): NamedPhase[] {
   }
   if (r.overhead) out.push({ name: 'overhead samples', stats: r.overhead.sampling });
   if (r.latency) out.push({ name: 'latency paced', stats: r.latency.paced });
+  if (r.longWorkflow) out.push({ name: `${r.longWorkflow.steps}-step workflow`, stats: r.longWorkflow.run });
+  if (r.workerMemory) out.push({ name: 'memory run', stats: r.workerMemory.run });
   return out;
-}
-
-function roundTrips(s: PhaseStats): number {
-  const statements = Object.values(s.statements).reduce((sum, x) => sum + x.count, 0);
-  return statements + 2 * s.transactions.count;
 }
 
 /** Autocommit statements plus explicit transactions (read-only ones commit without a WAL flush). */
@@ -259,7 +316,7 @@ function costs(r: BenchResults): string {
       s.postgresCpuMs === null ? '–' : pct(s.postgresCpuMs, s.wallMs),
       ms(per(s.nodeCpuMs)),
       s.postgresCpuMs === null ? '–' : ms(per(s.postgresCpuMs)),
-      r.config.profile ? dec2(per(roundTrips(s))) : '–',
+      dec2(per(s.roundTrips)),
       r.config.profile ? dec2(per(commits(s))) : '–',
       int(per(s.walBytes)),
       dec2(per(notifies)),
@@ -351,6 +408,16 @@ function tableCounters(r: BenchResults): string {
       tables: r.latency.tables,
     });
   }
+  if (r.longWorkflow) {
+    runs.push({
+      name: `${r.longWorkflow.steps}-step workflow (per step)`,
+      items: r.longWorkflow.steps,
+      tables: r.longWorkflow.tables,
+    });
+  }
+  if (r.workerMemory) {
+    runs.push({ name: 'memory run', items: r.workerMemory.steps, tables: r.workerMemory.tables });
+  }
   // The engine's own bookkeeping (migrations) is not per-item work.
   const names = [...new Set(runs.flatMap((x) => Object.keys(x.tables)))].filter(
     (t) =>
@@ -373,6 +440,30 @@ function tableCounters(r: BenchResults): string {
   return table(['run (whole engine lifetime)', 'items', ...names], rows, 'lr' + 'r'.repeat(names.length));
 }
 
+function unitCosts(r: BenchResults): string | undefined {
+  const runs: { name: string; costs: WorkCost }[] = [];
+  for (const a of r.activities) runs.push({ name: `activities c=${a.concurrency}`, costs: a.costs });
+  if (r.workflows) runs.push({ name: `${r.workflows.steps}-step workflows`, costs: r.workflows.costs });
+  if (r.overhead) runs.push({ name: 'overhead (0+3-step pairs)', costs: r.overhead.costs });
+  if (r.latency) runs.push({ name: 'latency probes', costs: r.latency.costs });
+  if (r.longWorkflow) {
+    runs.push({ name: `${r.longWorkflow.steps}-step workflow`, costs: r.longWorkflow.costs });
+  }
+  if (r.workerMemory) runs.push({ name: 'memory run', costs: r.workerMemory.costs });
+  if (runs.length === 0) return undefined;
+  const rows = runs.flatMap(({ name, costs }) =>
+    costs.per.map((u, i) => [
+      i === 0 ? name : '',
+      `per ${u.unit}`,
+      int(u.count),
+      dec2(u.rowWrites),
+      int(u.walBytes),
+      dec2(u.roundTrips),
+    ]),
+  );
+  return table(['run', 'unit', 'count', 'rows written', 'WAL bytes', 'round trips'], rows, 'llrrrr');
+}
+
 function verification(r: BenchResults): string {
   const lines: string[] = [];
   const show = (o: Record<string, number>) =>
@@ -387,6 +478,13 @@ function verification(r: BenchResults): string {
   if (r.workflows) {
     lines.push(`workflows: runs ${show(r.workflows.runStatuses)}; worker errors ${r.workflows.workerErrors}`);
   }
+  if (r.longWorkflow) {
+    lines.push(`${r.longWorkflow.steps}-step workflow: runs ${show(r.longWorkflow.runStatuses)}`);
+  }
+  if (r.workerMemory) {
+    const m = r.workerMemory;
+    lines.push(`memory run: steps ${show(m.stepStatuses)}; worker errors ${m.workerErrors}`);
+  }
   for (const f of r.failures) lines.push(`FAILED ${f.scenario}: ${f.error}`);
   return lines.join('\n');
 }
@@ -397,20 +495,35 @@ export function renderReport(r: BenchResults): string {
   if (dist) sections.push('Latency distributions\n' + indent(dist));
   const hopTable = hops(r);
   if (hopTable) sections.push(indent(hopTable).replace(/^ {2}/, ''));
-  sections.push(
-    "Where the time goes, per item (CPU as % of one core; pg CPU = this engine's server backends;" +
-      ' round trips = statements + BEGIN/COMMIT; WAL = whole server)\n' +
-      indent(costs(r)),
-  );
-  if (r.config.profile) {
+  // Sections with nothing to show (e.g. BENCH_ONLY=history) are left out.
+  const anyPhase = phases(r).length > 0;
+  if (anyPhase) {
     sections.push(
-      'Engine statements by kind (client-observed time, incl. pool wait)\n' + indent(statementBreakdown(r)),
+      "Where the time goes, per item (CPU as % of one core; pg CPU = this engine's server backends;" +
+        ' round trips = statements sent incl. BEGIN/COMMIT; WAL = whole server)\n' +
+        indent(costs(r)),
     );
   }
-  sections.push(
-    'Rows per item by table (+inserted ~updated; HOT = updates that wrote no index entries; pg_stat_user_tables)\n' +
-      indent(tableCounters(r)),
-  );
-  sections.push('Checks\n' + indent(verification(r)));
+  const breakdown = r.config.profile ? statementBreakdown(r) : '';
+  if (breakdown !== '') {
+    sections.push('Engine statements by kind (client-observed time, incl. pool wait)\n' + indent(breakdown));
+  }
+  const perUnit = unitCosts(r);
+  if (perUnit) {
+    sections.push(
+      'Cost per unit of work, engine lifetime after migrations (rows = ins+upd+del, pg_stat_user_tables; WAL =' +
+        " whole server, pg_wal_lsn_diff; round trips = statements sent incl. BEGIN/COMMIT; a workflow's cost" +
+        ' is divided by its runs, steps and turns in turn, so "per step" includes the turns)\n' +
+        indent(perUnit),
+    );
+  }
+  if (anyPhase) {
+    sections.push(
+      'Rows per item by table (+inserted ~updated; HOT = updates that wrote no index entries; pg_stat_user_tables)\n' +
+        indent(tableCounters(r)),
+    );
+  }
+  const checks = verification(r);
+  if (checks !== '') sections.push('Checks\n' + indent(checks));
   return sections.join('\n\n') + '\n';
 }

@@ -8,6 +8,10 @@
  *   3. per-step overhead: (p50 of a sequential 3-step workflow − p50 of a 0-step one) / 3
  *   4. enqueue-to-start latency p50/p99 (500 activities enqueued at 50/s)
  *   5. this process's RSS and heap before and after
+ *   6. a sequential 1,000-step workflow: time of its last 100 steps / its first 100
+ *   7. single-job claim and completion latency with 10^6 finished jobs in the tables / with none
+ *   8. worker RSS (after GC) sampled over many steps: last sample vs first
+ * and, for every engine run, rows written, WAL bytes and round trips per job, workflow run, step and turn.
  *
  * Every run gets a fresh schema that is dropped after it. Sizes and settings come from BENCH_* environment
  * variables (`pnpm bench --help` lists them). Progress goes to stderr, the report to stdout.
@@ -24,8 +28,11 @@ import { renderReport, type BenchResults, type MemorySnapshot } from './report.j
 import { activityThroughput, type ActivityThroughputResult } from './scenarios/activities.js';
 import { plainUpdateBaseline, type BaselineResult } from './scenarios/baseline.js';
 import type { ScenarioContext, WorkerSettings } from './scenarios/context.js';
+import { historySize, type HistorySizeResult } from './scenarios/history-size.js';
+import { longWorkflow, type LongWorkflowResult } from './scenarios/long-workflow.js';
 import { startLatency, type StartLatencyResult } from './scenarios/start-latency.js';
 import { stepOverhead, type StepOverheadResult } from './scenarios/step-overhead.js';
+import { workerMemory, type WorkerMemoryResult } from './scenarios/worker-memory.js';
 import { workflowThroughput, type WorkflowThroughputResult } from './scenarios/workflows.js';
 import { round } from './stats.js';
 
@@ -61,6 +68,9 @@ interface Collected {
   workflows?: WorkflowThroughputResult;
   overhead?: StepOverheadResult;
   latency?: StartLatencyResult;
+  longWorkflow?: LongWorkflowResult;
+  history?: HistorySizeResult;
+  workerMemory?: WorkerMemoryResult;
   worker?: WorkerSettings;
   failures: { scenario: string; error: string }[];
   afterEachScenario: { scenario: string; memory: MemorySnapshot }[];
@@ -111,6 +121,20 @@ async function runScenarios(config: BenchConfig, ctx: ScenarioContext): Promise<
       attempt('enqueue-to-start latency', async () => {
         out.latency = await startLatency(ctx);
         out.worker ??= out.latency.worker;
+      }),
+    'long-workflow': () =>
+      attempt(`${config.longWorkflowSteps}-step sequential workflow`, async () => {
+        out.longWorkflow = await longWorkflow(ctx);
+        out.worker ??= out.longWorkflow.worker;
+      }),
+    history: () =>
+      attempt(`latency with ${config.historySteps} finished jobs vs none`, async () => {
+        out.history = await historySize(ctx, progress);
+      }),
+    memory: () =>
+      attempt(`worker RSS over ${config.memorySteps} steps`, async () => {
+        out.workerMemory = await workerMemory(ctx, collectGarbage);
+        out.worker ??= out.workerMemory.worker;
       }),
   };
   for (const scenario of config.scenarios) await run[scenario]();
@@ -170,6 +194,9 @@ async function main(): Promise<number> {
       ...(collected.workflows ? { workflows: collected.workflows } : {}),
       ...(collected.overhead ? { overhead: collected.overhead } : {}),
       ...(collected.latency ? { latency: collected.latency } : {}),
+      ...(collected.longWorkflow ? { longWorkflow: collected.longWorkflow } : {}),
+      ...(collected.history ? { history: collected.history } : {}),
+      ...(collected.workerMemory ? { workerMemory: collected.workerMemory } : {}),
       memory: {
         before,
         after,

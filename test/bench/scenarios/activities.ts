@@ -2,6 +2,7 @@
  * 1. Standalone no-op activities per second: enqueue N (with `enqueueConcurrency` calls in flight), then start a
  * worker of the given concurrency and time from `worker.start()` until its N-th `attempt:completed` event.
  */
+import type { WorkCost } from '../costs.js';
 import type { PhaseStats, TableCounters } from '../meter.js';
 import { noopActivity } from '../definitions.js';
 import {
@@ -23,6 +24,8 @@ export interface ActivityThroughputResult {
   /** Step statuses after the run (all `completed` when it went right). */
   readonly stepStatuses: Record<string, number>;
   readonly tables: TableCounters;
+  /** Rows, WAL and round trips per unit of work over the engine's lifetime. */
+  readonly costs: WorkCost;
 }
 
 export async function activityThroughput(
@@ -32,7 +35,7 @@ export async function activityThroughput(
   const { config } = ctx;
   const total = config.activities;
   const noop = noopActivity(config.leaseMs);
-  const { result, tables } = await withEngine(ctx, `act${concurrency}`, async (run) => {
+  const { result, tables, costs } = await withEngine(ctx, `act${concurrency}`, async (run) => {
     const enqueue = await run.phase('enqueue');
     await inParallel(total, config.enqueueConcurrency, () => run.engine.client.enqueue(noop, {}));
     const enqueueStats = await enqueue.stop(total);
@@ -71,5 +74,6 @@ export async function activityThroughput(
     workerErrors: result.workerErrors,
     stepStatuses: result.stepStatuses,
     tables,
+    costs,
   };
 }

@@ -1,8 +1,9 @@
 /** What every scenario shares: a fresh engine on its own schema, phase meters, and waiting for N events. */
-import { setTimeout as sleep } from 'node:timers/promises';
 import { createEngine, type Engine, type Worker } from '@palisade/engine';
 import type { BenchConfig } from '../config.js';
+import { openCostWindow, type WorkCost } from '../costs.js';
 import type { BenchServer } from '../database.js';
+import { openCountedClient, type CountedClient } from '../engine-client.js';
 import { startPhase, tableCounters, type PhaseStats, type TableCounters } from '../meter.js';
 import { NotificationCounter, installStatementProfiler } from '../profiler.js';
 
@@ -16,6 +17,8 @@ export interface ScenarioContext {
 export interface EngineRun {
   readonly engine: Engine;
   readonly schema: string;
+  /** The engine's postgres.js client: statements sent, application_name. */
+  readonly client: CountedClient;
   /** Start measuring a phase; stop it with the number of items it completed. */
   phase(name: string): Promise<{ stop(items: number): Promise<PhaseStats> }>;
   /** `select <column>, count(*) … group by 1` on one of the engine's tables, for verification. */
@@ -50,16 +53,18 @@ export function workerSettings(worker: Worker): WorkerSettings {
   };
 }
 
-/** A scenario's result with the row operations of its whole engine run, per table. */
+/** A scenario's result with the row operations of its whole engine run, per table, and its cost per unit. */
 export interface WithTableCounters<T> {
   readonly result: T;
   readonly tables: TableCounters;
+  /** From the end of the migrations until the engine was closed (costs.ts). */
+  readonly costs: WorkCost;
 }
 
-/** Time for exiting backends to report their statistics before the table counters are read. */
-const STATS_SETTLE_MS = 300;
-
-/** Run `fn` with a fresh, migrated engine on a new schema; close it and drop the schema afterwards. */
+/**
+ * Run `fn` with a fresh, migrated engine on a new schema; close it and drop the schema afterwards. The engine runs
+ * on a client made here (engine-client.ts) so that its statements are counted and its backends can be found.
+ */
 export async function withEngine<T>(
   ctx: ScenarioContext,
   prefix: string,
@@ -68,15 +73,18 @@ export async function withEngine<T>(
   const { config, server } = ctx;
   const schema = server.newSchema(prefix);
   let engine: Engine | undefined;
+  const client = openCountedClient(server.url, { poolSize: config.poolSize, applicationName: schema });
   const notifications = new NotificationCounter();
   try {
-    engine = await createEngine({ databaseUrl: server.url, schema, poolSize: config.poolSize });
+    engine = await createEngine({ sql: client.sql, schema });
     if (config.profile) installStatementProfiler(engine.database);
     await notifications.start(server.admin, engine.names.channel);
-    const meterOptions = { admin: server.admin, schema, localServer: ctx.localServer, notifications };
+    const costs = await openCostWindow(server.admin, client, schema);
+    const meterOptions = { admin: server.admin, schema, localServer: ctx.localServer, notifications, client };
     const result = await fn({
       engine,
       schema,
+      client,
       phase: (name) => startPhase(name, meterOptions),
       async countBy(table, column) {
         const rows = await server.admin.unsafe<{ key: string; n: number }[]>(
@@ -87,11 +95,13 @@ export async function withEngine<T>(
     });
     await engine.close({ graceMs: 0 });
     engine = undefined;
+    await client.end();
     await notifications.stop();
-    await sleep(STATS_SETTLE_MS);
-    return { result, tables: await tableCounters(server.admin, schema) };
+    const workCost = await costs.close(); // waits until the engine's backends have reported their counts
+    return { result, tables: await tableCounters(server.admin, schema), costs: workCost };
   } finally {
     await engine?.close({ graceMs: 0 }).catch(() => undefined);
+    await client.end().catch(() => undefined);
     await notifications.stop().catch(() => undefined);
     await server.dropSchema(schema);
   }

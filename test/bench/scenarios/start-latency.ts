@@ -5,6 +5,7 @@
  * is the insert's round trip and commit; the rest is NOTIFY delivery, the claim and the attempt's setup.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { WorkCost } from '../costs.js';
 import type { PhaseStats, TableCounters } from '../meter.js';
 import { probeNowMs, startProbeActivity } from '../definitions.js';
 import { summarize, type LatencySummary } from '../stats.js';
@@ -30,6 +31,8 @@ export interface StartLatencyResult {
   readonly achievedRatePerSec: number;
   readonly paced: PhaseStats;
   readonly tables: TableCounters;
+  /** Rows, WAL and round trips per unit of work over the engine's lifetime. */
+  readonly costs: WorkCost;
 }
 
 export async function startLatency(ctx: ScenarioContext): Promise<StartLatencyResult> {
@@ -50,7 +53,7 @@ export async function startLatency(ctx: ScenarioContext): Promise<StartLatencyRe
     if (collect) latencies.push(ms);
     started.tick();
   });
-  const { result, tables } = await withEngine(ctx, 'lat', async (run) => {
+  const { result, tables, costs } = await withEngine(ctx, 'lat', async (run) => {
     const worker = run.engine.worker({
       activities: [probe],
       concurrency: config.latencyConcurrency,
@@ -105,5 +108,6 @@ export async function startLatency(ctx: ScenarioContext): Promise<StartLatencyRe
         : config.latencyRatePerSec,
     paced: result.pacedStats,
     tables,
+    costs,
   };
 }

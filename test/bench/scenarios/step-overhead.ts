@@ -6,6 +6,7 @@
  * Each 3-step sample is also cut into hops by the worker's events (turn committed, step claimed/started/
  * completed), so the report can say where the time between `start()` and `result()` goes.
  */
+import type { WorkCost } from '../costs.js';
 import type { PhaseStats, TableCounters } from '../meter.js';
 import { noopActivity, sequentialWorkflow } from '../definitions.js';
 import { summarize, round, type LatencySummary } from '../stats.js';
@@ -35,6 +36,8 @@ export interface StepOverheadResult {
   readonly hopSamples: number;
   readonly sampling: PhaseStats;
   readonly tables: TableCounters;
+  /** Rows, WAL and round trips per unit of work over the engine's lifetime. */
+  readonly costs: WorkCost;
 }
 
 type Mark = readonly [label: string, atMs: number];
@@ -44,7 +47,7 @@ export async function stepOverhead(ctx: ScenarioContext): Promise<StepOverheadRe
   const noop = noopActivity(config.leaseMs);
   const zero = sequentialWorkflow(0, noop);
   const three = sequentialWorkflow(STEPS, noop);
-  const { result, tables } = await withEngine(ctx, 'ovh', async (run) => {
+  const { result, tables, costs } = await withEngine(ctx, 'ovh', async (run) => {
     const worker = run.engine.worker({
       activities: [noop],
       workflows: [zero, three],
@@ -102,6 +105,7 @@ export async function stepOverhead(ctx: ScenarioContext): Promise<StepOverheadRe
     hopSamples,
     sampling: result.samplingStats,
     tables,
+    costs,
   };
 }
 

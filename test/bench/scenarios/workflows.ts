@@ -3,6 +3,7 @@
  * a worker serving the workflow and its activity, and time from `worker.start()` until N turns committed with
  * outcome `completed`. Each run is four turns (three that schedule a step, one that returns) and three activities.
  */
+import type { WorkCost } from '../costs.js';
 import type { PhaseStats, TableCounters } from '../meter.js';
 import { noopActivity, sequentialWorkflow } from '../definitions.js';
 import {
@@ -28,6 +29,8 @@ export interface WorkflowThroughputResult {
   readonly workerErrors: number;
   readonly runStatuses: Record<string, number>;
   readonly tables: TableCounters;
+  /** Rows, WAL and round trips per unit of work over the engine's lifetime. */
+  readonly costs: WorkCost;
 }
 
 export async function workflowThroughput(ctx: ScenarioContext): Promise<WorkflowThroughputResult> {
@@ -35,7 +38,7 @@ export async function workflowThroughput(ctx: ScenarioContext): Promise<Workflow
   const total = config.workflows;
   const noop = noopActivity(config.leaseMs);
   const workflow = sequentialWorkflow(WORKFLOW_STEPS, noop);
-  const { result, tables } = await withEngine(ctx, 'wf', async (run) => {
+  const { result, tables, costs } = await withEngine(ctx, 'wf', async (run) => {
     const start = await run.phase('start');
     await inParallel(total, config.enqueueConcurrency, () => run.engine.client.start(workflow, {}));
     const startStats = await start.stop(total);
@@ -83,5 +86,6 @@ export async function workflowThroughput(ctx: ScenarioContext): Promise<Workflow
     workerErrors: result.workerErrors,
     runStatuses: result.runStatuses,
     tables,
+    costs,
   };
 }
