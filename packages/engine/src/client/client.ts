@@ -110,7 +110,10 @@ export interface StartManyOptions extends Omit<StartOptions, 'key'> {
  * statement always takes at least one run). Each statement is atomic on its own; the statements of one call are
  * not one transaction.
  */
-export const BULK_START_LIMITS = Object.freeze({ runsPerStatement: 1_000, inputCharsPerStatement: 8_000_000 });
+export const BULK_START_LIMITS = Object.freeze({
+  runsPerStatement: 1_000,
+  inputCharsPerStatement: 8_000_000,
+});
 
 const keySchema = z
   .string()
@@ -184,7 +187,9 @@ function parseOptions<S extends z.ZodType>(schema: S, options: unknown, where: s
 /** @throws InvalidOptionsError when the inputs of a bulk call are not an array. */
 function assertInputs(inputs: unknown, where: string): void {
   if (!Array.isArray(inputs)) {
-    throw new InvalidOptionsError(where, [{ path: 'inputs', message: `must be an array, got ${typeof inputs}` }]);
+    throw new InvalidOptionsError(where, [
+      { path: 'inputs', message: `must be an array, got ${typeof inputs}` },
+    ]);
   }
 }
 
@@ -192,7 +197,10 @@ function assertInputs(inputs: unknown, where: string): void {
 function assertKeys(keys: readonly unknown[] | undefined, inputs: number, where: string): void {
   if (keys !== undefined && keys.length !== inputs) {
     throw new InvalidOptionsError(where, [
-      { path: 'keys', message: `must hold one key (or undefined) per input: ${inputs} inputs, ${keys.length} keys` },
+      {
+        path: 'keys',
+        message: `must hold one key (or undefined) per input: ${inputs} inputs, ${keys.length} keys`,
+      },
     ]);
   }
 }
@@ -247,7 +255,11 @@ function enqueueParams(
   o: z.output<typeof enqueueManySchema>,
   call: 'enqueue' | 'enqueueMany',
 ): Omit<InsertStandaloneRunsParams, 'items'> {
-  const retryPolicy = mergeRetryPolicy(activity.retry, o.retry, `${call} retry of ${activity.name}`);
+  const retryPolicy = mergeRetryPolicy(
+    activity.retry,
+    o.retry as RetryPolicy | undefined,
+    `${call} retry of ${activity.name}`,
+  );
   if (o.leaseMs !== undefined && o.leaseMs < activity.leaseMs) {
     throw new InvalidOptionsError(`${call} options of ${activity.name}`, [
       { path: 'leaseMs', message: shorterLeaseMessage(activity.leaseMs, o.leaseMs) },
@@ -385,7 +397,12 @@ export class Client {
     assertInputs(inputs, where);
     const o = parseOptions(enqueueManySchema, options, where);
     assertKeys(o.keys, inputs.length, where);
-    const items = runItems(inputs, o.keys, activity.input, (k) => `inputs[${k}] of activity ${activity.name}`);
+    const items = runItems(
+      inputs,
+      o.keys,
+      activity.input,
+      (k) => `inputs[${k}] of activity ${activity.name}`,
+    );
     const params = enqueueParams(activity, o, 'enqueueMany');
     return this.insertRuns<z.output<O>>(
       items,
@@ -449,7 +466,12 @@ export class Client {
     assertInputs(inputs, where);
     const o = parseOptions(startManySchema, options, where);
     assertKeys(o.keys, inputs.length, where);
-    const items = runItems(inputs, o.keys, workflow.input, (k) => `inputs[${k}] of workflow ${workflow.name}`);
+    const items = runItems(
+      inputs,
+      o.keys,
+      workflow.input,
+      (k) => `inputs[${k}] of workflow ${workflow.name}`,
+    );
     return this.insertRuns<z.output<O>>(
       items,
       o.onConflict,

@@ -41,7 +41,9 @@ export interface RunInsertOutcome {
 export function runItemsCte(items: readonly RunItem[]): SQL {
   // Built as text: each input is already JSON (checkPayload), so it is not parsed and serialized again.
   const rows = `[${items
-    .map((i) => `{"id":${JSON.stringify(i.runId)},"k":${JSON.stringify(i.idempotencyKey)},"i":${i.inputJson}}`)
+    .map(
+      (i) => `{"id":${JSON.stringify(i.runId)},"k":${JSON.stringify(i.idempotencyKey)},"i":${i.inputJson}}`,
+    )
     .join(',')}]`;
   return sql`inp AS MATERIALIZED (
     SELECT run_id, input, idempotency_key, ord,
