@@ -1,6 +1,12 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
-import { runItemsCte, runOutcomeSelect, settleRunInserts, type RunInsertOutcome, type RunItem } from './run-by-key.js';
+import {
+  runItemsCte,
+  runOutcomeSelect,
+  settleRunInserts,
+  type RunInsertOutcome,
+  type RunItem,
+} from './run-by-key.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 /** A batch of standalone-activity runs: one activity and one set of options, an id, key and input per run. */
@@ -30,11 +36,13 @@ export async function insertStandaloneRuns(
   n: SchemaNames,
   p: InsertStandaloneRunsParams,
 ): Promise<RunInsertOutcome[]> {
+  // The DB clock read once per statement (an InitPlan), not once per row: a batch shares its times.
+  const now = sql`(SELECT ${n.now})`;
   const statement = sql`
     WITH ${runItemsCte(p.items)},
     r AS (
       INSERT INTO ${n.runs} (id, kind, name, status, input, idempotency_key, queue, priority, created_at)
-      SELECT run_id, 'activity', ${p.activityName}, 'pending', input, idempotency_key, ${p.queue}, ${p.priority}, ${n.now}
+      SELECT run_id, 'activity', ${p.activityName}, 'pending', input, idempotency_key, ${p.queue}, ${p.priority}, ${now}
         FROM inp WHERE ord = lead ORDER BY ord
       ON CONFLICT DO NOTHING
       RETURNING id),
@@ -43,13 +51,13 @@ export async function insertStandaloneRuns(
                               lease_ms, start_to_close_timeout_ms, next_run_at, created_at)
       SELECT r.id, 0, 'activity', ${p.activityName}, 'run:' || r.id::text, 'scheduled', i.input,
              ${p.queue}, ${p.priority}, ${JSON.stringify(p.retryPolicy)}::jsonb, ${p.leaseMs},
-             ${p.startToCloseTimeoutMs}, ${n.now} + ${msInterval(sql`${p.delayMs}::int`)}, ${n.now}
+             ${p.startToCloseTimeoutMs}, ${now} + ${msInterval(sql`${p.delayMs}::int`)}, ${now}
         FROM r JOIN inp i ON i.run_id = r.id
        ORDER BY i.ord
       RETURNING id, run_id),
     e AS (
       INSERT INTO ${n.events} (run_id, step_id, type, data, at)
-      SELECT s.run_id, s.id, 'step:scheduled', jsonb_build_object('activity', ${p.activityName}::text, 'queue', ${p.queue}::text), ${n.now}
+      SELECT s.run_id, s.id, 'step:scheduled', jsonb_build_object('activity', ${p.activityName}::text, 'queue', ${p.queue}::text), ${now}
         FROM s
       RETURNING 1),
     notified AS (SELECT pg_notify(${n.channel}, ${'step:' + p.queue}) WHERE ${p.delayMs}::int = 0 AND EXISTS (SELECT 1 FROM s)),

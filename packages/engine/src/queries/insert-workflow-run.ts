@@ -1,6 +1,12 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
-import { runItemsCte, runOutcomeSelect, settleRunInserts, type RunInsertOutcome, type RunItem } from './run-by-key.js';
+import {
+  runItemsCte,
+  runOutcomeSelect,
+  settleRunInserts,
+  type RunInsertOutcome,
+  type RunItem,
+} from './run-by-key.js';
 import type { SchemaNames } from './schema-names.js';
 
 /** A batch of workflow runs: one workflow and one set of options, an id, key and input per run. */
@@ -25,17 +31,19 @@ export async function insertWorkflowRuns(
   n: SchemaNames,
   p: InsertWorkflowRunsParams,
 ): Promise<RunInsertOutcome[]> {
+  // The DB clock read once per statement (an InitPlan), not once per row: a batch shares its times.
+  const now = sql`(SELECT ${n.now})`;
   const statement = sql`
     WITH ${runItemsCte(p.items)},
     r AS (
       INSERT INTO ${n.runs} (id, kind, name, status, input, idempotency_key, queue, priority, turn_next_run_at, created_at)
-      SELECT run_id, 'workflow', ${p.workflowName}, 'pending', input, idempotency_key, ${p.queue}, ${p.priority}, ${n.now}, ${n.now}
+      SELECT run_id, 'workflow', ${p.workflowName}, 'pending', input, idempotency_key, ${p.queue}, ${p.priority}, ${now}, ${now}
         FROM inp WHERE ord = lead ORDER BY ord
       ON CONFLICT DO NOTHING
       RETURNING id),
     e AS (
       INSERT INTO ${n.events} (run_id, type, data, at)
-      SELECT id, 'run:started', jsonb_build_object('workflow', ${p.workflowName}::text, 'queue', ${p.queue}::text), ${n.now}
+      SELECT id, 'run:started', jsonb_build_object('workflow', ${p.workflowName}::text, 'queue', ${p.queue}::text), ${now}
         FROM r
       RETURNING 1),
     notified AS (SELECT pg_notify(${n.channel}, ${'turn:' + p.queue}) WHERE EXISTS (SELECT 1 FROM r)),
