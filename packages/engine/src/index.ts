@@ -7,7 +7,15 @@ declare module '@palisade/sdk' {
   }
 }
 
-export { Client, type EnqueueOptions, type OnKeyConflict, type StartOptions } from './client/client.js';
+export {
+  BULK_START_LIMITS,
+  Client,
+  type EnqueueManyOptions,
+  type EnqueueOptions,
+  type OnKeyConflict,
+  type StartManyOptions,
+  type StartOptions,
+} from './client/client.js';
 export {
   RunHandle,
   UNCLAIMED_AFTER_MS,

@@ -22,33 +22,14 @@ import type { NotificationHub } from '../db/notification-hub.js';
 import { withInfraRetry } from '../infra-retry.js';
 import { faultHooks } from '../internal/fault-points.js';
 import { shorterLeaseMessage } from '../lease-override.js';
-import { insertStandaloneRun } from '../queries/insert-standalone-run.js';
+import { insertStandaloneRuns, type InsertStandaloneRunsParams } from '../queries/insert-standalone-run.js';
 import { listRuns, readRun, type ListRunsFilter, type RunRow } from '../queries/read-run.js';
-import { insertWorkflowRun } from '../queries/insert-workflow-run.js';
+import { insertWorkflowRuns, type InsertWorkflowRunsParams } from '../queries/insert-workflow-run.js';
 import { retryRun } from '../queries/retry-run.js';
-import type { RunInsertOutcome } from '../queries/run-by-key.js';
+import type { RunInsertOutcome, RunItem } from '../queries/run-by-key.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import { assertUsableOutsideTransaction } from '../worker/fenced-scope.js';
 import { RunHandle } from './run-handle.js';
-
-/**
- * The run a keyed start or enqueue names, or RUN_KEY_CONFLICT when the key already started a run with another
- * input and the caller did not ask to attach.
- */
-function checkKeyOutcome(
-  outcome: RunInsertOutcome,
-  what: string,
-  key: string | undefined,
-  onConflict: OnKeyConflict | undefined,
-): RunInsertOutcome {
-  if (outcome.created || outcome.sameInput || onConflict === 'use-existing') return outcome;
-  throw new PalisadeError(
-    'RUN_KEY_CONFLICT',
-    `${what}: key "${key ?? ''}" already started run ${outcome.runId} with a different input. ` +
-      "Use another key for new work, or pass onConflict: 'use-existing' to get a handle to that run.",
-    { runId: outcome.runId },
-  );
-}
 
 /**
  * What a start or enqueue does when its idempotency key already started a run of the same workflow or activity
@@ -95,15 +76,55 @@ export interface StartOptions {
   readonly priority?: number;
 }
 
+/**
+ * Options of {@link Client.enqueueMany}: those of {@link Client.enqueue}, applying to every run of the call, with
+ * one idempotency key per input (`keys`) instead of `key`.
+ */
+export interface EnqueueManyOptions extends Omit<EnqueueOptions, 'key'> {
+  /**
+   * Idempotency keys, scoped to this activity, one per input in the same order (`keys[k]` is the key of
+   * `inputs[k]`; `undefined` for an input without one). A key behaves as `key` of {@link Client.enqueue} does,
+   * within the batch too: a later input with a key an earlier input of the call also gave names the same run.
+   * @defaultValue no keys
+   */
+  readonly keys?: readonly (string | undefined)[];
+}
+
+/**
+ * Options of {@link Client.startMany}: those of {@link Client.start}, applying to every run of the call, with
+ * one idempotency key per input (`keys`) instead of `key`.
+ */
+export interface StartManyOptions extends Omit<StartOptions, 'key'> {
+  /**
+   * Idempotency keys, scoped to this workflow, one per input in the same order (`keys[k]` is the key of
+   * `inputs[k]`; `undefined` for an input without one). A key behaves as `key` of {@link Client.start} does,
+   * within the batch too: a later input with a key an earlier input of the call also gave names the same run.
+   * @defaultValue no keys
+   */
+  readonly keys?: readonly (string | undefined)[];
+}
+
+/**
+ * How {@link Client.enqueueMany} and {@link Client.startMany} split a long array: one statement inserts at most
+ * `runsPerStatement` runs, or fewer when their inputs' JSON exceeds `inputCharsPerStatement` characters (a
+ * statement always takes at least one run). Each statement is atomic on its own; the statements of one call are
+ * not one transaction.
+ */
+export const BULK_START_LIMITS = Object.freeze({
+  runsPerStatement: 1_000,
+  inputCharsPerStatement: 8_000_000,
+});
+
+const keySchema = z
+  .string()
+  .min(1)
+  .max(512)
+  .refine((k) => textProblem(k) === undefined, 'must be storable text (no NUL, no lone surrogate)');
+
 /** The options every run takes: its key, queue and priority. */
 const runOptionsSchema = z
   .object({
-    key: z
-      .string()
-      .min(1)
-      .max(512)
-      .refine((k) => textProblem(k) === undefined, 'must be storable text (no NUL, no lone surrogate)')
-      .optional(),
+    key: keySchema.optional(),
     queue: z
       .string()
       .regex(/^[A-Za-z0-9_.:-]{1,128}$/, 'must be 1–128 letters, digits, _ . : -')
@@ -123,6 +144,10 @@ const enqueueSchema = runOptionsSchema
     startToCloseTimeoutMs: durationMs.pipe(z.number().min(1)).optional(),
   })
   .strict();
+
+const keysSchema = z.array(keySchema.optional()).optional();
+const startManySchema = startSchema.omit({ key: true }).extend({ keys: keysSchema }).strict();
+const enqueueManySchema = enqueueSchema.omit({ key: true }).extend({ keys: keysSchema }).strict();
 
 /** Refuse anything but a definition from defineActivity()/defineWorkflow() before reading its fields. */
 function assertDefinition(definition: unknown, kind: 'activity' | 'workflow', call: string): void {
@@ -152,6 +177,153 @@ const listSchema = z
   })
   .strict();
 
+/** Parse `options` with `schema`. @throws InvalidOptionsError naming each bad option, `where` naming the call. */
+function parseOptions<S extends z.ZodType>(schema: S, options: unknown, where: string): z.output<S> {
+  const parsed = schema.safeParse(options);
+  if (!parsed.success) throw new InvalidOptionsError(where, formatIssues(parsed.error.issues));
+  return parsed.data;
+}
+
+/** @throws InvalidOptionsError when the inputs of a bulk call are not an array. */
+function assertInputs(inputs: unknown, where: string): void {
+  if (!Array.isArray(inputs)) {
+    throw new InvalidOptionsError(where, [
+      { path: 'inputs', message: `must be an array, got ${typeof inputs}` },
+    ]);
+  }
+}
+
+/** @throws InvalidOptionsError when `keys` is given with another length than the inputs. */
+function assertKeys(keys: readonly unknown[] | undefined, inputs: number, where: string): void {
+  if (keys !== undefined && keys.length !== inputs) {
+    throw new InvalidOptionsError(where, [
+      {
+        path: 'keys',
+        message: `must hold one key (or undefined) per input: ${inputs} inputs, ${keys.length} keys`,
+      },
+    ]);
+  }
+}
+
+/**
+ * Check every input against `schema` and its JSON round trip, before anything is stored, and fix each run's id
+ * (before the first try, so a retry after a lost reply cannot duplicate). `what(k)` names input `k` in errors.
+ * @throws ValidationError or PalisadeError `PAYLOAD_TOO_LARGE` for the first bad input.
+ */
+function runItems(
+  inputs: readonly unknown[],
+  keys: readonly (string | undefined)[] | undefined,
+  schema: z.ZodType,
+  what: (index: number) => string,
+): RunItem[] {
+  // Array.from, not map: a hole in a sparse array is an undefined input to check, not one to skip.
+  return Array.from(inputs, (input, k) => {
+    const value = validate(schema, input, what(k));
+    return {
+      runId: randomUUID(),
+      idempotencyKey: keys?.[k] ?? null,
+      inputJson: checkPayload(value, what(k), PAYLOAD_LIMITS.inputBytes),
+    };
+  });
+}
+
+/** Split `items` into the statements of {@link BULK_START_LIMITS}; each holds at least one run. */
+function statementChunks(items: readonly RunItem[]): RunItem[][] {
+  const chunks: RunItem[][] = [];
+  let chunk: RunItem[] = [];
+  let chars = 0;
+  for (const item of items) {
+    if (
+      chunk.length > 0 &&
+      (chunk.length >= BULK_START_LIMITS.runsPerStatement ||
+        chars + item.inputJson.length > BULK_START_LIMITS.inputCharsPerStatement)
+    ) {
+      chunks.push(chunk);
+      chunk = [];
+      chars = 0;
+    }
+    chunk.push(item);
+    chars += item.inputJson.length;
+  }
+  if (chunk.length > 0) chunks.push(chunk);
+  return chunks;
+}
+
+/** The enqueue options resolved against the activity: every parameter of its runs but the items. */
+function enqueueParams(
+  activity: ActivityDefinition<z.ZodType, z.ZodType>,
+  o: z.output<typeof enqueueManySchema>,
+  call: 'enqueue' | 'enqueueMany',
+): Omit<InsertStandaloneRunsParams, 'items'> {
+  const retryPolicy = mergeRetryPolicy(
+    activity.retry,
+    o.retry as RetryPolicy | undefined,
+    `${call} retry of ${activity.name}`,
+  );
+  if (o.leaseMs !== undefined && o.leaseMs < activity.leaseMs) {
+    throw new InvalidOptionsError(`${call} options of ${activity.name}`, [
+      { path: 'leaseMs', message: shorterLeaseMessage(activity.leaseMs, o.leaseMs) },
+    ]);
+  }
+  return {
+    activityName: activity.name,
+    queue: o.queue ?? activity.queue,
+    priority: o.priority ?? 0,
+    retryPolicy,
+    leaseMs: o.leaseMs ?? activity.leaseMs,
+    startToCloseTimeoutMs: o.startToCloseTimeoutMs ?? activity.startToCloseTimeoutMs,
+    delayMs: o.delayMs ?? 0,
+  };
+}
+
+/** The start options resolved against the workflow: every parameter of its runs but the items. */
+function startParams(
+  workflow: WorkflowDefinition<z.ZodType, z.ZodType>,
+  o: z.output<typeof startManySchema>,
+): Omit<InsertWorkflowRunsParams, 'items'> {
+  return { workflowName: workflow.name, queue: o.queue ?? workflow.queue, priority: o.priority ?? 0 };
+}
+
+/**
+ * RUN_KEY_CONFLICT for the item at `at.index` (of the whole call), whose key names a run with another input:
+ * an existing run (named, with its `runId`), or — in a bulk call — the run an earlier item of the same statement
+ * (`at.leadIndex`) was creating, which the refusal rolled back.
+ */
+function keyConflict(
+  call: { what: string; many: boolean },
+  chunk: readonly RunItem[],
+  outcome: RunInsertOutcome,
+  at: { index: number; leadIndex: number; from: number; to: number },
+): PalisadeError {
+  const key = chunk[at.index - at.from]?.idempotencyKey ?? '';
+  if (!call.many) {
+    return new PalisadeError(
+      'RUN_KEY_CONFLICT',
+      `${call.what}: key "${key}" already started run ${outcome.runId} with a different input. ` +
+        "Use another key for new work, or pass onConflict: 'use-existing' to get a handle to that run.",
+      { runId: outcome.runId },
+    );
+  }
+  const unwritten =
+    `Nothing of inputs[${at.from}..${at.to}] was written` +
+    (at.from > 0 ? ` (inputs[0..${at.from - 1}] were, by earlier statements).` : '.');
+  if (outcome.createdHere) {
+    return new PalisadeError(
+      'RUN_KEY_CONFLICT',
+      `${call.what}: inputs[${at.index}] has the key "${key}" of inputs[${at.leadIndex}] with a different input. ` +
+        `${unwritten} Give different work different keys, or pass onConflict: 'use-existing' to have ` +
+        `inputs[${at.index}] name the run of inputs[${at.leadIndex}].`,
+    );
+  }
+  return new PalisadeError(
+    'RUN_KEY_CONFLICT',
+    `${call.what}: key "${key}" of inputs[${at.index}] already started run ${outcome.runId} with a different ` +
+      `input. ${unwritten} Use another key for new work, or pass onConflict: 'use-existing' to get a handle ` +
+      'to that run.',
+    { runId: outcome.runId },
+  );
+}
+
 /** Starts work and looks it up. Obtain it as `engine.client`. */
 export class Client {
   constructor(
@@ -165,7 +337,8 @@ export class Client {
    * Run one activity on its own, without a workflow (a fenced job queue): the activity is claimed by a worker
    * serving it, with the same leases, fencing, retries and timeouts as inside a workflow.
    * The input is checked against the activity's schema here, before anything is stored.
-   * Idempotent on `key` (scoped to this activity), as {@link Client.start}.
+   * Idempotent on `key` (scoped to this activity), as {@link Client.start}. For many runs at once see
+   * {@link Client.enqueueMany}.
    * @returns a handle to wait for the result (`handle.result()`), describe or cancel the run; `handle.created`
    * says whether this call created it.
    * @throws ValidationError naming the bad input field, or the path of a value that would not survive the JSON
@@ -174,7 +347,6 @@ export class Client {
    * @throws PalisadeError `RUN_KEY_CONFLICT` (with the existing `runId`) when the key already started a run of
    * this activity with a different input, unless `onConflict: 'use-existing'`.
    */
-
   async enqueue<I extends z.ZodType, O extends z.ZodType>(
     activity: ActivityDefinition<I, O>,
     input: z.input<I>,
@@ -182,50 +354,69 @@ export class Client {
   ): Promise<RunHandle<z.output<O>>> {
     assertDefinition(activity, 'activity', 'enqueue');
     assertUsableOutsideTransaction(this.db, 'client.enqueue');
-    const parsed = enqueueSchema.safeParse(options);
-    if (!parsed.success) {
-      throw new InvalidOptionsError(`enqueue options of ${activity.name}`, formatIssues(parsed.error.issues));
-    }
-    const o = parsed.data;
-    const value = validate(activity.input, input, `input of activity ${activity.name}`);
-    checkPayload(value, `input of activity ${activity.name}`, PAYLOAD_LIMITS.inputBytes);
-    const retryPolicy = mergeRetryPolicy(activity.retry, options.retry, `enqueue retry of ${activity.name}`);
-    if (o.leaseMs !== undefined && o.leaseMs < activity.leaseMs) {
-      throw new InvalidOptionsError(`enqueue options of ${activity.name}`, [
-        { path: 'leaseMs', message: shorterLeaseMessage(activity.leaseMs, o.leaseMs) },
-      ]);
-    }
-    const runId = randomUUID(); // fixed before the first try, so a retry after a lost reply cannot duplicate
-    const outcome = await withInfraRetry(async () => {
-      const inserted = await insertStandaloneRun(this.db, this.names, {
-        runId,
-        activityName: activity.name,
-        input: value,
-        idempotencyKey: o.key ?? null,
-        queue: o.queue ?? activity.queue,
-        priority: o.priority ?? 0,
-        retryPolicy,
-        leaseMs: o.leaseMs ?? activity.leaseMs,
-        startToCloseTimeoutMs: o.startToCloseTimeoutMs ?? activity.startToCloseTimeoutMs,
-        delayMs: o.delayMs ?? 0,
-      });
-      await faultHooks['client:after-insert-run']?.(inserted.runId);
-      return inserted;
-    });
-    const { runId: id, created } = checkKeyOutcome(
-      outcome,
-      `enqueue of activity ${activity.name}`,
-      o.key,
+    const o = parseOptions(enqueueSchema, options, `enqueue options of ${activity.name}`);
+    const items = runItems([input], [o.key], activity.input, () => `input of activity ${activity.name}`);
+    const params = enqueueParams(activity, o, 'enqueue');
+    const [handle] = await this.insertRuns<z.output<O>>(
+      items,
       o.onConflict,
+      (db, chunk) => insertStandaloneRuns(db, this.names, { ...params, items: chunk }),
+      { what: `enqueue of activity ${activity.name}`, many: false },
     );
-    return new RunHandle<z.output<O>>(id, this.db, this.names, this.hub, this.logger, created);
+    if (!handle) throw new Error(`enqueue of activity ${activity.name} returned no run`);
+    return handle;
+  }
+
+  /**
+   * Enqueue many runs of one activity, as {@link Client.enqueue} would one by one but in one statement per
+   * {@link BULK_START_LIMITS}`.runsPerStatement` (1,000) runs, with one NOTIFY per statement. `options` apply to
+   * every run; `keys` gives each input its own idempotency key. Every input is checked against the activity's
+   * schema before anything is stored, so a bad input writes nothing. A key behaves as for `enqueue`, within the
+   * batch too: an input whose key an earlier input (or an existing run of this activity) took names that run
+   * (`created` false) when its input is equal, and otherwise is RUN_KEY_CONFLICT unless
+   * `onConflict: 'use-existing'`.
+   * Atomicity: each statement (up to 1,000 runs) is atomic; a call over more inputs runs several, and an error in
+   * one leaves the runs of the statements before it written (the error message says which).
+   * @param inputs - one input per run; an empty array returns `[]` without touching the database.
+   * @returns one handle per input, in input order (several handles name the same run when keys repeat).
+   * @throws ValidationError naming the bad input by its index (`inputs[3] of activity charge is invalid: …`) and
+   * field; PalisadeError `PAYLOAD_TOO_LARGE` naming the index; InvalidOptionsError naming the bad option (or
+   * `keys` of another length than `inputs`).
+   * @throws PalisadeError `RUN_KEY_CONFLICT` naming the index (and the existing `runId` when the key belongs to an
+   * existing run) when a key names a run with a different input, unless `onConflict: 'use-existing'`; nothing of
+   * that statement is written.
+   */
+  async enqueueMany<I extends z.ZodType, O extends z.ZodType>(
+    activity: ActivityDefinition<I, O>,
+    inputs: readonly z.input<I>[],
+    options: EnqueueManyOptions = {},
+  ): Promise<RunHandle<z.output<O>>[]> {
+    assertDefinition(activity, 'activity', 'enqueueMany');
+    assertUsableOutsideTransaction(this.db, 'client.enqueueMany');
+    const where = `enqueueMany options of ${activity.name}`;
+    assertInputs(inputs, where);
+    const o = parseOptions(enqueueManySchema, options, where);
+    assertKeys(o.keys, inputs.length, where);
+    const items = runItems(
+      inputs,
+      o.keys,
+      activity.input,
+      (k) => `inputs[${k}] of activity ${activity.name}`,
+    );
+    const params = enqueueParams(activity, o, 'enqueueMany');
+    return this.insertRuns<z.output<O>>(
+      items,
+      o.onConflict,
+      (db, chunk) => insertStandaloneRuns(db, this.names, { ...params, items: chunk }),
+      { what: `enqueueMany of activity ${activity.name}`, many: true },
+    );
   }
 
   /**
    * Start a workflow run. Idempotent on `key` (scoped to this workflow): the same key with the same input returns
    * the existing run, whatever its state, and `handle.created` says whether this call created it (a call retried
    * after a lost reply still counts as the creator). The input is checked against the workflow's schema here,
-   * before anything is stored.
+   * before anything is stored. For many runs at once see {@link Client.startMany}.
    * @throws ValidationError naming the bad input field, or the path of a value that would not survive the JSON
    * round trip into the database; PalisadeError `PAYLOAD_TOO_LARGE`; InvalidOptionsError naming the bad option.
    * @throws PalisadeError `RUN_KEY_CONFLICT` (with the existing `runId`) when the key already started a run of
@@ -238,32 +429,101 @@ export class Client {
   ): Promise<RunHandle<z.output<O>>> {
     assertDefinition(workflow, 'workflow', 'start');
     assertUsableOutsideTransaction(this.db, 'client.start');
-    const parsed = startSchema.safeParse(options);
-    if (!parsed.success) {
-      throw new InvalidOptionsError(`start options of ${workflow.name}`, formatIssues(parsed.error.issues));
-    }
-    const value = validate(workflow.input, input, `input of workflow ${workflow.name}`);
-    checkPayload(value, `input of workflow ${workflow.name}`, PAYLOAD_LIMITS.inputBytes);
-    const id = randomUUID(); // fixed before the first try, so a retry after an unknown outcome cannot duplicate
-    const outcome = await withInfraRetry(async () => {
-      const inserted = await insertWorkflowRun(this.db, this.names, {
-        runId: id,
-        workflowName: workflow.name,
-        input: value,
-        idempotencyKey: parsed.data.key ?? null,
-        queue: parsed.data.queue ?? workflow.queue,
-        priority: parsed.data.priority ?? 0,
-      });
-      await faultHooks['client:after-insert-run']?.(inserted.runId);
-      return inserted;
-    });
-    const { runId, created } = checkKeyOutcome(
-      outcome,
-      `start of workflow ${workflow.name}`,
-      parsed.data.key,
-      parsed.data.onConflict,
+    const o = parseOptions(startSchema, options, `start options of ${workflow.name}`);
+    const items = runItems([input], [o.key], workflow.input, () => `input of workflow ${workflow.name}`);
+    const [handle] = await this.insertRuns<z.output<O>>(
+      items,
+      o.onConflict,
+      (db, chunk) => insertWorkflowRuns(db, this.names, { ...startParams(workflow, o), items: chunk }),
+      { what: `start of workflow ${workflow.name}`, many: false },
     );
-    return new RunHandle<z.output<O>>(runId, this.db, this.names, this.hub, this.logger, created);
+    if (!handle) throw new Error(`start of workflow ${workflow.name} returned no run`);
+    return handle;
+  }
+
+  /**
+   * Start many runs of one workflow, as {@link Client.start} would one by one but in one statement per
+   * {@link BULK_START_LIMITS}`.runsPerStatement` (1,000) runs, with one NOTIFY per statement. `options` apply to
+   * every run; `keys` gives each input its own idempotency key, with the semantics of
+   * {@link Client.enqueueMany} (within the batch too). Every input is checked against the workflow's schema
+   * before anything is stored, so a bad input writes nothing. Each statement is atomic; a call over more than
+   * 1,000 inputs runs several, and an error in one leaves the runs of the statements before it written.
+   * @param inputs - one input per run; an empty array returns `[]` without touching the database.
+   * @returns one handle per input, in input order (several handles name the same run when keys repeat).
+   * @throws ValidationError naming the bad input by its index and field; PalisadeError `PAYLOAD_TOO_LARGE`;
+   * InvalidOptionsError naming the bad option (or `keys` of another length than `inputs`).
+   * @throws PalisadeError `RUN_KEY_CONFLICT` naming the index (and the existing `runId`) when a key names a run
+   * with a different input, unless `onConflict: 'use-existing'`; nothing of that statement is written.
+   */
+  async startMany<I extends z.ZodType, O extends z.ZodType>(
+    workflow: WorkflowDefinition<I, O>,
+    inputs: readonly z.input<I>[],
+    options: StartManyOptions = {},
+  ): Promise<RunHandle<z.output<O>>[]> {
+    assertDefinition(workflow, 'workflow', 'startMany');
+    assertUsableOutsideTransaction(this.db, 'client.startMany');
+    const where = `startMany options of ${workflow.name}`;
+    assertInputs(inputs, where);
+    const o = parseOptions(startManySchema, options, where);
+    assertKeys(o.keys, inputs.length, where);
+    const items = runItems(
+      inputs,
+      o.keys,
+      workflow.input,
+      (k) => `inputs[${k}] of workflow ${workflow.name}`,
+    );
+    return this.insertRuns<z.output<O>>(
+      items,
+      o.onConflict,
+      (db, chunk) => insertWorkflowRuns(db, this.names, { ...startParams(workflow, o), items: chunk }),
+      { what: `startMany of workflow ${workflow.name}`, many: true },
+    );
+  }
+
+  /**
+   * Insert `items` in statements of at most {@link BULK_START_LIMITS}, each retried as a whole on a transient
+   * error (idempotent: the ids were fixed before the first try), and return one handle per item in order.
+   * A key that names a run with a different input is RUN_KEY_CONFLICT unless `onConflict` is `'use-existing'`,
+   * and must leave nothing of its statement written: when a statement holds more than one run and some key, it
+   * runs in a transaction that the refusal rolls back (the conflict is known only once the statement ran: the
+   * run holding the key may have committed while it waited on the key). One run alone, or no key, needs none: a
+   * refused run is not inserted, and without keys nothing can be refused.
+   */
+  private async insertRuns<O>(
+    items: readonly RunItem[],
+    onConflict: OnKeyConflict | undefined,
+    insert: (db: Database, chunk: readonly RunItem[]) => Promise<RunInsertOutcome[]>,
+    call: { what: string; many: boolean },
+  ): Promise<RunHandle<O>[]> {
+    const handles: RunHandle<O>[] = [];
+    for (const chunk of statementChunks(items)) {
+      const from = handles.length;
+      const once = async (db: Database): Promise<RunInsertOutcome[]> => {
+        const outcomes = await insert(db, chunk);
+        const refused = onConflict === 'use-existing' ? -1 : outcomes.findIndex((o) => !o.sameInput);
+        const outcome = outcomes[refused];
+        if (outcome) {
+          throw keyConflict(call, chunk, outcome, {
+            index: from + refused,
+            leadIndex: from + outcome.leadIndex,
+            from,
+            to: from + chunk.length - 1,
+          });
+        }
+        return outcomes;
+      };
+      const atomic =
+        chunk.length > 1 && onConflict !== 'use-existing' && chunk.some((i) => i.idempotencyKey !== null);
+      const outcomes = await withInfraRetry(async () => {
+        const inserted = atomic ? await this.db.transaction(once) : await once(this.db);
+        await faultHooks['client:after-insert-run']?.(inserted[0]?.runId ?? '');
+        return inserted;
+      });
+      for (const o of outcomes) {
+        handles.push(new RunHandle<O>(o.runId, this.db, this.names, this.hub, this.logger, o.created));
+      }
+    }
+    return handles;
   }
 
   /** A handle to an existing run (not checked until used). */

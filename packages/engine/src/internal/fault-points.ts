@@ -26,8 +26,9 @@ export interface FaultHooks {
    */
   'fenced-transaction:before-fence'?: (attempt: AttemptRef) => Promise<void>;
   /**
-   * In `client.start` / `client.enqueue`, after the insert statement committed and before its reply is used: a
-   * hook that throws a connection error here is a reply lost after the commit (the client retries the insert).
+   * In `client.start` / `client.enqueue` (and per statement of `startMany` / `enqueueMany`), after the insert
+   * statement committed and before its reply is used: a hook that throws a connection error here is a reply lost
+   * after the commit (the client retries the insert). Receives the run id of the statement's first input.
    */
   'client:after-insert-run'?: (runId: string) => Promise<void>;
   /**
