@@ -1,0 +1,1 @@
+CREATE INDEX "runs_finished_at_idx" ON "palisade"."runs" USING btree ("finished_at") WHERE "palisade"."runs"."status" IN ('completed', 'failed', 'cancelled');
