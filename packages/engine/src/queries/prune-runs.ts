@@ -89,22 +89,22 @@ export async function pruneRunBatch(
     batch AS MATERIALIZED (SELECT coalesce(array_agg(id), '{}'::uuid[]) AS ids FROM doomed),
     step_locks AS MATERIALIZED (
       SELECT count(*) AS n FROM (
-        SELECT s.id FROM ${n.steps} s WHERE s.run_id = ANY((SELECT ids FROM batch)) ORDER BY s.id FOR UPDATE OF s) x),
+        SELECT s.id FROM ${n.steps} s WHERE s.run_id = ANY((SELECT ids FROM batch)::uuid[]) ORDER BY s.id FOR UPDATE OF s) x),
     gone_events AS (
       DELETE FROM ${n.events} e
-       WHERE e.run_id = ANY((SELECT ids FROM batch)) AND (SELECT n FROM step_locks) >= 0
+       WHERE e.run_id = ANY((SELECT ids FROM batch)::uuid[]) AND (SELECT n FROM step_locks) >= 0
       RETURNING 1),
     gone_attempts AS (
       DELETE FROM ${n.attempts} a
-       WHERE a.run_id = ANY((SELECT ids FROM batch)) AND (SELECT n FROM step_locks) >= 0
+       WHERE a.run_id = ANY((SELECT ids FROM batch)::uuid[]) AND (SELECT n FROM step_locks) >= 0
       RETURNING 1),
     gone_steps AS (
       DELETE FROM ${n.steps} s
-       WHERE s.run_id = ANY((SELECT ids FROM batch)) AND (SELECT n FROM step_locks) >= 0
+       WHERE s.run_id = ANY((SELECT ids FROM batch)::uuid[]) AND (SELECT n FROM step_locks) >= 0
       RETURNING 1),
     gone_runs AS (
       DELETE FROM ${n.runs} r
-       WHERE r.id = ANY((SELECT ids FROM batch)) AND (SELECT n FROM step_locks) >= 0
+       WHERE r.id = ANY((SELECT ids FROM batch)::uuid[]) AND (SELECT n FROM step_locks) >= 0
       RETURNING 1)
     SELECT (SELECT count(*) FROM gone_runs)::int AS runs, (SELECT count(*) FROM gone_steps)::int AS steps,
            (SELECT count(*) FROM gone_attempts)::int AS attempts, (SELECT count(*) FROM gone_events)::int AS events`);
