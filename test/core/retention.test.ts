@@ -165,17 +165,27 @@ for (const driver of ['postgres', 'pglite'] as const) {
       );
       await worker.stop({ graceMs: 0 });
       const ids = [pending.runId, running.runId, sleeping.runId];
-      const statuses = await Promise.all(ids.map(async (id) => (await engine.client.getHandle(id).describe()).run.status));
+      const statuses = await Promise.all(
+        ids.map(async (id) => (await engine.client.getHandle(id).describe()).run.status),
+      );
       expect(statuses.every((s) => s === 'pending' || s === 'running')).toBe(true);
       // Only the status keeps them: give them an ancient finished_at, as no engine path would.
       await engine.database.rows(sql`
         UPDATE ${engine.names.runs} SET finished_at = ${engine.names.now} - interval '1 day'
-         WHERE id IN (${sql.join(ids.map((id) => sql`${id}::uuid`), sql`, `)})`);
+         WHERE id IN (${sql.join(
+           ids.map((id) => sql`${id}::uuid`),
+           sql`, `,
+         )})`);
       const before = await rowsOf(engine, ids);
       await advanceClock(engine, 30 * 24 * HOUR_MS);
 
       expect(await engine.pruneRuns({ olderThan: '1h', dryRun: true })).toMatchObject({ runs: 0 });
-      expect(await engine.pruneRuns({ olderThan: '1h' })).toMatchObject({ runs: 0, steps: 0, attempts: 0, events: 0 });
+      expect(await engine.pruneRuns({ olderThan: '1h' })).toMatchObject({
+        runs: 0,
+        steps: 0,
+        attempts: 0,
+        events: 0,
+      });
       expect(await rowsOf(engine, ids)).toEqual(before);
     });
 
@@ -216,7 +226,12 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const engine = await target.engine();
       const [parent] = await insertRuns(engine, { count: 1, agoMs: 2 * HOUR_MS });
       if (!parent) throw new Error('no parent');
-      const [child] = await insertRuns(engine, { count: 1, agoMs: 0, status: 'running', parentRunId: parent });
+      const [child] = await insertRuns(engine, {
+        count: 1,
+        agoMs: 0,
+        status: 'running',
+        parentRunId: parent,
+      });
       if (!child) throw new Error('no child');
 
       expect(await engine.pruneRuns({ olderThan: '1h', dryRun: true })).toMatchObject({ runs: 0 });

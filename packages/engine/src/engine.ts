@@ -217,7 +217,8 @@ export async function createEngine(options: CreateEngineOptions = {}): Promise<E
     },
     async pruneRuns(pruneOptions: PruneOptions): Promise<PruneResult> {
       const { olderThanMs, dryRun } = resolvePruneOptions(pruneOptions);
-      if (closed) throw new PalisadeError('ENGINE_CLOSED', 'engine is closed; create a new one to prune runs');
+      if (closed)
+        throw new PalisadeError('ENGINE_CLOSED', 'engine is closed; create a new one to prune runs');
       const counts = dryRun
         ? await countPrunableRuns(database, names, { olderThanMs })
         : await pruneFinishedRuns(database, names, { olderThanMs, untilEmpty: true });

@@ -46,4 +46,3 @@ export async function pruneFinishedRuns(
     if (!more || (p.keepGoing !== undefined && !p.keepGoing())) return total;
   }
 }
-

@@ -24,7 +24,9 @@ export function collect(value: string, previous: readonly string[] | undefined):
 export function duration(value: string): number {
   const ms = parseDuration(value);
   if (ms === undefined) {
-    throw new InvalidArgumentError('must be a duration: a number and a unit, ms s m h or d (e.g. 30d, 12h, 90m).');
+    throw new InvalidArgumentError(
+      'must be a duration: a number and a unit, ms s m h or d (e.g. 30d, 12h, 90m).',
+    );
   }
   return ms;
 }

@@ -57,7 +57,9 @@ export class RetentionSweeper {
       events.emit('worker:error', { error });
     }
     if (!this.stopped) {
-      this.timer = setTimeout(() => (this.sweeping = this.sweep()), RETENTION_SWEEP_INTERVAL_MS);
+      this.timer = setTimeout(() => {
+        this.sweeping = this.sweep();
+      }, RETENTION_SWEEP_INTERVAL_MS);
       this.timer.unref();
     }
   }
