@@ -10,10 +10,14 @@ import { NotificationHub } from './db/notification-hub.js';
 import { migrate, type MigrateResult } from './migrate.js';
 import {
   resolveEngineOptions,
+  resolvePruneOptions,
   resolveStopOptions,
   type EngineOptions,
+  type PruneOptions,
   type ResolvedEngineOptions,
 } from './options.js';
+import { countPrunableRuns } from './queries/prune-runs.js';
+import { pruneFinishedRuns, type PruneResult } from './retention.js';
 import { schemaNames, type SchemaNames } from './queries/schema-names.js';
 import { Worker, type StopOptions } from './worker/worker.js';
 import type { WorkerOptions } from './options.js';
@@ -38,6 +42,19 @@ export interface Engine {
   readonly logger: Logger;
   /** A worker serving the given activities; call `start()` on it. */
   worker(options: WorkerOptions): Worker;
+  /**
+   * Delete the runs that ended (`completed`, `failed` or `cancelled`) longer ago than `olderThan`, judged by the
+   * database clock, with their steps, attempts and events, in batches of 500 runs per statement, until none is
+   * left; their idempotency keys are free again (a later start with one creates a new run). A run that has not
+   * ended is never deleted, nor one whose turn or a step an attempt may still hold (a lease that has not run
+   * out), nor a run other runs name as their parent while they remain. With `dryRun`, counts instead and deletes
+   * nothing. Legal at any time, beside running workers (it skips runs they hold). `palisade runs prune` calls it;
+   * `createEngine({ retention })` has every worker do it in the background.
+   * @returns how many runs, steps, attempts and events were (or would be) deleted.
+   * @throws InvalidOptionsError naming a bad `olderThan` (not a duration such as `'30d'`, or over 100 years).
+   * @throws PalisadeError `ENGINE_CLOSED` after `close()`.
+   */
+  pruneRuns(options: PruneOptions): Promise<PruneResult>;
   /** Apply pending migrations (done at creation unless `migrate: false`). */
   migrate(): Promise<MigrateResult>;
   /**
@@ -191,9 +208,21 @@ export async function createEngine(options: CreateEngineOptions = {}): Promise<E
     worker(workerOptions: WorkerOptions): Worker {
       if (closed)
         throw new PalisadeError('ENGINE_CLOSED', 'engine is closed; create a new one to start workers');
-      const worker = new Worker({ db: database, names, logger }, workerOptions);
+      const worker = new Worker(
+        { db: database, names, logger, retentionMs: resolved.retentionMs },
+        workerOptions,
+      );
       workers.add(worker);
       return worker;
+    },
+    async pruneRuns(pruneOptions: PruneOptions): Promise<PruneResult> {
+      const { olderThanMs, dryRun } = resolvePruneOptions(pruneOptions);
+      if (closed)
+        throw new PalisadeError('ENGINE_CLOSED', 'engine is closed; create a new one to prune runs');
+      const counts = dryRun
+        ? await countPrunableRuns(database, names, { olderThanMs })
+        : await pruneFinishedRuns(database, names, { olderThanMs, untilEmpty: true });
+      return { ...counts, olderThanMs, dryRun };
     },
     migrate: () => migrate(database, resolved.schema),
     async close(stopOptions?: StopOptions): Promise<void> {

@@ -43,11 +43,16 @@ export { loadMigrations, migrate, type MigrateResult, type Migration } from './m
 export {
   ENGINE_DEFAULTS,
   WORKER_DEFAULTS,
+  MAX_RETENTION_MS,
+  MIN_RETENTION_MS,
   type EngineOptions,
+  type PruneOptions,
   type ResolvedEngineOptions,
   type ResolvedWorkerOptions,
   type WorkerOptions,
 } from './options.js';
 export type { AttemptRow, EventRow, ListRunsFilter, RunRow, StepRow } from './queries/read-run.js';
+export { PRUNE_BATCH_SIZE, type PruneResult, type PrunedCounts } from './retention.js';
 export { Worker, type StopOptions } from './worker/worker.js';
+export { RETENTION_SWEEP_INTERVAL_MS } from './worker/retention-sweeper.js';
 export { WorkerEvents, type WorkerEventMap } from './worker/worker-events.js';

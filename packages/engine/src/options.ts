@@ -5,6 +5,7 @@ import {
   InvalidOptionsError,
   textProblem,
   durationMs,
+  durationSchema,
   formatIssues,
   type ActivityDefinition,
   type Duration,
@@ -49,7 +50,22 @@ export interface EngineOptions {
   readonly statementTimeoutMs?: Duration;
   /** Server-side `lock_timeout` of engine connections it opens. @defaultValue 5_000 (ms) */
   readonly lockTimeoutMs?: Duration;
+  /**
+   * Retention of finished runs: every worker of this engine deletes, in the background, the runs that ended
+   * (`completed`, `failed` or `cancelled`) longer ago than this, judged by the database clock, with their steps,
+   * attempts and events, and frees their idempotency keys (see `engine.pruneRuns`). A run that has not ended is
+   * never deleted. A duration (ms, or `'30d'`-style), from 1 minute to 100 years. Each worker sweeps when it
+   * starts and then once a minute, in batches of 500 runs, apart from its claim loop.
+   * @defaultValue undefined: finished runs are kept forever
+   */
+  readonly retention?: Duration;
 }
+
+/** Longest `retention` and `olderThan` of pruning: 100 years, in ms (longer than any Node timer: never one). */
+export const MAX_RETENTION_MS = 100 * 365 * 86_400_000;
+
+/** Shortest `retention`: a run's outcome must stay readable for a while after it ends (`handle.result()`). */
+export const MIN_RETENTION_MS = 60_000;
 
 /** Largest `poolSize`: each connection is a server backend, and PostgreSQL's default max_connections is 100. */
 export const MAX_POOL_SIZE = 1_000;
@@ -86,6 +102,13 @@ const engineSchema = z
       .optional(),
     statementTimeoutMs: durationMs.pipe(z.number().min(100, 'must be ≥ 100 ms')).optional(),
     lockTimeoutMs: durationMs.pipe(z.number().min(10, 'must be ≥ 10 ms')).optional(),
+    retention: durationSchema(MAX_RETENTION_MS)
+      .pipe(
+        z
+          .number()
+          .min(MIN_RETENTION_MS, 'must be ≥ 1 minute (a run must stay readable for a while after it ends)'),
+      )
+      .optional(),
   })
   .strict()
   .superRefine((o, ctx) => {
@@ -112,6 +135,8 @@ export interface ResolvedEngineOptions {
   readonly poolSize: number;
   readonly statementTimeoutMs: number;
   readonly lockTimeoutMs: number;
+  /** Age (ms) past which the workers delete finished runs; `null`: kept forever. */
+  readonly retentionMs: number | null;
 }
 
 /** The environment {@link resolveEngineOptions} reads: only `DATABASE_URL`. */
@@ -161,7 +186,43 @@ export function resolveEngineOptions(
     poolSize: o.poolSize ?? ENGINE_DEFAULTS.poolSize,
     statementTimeoutMs: o.statementTimeoutMs ?? ENGINE_DEFAULTS.statementTimeoutMs,
     lockTimeoutMs: o.lockTimeoutMs ?? ENGINE_DEFAULTS.lockTimeoutMs,
+    retentionMs: o.retention ?? null,
   });
+}
+
+/** Options of `engine.pruneRuns(...)` and `palisade runs prune`. */
+export interface PruneOptions {
+  /**
+   * Delete the runs that ended longer ago than this, by the database clock: a duration (ms, or `'30d'`-style),
+   * from 0 to 100 years. Required.
+   */
+  readonly olderThan: Duration;
+  /** Count what would be deleted, delete nothing. @defaultValue false */
+  readonly dryRun?: boolean;
+}
+
+/** {@link PruneOptions} checked, the age in ms. */
+export interface ResolvedPruneOptions {
+  readonly olderThanMs: number;
+  readonly dryRun: boolean;
+}
+
+const pruneSchema = z
+  .object({
+    olderThan: durationSchema(MAX_RETENTION_MS),
+    dryRun: z.boolean().optional(),
+  })
+  .strict();
+
+/**
+ * Validate {@link PruneOptions}.
+ * @throws InvalidOptionsError naming the bad option: a missing `olderThan`, one that is not a duration (`'30x'`)
+ * or is longer than 100 years, a `dryRun` that is not a boolean.
+ */
+export function resolvePruneOptions(options: PruneOptions): ResolvedPruneOptions {
+  const parsed = pruneSchema.safeParse(options);
+  if (!parsed.success) throw new InvalidOptionsError('prune options', formatIssues(parsed.error.issues));
+  return Object.freeze({ olderThanMs: parsed.data.olderThan, dryRun: parsed.data.dryRun ?? false });
 }
 
 /** Options of `engine.worker(...)`. */

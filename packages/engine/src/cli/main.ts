@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
- * The `palisade` command line: migrate a schema, run a worker for a module, list, show, cancel and retry runs,
- * and `dev`, a local PostgreSQL for development.
+ * The `palisade` command line: migrate a schema, run a worker for a module, list, show, cancel, retry and prune
+ * runs, and `dev`, a local PostgreSQL for development.
  *
  * Exit codes: 0 success; 1 the operation failed (a Palisade error prints its message, which starts with
  * `[CODE]`, e.g. `[RUN_NOT_FOUND]`); 2 bad arguments (commander's message and the command's usage).
@@ -14,6 +14,7 @@ import { migrateCommand } from './migrate.js';
 import { createOutput, type Output } from './output.js';
 import { runsCancelCommand } from './runs-cancel.js';
 import { runsListCommand } from './runs-list.js';
+import { runsPruneCommand } from './runs-prune.js';
 import { runsRetryCommand } from './runs-retry.js';
 import { runsShowCommand } from './runs-show.js';
 import { workerCommand } from './worker.js';
@@ -54,12 +55,13 @@ export function buildProgram(output: Output): Command {
   program.addCommand(configure(migrateCommand(output)));
   program.addCommand(configure(devCommand(output)));
   program.addCommand(configure(workerCommand(output)));
-  const runs = configure(new Command('runs').description('list, show, cancel and retry runs'));
+  const runs = configure(new Command('runs').description('list, show, cancel, retry and prune runs'));
   for (const command of [
     runsListCommand(output),
     runsShowCommand(output),
     runsCancelCommand(output),
     runsRetryCommand(output),
+    runsPruneCommand(output),
   ]) {
     runs.addCommand(configure(command));
   }

@@ -23,6 +23,7 @@ import type { SchemaNames } from '../queries/schema-names.js';
 import { TurnLoop } from '../workflow/turn-loop.js';
 import { ActivityAttempt } from './activity-attempt.js';
 import { HeartbeatLoop } from './heartbeat-loop.js';
+import { RetentionSweeper } from './retention-sweeper.js';
 import { isGrantFresh, monotonicNow } from './lease-clock.js';
 import { WakeSignal, claimRetryDelayMs } from './wake-signal.js';
 import { WorkerEvents } from './worker-events.js';
@@ -34,13 +35,16 @@ export interface WorkerHost {
   readonly db: Database;
   readonly names: SchemaNames;
   readonly logger: Logger;
+  /** The engine's retention of finished runs (ms); the worker sweeps past it. `null`: no sweeping. */
+  readonly retentionMs: number | null;
 }
 
 /**
  * Serves activities from a set of queues: claims due steps in batches (one statement), runs each in a
  * concurrency slot with a fenced context, renews all its leases in one statement per heartbeat interval on a
  * reserved connection, wakes on NOTIFY with bounded polling as a fallback and otherwise sleeps until the next
- * due time, and ends expired steps that must not be retried. No global state: many workers (and engines) can
+ * due time, and ends expired steps that must not be retried; with the engine's `retention`, it also deletes
+ * finished runs past it, in the background. No global state: many workers (and engines) can
  * live in one process.
  */
 export class Worker {
@@ -53,6 +57,7 @@ export class Worker {
   private readonly executions = new Set<Promise<void>>();
   private heartbeats: HeartbeatLoop | undefined;
   private turns: TurnLoop | undefined;
+  private retention: RetentionSweeper | undefined;
   private heartbeatConnection: (Database & { release(): Promise<void> }) | undefined;
   private unlisten: (() => Promise<void>) | undefined;
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
@@ -126,6 +131,16 @@ export class Worker {
         this.events,
         logger,
       );
+    }
+    if (this.host.retentionMs !== null) {
+      this.retention = new RetentionSweeper({
+        db,
+        names,
+        retentionMs: this.host.retentionMs,
+        events: this.events,
+        logger,
+      });
+      this.retention.start();
     }
     this.events.emit('worker:started', { workerId: this.workerId });
     logger.info({ workerId: this.workerId, queues: this.options.queues }, 'worker:started');
@@ -293,6 +308,7 @@ export class Worker {
     this.wakeSignal.notify();
     await this.loop;
     await this.turns?.stop();
+    await this.retention?.stop();
     const graceMs = stop.graceMs ?? this.options.shutdownGraceMs;
     if (this.executions.size > 0) {
       let timer: NodeJS.Timeout | undefined;

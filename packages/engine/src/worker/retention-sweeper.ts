@@ -1,0 +1,66 @@
+import type { Logger } from 'pino';
+import type { Database } from '../db/database.js';
+import { classifyDatabaseError } from '../infra-retry.js';
+import type { SchemaNames } from '../queries/schema-names.js';
+import { pruneFinishedRuns } from '../retention.js';
+import type { WorkerEvents } from './worker-events.js';
+
+/** How often a worker sweeps finished runs past the engine's retention (the first sweep is at start). */
+export const RETENTION_SWEEP_INTERVAL_MS = 60_000;
+
+/**
+ * A worker's retention sweep (`createEngine({ retention })`): at start and then every
+ * {@link RETENTION_SWEEP_INTERVAL_MS}, delete finished runs older than the retention, batch after batch until a
+ * batch comes back short. It runs apart from the claim loop, not in its maintenance tick: a first sweep over a
+ * long history may take many batches, and claims must not wait for it. Several workers sweeping at once share the
+ * work (each batch skips runs another holds). A failed sweep is logged and tried again at the next interval.
+ * Emits `retention:pruned` after each sweep, with what it deleted (zero counts included).
+ */
+export class RetentionSweeper {
+  private timer: NodeJS.Timeout | undefined;
+  private sweeping: Promise<void> | undefined;
+  private stopped = false;
+
+  constructor(
+    private readonly p: {
+      readonly db: Database;
+      readonly names: SchemaNames;
+      readonly retentionMs: number;
+      readonly events: WorkerEvents;
+      readonly logger: Logger;
+    },
+  ) {}
+
+  start(): void {
+    this.sweeping = this.sweep();
+  }
+
+  /** Stop sweeping: the sweep under way ends after its current batch; no timer is left behind. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    await this.sweeping;
+  }
+
+  private async sweep(): Promise<void> {
+    const { db, names, retentionMs, events, logger } = this.p;
+    try {
+      const pruned = await pruneFinishedRuns(db, names, {
+        olderThanMs: retentionMs,
+        untilEmpty: false,
+        keepGoing: () => !this.stopped,
+      });
+      if (pruned.runs > 0) logger.info({ ...pruned, retentionMs }, 'retention:pruned');
+      events.emit('retention:pruned', { ...pruned, olderThanMs: retentionMs });
+    } catch (error) {
+      logger.warn({ err: error, class: classifyDatabaseError(error) }, 'retention:failed');
+      events.emit('worker:error', { error });
+    }
+    if (!this.stopped) {
+      this.timer = setTimeout(() => {
+        this.sweeping = this.sweep();
+      }, RETENTION_SWEEP_INTERVAL_MS);
+      this.timer.unref();
+    }
+  }
+}
