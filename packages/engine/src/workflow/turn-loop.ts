@@ -135,7 +135,11 @@ export class TurnLoop {
     const kept = this.instances.take(row.id);
     let instance: WorkflowInstance | undefined;
     let result: TurnResult | undefined;
-    if (kept && row.history_news && canContinue(kept, { turnEpoch: row.turn_epoch, news: row.history_news })) {
+    if (
+      kept &&
+      row.history_news &&
+      canContinue(kept, { turnEpoch: row.turn_epoch, news: row.history_news })
+    ) {
       instance = kept.instance;
       result = await instance.continueTurn({ ...params, fresh: row.history_news.fresh });
     }

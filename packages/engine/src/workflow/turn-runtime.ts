@@ -206,7 +206,9 @@ export async function runTurn(turn: TurnInput): Promise<TurnResult> {
  * {@link runTurn}, and the workflow instance it leaves behind: when the turn blocked, its code is parked on the
  * durable calls it awaits, and a later turn of the same run may continue it ({@link WorkflowInstance}).
  */
-export async function startTurn(turn: TurnInput): Promise<{ result: TurnResult; instance: WorkflowInstance }> {
+export async function startTurn(
+  turn: TurnInput,
+): Promise<{ result: TurnResult; instance: WorkflowInstance }> {
   const instance = new Replay(turn.workflow, turn.info.runId, turn.history);
   const result = await instance.firstTurn(turn);
   return { result, instance };
@@ -422,7 +424,11 @@ class Replay implements WorkflowInstance {
     return recorded ? { seq, recorded, ok: true } : { seq, ok: true };
   }
 
-  private durable<T>(kind: 'activity' | 'timer', name: string, schedule: (seq: number) => StepCall): Promise<T> {
+  private durable<T>(
+    kind: 'activity' | 'timer',
+    name: string,
+    schedule: (seq: number) => StepCall,
+  ): Promise<T> {
     if (this.closed) this.tainted = true;
     if (this.closed || this.fatal) return never<T>();
     const { seq, recorded, ok } = this.take(kind, name);
@@ -446,7 +452,13 @@ class Replay implements WorkflowInstance {
     if (recorded && ok) return recorded.output as T;
     const fresh = make();
     if (ok) {
-      this.newSteps.push({ seq, kind: 'value', name, output: fresh, afterDeliveredSeq: this.seenDeliveredSeq });
+      this.newSteps.push({
+        seq,
+        kind: 'value',
+        name,
+        output: fresh,
+        afterDeliveredSeq: this.seenDeliveredSeq,
+      });
     }
     return fresh;
   }
@@ -499,7 +511,12 @@ class Replay implements WorkflowInstance {
       },
       sleep: (duration: Duration) => {
         const delayMs = toMs(duration, `ctx.sleep duration in workflow ${workflowName}`, MAX_SLEEP_MS);
-        return this.durable<void>('timer', 'sleep', (seq) => ({ seq, kind: 'timer', name: 'sleep', delayMs }));
+        return this.durable<void>('timer', 'sleep', (seq) => ({
+          seq,
+          kind: 'timer',
+          name: 'sleep',
+          delayMs,
+        }));
       },
       sleepUntil: (date: Date) => {
         const dueAtMs = date instanceof Date ? date.getTime() : Number.NaN;
@@ -515,7 +532,12 @@ class Replay implements WorkflowInstance {
             { path: 'date', message: `must be a valid Date, got ${got} (use new Date(...) around a string)` },
           ]);
         }
-        return this.durable<void>('timer', 'sleep', (seq) => ({ seq, kind: 'timer', name: 'sleep', dueAtMs }));
+        return this.durable<void>('timer', 'sleep', (seq) => ({
+          seq,
+          kind: 'timer',
+          name: 'sleep',
+          dueAtMs,
+        }));
       },
       // Whole ms, as a Date holds them: the recorded value is exactly what the code saw (the DB clock has µs).
       now: () => new Date(this.value('now', () => Math.floor(this.current.nowMs))),
@@ -534,7 +556,10 @@ class Replay implements WorkflowInstance {
       d.reject(
         new CancelledFailure(`step ${h.name}#${h.seq} was cancelled`, { runId: this.runId, stepId: h.id }),
       );
-    } else d.reject(new ActivityFailure(h.name, h.error as SerializedFailure, { runId: this.runId, stepId: h.id }));
+    } else
+      d.reject(
+        new ActivityFailure(h.name, h.error as SerializedFailure, { runId: this.runId, stepId: h.id }),
+      );
   }
 
   /**
@@ -544,7 +569,10 @@ class Replay implements WorkflowInstance {
   private async deliverFresh(steps: readonly HistoryStepRow[]): Promise<void> {
     const nowMs = this.current.nowMs;
     const remaining = steps
-      .filter((h) => h.delivered_seq === null && (h.kind === 'activity' || h.kind === 'timer') && outcomeOf(h, nowMs))
+      .filter(
+        (h) =>
+          h.delivered_seq === null && (h.kind === 'activity' || h.kind === 'timer') && outcomeOf(h, nowMs),
+      )
       .sort((a, b) => (a.finished_ms ?? a.due_ms ?? 0) - (b.finished_ms ?? b.due_ms ?? 0) || a.seq - b.seq);
     while (this.running()) {
       const index = remaining.findIndex((h) => this.requested.has(h.seq));
@@ -624,7 +652,11 @@ class Replay implements WorkflowInstance {
     }
 
     if (this.fatal)
-      return { newSteps: [], deliveries: [], outcome: { kind: 'failed', error: serializeFailure(this.fatal) } };
+      return {
+        newSteps: [],
+        deliveries: [],
+        outcome: { kind: 'failed', error: serializeFailure(this.fatal) },
+      };
     if (this.nonDurable) {
       const error = new PalisadeError(
         'NON_DURABLE_AWAIT',

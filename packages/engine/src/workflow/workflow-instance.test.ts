@@ -132,14 +132,17 @@ async function driveBothWays(
 ): Promise<{ results: TurnResult[]; run: StoredRun }> {
   const run = new StoredRun();
   const first = await startTurn({ ...run.params(1), workflow: wf, input: null, history: [] });
-  let instance: WorkflowInstance = first.instance;
+  const instance: WorkflowInstance = first.instance;
   let result = first.result;
   const results = [result];
   run.commit(result);
   for (let turn = 2; result.outcome.kind === 'blocked'; turn++) {
     if (turn > maxTurns) throw new Error(`no end after ${maxTurns} turns`);
     expect(instance.continuable).toBe(true);
-    expect(instance.expected).toEqual({ liveSteps: run.steps.length, maxDeliveredSeq: run.maxDeliveredSeq() });
+    expect(instance.expected).toEqual({
+      liveSteps: run.steps.length,
+      maxDeliveredSeq: run.maxDeliveredSeq(),
+    });
     world(run, turn);
     const full = await runTurn({
       ...run.params(turn),
@@ -157,13 +160,14 @@ async function driveBothWays(
       expect(instance.continuable).toBe(false);
       expect(await instance.continueTurn({ ...run.params(turn + 1), fresh: [] })).toBeUndefined();
     }
-    instance = instance as WorkflowInstance;
   }
   return { results, run };
 }
 
 function withoutStacks(result: TurnResult | undefined): unknown {
-  return JSON.parse(JSON.stringify(result ?? null, (key, value: unknown) => (key === 'stack' ? undefined : value)));
+  return JSON.parse(
+    JSON.stringify(result ?? null, (key, value: unknown) => (key === 'stack' ? undefined : value)),
+  );
 }
 
 /** Complete every pending activity, in position order, with `<name>:<seq>`. */
@@ -204,7 +208,9 @@ describe('a continued turn gives what a full replay over the same history gives'
       output: ['work:0', 'work:1', 'work:2', 'work:3', 'work:4'],
     });
     // Scheduled after the code had seen all four outcomes.
-    expect(results.flatMap((r) => r.newSteps).find((s) => s.name === 'compensate')?.afterDeliveredSeq).toBe(4);
+    expect(results.flatMap((r) => r.newSteps).find((s) => s.name === 'compensate')?.afterDeliveredSeq).toBe(
+      4,
+    );
   });
 
   it('keeps the winner of a race that two outcomes of one turn decide by their finish times', async () => {
@@ -232,7 +238,10 @@ describe('a continued turn gives what a full replay over the same history gives'
   it('lets the loser of a race arrive in a later turn without changing what the code saw', async () => {
     const racer = workflow('racer-late', async (ctx) => {
       const loser = ctx.run(slow, { n: 1 });
-      const winner = await Promise.race([loser.then(() => 'slow'), ctx.run(fast, { n: 2 }).then(() => 'fast')]);
+      const winner = await Promise.race([
+        loser.then(() => 'slow'),
+        ctx.run(fast, { n: 2 }).then(() => 'fast'),
+      ]);
       await ctx.sleep('1m');
       return { winner, late: await loser };
     });
@@ -315,7 +324,12 @@ describe('a continued turn gives what a full replay over the same history gives'
       else completeAll(run);
     });
     expect(results.at(-1)?.outcome.kind).toBe('cancelled');
-    expect(results.flatMap((r) => r.newSteps).map((s) => s.name)).toEqual(['work', 'slow', 'sleep', 'compensate']);
+    expect(results.flatMap((r) => r.newSteps).map((s) => s.name)).toEqual([
+      'work',
+      'slow',
+      'sleep',
+      'compensate',
+    ]);
   });
 
   it('cancels the steps a turn schedules when the cancel came with no live step to end', async () => {
