@@ -248,6 +248,17 @@ describe('issue 3: a worker killed mid-run; the run finishes on another worker',
       'w2',
       'w2',
     ]);
+    // W1 died with the run's workflow instance kept (its second turn continued it); W2 never had it: it replayed
+    // the history in full, then continued its own instance.
+    expect(w1.all('turn:committed', (m) => m.runId === runId).map((m) => m.replay)).toEqual([
+      'full',
+      'continued',
+    ]);
+    expect(w2.all('turn:committed', (m) => m.runId === runId).map((m) => m.replay)).toEqual([
+      'full',
+      'continued',
+      'continued',
+    ]);
     await expectNeverUnownedLonger(sampler, timings.leaseMs + POLL_MS);
   });
 });

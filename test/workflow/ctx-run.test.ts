@@ -192,7 +192,13 @@ for (const driver of ['postgres', 'pglite'] as const) {
         },
       });
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [race], activities: [racer], concurrency: 3 });
+      // No kept instances: every turn replays the code from the top, which is what this test is about.
+      const worker = engine.worker({
+        workflows: [race],
+        activities: [racer],
+        concurrency: 3,
+        workflowCacheSize: 0,
+      });
       await worker.start();
       const handle = await engine.client.start(race, {});
       await afterStarted.promise;

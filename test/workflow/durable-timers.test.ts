@@ -96,7 +96,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
         },
       });
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [until2h], pollIntervalMs: 50 });
+      // No kept instances: every turn replays the code from the top, which is what this test is about.
+      const worker = engine.worker({ workflows: [until2h], pollIntervalMs: 50, workflowCacheSize: 0 });
       await worker.start();
       const before = await dbNowMs(engine);
       const handle = await engine.client.start(until2h, {});
@@ -138,7 +139,13 @@ for (const driver of ['postgres', 'pglite'] as const) {
         },
       });
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [values], activities: [tick], pollIntervalMs: 50 });
+      // No kept instances: every turn replays the code from the top, which is what this test is about.
+      const worker = engine.worker({
+        workflows: [values],
+        activities: [tick],
+        pollIntervalMs: 50,
+        workflowCacheSize: 0,
+      });
       await worker.start();
       const handle = await engine.client.start(values, {});
       for (let i = 1; i <= 2; i++) {

@@ -241,6 +241,15 @@ export interface WorkerOptions {
   readonly workflowConcurrency?: number;
   /** Lease of one workflow turn; ≥ 3 s. @defaultValue 30_000 (ms) */
   readonly turnLeaseMs?: Duration;
+  /**
+   * Workflow instances this worker keeps between turns (sticky workflows): after a turn blocks, the run's workflow
+   * code stays parked in memory, and when this worker claims the run's next turn it hands the code only the new
+   * outcomes instead of replaying the whole history. A run whose previous turn ran elsewhere, or whose history
+   * changed otherwise (a retry), replays in full, with the same result. Each kept instance holds the workflow's
+   * live state and one small entry per step of its run; the least recently used is dropped beyond this count.
+   * A whole number, 0 (keep none: every turn replays in full) to 1,000,000. @defaultValue 1_000
+   */
+  readonly workflowCacheSize?: number;
   /** Identifies this worker in attempts, events and logs. @defaultValue `<hostname>:<pid>:<random>` */
   readonly workerId?: string;
   /**
@@ -270,6 +279,7 @@ export const WORKER_DEFAULTS = Object.freeze({
   queues: ['default'] as readonly string[],
   concurrency: 10,
   workflowConcurrency: 10,
+  workflowCacheSize: 1_000,
   turnLeaseMs: 30_000,
   clockRateError: 0.001,
   minGrantFreshness: 0.5,
@@ -295,6 +305,7 @@ export interface ResolvedWorkerOptions {
   readonly queues: readonly string[];
   readonly concurrency: number;
   readonly workflowConcurrency: number;
+  readonly workflowCacheSize: number;
   readonly turnLeaseMs: number;
   readonly workerId: string;
   readonly heartbeatIntervalMs: number;
@@ -322,6 +333,12 @@ const workerSchema = z
       .max(1000, 'must be ≤ 1000')
       .optional(),
     workflowConcurrency: z.number().int('must be a whole number').min(1, 'must be ≥ 1').max(1000).optional(),
+    workflowCacheSize: z
+      .number()
+      .int('must be a whole number')
+      .min(0, 'must be ≥ 0 (0 keeps no workflow instance)')
+      .max(1_000_000, 'must be ≤ 1,000,000')
+      .optional(),
     turnLeaseMs: durationMs.optional(),
     workerId: z
       .string()
@@ -423,6 +440,7 @@ export function resolveWorkerOptions(options: WorkerOptions, defaultWorkerId: st
     queues: Object.freeze([...(o.queues ?? WORKER_DEFAULTS.queues)]),
     concurrency: o.concurrency ?? WORKER_DEFAULTS.concurrency,
     workflowConcurrency: o.workflowConcurrency ?? WORKER_DEFAULTS.workflowConcurrency,
+    workflowCacheSize: o.workflowCacheSize ?? WORKER_DEFAULTS.workflowCacheSize,
     turnLeaseMs,
     workerId: o.workerId ?? defaultWorkerId,
     heartbeatIntervalMs,

@@ -92,10 +92,11 @@ function reportEvents(worker: Worker, output: Output, json: boolean): void {
       reason,
     }),
   );
-  e.on('turn:committed', ({ runId, workflow, outcome }) =>
+  e.on('turn:committed', ({ runId, workflow, outcome, replay }) =>
     emit('turn:committed', 'turn', outcome === 'failed' ? 'red' : undefined, workflow, runId, outcome, {
       workflow,
       outcome,
+      replay,
     }),
   );
   const problem = (what: string) => (x: { error: unknown }) =>

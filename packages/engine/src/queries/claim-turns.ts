@@ -1,4 +1,4 @@
-import { sql } from 'drizzle-orm';
+import { sql, type SQL } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
@@ -28,6 +28,25 @@ export interface ClaimedTurnRow {
   remaining_ms: number;
   /** The database time of the claim, as epoch ms: timers due by then have fired for this turn. */
   now_ms: number;
+  /**
+   * What is new in the run's history, for the worker that ran its previous turn and may still hold its workflow
+   * instance (see {@link RunHistoryNews}); null when another worker ran that turn, or when the claim's snapshot may
+   * not show everything the run row it locked had seen (then only a full read of the history is right).
+   */
+  history_news: RunHistoryNews | null;
+}
+
+/**
+ * The part of a run's history a kept workflow instance needs to run the next turn, read by the claim in the same
+ * snapshot: how many live (not retired) steps the run has and the highest `delivered_seq` among them — what a
+ * worker compares with what its instance expects, so that any change it did not make forces a full replay — and
+ * the steps whose outcome no turn has delivered yet (`fresh`: activities that ended, timers that ended or are due
+ * by the claim's time), in position order.
+ */
+export interface RunHistoryNews {
+  live_steps: number;
+  max_delivered_seq: number;
+  fresh: HistoryStepRow[];
 }
 
 /**
@@ -36,6 +55,13 @@ export interface ClaimedTurnRow {
  * NO KEY UPDATE SKIP LOCKED` on the run rows; the UPDATE re-checks the lease on the locked version. Each claimed run
  * takes a fresh token from the global sequence and a fresh nonce, and its turn an attempts row (kind `turn`),
  * so two workers can never both advance one run: the turn's commit is fenced on (token, nonce, lease).
+ *
+ * For a run whose previous turn this worker ran, the claim also reads what is new in its history
+ * (`history_news`), so a worker that kept the run's workflow instance replays only that. The steps are read in the
+ * statement's snapshot, while the run row is locked in its newest version: a writer that committed in between
+ * (a completion, a cancel, a turn's commit) is in the row but not in the steps read. So the news is returned only
+ * when the row version the snapshot sees is the one locked (same `xmin`); every writer of a workflow run's history
+ * also writes its run row, in the same transaction. Otherwise null, and the worker reads the whole history.
  */
 export async function claimTurns(
   db: Database,
@@ -46,7 +72,8 @@ export async function claimTurns(
   return db.rows<ClaimedTurnRow>(sql`
     WITH clock AS MATERIALIZED (SELECT ${n.now} AS t),
     picked AS (
-      SELECT r.id, r.turn_token AS prev_token, (SELECT t FROM clock) AS t
+      SELECT r.id, r.turn_token AS prev_token, (SELECT t FROM clock) AS t,
+             r.turn_worker_id IS NOT DISTINCT FROM ${p.workerId} AS ran_last_turn, r.xmin::text AS locked_xmin
         FROM ${n.runs} r
        WHERE r.kind = 'workflow' AND r.queue IN ${p.queues} AND r.name IN ${p.workflowNames}
          AND r.status IN ('pending', 'running')
@@ -64,7 +91,8 @@ export async function claimTurns(
         FROM picked p
        WHERE r.id = p.id AND (r.turn_lease_expires_at IS NULL OR r.turn_lease_expires_at <= ${n.now})
       RETURNING r.id, r.name, r.queue, r.priority, r.input, r.turn_attempt, r.turn_epoch, r.turn_token, r.turn_nonce,
-                r.wake_count, r.cancel_requested_at, r.cancel_reason, r.turn_lease_expires_at, p.prev_token, p.t),
+                r.wake_count, r.cancel_requested_at, r.cancel_reason, r.turn_lease_expires_at, p.prev_token, p.t,
+                p.ran_last_turn AND p.locked_xmin = (SELECT s.xmin::text FROM ${n.runs} s WHERE s.id = p.id) AS sticky),
     ended_turns AS (
       UPDATE ${n.attempts} a SET outcome = 'lease_expired', ended_at = ${n.now}
         FROM claimed c WHERE a.fencing_token = c.prev_token AND a.outcome IS NULL
@@ -78,8 +106,35 @@ export async function claimTurns(
            c.cancel_reason,
            (extract(epoch FROM (c.turn_lease_expires_at - ${n.now})) * 1000)::float8 AS remaining_ms,
            (extract(epoch FROM c.t) * 1000)::float8 AS now_ms,
+           CASE WHEN c.sticky THEN h.news END AS history_news,
            (SELECT count(*) FROM ended_turns) + (SELECT count(*) FROM new_attempts) AS effects
-      FROM claimed c`);
+      FROM claimed c
+      LEFT JOIN LATERAL (${historyNews(n, sql`c.id`, sql`(extract(epoch FROM c.t) * 1000)::float8`, sql`c.sticky`)}) h ON true`);
+}
+
+/**
+ * The {@link RunHistoryNews} of run `runId` as one jsonb value (one row), for a claim of its turn whose DB time
+ * is `nowMs` (epoch ms, float8); reads nothing unless `when`. The times are the same expressions as
+ * {@link loadRunHistory}'s, and a timer is due by the same float comparison replay makes, so a continued turn
+ * sees exactly what a full replay over the same rows would. Reads the run's live steps through
+ * `steps_run_id_seq_live_unique` (their count is the check); sends only the fresh ones.
+ */
+function historyNews(n: SchemaNames, runId: SQL, nowMs: SQL, when: SQL): SQL {
+  const dueMs = sql`(extract(epoch FROM s.next_run_at) * 1000)::float8`;
+  const freshOutcome = sql`s.delivered_seq IS NULL AND (
+      (s.kind = 'activity' AND s.status IN ('completed', 'failed', 'cancelled'))
+      OR (s.kind = 'timer' AND (s.status IN ('completed', 'cancelled') OR (s.status = 'scheduled' AND ${dueMs} <= ${nowMs}))))`;
+  return sql`
+    SELECT jsonb_build_object(
+             'live_steps', count(*),
+             'max_delivered_seq', coalesce(max(s.delivered_seq), 0),
+             'fresh', coalesce(jsonb_agg(jsonb_build_object(
+                 'id', s.id::text, 'seq', s.seq, 'kind', s.kind, 'name', s.name, 'status', s.status,
+                 'output', s.output, 'error', s.error, 'delivered_seq', s.delivered_seq, 'due_ms', ${dueMs},
+                 'finished_ms', (extract(epoch FROM s.finished_at) * 1000)::float8) ORDER BY s.seq)
+               FILTER (WHERE ${freshOutcome}), '[]'::jsonb)) AS news
+      FROM ${n.steps} s
+     WHERE s.run_id = ${runId} AND s.retired_at IS NULL AND ${when}`;
 }
 
 /** One recorded step of a run, as replay reads it. */

@@ -11,8 +11,18 @@ export interface WorkerEventMap {
   'attempt:aborted': [{ attempt: AttemptRef; reason: AbortReason; error: AttemptAbortedError }];
   'attempt:released': [{ attempt: AttemptRef; why: string }];
   'attempt:stale-rejected': [{ attempt: AttemptRef; error: LeaseLostError }];
+  /**
+   * A workflow turn committed. `replay`: `'full'` when the turn replayed the code from the top over the run's
+   * whole history, `'continued'` when it continued the workflow instance this worker kept from the run's previous
+   * turn and handed it only the new outcomes (see `workflowCacheSize`).
+   */
   'turn:committed': [
-    { runId: string; workflow: string; outcome: 'blocked' | 'completed' | 'failed' | 'cancelled' },
+    {
+      runId: string;
+      workflow: string;
+      outcome: 'blocked' | 'completed' | 'failed' | 'cancelled';
+      replay: 'full' | 'continued';
+    },
   ];
   'heartbeat:sent': [{ attempts: number; renewed: number; lost: number }];
   'heartbeat:failed': [{ error: unknown }];

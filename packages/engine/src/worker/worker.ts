@@ -125,6 +125,7 @@ export class Worker {
           queues: this.options.queues,
           workflows: this.options.workflows,
           concurrency: this.options.workflowConcurrency,
+          workflowCacheSize: this.options.workflowCacheSize,
           turnLeaseMs: this.options.turnLeaseMs,
           pollIntervalMs: this.options.pollIntervalMs,
         },

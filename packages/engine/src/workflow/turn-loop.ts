@@ -12,7 +12,8 @@ import { TurnConflict, commitTurn } from '../queries/commit-turn.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import { WakeSignal, claimRetryDelayMs } from '../worker/wake-signal.js';
 import type { WorkerEvents } from '../worker/worker-events.js';
-import { runTurn } from './turn-runtime.js';
+import { InstanceCache, canContinue } from './instance-cache.js';
+import { startTurn, type TurnParams, type TurnResult, type WorkflowInstance } from './turn-runtime.js';
 
 export interface TurnLoopOptions {
   readonly workerId: string;
@@ -22,13 +23,23 @@ export interface TurnLoopOptions {
   readonly concurrency: number;
   readonly turnLeaseMs: number;
   readonly pollIntervalMs: number;
+  /** Workflow instances kept between turns (0: none; every turn replays in full). */
+  readonly workflowCacheSize: number;
 }
 
 /**
  * Claims due workflow turns and runs them: load the run's recorded steps, replay the workflow code over them
- * ({@link runTurn}), commit the result fenced on the turn's token ({@link commitTurn}). A turn that fails on a
+ * ({@link startTurn}), commit the result fenced on the turn's token ({@link commitTurn}). A turn that fails on a
  * database error is not retried in place: its lease expires and any worker replays it (turns are
  * deterministic, so a replay is always safe).
+ *
+ * Sticky workflows: after a turn commits blocked, the run's workflow instance (its code parked on the durable
+ * calls it awaits) is kept, up to `workflowCacheSize` runs, least recently used dropped first. When this worker
+ * claims the run's next turn and nothing but new outcomes changed its history since ({@link canContinue}), the
+ * turn continues that instance with only the new outcomes the claim read; a turn then costs what is new, not the
+ * whole history. Anything else — another worker's turn in between, a retry, an instance not kept — replays in full,
+ * which gives the same result. A turn that fails in any way (commit refused, lease lost, a conflict, an error)
+ * keeps nothing; neither does a run's end or `stop()`.
  */
 export class TurnLoop {
   private readonly running = new Set<Promise<void>>();
@@ -37,6 +48,7 @@ export class TurnLoop {
   private readonly done: Promise<void>;
   /** `<workflow>:<call>` pairs already warned about, so a workflow that calls Math.random() warns once. */
   private readonly warnedNondeterministic = new Set<string>();
+  private readonly instances: InstanceCache;
 
   constructor(
     private readonly db: Database,
@@ -45,6 +57,7 @@ export class TurnLoop {
     private readonly events: WorkerEvents,
     private readonly logger: Logger,
   ) {
+    this.instances = new InstanceCache(options.workflowCacheSize);
     this.done = this.loop();
   }
 
@@ -107,21 +120,34 @@ export class TurnLoop {
   private async execute(row: ClaimedTurnRow): Promise<void> {
     const workflow = this.options.workflows.get(row.name);
     if (!workflow) return; // unreachable: the claim filters by our workflow names
-    const history = await loadRunHistory(this.db, this.names, row.id);
-    const result = await runTurn({
-      workflow,
+    const params: TurnParams = {
       info: Object.freeze({
         runId: row.id,
         workflowName: row.name,
         turnAttempt: row.turn_attempt,
         queue: row.queue,
       }),
-      input: row.input,
       priority: row.priority,
-      history,
       nowMs: row.now_ms,
       cancelRequested: row.cancel_requested,
-    });
+    };
+    // Taken out for the turn: put back only once this turn has committed blocked.
+    const kept = this.instances.take(row.id);
+    let instance: WorkflowInstance | undefined;
+    let result: TurnResult | undefined;
+    if (
+      kept &&
+      row.history_news &&
+      canContinue(kept, { turnEpoch: row.turn_epoch, news: row.history_news })
+    ) {
+      instance = kept.instance;
+      result = await instance.continueTurn({ ...params, fresh: row.history_news.fresh });
+    }
+    const replay = result ? 'continued' : 'full';
+    if (!result) {
+      const history = await loadRunHistory(this.db, this.names, row.id);
+      ({ result, instance } = await startTurn({ ...params, workflow, input: row.input, history }));
+    }
     for (const call of result.nondeterministicCalls ?? []) {
       const key = `${row.name}:${call}`;
       if (this.warnedNondeterministic.has(key)) continue;
@@ -165,18 +191,23 @@ export class TurnLoop {
       this.logger.warn({ err: error, runId: row.id }, 'turn:unstorable');
       await commitTurn(this.db, this.names, ref, committed);
     }
+    if (committed.outcome.kind === 'blocked' && instance?.continuable) {
+      this.instances.put(row.id, { instance, turnEpoch: row.turn_epoch });
+    }
     this.events.emit('turn:committed', {
       runId: row.id,
       workflow: row.name,
       outcome: committed.outcome.kind,
+      replay,
     });
   }
 
-  /** Stop claiming; wait for turns in progress (they are short) to commit. */
+  /** Stop claiming; wait for turns in progress (they are short) to commit; drop the kept instances. */
   async stop(): Promise<void> {
     this.state = 'stopping';
     this.wakeSignal.notify();
     await this.done;
     await Promise.allSettled([...this.running]);
+    this.instances.clear();
   }
 }

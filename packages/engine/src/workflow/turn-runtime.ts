@@ -82,16 +82,61 @@ export interface TurnResult {
   readonly nondeterministicCalls?: readonly string[];
 }
 
-export interface TurnInput {
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  readonly workflow: WorkflowDefinition<any, any>;
+/** What one turn runs with, besides the history: from the turn's claim. */
+export interface TurnParams {
   readonly info: WorkflowInfo;
-  readonly input: unknown;
+  /** The run's priority: the default of the activities it schedules. */
   readonly priority: number;
-  readonly history: readonly HistoryStepRow[];
-  /** The claim's DB time (epoch ms): timers due by then fire in this turn. */
+  /** The claim's DB time (epoch ms): timers due by then fire in this turn; `ctx.now()` records it. */
   readonly nowMs: number;
   readonly cancelRequested: boolean;
+}
+
+/** A turn that replays the workflow code from the top. */
+export interface TurnInput extends TurnParams {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  readonly workflow: WorkflowDefinition<any, any>;
+  readonly input: unknown;
+  /** The run's live (not retired) steps, in position order (`loadRunHistory`). */
+  readonly history: readonly HistoryStepRow[];
+}
+
+/** A turn that continues a kept {@link WorkflowInstance}. */
+export interface ContinuedTurnInput extends TurnParams {
+  /**
+   * The run's live steps whose outcome no turn has delivered yet (`RunHistoryNews.fresh`); steps without an
+   * outcome (and recorded values) may be included: they are skipped, as a full replay skips them.
+   */
+  readonly fresh: readonly HistoryStepRow[];
+}
+
+/**
+ * The workflow code of one run, parked on the durable calls it awaits when its last turn blocked, kept by the
+ * worker that ran that turn so that the next turn hands it only what is new ({@link WorkflowInstance.continueTurn})
+ * instead of replaying from the top. A continued turn produces exactly the {@link TurnResult} a full replay over
+ * the same history would (same positions, delivery order, new steps); the caller must make sure the history is
+ * the one this instance left behind plus new outcomes (see {@link WorkflowInstance.expected}), else replay in full.
+ * Dropping an instance needs no clean-up: its code waits on promises only it could settle, and it holds no timer,
+ * listener or tracking between turns.
+ */
+export interface WorkflowInstance {
+  /**
+   * What the run's history holds if nothing but this instance's own committed turns and new outcomes of its steps
+   * changed it: the number of live steps and the highest `delivered_seq`.
+   */
+  readonly expected: { readonly liveSteps: number; readonly maxDeliveredSeq: number };
+  /**
+   * Whether a later turn may continue this instance: its last turn blocked, and its code has not run outside a
+   * turn (a promise that is not a durable call settled between turns: a full replay would not see that).
+   */
+  readonly continuable: boolean;
+  /**
+   * Run the next turn from where the last one blocked: deliver `turn.fresh` (the same order and cancel rules as a
+   * full replay), then schedule, block or end as {@link runTurn} does. One turn at a time; legal only after the
+   * previous turn's result was committed.
+   * @returns the turn's result, or undefined (nothing run) when the instance is not {@link continuable}.
+   */
+  continueTurn(turn: ContinuedTurnInput): Promise<TurnResult | undefined>;
 }
 
 interface Deferred {
@@ -154,11 +199,19 @@ function never<T>(): Promise<T> {
  *   that this turn scheduled: they are recorded cancelled and their awaits reject with CancelledFailure.
  */
 export async function runTurn(turn: TurnInput): Promise<TurnResult> {
-  const nondeterministicCalls = new Set<string>();
-  const result = await replayTurn(turn, nondeterministicCalls);
-  return nondeterministicCalls.size > 0
-    ? { ...result, nondeterministicCalls: [...nondeterministicCalls] }
-    : result;
+  return (await startTurn(turn)).result;
+}
+
+/**
+ * {@link runTurn}, and the workflow instance it leaves behind: when the turn blocked, its code is parked on the
+ * durable calls it awaits, and a later turn of the same run may continue it ({@link WorkflowInstance}).
+ */
+export async function startTurn(
+  turn: TurnInput,
+): Promise<{ result: TurnResult; instance: WorkflowInstance }> {
+  const instance = new Replay(turn.workflow, turn.info.runId, turn.history);
+  const result = await instance.firstTurn(turn);
+  return { result, instance };
 }
 
 /**
@@ -173,63 +226,216 @@ function nondeterminismHint(calls: ReadonlySet<string>): string | undefined {
   );
 }
 
-async function replayTurn(turn: TurnInput, nondeterministicCalls: Set<string>): Promise<TurnResult> {
-  const byPosition = new Map(turn.history.map((h) => [h.seq, h]));
-  const requested = new Map<number, Deferred>();
-  const newSteps: NewStep[] = [];
-  const deliveries: Delivery[] = [];
-  let position = 0;
-  /** The highest delivery order handed to the code so far (recorded or new); 0 before the first. */
-  let seenDeliveredSeq = 0;
-  let fatal: PalisadeError | undefined;
-  let closed = false;
-  let nonDurable: string | undefined;
-  /** The code was handed a CancelledFailure (a cancelled step's outcome) in this replay. */
-  let cancelSeen = false;
-  const workflowName = turn.workflow.name;
+/** A step of the run as the instance knows it: recorded before its first turn, or added by one of its turns. */
+interface KnownStep {
+  readonly kind: string;
+  readonly name: string;
+  /** A recorded value's output (`ctx.now()`, `ctx.random()`, `ctx.uuid()`). */
+  readonly output: unknown;
+}
 
-  const sink: NonDurableSink = {
-    reportNonDurable(type) {
-      if (!closed) nonDurable ??= type;
+/** Whether a recorded step has an outcome to hand to the code by `nowMs`, and which way it settles the await. */
+function outcomeOf(h: HistoryStepRow, nowMs: number): 'resolve' | 'reject' | undefined {
+  if (h.kind === 'timer') {
+    if (h.status === 'completed') return 'resolve';
+    if (h.status === 'cancelled') return 'reject';
+    if (h.status === 'scheduled' && h.due_ms !== null && h.due_ms <= nowMs) return 'resolve';
+    return undefined;
+  }
+  if (h.kind === 'activity' && TERMINAL.has(h.status)) return h.status === 'completed' ? 'resolve' : 'reject';
+  return undefined;
+}
+
+/**
+ * One run's workflow code and everything replay knows about it, kept across the turns of a {@link WorkflowInstance}.
+ * State that belongs to the turn in progress (its parameters, new steps, deliveries, whether it is open) is reset
+ * by each turn; the rest (positions, the awaits the code made, the delivery order) carries over, exactly as a
+ * full replay would rebuild it.
+ */
+class Replay implements WorkflowInstance {
+  private readonly known: Map<number, KnownStep>;
+  private readonly requested = new Map<number, Deferred>();
+  private readonly nondeterministicCalls = new Set<string>();
+  private position = 0;
+  /** The highest delivery order handed to the code so far (recorded or new); 0 before the first. */
+  private seenDeliveredSeq = 0;
+  private nextDeliveredSeq = 1;
+  private fatal: PalisadeError | undefined;
+  /** The code was handed a CancelledFailure (a cancelled step's outcome). */
+  private cancelSeen = false;
+  private settled: { ok: true; value: unknown } | { ok: false; error: unknown } | undefined;
+  /** The code ran while no turn was open: continuing it could differ from a full replay. */
+  private tainted = false;
+  private lastOutcome: TurnOutcome['kind'] | undefined;
+  // The turn in progress.
+  private turn: TurnParams | undefined;
+  private newSteps: NewStep[] = [];
+  private deliveries: Delivery[] = [];
+  private closed = true;
+  private nonDurable: string | undefined;
+  private busy = false;
+  private readonly workflowName: string;
+  private readonly ctx: WorkflowContext;
+  /**
+   * Where the non-durable tracking of the code reports. Continuations of the code run in the async context it
+   * awaited in (this sink, set by its first turn), so the sink forwards to whichever turn is open.
+   */
+  private readonly sink: NonDurableSink = {
+    reportNonDurable: (type) => {
+      if (this.closed) this.tainted = true;
+      else this.nonDurable ??= type;
     },
-    reportNondeterministic(call) {
-      nondeterministicCalls.add(call);
+    reportNondeterministic: (call) => {
+      this.nondeterministicCalls.add(call);
     },
   };
 
-  const nondeterminism = (seq: number, recorded: HistoryStepRow, kind: string, name: string): void => {
-    fatal ??= new NonDeterminismError(
-      workflowName,
+  constructor(
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    private readonly workflow: WorkflowDefinition<any, any>,
+    private readonly runId: string,
+    history: readonly HistoryStepRow[],
+  ) {
+    this.workflowName = workflow.name;
+    this.known = new Map(history.map((h) => [h.seq, { kind: h.kind, name: h.name, output: h.output }]));
+    this.ctx = this.makeContext();
+  }
+
+  get expected(): WorkflowInstance['expected'] {
+    return { liveSteps: this.known.size, maxDeliveredSeq: this.nextDeliveredSeq - 1 };
+  }
+
+  get continuable(): boolean {
+    return (
+      this.lastOutcome === 'blocked' &&
+      !this.tainted &&
+      !this.busy &&
+      !this.fatal &&
+      !this.nonDurable &&
+      !this.settled
+    );
+  }
+
+  /** The first turn: start the code, hand it the recorded outcomes in their recorded order, then what is new. */
+  async firstTurn(turn: TurnInput): Promise<TurnResult> {
+    this.open(turn);
+    // Start the workflow code; it runs until it blocks on durable calls.
+    const tracking = trackNonDurable(this.sink, () => {
+      Promise.resolve()
+        .then(() =>
+          this.workflow.run(
+            validate(this.workflow.input, turn.input, `input of workflow ${this.workflowName}`),
+            this.ctx,
+          ),
+        )
+        .then(
+          (v: unknown) => this.settle({ ok: true, value: v }),
+          (e: unknown) => this.settle({ ok: false, error: e }),
+        );
+    });
+    try {
+      await macrotask();
+      // Deliver recorded outcomes: first in the order earlier turns delivered them, then new ones as they happened.
+      const delivered = turn.history
+        .filter((h) => h.delivered_seq !== null)
+        .sort((a, b) => (a.delivered_seq as number) - (b.delivered_seq as number));
+      this.nextDeliveredSeq = delivered.reduce((m, h) => Math.max(m, h.delivered_seq as number), 0) + 1;
+      for (const h of delivered) {
+        if (this.settled || this.fatal || this.nonDurable) break;
+        if (!this.requested.has(h.seq)) {
+          this.fatal ??= new NonDeterminismError(
+            this.workflowName,
+            h.seq,
+            `${h.kind} ${h.name} (delivered in an earlier turn)`,
+            this.position > h.seq ? 'a call that did not await it' : 'no call at that position yet',
+            this.runId,
+            nondeterminismHint(this.nondeterministicCalls),
+          );
+          break;
+        }
+        this.seenDeliveredSeq = h.delivered_seq as number;
+        this.deliver(h);
+        await macrotask();
+      }
+      await this.deliverFresh(turn.history);
+    } finally {
+      this.closed = true;
+      tracking.end();
+    }
+    return this.finish();
+  }
+
+  async continueTurn(turn: ContinuedTurnInput): Promise<TurnResult | undefined> {
+    if (!this.continuable) return undefined;
+    this.open(turn);
+    // The tracking is on only while a turn runs (it slows every promise of the process); the code's
+    // continuations report to this instance's sink, captured by the first turn.
+    const tracking = trackNonDurable(this.sink, () => undefined);
+    try {
+      await this.deliverFresh(turn.fresh);
+    } finally {
+      this.closed = true;
+      tracking.end();
+    }
+    return this.finish();
+  }
+
+  private open(turn: TurnParams): void {
+    this.busy = true;
+    this.turn = turn;
+    this.newSteps = [];
+    this.deliveries = [];
+    this.nonDurable = undefined;
+    this.closed = false;
+  }
+
+  private settle(outcome: { ok: true; value: unknown } | { ok: false; error: unknown }): void {
+    if (this.closed) this.tainted = true;
+    this.settled = outcome;
+  }
+
+  private get current(): TurnParams {
+    return this.turn as TurnParams;
+  }
+
+  private running(): boolean {
+    return !this.settled && !this.fatal && !this.nonDurable;
+  }
+
+  private nondeterminism(seq: number, recorded: KnownStep, kind: string, name: string): void {
+    this.fatal ??= new NonDeterminismError(
+      this.workflowName,
       seq,
       `${recorded.kind} ${recorded.name}`,
       `${kind} ${name}`,
-      turn.info.runId,
-      nondeterminismHint(nondeterministicCalls),
+      this.runId,
+      nondeterminismHint(this.nondeterministicCalls),
     );
-  };
+  }
 
   /** Claim the next position for a durable call; returns the recorded step, if any (after checking it). */
-  const take = (kind: string, name: string): { seq: number; recorded?: HistoryStepRow; ok: boolean } => {
-    const seq = position++;
-    const recorded = byPosition.get(seq);
+  private take(kind: string, name: string): { seq: number; recorded?: KnownStep; ok: boolean } {
+    const seq = this.position++;
+    const recorded = this.known.get(seq);
     if (recorded && (recorded.kind !== kind || recorded.name !== name)) {
-      nondeterminism(seq, recorded, kind, name);
+      this.nondeterminism(seq, recorded, kind, name);
       return { seq, ok: false };
     }
     return recorded ? { seq, recorded, ok: true } : { seq, ok: true };
-  };
+  }
 
-  const durable = <T>(
+  private durable<T>(
     kind: 'activity' | 'timer',
     name: string,
     schedule: (seq: number) => StepCall,
-  ): Promise<T> => {
-    if (closed || fatal) return never<T>();
-    const { seq, recorded, ok } = take(kind, name);
+  ): Promise<T> {
+    if (this.closed) this.tainted = true;
+    if (this.closed || this.fatal) return never<T>();
+    const { seq, recorded, ok } = this.take(kind, name);
     if (!ok) return never<T>();
-    if (!recorded) newSteps.push({ ...schedule(seq), afterDeliveredSeq: seenDeliveredSeq });
+    if (!recorded) this.newSteps.push({ ...schedule(seq), afterDeliveredSeq: this.seenDeliveredSeq });
     return new Promise<T>((resolve, reject) => {
-      requested.set(seq, {
+      this.requested.set(seq, {
         kind,
         name,
         settled: false,
@@ -237,251 +443,264 @@ async function replayTurn(turn: TurnInput, nondeterministicCalls: Set<string>): 
         reject,
       });
     });
-  };
+  }
 
-  const value = <T>(name: string, make: () => T): T => {
-    if (closed || fatal) return make();
-    const { seq, recorded, ok } = take('value', name);
+  private value<T>(name: string, make: () => T): T {
+    if (this.closed) this.tainted = true;
+    if (this.closed || this.fatal) return make();
+    const { seq, recorded, ok } = this.take('value', name);
     if (recorded && ok) return recorded.output as T;
     const fresh = make();
-    if (ok) newSteps.push({ seq, kind: 'value', name, output: fresh, afterDeliveredSeq: seenDeliveredSeq });
-    return fresh;
-  };
-
-  const ctx: WorkflowContext = {
-    info: turn.info,
-    run: <O>(activity: ActivityDefinition, input: unknown, options: RunActivityOptions = {}) => {
-      if (!activity || activity.kind !== 'activity') {
-        fatal ??= new PalisadeError(
-          'INVALID_OPTIONS',
-          `workflow ${workflowName} called ctx.run with something that is not an activity from defineActivity()`,
-        );
-        return never<O>();
-      }
-      const parsedOptions = runActivityOptionsSchema.safeParse(options);
-      if (!parsedOptions.success) {
-        throw new InvalidOptionsError(
-          `ctx.run options of ${activity.name} in workflow ${workflowName}`,
-          formatIssues(parsedOptions.error.issues),
-        );
-      }
-      const inputOf = (seq: number): unknown => {
-        const what = `input of activity ${activity.name} (step ${seq} of ${workflowName})`;
-        const checked: unknown = validate(activity.input, input, what);
-        // A copy, as it is at the call: the code may change the object before the turn commits.
-        return JSON.parse(checkPayload(checked, what, PAYLOAD_LIMITS.inputBytes, { runId: turn.info.runId }));
-      };
-      return durable<O>('activity', activity.name, (seq) => ({
+    if (ok) {
+      this.newSteps.push({
         seq,
-        kind: 'activity',
-        name: activity.name,
-        input: inputOf(seq),
-        queue: options.queue ?? activity.queue,
-        priority: options.priority ?? turn.priority,
-        retryPolicy: mergeRetryPolicy(activity.retry, options.retry, `retry of ${activity.name}`),
-        leaseMs: overrideLease(activity, options.leaseMs),
-        startToCloseTimeoutMs:
-          options.startToCloseTimeoutMs !== undefined
-            ? toMs(options.startToCloseTimeoutMs, `startToCloseTimeoutMs of ctx.run(${activity.name})`)
-            : activity.startToCloseTimeoutMs,
-      }));
-    },
-    sleep: (duration: Duration) => {
-      const delayMs = toMs(duration, `ctx.sleep duration in workflow ${workflowName}`, MAX_SLEEP_MS);
-      return durable<void>('timer', 'sleep', (seq) => ({ seq, kind: 'timer', name: 'sleep', delayMs }));
-    },
-    sleepUntil: (date: Date) => {
-      const dueAtMs = date instanceof Date ? date.getTime() : Number.NaN;
-      if (!Number.isFinite(dueAtMs)) {
-        const given = date as unknown;
-        const got =
-          given instanceof Date
-            ? 'an invalid Date'
-            : typeof given === 'string'
-              ? `the string ${JSON.stringify(given.slice(0, 40))}`
-              : typeof given;
-        throw new InvalidOptionsError(`ctx.sleepUntil in workflow ${workflowName}`, [
-          { path: 'date', message: `must be a valid Date, got ${got} (use new Date(...) around a string)` },
-        ]);
-      }
-      return durable<void>('timer', 'sleep', (seq) => ({ seq, kind: 'timer', name: 'sleep', dueAtMs }));
-    },
-    // Whole ms, as a Date holds them: the recorded value is exactly what the code saw (the DB clock has µs).
-    now: () => new Date(value('now', () => Math.floor(turn.nowMs))),
-    random: () => value('random', () => originalRandom()),
-    uuid: () => value('uuid', () => randomUUID()),
-  };
-
-  // Start the workflow code; it runs until it blocks on durable calls.
-  let settled: { ok: true; value: unknown } | { ok: false; error: unknown } | undefined;
-  const tracking = trackNonDurable(sink, () => {
-    Promise.resolve()
-      .then(() =>
-        turn.workflow.run(
-          validate(turn.workflow.input, turn.input, `input of workflow ${workflowName}`),
-          ctx,
-        ),
-      )
-      .then(
-        (v: unknown) => (settled = { ok: true, value: v }),
-        (e: unknown) => (settled = { ok: false, error: e }),
-      );
-  });
-  await macrotask();
-
-  // Deliver recorded outcomes: first in the order earlier turns delivered them, then new ones as they happened.
-  const outcomeOf = (h: HistoryStepRow): 'resolve' | 'reject' | undefined => {
-    if (h.kind === 'timer') {
-      if (h.status === 'completed') return 'resolve';
-      if (h.status === 'cancelled') return 'reject';
-      if (h.status === 'scheduled' && h.due_ms !== null && h.due_ms <= turn.nowMs) return 'resolve';
-      return undefined;
+        kind: 'value',
+        name,
+        output: fresh,
+        afterDeliveredSeq: this.seenDeliveredSeq,
+      });
     }
-    if (h.kind === 'activity' && TERMINAL.has(h.status))
-      return h.status === 'completed' ? 'resolve' : 'reject';
-    return undefined;
-  };
-  const delivered = turn.history
-    .filter((h) => h.delivered_seq !== null)
-    .sort((a, b) => (a.delivered_seq as number) - (b.delivered_seq as number));
-  const fresh = turn.history
-    .filter((h) => h.delivered_seq === null && (h.kind === 'activity' || h.kind === 'timer') && outcomeOf(h))
-    .sort((a, b) => (a.finished_ms ?? a.due_ms ?? 0) - (b.finished_ms ?? b.due_ms ?? 0) || a.seq - b.seq);
-  let nextDeliveredSeq = delivered.reduce((m, h) => Math.max(m, h.delivered_seq as number), 0) + 1;
+    return fresh;
+  }
 
-  const deliver = (h: HistoryStepRow): void => {
-    const d = requested.get(h.seq);
+  private makeContext(): WorkflowContext {
+    const workflowName = this.workflowName;
+    const runId = this.runId;
+    // eslint-disable-next-line @typescript-eslint/no-this-alias
+    const replay = this;
+    return {
+      // The turn in progress's info (a kept instance's code sees each turn's own turnAttempt, as on replay).
+      get info() {
+        return replay.current.info;
+      },
+      run: <O>(activity: ActivityDefinition, input: unknown, options: RunActivityOptions = {}) => {
+        if (!activity || activity.kind !== 'activity') {
+          this.fatal ??= new PalisadeError(
+            'INVALID_OPTIONS',
+            `workflow ${workflowName} called ctx.run with something that is not an activity from defineActivity()`,
+          );
+          return never<O>();
+        }
+        const parsedOptions = runActivityOptionsSchema.safeParse(options);
+        if (!parsedOptions.success) {
+          throw new InvalidOptionsError(
+            `ctx.run options of ${activity.name} in workflow ${workflowName}`,
+            formatIssues(parsedOptions.error.issues),
+          );
+        }
+        const inputOf = (seq: number): unknown => {
+          const what = `input of activity ${activity.name} (step ${seq} of ${workflowName})`;
+          const checked: unknown = validate(activity.input, input, what);
+          // A copy, as it is at the call: the code may change the object before the turn commits.
+          return JSON.parse(checkPayload(checked, what, PAYLOAD_LIMITS.inputBytes, { runId }));
+        };
+        return this.durable<O>('activity', activity.name, (seq) => ({
+          seq,
+          kind: 'activity',
+          name: activity.name,
+          input: inputOf(seq),
+          queue: options.queue ?? activity.queue,
+          priority: options.priority ?? this.current.priority,
+          retryPolicy: mergeRetryPolicy(activity.retry, options.retry, `retry of ${activity.name}`),
+          leaseMs: overrideLease(activity, options.leaseMs),
+          startToCloseTimeoutMs:
+            options.startToCloseTimeoutMs !== undefined
+              ? toMs(options.startToCloseTimeoutMs, `startToCloseTimeoutMs of ctx.run(${activity.name})`)
+              : activity.startToCloseTimeoutMs,
+        }));
+      },
+      sleep: (duration: Duration) => {
+        const delayMs = toMs(duration, `ctx.sleep duration in workflow ${workflowName}`, MAX_SLEEP_MS);
+        return this.durable<void>('timer', 'sleep', (seq) => ({
+          seq,
+          kind: 'timer',
+          name: 'sleep',
+          delayMs,
+        }));
+      },
+      sleepUntil: (date: Date) => {
+        const dueAtMs = date instanceof Date ? date.getTime() : Number.NaN;
+        if (!Number.isFinite(dueAtMs)) {
+          const given = date as unknown;
+          const got =
+            given instanceof Date
+              ? 'an invalid Date'
+              : typeof given === 'string'
+                ? `the string ${JSON.stringify(given.slice(0, 40))}`
+                : typeof given;
+          throw new InvalidOptionsError(`ctx.sleepUntil in workflow ${workflowName}`, [
+            { path: 'date', message: `must be a valid Date, got ${got} (use new Date(...) around a string)` },
+          ]);
+        }
+        return this.durable<void>('timer', 'sleep', (seq) => ({
+          seq,
+          kind: 'timer',
+          name: 'sleep',
+          dueAtMs,
+        }));
+      },
+      // Whole ms, as a Date holds them: the recorded value is exactly what the code saw (the DB clock has µs).
+      now: () => new Date(this.value('now', () => Math.floor(this.current.nowMs))),
+      random: () => this.value('random', () => originalRandom()),
+      uuid: () => this.value('uuid', () => randomUUID()),
+    };
+  }
+
+  private deliver(h: HistoryStepRow): void {
+    const d = this.requested.get(h.seq);
     if (!d || d.settled) return;
     d.settled = true;
-    if (outcomeOf(h) === 'resolve') d.resolve(h.kind === 'timer' ? undefined : h.output);
+    if (outcomeOf(h, this.current.nowMs) === 'resolve') d.resolve(h.kind === 'timer' ? undefined : h.output);
     else if (h.status === 'cancelled') {
-      cancelSeen = true;
+      this.cancelSeen = true;
       d.reject(
-        new CancelledFailure(`step ${h.name}#${h.seq} was cancelled`, {
-          runId: turn.info.runId,
-          stepId: h.id,
-        }),
+        new CancelledFailure(`step ${h.name}#${h.seq} was cancelled`, { runId: this.runId, stepId: h.id }),
       );
     } else
       d.reject(
-        new ActivityFailure(h.name, h.error as SerializedFailure, { runId: turn.info.runId, stepId: h.id }),
+        new ActivityFailure(h.name, h.error as SerializedFailure, { runId: this.runId, stepId: h.id }),
       );
-  };
+  }
 
-  for (const h of delivered) {
-    if (settled || fatal || nonDurable) break;
-    if (!requested.has(h.seq)) {
-      fatal ??= new NonDeterminismError(
-        workflowName,
-        h.seq,
-        `${h.kind} ${h.name} (delivered in an earlier turn)`,
-        position > h.seq ? 'a call that did not await it' : 'no call at that position yet',
-        turn.info.runId,
-        nondeterminismHint(nondeterministicCalls),
+  /**
+   * Hand the code the outcomes no turn delivered yet, in the order they happened, one at a time; then, blocked,
+   * deliver a cancel request it has not seen to the steps this turn scheduled.
+   */
+  private async deliverFresh(steps: readonly HistoryStepRow[]): Promise<void> {
+    const nowMs = this.current.nowMs;
+    const remaining = steps
+      .filter(
+        (h) =>
+          h.delivered_seq === null && (h.kind === 'activity' || h.kind === 'timer') && outcomeOf(h, nowMs),
+      )
+      .sort((a, b) => (a.finished_ms ?? a.due_ms ?? 0) - (b.finished_ms ?? b.due_ms ?? 0) || a.seq - b.seq);
+    while (this.running()) {
+      const index = remaining.findIndex((h) => this.requested.has(h.seq));
+      if (index >= 0) {
+        const [h] = remaining.splice(index, 1) as [HistoryStepRow];
+        this.seenDeliveredSeq = this.nextDeliveredSeq;
+        this.deliver(h);
+        this.deliveries.push({
+          stepId: h.id,
+          deliveredSeq: this.nextDeliveredSeq++,
+          firesTimer: h.kind === 'timer' && h.status === 'scheduled',
+        });
+        await macrotask();
+        continue;
+      }
+      // Blocked. A cancel requested before any step it could end existed (before the first turn, or while a
+      // turn that did not know of it was scheduling) has not reached the code: the steps this turn scheduled and
+      // the code is blocked on are recorded cancelled, as the request would have ended them, and their awaits
+      // reject one at a time in position order (recorded by delivered_seq, so replay repeats it). What the code
+      // schedules after seeing the cancel (compensation in catch/finally) runs normally.
+      if (!this.current.cancelRequested || this.cancelSeen) break;
+      const blockedOn = this.newSteps.filter(
+        (s) => s.kind !== 'value' && this.requested.get(s.seq)?.settled === false,
       );
-      break;
+      if (blockedOn.length === 0) break;
+      for (const s of blockedOn) {
+        if (!this.running()) break;
+        const d = this.requested.get(s.seq) as Deferred;
+        d.settled = true;
+        this.cancelSeen = true;
+        this.seenDeliveredSeq = this.nextDeliveredSeq;
+        this.newSteps[this.newSteps.indexOf(s)] = {
+          ...s,
+          cancelled: true,
+          deliveredSeq: this.nextDeliveredSeq++,
+        } as NewStep;
+        d.reject(new CancelledFailure(`step ${s.name}#${s.seq} was cancelled`, { runId: this.runId }));
+        await macrotask();
+      }
     }
-    seenDeliveredSeq = h.delivered_seq as number;
-    deliver(h);
-    await macrotask();
-  }
-  const remaining = [...fresh];
-  const running = () => !settled && !fatal && !nonDurable;
-  while (running()) {
-    const index = remaining.findIndex((h) => requested.has(h.seq));
-    if (index >= 0) {
-      const [h] = remaining.splice(index, 1) as [HistoryStepRow];
-      seenDeliveredSeq = nextDeliveredSeq;
-      deliver(h);
-      deliveries.push({
-        stepId: h.id,
-        deliveredSeq: nextDeliveredSeq++,
-        firesTimer: h.kind === 'timer' && h.status === 'scheduled',
-      });
-      await macrotask();
-      continue;
-    }
-    // Blocked. A cancel requested before any step it could end existed (before the first turn, or while a
-    // turn that did not know of it was scheduling) has not reached the code: the steps this turn scheduled and
-    // the code is blocked on are recorded cancelled, as the request would have ended them, and their awaits
-    // reject one at a time in position order (recorded by delivered_seq, so replay repeats it). What the code
-    // schedules after seeing the cancel (compensation in catch/finally) runs normally.
-    if (!turn.cancelRequested || cancelSeen) break;
-    const blockedOn = newSteps.filter((s) => s.kind !== 'value' && requested.get(s.seq)?.settled === false);
-    if (blockedOn.length === 0) break;
-    for (const s of blockedOn) {
-      if (!running()) break;
-      const d = requested.get(s.seq) as Deferred;
-      d.settled = true;
-      cancelSeen = true;
-      seenDeliveredSeq = nextDeliveredSeq;
-      newSteps[newSteps.indexOf(s)] = { ...s, cancelled: true, deliveredSeq: nextDeliveredSeq++ } as NewStep;
-      d.reject(new CancelledFailure(`step ${s.name}#${s.seq} was cancelled`, { runId: turn.info.runId }));
-      await macrotask();
-    }
-  }
-  closed = true;
-  tracking.end();
-
-  // Code that ends before reaching a recorded step no longer accounts for its history (the step was removed,
-  // or moved after the return): stop the run rather than complete it over work the code does not know of.
-  const unreached = settled && !nonDurable ? turn.history.find((h) => h.seq >= position) : undefined;
-  if (unreached) {
-    fatal ??= new NonDeterminismError(
-      workflowName,
-      unreached.seq,
-      `${unreached.kind} ${unreached.name}`,
-      'no call (the workflow ended first)',
-      turn.info.runId,
-      nondeterminismHint(nondeterministicCalls),
-    );
   }
 
-  if (fatal)
-    return { newSteps: [], deliveries: [], outcome: { kind: 'failed', error: serializeFailure(fatal) } };
-  if (nonDurable) {
-    const error = new PalisadeError(
-      'NON_DURABLE_AWAIT',
-      `workflow ${workflowName} started a ${nonDurable} (a timer or I/O) inside workflow code; workflow code may ` +
-        'only await ctx.run, ctx.sleep and ctx.sleepUntil — move the work into an activity',
-      { runId: turn.info.runId },
-    );
-    return { newSteps: [], deliveries: [], outcome: { kind: 'failed', error: serializeFailure(error) } };
+  /** The turn's result; a blocked turn's new steps become known steps for the next one. */
+  private finish(): TurnResult {
+    const result = this.outcome();
+    this.lastOutcome = result.outcome.kind;
+    if (result.outcome.kind === 'blocked') {
+      for (const s of result.newSteps) {
+        this.known.set(s.seq, { kind: s.kind, name: s.name, output: s.kind === 'value' ? s.output : null });
+      }
+    }
+    this.busy = false;
+    return this.nondeterministicCalls.size > 0
+      ? { ...result, nondeterministicCalls: [...this.nondeterministicCalls] }
+      : result;
   }
-  const done = settled;
-  if (!done) {
-    const pending =
-      [...requested.values()].filter((d) => !d.settled).length +
-      newSteps.filter((s) => s.kind !== 'value' && !s.cancelled).length;
-    if (pending === 0) {
+
+  private outcome(): Omit<TurnResult, 'nondeterministicCalls'> {
+    const { newSteps, deliveries, workflowName, runId } = this;
+    // Code that ends before reaching a recorded step no longer accounts for its history (the step was removed,
+    // or moved after the return): stop the run rather than complete it over work the code does not know of.
+    if (this.settled && !this.nonDurable) {
+      let unreached: [number, KnownStep] | undefined;
+      for (const entry of this.known) {
+        if (entry[0] >= this.position && (!unreached || entry[0] < unreached[0])) unreached = entry;
+      }
+      if (unreached) {
+        this.fatal ??= new NonDeterminismError(
+          workflowName,
+          unreached[0],
+          `${unreached[1].kind} ${unreached[1].name}`,
+          'no call (the workflow ended first)',
+          runId,
+          nondeterminismHint(this.nondeterministicCalls),
+        );
+      }
+    }
+
+    if (this.fatal)
+      return {
+        newSteps: [],
+        deliveries: [],
+        outcome: { kind: 'failed', error: serializeFailure(this.fatal) },
+      };
+    if (this.nonDurable) {
       const error = new PalisadeError(
         'NON_DURABLE_AWAIT',
-        `workflow ${workflowName} is waiting on a promise that is not a durable primitive (no step is pending); ` +
-          'workflow code may only await ctx.run, ctx.sleep and ctx.sleepUntil',
-        { runId: turn.info.runId },
+        `workflow ${workflowName} started a ${this.nonDurable} (a timer or I/O) inside workflow code; workflow code ` +
+          'may only await ctx.run, ctx.sleep and ctx.sleepUntil — move the work into an activity',
+        { runId },
       );
       return { newSteps: [], deliveries: [], outcome: { kind: 'failed', error: serializeFailure(error) } };
     }
-    return { newSteps, deliveries, outcome: { kind: 'blocked' } };
-  }
-  if (done.ok) {
-    try {
-      const what = `output of workflow ${workflowName}`;
-      const output: unknown = validate(turn.workflow.output, done.value, what, { runId: turn.info.runId });
-      // An output the database cannot store (or that would not come back from result() as it is) fails the run
-      // here, recorded, rather than a commit that fails and replays the turn forever.
-      checkPayload(output, what, PAYLOAD_LIMITS.outputBytes, { runId: turn.info.runId });
-      return { newSteps, deliveries, outcome: { kind: 'completed', output } };
-    } catch (error) {
-      return { newSteps, deliveries, outcome: { kind: 'failed', error: serializeFailure(error) } };
+    const done = this.settled;
+    if (!done) {
+      const pending =
+        [...this.requested.values()].filter((d) => !d.settled).length +
+        newSteps.filter((s) => s.kind !== 'value' && !s.cancelled).length;
+      if (pending === 0) {
+        const error = new PalisadeError(
+          'NON_DURABLE_AWAIT',
+          `workflow ${workflowName} is waiting on a promise that is not a durable primitive (no step is pending); ` +
+            'workflow code may only await ctx.run, ctx.sleep and ctx.sleepUntil',
+          { runId },
+        );
+        return { newSteps: [], deliveries: [], outcome: { kind: 'failed', error: serializeFailure(error) } };
+      }
+      return { newSteps, deliveries, outcome: { kind: 'blocked' } };
     }
+    if (done.ok) {
+      try {
+        const what = `output of workflow ${workflowName}`;
+        const output: unknown = validate(this.workflow.output, done.value, what, { runId });
+        // An output the database cannot store (or that would not come back from result() as it is) fails the run
+        // here, recorded, rather than a commit that fails and replays the turn forever.
+        checkPayload(output, what, PAYLOAD_LIMITS.outputBytes, { runId });
+        return { newSteps, deliveries, outcome: { kind: 'completed', output } };
+      } catch (error) {
+        return { newSteps, deliveries, outcome: { kind: 'failed', error: serializeFailure(error) } };
+      }
+    }
+    const error = serializeFailure(done.error);
+    const cancelled =
+      this.current.cancelRequested && (done.error as { code?: unknown } | undefined)?.code === 'CANCELLED';
+    return {
+      newSteps,
+      deliveries,
+      outcome: cancelled ? { kind: 'cancelled', error } : { kind: 'failed', error },
+    };
   }
-  const error = serializeFailure(done.error);
-  const cancelled =
-    turn.cancelRequested && (done.error as { code?: unknown } | undefined)?.code === 'CANCELLED';
-  return {
-    newSteps,
-    deliveries,
-    outcome: cancelled ? { kind: 'cancelled', error } : { kind: 'failed', error },
-  };
 }

@@ -1,0 +1,91 @@
+import { describe, expect, it } from 'vitest';
+import type { RunHistoryNews } from '../queries/claim-turns.js';
+import { InstanceCache, canContinue, type KeptInstance } from './instance-cache.js';
+import type { WorkflowInstance } from './turn-runtime.js';
+
+function kept(turnEpoch: number, over: Partial<WorkflowInstance> = {}): KeptInstance {
+  const instance: WorkflowInstance = {
+    expected: { liveSteps: 5, maxDeliveredSeq: 3 },
+    continuable: true,
+    continueTurn: () => Promise.resolve(undefined),
+    ...over,
+  };
+  return { instance, turnEpoch };
+}
+
+const news = (over: Partial<RunHistoryNews> = {}): RunHistoryNews => ({
+  live_steps: 5,
+  max_delivered_seq: 3,
+  fresh: [],
+  ...over,
+});
+
+describe('canContinue', () => {
+  it('continues the turn right after the kept one over the history the instance expects', () => {
+    expect(canContinue(kept(7), { turnEpoch: 8, news: news() })).toBe(true);
+  });
+
+  it('replays in full when any other turn was claimed in between, or the epoch went back', () => {
+    expect(canContinue(kept(7), { turnEpoch: 9, news: news() })).toBe(false);
+    expect(canContinue(kept(7), { turnEpoch: 7, news: news() })).toBe(false);
+  });
+
+  it('replays in full when the claim did not read the news (another worker ran the last turn, or a race)', () => {
+    expect(canContinue(kept(7), { turnEpoch: 8, news: null })).toBe(false);
+  });
+
+  it('replays in full when steps were retired or added, or deliveries withdrawn (a retry)', () => {
+    expect(canContinue(kept(7), { turnEpoch: 8, news: news({ live_steps: 4 }) })).toBe(false);
+    expect(canContinue(kept(7), { turnEpoch: 8, news: news({ live_steps: 6 }) })).toBe(false);
+    expect(canContinue(kept(7), { turnEpoch: 8, news: news({ max_delivered_seq: 2 }) })).toBe(false);
+  });
+
+  it('replays in full when the instance is not continuable', () => {
+    expect(canContinue(kept(7, { continuable: false }), { turnEpoch: 8, news: news() })).toBe(false);
+  });
+});
+
+describe('InstanceCache', () => {
+  it('hands an entry out once: taking it removes it', () => {
+    const cache = new InstanceCache(10);
+    const entry = kept(1);
+    cache.put('a', entry);
+    expect(cache.take('a')).toBe(entry);
+    expect(cache.take('a')).toBeUndefined();
+    expect(cache.size).toBe(0);
+  });
+
+  it('drops the least recently kept run beyond its capacity', () => {
+    const cache = new InstanceCache(2);
+    cache.put('a', kept(1));
+    cache.put('b', kept(1));
+    cache.put('a', kept(2)); // a is now the most recent
+    cache.put('c', kept(1));
+    expect(cache.size).toBe(2);
+    expect(cache.take('b')).toBeUndefined();
+    expect(cache.take('a')?.turnEpoch).toBe(2);
+    expect(cache.take('c')?.turnEpoch).toBe(1);
+  });
+
+  it('keeps nothing with capacity 0', () => {
+    const cache = new InstanceCache(0);
+    cache.put('a', kept(1));
+    expect(cache.size).toBe(0);
+    expect(cache.take('a')).toBeUndefined();
+  });
+
+  it('keeps the entry of the later turn when two turns of a run finish out of order', () => {
+    const cache = new InstanceCache(10);
+    cache.put('a', kept(5));
+    cache.put('a', kept(4));
+    expect(cache.take('a')?.turnEpoch).toBe(5);
+  });
+
+  it('forgets everything on clear()', () => {
+    const cache = new InstanceCache(10);
+    cache.put('a', kept(1));
+    cache.put('b', kept(1));
+    cache.clear();
+    expect(cache.size).toBe(0);
+  });
+});

@@ -1,0 +1,78 @@
+import type { RunHistoryNews } from '../queries/claim-turns.js';
+import type { WorkflowInstance } from './turn-runtime.js';
+
+/** A workflow instance kept after its turn committed, and the turn epoch of that turn. */
+export interface KeptInstance {
+  readonly instance: WorkflowInstance;
+  /** `runs.turn_epoch` of the turn that last ran (and committed) on this instance. */
+  readonly turnEpoch: number;
+}
+
+/**
+ * Whether a claimed turn may continue `kept` instead of replaying in full. Conservative: every condition must hold,
+ * and any doubt means a full replay (which is always right).
+ * - `turnEpoch` is the kept one + 1: no other turn of the run was claimed since, by any worker (a claim is the
+ *   only writer of `turn_epoch`, and every turn commit is fenced on its own claim);
+ * - the claim read the run's history news (it is null when another worker ran the last turn, or when the claim's
+ *   snapshot may not show every change the run row has seen);
+ * - the history holds as many live steps and the same highest `delivered_seq` as the instance expects: a retry
+ *   (which retires steps and withdraws deliveries), or any writer this worker did not foresee, forces a replay.
+ *   Outcomes of steps the instance scheduled are the only other changes, and they are what `news.fresh` holds;
+ * - the instance is continuable (its last turn blocked, its code did not run between turns).
+ */
+export function canContinue(
+  kept: KeptInstance,
+  claim: { readonly turnEpoch: number; readonly news: RunHistoryNews | null },
+): boolean {
+  const news = claim.news;
+  if (news === null || claim.turnEpoch !== kept.turnEpoch + 1) return false;
+  const expected = kept.instance.expected;
+  return (
+    news.live_steps === expected.liveSteps &&
+    news.max_delivered_seq === expected.maxDeliveredSeq &&
+    kept.instance.continuable
+  );
+}
+
+/**
+ * The workflow instances a worker keeps between turns, by run id, least recently used first; at most `capacity`
+ * (0: none kept). An entry is taken out while its run's turn runs and put back only after that turn committed
+ * blocked, so a turn that fails in any way leaves nothing behind. Dropping an entry needs no clean-up (see
+ * {@link WorkflowInstance}).
+ */
+export class InstanceCache {
+  private readonly entries = new Map<string, KeptInstance>();
+
+  constructor(private readonly capacity: number) {}
+
+  get size(): number {
+    return this.entries.size;
+  }
+
+  /** Remove and return the run's kept instance, if any. */
+  take(runId: string): KeptInstance | undefined {
+    const kept = this.entries.get(runId);
+    this.entries.delete(runId);
+    return kept;
+  }
+
+  /**
+   * Keep `kept` for `runId` as the most recently used, dropping the least recently used beyond capacity. An entry
+   * from a later turn of the run already kept wins (two of its turns may finish out of order on one worker).
+   */
+  put(runId: string, kept: KeptInstance): void {
+    if (this.capacity === 0) return;
+    const current = this.entries.get(runId);
+    if (current && current.turnEpoch > kept.turnEpoch) return;
+    this.entries.delete(runId);
+    this.entries.set(runId, kept);
+    while (this.entries.size > this.capacity) {
+      const oldest = this.entries.keys().next().value as string;
+      this.entries.delete(oldest);
+    }
+  }
+
+  clear(): void {
+    this.entries.clear();
+  }
+}
