@@ -69,10 +69,14 @@ export async function commitTurn(
       const fence = await tx.rows<{ wake_count: number; queue: string; cancel_requested: boolean }>(sql`
         WITH cfg AS MATERIALIZED (
           SELECT set_config('idle_in_transaction_session_timeout', ${String(idleMs)}, true) AS v),
+        -- The turn's lease is judged by the clock read once the run row is locked: read before a wait on a row
+        -- another statement only locked (no recheck follows), it would pass a lease that ran out meanwhile.
+        lk AS MATERIALIZED (SELECT r.id FROM ${n.runs} r WHERE r.id = ${ref.runId}::uuid FOR NO KEY UPDATE OF r),
+        lock_clock AS MATERIALIZED (SELECT ${n.now} AS now_at FROM (SELECT count(*) FROM lk) x),
         f AS (
           UPDATE ${n.runs} SET turn_lease_expires_at = NULL
            WHERE id = ${ref.runId}::uuid AND turn_token = ${token}::bigint AND turn_nonce = ${ref.nonce}::uuid
-             AND turn_lease_expires_at > ${n.now} AND status IN ('pending', 'running')
+             AND turn_lease_expires_at > (SELECT now_at FROM lock_clock) AND status IN ('pending', 'running')
              AND EXISTS (SELECT 1 FROM cfg)
           RETURNING wake_count, queue, cancel_requested_at IS NOT NULL AS cancel_requested),
         locked AS (
@@ -265,10 +269,12 @@ export async function commitTurn(
 /** Hand a turn back (fenced), due now, not charged: used when its commit raced with a change it read. */
 export async function releaseTurn(db: Database, n: SchemaNames, ref: TurnRef): Promise<boolean> {
   const rows = await db.rows<{ id: string }>(sql`
-    WITH r AS (
+    WITH lk AS MATERIALIZED (SELECT r.id FROM ${n.runs} r WHERE r.id = ${ref.runId}::uuid FOR NO KEY UPDATE OF r),
+    lock_clock AS MATERIALIZED (SELECT ${n.now} AS now_at FROM (SELECT count(*) FROM lk) x),
+    r AS (
       UPDATE ${n.runs} SET turn_lease_expires_at = NULL, turn_next_run_at = ${n.now}
        WHERE id = ${ref.runId}::uuid AND turn_token = ${ref.token.toString()}::bigint AND turn_nonce = ${ref.nonce}::uuid
-         AND turn_lease_expires_at > ${n.now}
+         AND turn_lease_expires_at > (SELECT now_at FROM lock_clock)
       RETURNING id, queue),
     a AS (
       UPDATE ${n.attempts} SET outcome = 'released', ended_at = ${n.now}

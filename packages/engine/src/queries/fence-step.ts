@@ -25,8 +25,13 @@ export async function fenceStep(
   n: SchemaNames,
   p: { stepId: string; token: bigint; nonce: string },
 ): Promise<boolean> {
+  // The lease is judged by the clock read once the step's row lock is held: read before a wait on a row another
+  // statement only locked (no recheck follows such a wait), it would pass a lease that ran out meanwhile.
   const rows = await tx.rows<{ ok: number }>(sql`
-    UPDATE ${n.steps} s SET last_fenced_write_at = ${n.now} WHERE ${stepFence(n, 's', p)} RETURNING 1 AS ok`);
+    WITH lk AS MATERIALIZED (SELECT s.id FROM ${n.steps} s WHERE s.id = ${p.stepId}::uuid FOR NO KEY UPDATE OF s),
+    lock_clock AS MATERIALIZED (SELECT ${n.now} AS now_at FROM (SELECT count(*) FROM lk) x)
+    UPDATE ${n.steps} s SET last_fenced_write_at = (SELECT now_at FROM lock_clock)
+     WHERE ${stepFence(n, 's', p, sql`(SELECT now_at FROM lock_clock)`)} RETURNING 1 AS ok`);
   return rows.length === 1;
 }
 

@@ -2,15 +2,20 @@ import { sql, type SQL } from 'drizzle-orm';
 import { LeaseLostError, type FencedOperation } from '@palisade/sdk';
 import type { SchemaNames } from './schema-names.js';
 
-/** The fence every owner write of a step repeats (DESIGN.md §4 invariant 2): equality on token and nonce. */
+/**
+ * The fence every owner write of a step repeats (DESIGN.md §4 invariant 2): equality on token and nonce, lease
+ * unexpired at `at` (default: now). A statement that may wait for the step's lock passes the clock it read after
+ * taking that lock (see {@link runLockCte}'s `lock_clock`).
+ */
 export function stepFence(
   n: SchemaNames,
   alias: string,
   p: { stepId: string; token: bigint; nonce: string },
+  at: SQL = n.now,
 ): SQL {
   const a = sql.raw(alias);
   return sql`${a}.id = ${p.stepId}::uuid AND ${a}.fencing_token = ${p.token.toString()}::bigint AND ${a}.nonce = ${p.nonce}::uuid
-    AND ${a}.status = 'running' AND ${a}.lease_expires_at > ${n.now}`;
+    AND ${a}.status = 'running' AND ${a}.lease_expires_at > ${at}`;
 }
 
 /**

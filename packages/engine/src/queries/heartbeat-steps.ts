@@ -70,16 +70,19 @@ export async function heartbeatSteps(
         FROM ${n.steps} s WHERE s.id IN (SELECT id FROM hb)
        ORDER BY s.id
          FOR NO KEY UPDATE OF s),
+    -- The clock read once every lock is held (see runLockCte's lock_clock): read before a wait on a row another
+    -- statement only locked, it would renew a lease that ran out during the wait.
+    lock_clock AS MATERIALIZED (SELECT ${n.now} AS now_at FROM (SELECT count(*) FROM locked) x),
     renewed AS (
       UPDATE ${n.steps} s
-         SET lease_expires_at = least(${n.now} + ${msInterval(sql`s.lease_ms`)}, s.attempt_deadline_at),
-             next_run_at = least(${n.now} + ${msInterval(sql`s.lease_ms`)}, s.attempt_deadline_at)
+         SET lease_expires_at = least((SELECT now_at FROM lock_clock) + ${msInterval(sql`s.lease_ms`)}, s.attempt_deadline_at),
+             next_run_at = least((SELECT now_at FROM lock_clock) + ${msInterval(sql`s.lease_ms`)}, s.attempt_deadline_at)
                            + ${msInterval(sql`s.reclaim_delay_ms`)},
              heartbeat_details = CASE WHEN hb.has_details THEN hb.details ELSE s.heartbeat_details END,
-             last_heartbeat_at = ${n.now}
+             last_heartbeat_at = (SELECT now_at FROM lock_clock)
         FROM hb JOIN locked l ON l.id = hb.id
        WHERE s.id = hb.id AND s.fencing_token = hb.token AND s.nonce = hb.nonce
-         AND s.status = 'running' AND s.lease_expires_at > ${n.now}
+         AND s.status = 'running' AND s.lease_expires_at > (SELECT now_at FROM lock_clock)
       RETURNING s.id, s.fencing_token, (extract(epoch FROM (s.lease_expires_at - ${n.now})) * 1000)::float8 AS remaining_ms,
                 s.lease_expires_at >= s.attempt_deadline_at AS lease_capped,
                 s.cancel_requested_at IS NOT NULL AS cancel_requested),
