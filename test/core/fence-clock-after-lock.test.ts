@@ -71,7 +71,7 @@ const writes: Record<string, Write> = {
     refusedIfThrows(
       failStep(engine.database, engine.names, {
         ...ref(row),
-        error: { type: 'Error', message: 'late' },
+        error: { type: 'Error', message: 'late', nonRetryable: true },
         retry: false,
         outcome: 'failed',
       }),
