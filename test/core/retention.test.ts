@@ -99,9 +99,10 @@ async function insertRuns(
   const ended = ['completed', 'failed', 'cancelled'].includes(status);
   const rows = await engine.database.rows<{ id: string }>(sql`
     WITH runs AS (
-      INSERT INTO ${n.runs} (kind, name, status, queue, parent_run_id, finished_at)
+      INSERT INTO ${n.runs} (kind, name, status, queue, parent_run_id, finished_at, created_at)
       SELECT 'activity', 'bulk', ${status}, 'default', ${p.parentRunId ?? null}::uuid,
-             CASE WHEN ${ended} THEN ${n.now} - ${p.agoMs} * interval '1 millisecond' END
+             CASE WHEN ${ended} THEN ${n.now} - ${p.agoMs} * interval '1 millisecond' END,
+             ${n.now} - (${p.agoMs} + 1000) * interval '1 millisecond'
         FROM generate_series(1, ${p.count})
       RETURNING id),
     steps AS (
@@ -240,7 +241,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
       // The child ends long ago too: both go, the child in one batch and its parent in the next.
       await engine.database.rows(sql`
-        UPDATE ${engine.names.runs} SET status = 'completed', finished_at = ${engine.names.now} - interval '2 hours'
+        UPDATE ${engine.names.runs} SET status = 'completed', finished_at = ${engine.names.now} - interval '2 hours',
+                                        created_at = least(created_at, ${engine.names.now} - interval '3 hours')
          WHERE id = ${child}::uuid`);
       const [grandchild] = await insertRuns(engine, { count: 1, agoMs: 2 * HOUR_MS, parentRunId: child });
       if (!grandchild) throw new Error('no grandchild');

@@ -1,5 +1,5 @@
 import { AsyncResource } from 'node:async_hooks';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
 import {
   CancelledFailure,
@@ -8,6 +8,7 @@ import {
   type AbortReason,
   type AttemptAbortedError,
 } from '@palisade/sdk';
+import { setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
 import { attemptsOf, deferred, runOf, stepsOf, until, warmUp } from './workflow-rows.js';
 
@@ -195,6 +196,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
         },
       });
       const engine = await target.engine();
+      // The request commits before the turn that ran into it commits (not left to the event loop's timing).
+      setFaultHook('turn:before-commit', async () => {
+        await cancelRequest;
+      });
+      onTestFinished(() => setFaultHook('turn:before-commit', undefined));
       const worker = engine.worker({
         workflows: [racing],
         activities: [first, second, undo],

@@ -157,7 +157,13 @@ describe('sticky workflow instances on postgres', () => {
       caught: '70',
     });
     expect(kept.output).toEqual(replayed.output);
-    expect(kept.steps).toEqual(replayed.steps);
+    // The same steps with the same outcomes. Not the same delivery order: two runs on a real worker may record two
+    // outcomes that end close together in either order (a slot takes its next attempt while the last outcome is
+    // being recorded), and each run delivers them as recorded. That a continued instance delivers exactly what a
+    // full replay of the same history would is checked over one history in workflow-instance.test.ts.
+    const unordered = (steps: Record<string, unknown>[]) =>
+      steps.map(({ delivered_seq: _d, after_delivered_seq: _a, ...rest }) => rest);
+    expect(unordered(kept.steps)).toEqual(unordered(replayed.steps));
   });
 
   it('replays in full when another worker ran a turn in between, and every run completes as it should', async () => {

@@ -36,6 +36,11 @@ export interface FaultHooks {
    * rows are locked and not yet visible to others. With this hook set the claim runs in an explicit
    * transaction (otherwise it is one autocommitted statement). Receives the names of the claimed steps.
    */
+  /**
+   * In a worker's workflow turn, after the workflow code ran and before the turn's commit is sent (the turn holds
+   * its lease). Receives the run id.
+   */
+  'turn:before-commit'?: (runId: string) => Promise<void>;
   'claim:before-commit'?: (
     claimed: readonly { readonly stepId: string; readonly name: string }[],
   ) => Promise<void>;

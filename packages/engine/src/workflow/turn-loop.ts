@@ -2,6 +2,7 @@ import { storableFailure, type WorkflowDefinition } from '@palisade/sdk';
 import type { Logger } from 'pino';
 import type { Database } from '../db/database.js';
 import { classifyDatabaseError, isContentRefusal } from '../infra-retry.js';
+import { faultHooks } from '../internal/fault-points.js';
 import {
   claimTurns,
   loadRunHistory,
@@ -168,6 +169,8 @@ export class TurnLoop {
       leaseMs: this.options.turnLeaseMs,
     };
     let committed = result;
+    const beforeCommit = faultHooks['turn:before-commit'];
+    if (beforeCommit) await beforeCommit(row.id);
     try {
       await commitTurn(this.db, this.names, ref, result);
     } catch (error) {
