@@ -65,7 +65,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(await completeStep(engine.database, engine.names, { ...b.ref, output: 'b' })).toBe('applied');
       await engine.client.getHandle(c.handle.runId).cancel('operator');
 
-      const rows = await completeSteps(engine.database, engine.names, [
+      const { rows } = await completeSteps(engine.database, engine.names, [
         { ...a.ref, output: { by: 'a' } },
         { ...b.ref, output: 'b' },
         { ...c.ref, output: 'c' },

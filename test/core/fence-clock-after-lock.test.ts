@@ -64,7 +64,9 @@ const writes: Record<string, Write> = {
       (await fenceStep(tx, engine.names, ref(row))) ? 'accepted' : 'refused',
     ),
   completion: async (engine, row) => {
-    const [answer] = await completeSteps(engine.database, engine.names, [{ ...ref(row), output: {} }]);
+    const {
+      rows: [answer],
+    } = await completeSteps(engine.database, engine.names, [{ ...ref(row), output: {} }]);
     return answer?.applied ? 'accepted' : 'refused';
   },
   failure: (engine, row) =>

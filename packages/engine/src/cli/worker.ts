@@ -92,11 +92,12 @@ function reportEvents(worker: Worker, output: Output, json: boolean): void {
       reason,
     }),
   );
-  e.on('turn:committed', ({ runId, workflow, outcome, replay }) =>
+  e.on('turn:committed', ({ runId, workflow, outcome, replay, grant }) =>
     emit('turn:committed', 'turn', outcome === 'failed' ? 'red' : undefined, workflow, runId, outcome, {
       workflow,
       outcome,
       replay,
+      grant,
     }),
   );
   const problem = (what: string) => (x: { error: unknown }) =>

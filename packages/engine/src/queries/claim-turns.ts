@@ -119,7 +119,7 @@ export async function claimTurns(
  * sees exactly what a full replay over the same rows would. Reads the run's live steps through
  * `steps_run_id_seq_live_unique` (their count is the check); sends only the fresh ones.
  */
-function historyNews(n: SchemaNames, runId: SQL, nowMs: SQL, when: SQL): SQL {
+export function historyNews(n: SchemaNames, runId: SQL, nowMs: SQL, when: SQL): SQL {
   const dueMs = sql`(extract(epoch FROM s.next_run_at) * 1000)::float8`;
   const freshOutcome = sql`s.delivered_seq IS NULL AND (
       (s.kind = 'activity' AND s.status IN ('completed', 'failed', 'cancelled'))

@@ -1,6 +1,7 @@
 import { sql } from 'drizzle-orm';
 import { LeaseLostError } from '@palisade/sdk';
 import type { Database } from '../db/database.js';
+import type { ClaimedStepRow } from './claim-steps.js';
 import type { Delivery, NewStep, TurnOutcome } from '../workflow/turn-runtime.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
@@ -24,6 +25,24 @@ const CANCELLED_UNSEEN = {
   message: 'cancelled: the run was cancelled before this step could start',
   nonRetryable: true,
 };
+
+/**
+ * What lets a turn's commit grant the activities it schedules to the committing worker (eager dispatch): the
+ * worker's id, the activities and queues it serves, and how many attempts it can start now (0: none).
+ */
+export interface EagerDispatch {
+  readonly workerId: string;
+  readonly activityNames: readonly string[];
+  readonly queues: readonly string[];
+  readonly limit: number;
+}
+
+const NO_EAGER_DISPATCH: EagerDispatch = { workerId: '', activityNames: [], queues: [], limit: 0 };
+
+/** What a committed turn hands back: the activity steps it granted to the committing worker, to start now. */
+export interface CommittedTurn {
+  readonly eagerSteps: readonly ClaimedStepRow[];
+}
 
 /** The commit raced with a change the turn read (a cancel of the run or a step): the turn must run again. */
 export class TurnConflict extends Error {}
@@ -53,8 +72,10 @@ export async function commitTurn(
   n: SchemaNames,
   ref: TurnRef,
   result: { newSteps: readonly NewStep[]; deliveries: readonly Delivery[]; outcome: TurnOutcome },
-): Promise<void> {
+  dispatch: EagerDispatch = NO_EAGER_DISPATCH,
+): Promise<CommittedTurn> {
   const token = ref.token.toString();
+  let eagerSteps: ClaimedStepRow[] = [];
   const fenced = await db
     .transaction(async (tx) => {
       // A worker frozen mid-commit must not hold the run row (locked by the fence) past its lease (I16).
@@ -122,8 +143,13 @@ export async function commitTurn(
       const applied =
         steps.length === 0 && deliveries.length === 0
           ? []
-          : await tx.rows<{ fired_expected: number; fired: number }>(sql`
-        WITH ns AS (
+          : await tx.rows<{
+              fired_expected: number;
+              fired: number;
+              eager_steps: ClaimedStepRow[] | null;
+            }>(sql`
+        WITH clock AS MATERIALIZED (SELECT ${n.now} AS t),
+        ns AS (
           SELECT * FROM jsonb_to_recordset(${JSON.stringify(steps)}::jsonb) AS x(
             seq int, kind text, name text, after_delivered_seq int, status text, delivered_seq int, error jsonb, input jsonb, output jsonb,
             queue text, priority int, retry_policy jsonb, lease_ms int, start_to_close_timeout_ms int,
@@ -137,23 +163,61 @@ export async function commitTurn(
             FROM ${n.steps} p
            WHERE p.run_id = ${ref.runId}::uuid AND p.retired_at IS NOT NULL AND p.seq IN (SELECT seq FROM ns)
            GROUP BY p.seq),
+        -- Eager dispatch: the new activities this worker serves, as many as it has slots for, are granted to it
+        -- here, as a claim grants (claimSteps): attempt 1, epoch + 1, a fresh token from the global sequence, a
+        -- fresh nonce, a lease from the database clock capped by the attempt deadline, an attempts row. Not a
+        -- position whose retired predecessor may still be held (it is not due before that lease ends).
+        eager_sel AS MATERIALIZED (
+          SELECT ns.seq FROM ns LEFT JOIN prev ON prev.seq = ns.seq
+           WHERE ns.kind = 'activity' AND ns.status = 'scheduled'
+             AND ns.name IN (SELECT jsonb_array_elements_text(${JSON.stringify(dispatch.activityNames)}::jsonb))
+             AND ns.queue IN (SELECT jsonb_array_elements_text(${JSON.stringify(dispatch.queues)}::jsonb))
+             AND (prev.held_until IS NULL OR prev.held_until <= (SELECT t FROM clock))
+           ORDER BY ns.seq
+           LIMIT ${dispatch.limit}),
+        planned AS (
+          SELECT ns.*, prev.fencing_scope AS prev_scope, prev.epoch AS prev_epoch, prev.held_until,
+                 ns.seq IN (SELECT seq FROM eager_sel) AS eager,
+                 CASE WHEN 1 >= (ns.retry_policy->>'maximumAttempts')::int THEN 0
+                      ELSE ${n.retryDelayMs}(ns.retry_policy, 1) END AS first_reclaim_delay_ms
+            FROM ns LEFT JOIN prev ON prev.seq = ns.seq),
         inserted AS (
           INSERT INTO ${n.steps} (run_id, seq, kind, name, fencing_scope, epoch, after_delivered_seq, status,
                                   delivered_seq, error, input, output, queue, priority, retry_policy, lease_ms,
-                                  start_to_close_timeout_ms, next_run_at, finished_at, created_at)
-          SELECT ${ref.runId}::uuid, ns.seq, kind, name,
-                 coalesce(prev.fencing_scope, ${'run:' + ref.runId + '/seq:'} || ns.seq::text), coalesce(prev.epoch, 0),
-                 after_delivered_seq, status, delivered_seq, error, input,
-                 output, queue, priority,
-                 retry_policy, lease_ms, start_to_close_timeout_ms,
-                 CASE WHEN status <> 'scheduled' THEN NULL
-                      ELSE greatest(CASE WHEN due_at_ms IS NOT NULL THEN to_timestamp(due_at_ms / 1000.0)
-                                         WHEN delay_ms IS NOT NULL THEN ${n.now} + ${msInterval(sql`delay_ms`)} END,
-                                    prev.held_until) END,
-                 CASE WHEN status <> 'scheduled' THEN ${n.now} END,
-                 ${n.now}
-            FROM ns LEFT JOIN prev ON prev.seq = ns.seq
-          RETURNING id, seq, kind, name, status, queue, next_run_at),
+                                  start_to_close_timeout_ms, next_run_at, finished_at, created_at,
+                                  attempt, fencing_token, nonce, worker_id, attempt_deadline_at, lease_expires_at,
+                                  reclaim_delay_ms, started_at)
+          SELECT ${ref.runId}::uuid, p.seq, p.kind, p.name,
+                 coalesce(p.prev_scope, ${'run:' + ref.runId + '/seq:'} || p.seq::text),
+                 coalesce(p.prev_epoch, 0) + CASE WHEN p.eager THEN 1 ELSE 0 END,
+                 p.after_delivered_seq, CASE WHEN p.eager THEN 'running' ELSE p.status END, p.delivered_seq, p.error,
+                 p.input, p.output, p.queue, p.priority,
+                 p.retry_policy, p.lease_ms, p.start_to_close_timeout_ms,
+                 CASE WHEN p.eager THEN (SELECT t FROM clock)
+                                        + ${msInterval(sql`least(p.lease_ms, p.start_to_close_timeout_ms) + p.first_reclaim_delay_ms`)}
+                      WHEN p.status <> 'scheduled' THEN NULL
+                      ELSE greatest(CASE WHEN p.due_at_ms IS NOT NULL THEN to_timestamp(p.due_at_ms / 1000.0)
+                                         WHEN p.delay_ms IS NOT NULL THEN ${n.now} + ${msInterval(sql`p.delay_ms`)} END,
+                                    p.held_until) END,
+                 CASE WHEN p.status <> 'scheduled' THEN ${n.now} END,
+                 ${n.now},
+                 CASE WHEN p.eager THEN 1 ELSE 0 END,
+                 CASE WHEN p.eager THEN ${n.nextToken} END,
+                 CASE WHEN p.eager THEN gen_random_uuid() END,
+                 CASE WHEN p.eager THEN ${dispatch.workerId} END,
+                 CASE WHEN p.eager THEN (SELECT t FROM clock) + ${msInterval(sql`p.start_to_close_timeout_ms`)} END,
+                 CASE WHEN p.eager THEN (SELECT t FROM clock)
+                                        + ${msInterval(sql`least(p.lease_ms, p.start_to_close_timeout_ms)`)} END,
+                 CASE WHEN p.eager THEN p.first_reclaim_delay_ms ELSE 0 END,
+                 CASE WHEN p.eager THEN (SELECT t FROM clock) END
+            FROM planned p
+          RETURNING id, seq, kind, name, status, queue, next_run_at, input, attempt, epoch, fencing_token, nonce,
+                    lease_ms, start_to_close_timeout_ms, retry_policy, lease_expires_at, fencing_scope, started_at),
+        eager_attempts AS (
+          INSERT INTO ${n.attempts} (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at)
+          SELECT ${ref.runId}::uuid, id, 'activity', attempt, epoch, fencing_token, nonce, ${dispatch.workerId}, started_at
+            FROM inserted WHERE kind = 'activity' AND status = 'running'
+          RETURNING 1),
         scheduled_events AS (
           INSERT INTO ${n.events} (run_id, step_id, type, data, at)
           SELECT ${ref.runId}::uuid, id, CASE WHEN kind = 'timer' THEN 'timer:started' ELSE 'step:scheduled' END,
@@ -188,10 +252,20 @@ export async function commitTurn(
         SELECT (SELECT count(*) FROM dl WHERE fires_timer)::int AS fired_expected,
                (SELECT count(*) FROM marked WHERE fires_timer)::int AS fired,
                (SELECT count(*) FROM step_notify) AS notified,
+               (SELECT jsonb_agg(jsonb_build_object(
+                  'id', e.id::text, 'run_id', ${ref.runId}::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
+                  'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
+                  'nonce', e.nonce::text, 'lease_ms', e.lease_ms, 'start_to_close_timeout_ms', e.start_to_close_timeout_ms,
+                  'retry_policy', e.retry_policy, 'heartbeat_details', NULL,
+                  'remaining_ms', (extract(epoch FROM (e.lease_expires_at - ${n.now})) * 1000)::float8,
+                  'prev_token', NULL, 'fencing_scope', e.fencing_scope, 'next_due_ms', NULL) ORDER BY e.seq)
+                  FROM inserted e WHERE e.kind = 'activity' AND e.status = 'running') AS eager_steps,
+               (SELECT count(*) FROM eager_attempts) AS eager_attempts,
                (SELECT count(*) FROM scheduled_events) + (SELECT count(*) FROM fired_events)
                  + (SELECT count(*) FROM cancelled_events) AS effects`);
       const row = applied[0];
       if (row && row.fired !== row.fired_expected) throw new TurnConflict('a timer changed under the turn');
+      eagerSteps = row?.eager_steps ?? [];
       const outcome = result.outcome;
       // The turn's attempt row ends in the same statement as the run's next turn or its end (a data-modifying
       // CTE runs whether or not the query reads it).
@@ -264,6 +338,7 @@ export async function commitTurn(
     throw new TurnConflict(`turn of run ${ref.runId} raced with a cancel; it runs again`);
   }
   if (!fenced) await rejectTurn(db, n, ref);
+  return { eagerSteps };
 }
 
 /** Hand a turn back (fenced), due now, not charged: used when its commit raced with a change it read. */

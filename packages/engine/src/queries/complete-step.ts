@@ -11,12 +11,34 @@ import {
   type FencedResultRow,
 } from './fenced-outcome.js';
 import { notifyOnce } from './notify.js';
-import type { SchemaNames } from './schema-names.js';
+import { historyNews, type ClaimedTurnRow } from './claim-turns.js';
+import { msInterval, type SchemaNames } from './schema-names.js';
 
 export interface CompleteStepParams extends AttemptRef {
   readonly nonce: string;
   readonly output: unknown;
 }
+
+/**
+ * What lets a completion also claim the next turn of the workflow runs it wakes, for the completing worker
+ * (an eager turn): the worker's id, the workflows and queues whose turns it runs, how many turns it can start
+ * now (0: none), and the turn lease (ms).
+ */
+export interface EagerTurns {
+  readonly workerId: string;
+  readonly workflowNames: readonly string[];
+  readonly queues: readonly string[];
+  readonly limit: number;
+  readonly leaseMs: number;
+}
+
+/** The answer of a batch: one row per attempt, and the turns it claimed for the worker. */
+export interface CompletedBatch {
+  readonly rows: FencedResultRow[];
+  readonly eagerTurns: ClaimedTurnRow[];
+}
+
+const NO_EAGER_TURNS: EagerTurns = { workerId: '', workflowNames: [], queues: [], limit: 0, leaseMs: 0 };
 
 /**
  * Record the results of a batch of attempts (invariant 4; I3, I7) in one statement that fences every row on its
@@ -35,8 +57,10 @@ export async function completeSteps(
   db: Database,
   n: SchemaNames,
   batch: readonly CompleteStepParams[],
-): Promise<FencedResultRow[]> {
-  const rows = await db.rows<FencedResultRow>(sql`
+  eager: EagerTurns = NO_EAGER_TURNS,
+): Promise<CompletedBatch> {
+  const lockNow = sql`(SELECT now_at FROM lock_clock)`;
+  const rows = await db.rows<FencedResultRow & { eager_turns: ClaimedTurnRow[] | null }>(sql`
     WITH ${fencedInputCte(batch.map((p) => ({ ...p, payload: p.output ?? null })))},
     ${runLockCte(n)},
     applied AS (
@@ -45,7 +69,8 @@ export async function completeSteps(
              finished_at = ${n.now}, next_run_at = NULL
         FROM inp i
        WHERE ${stepFenceOnInput(n, 's')} AND s.id IN (SELECT id FROM step_lock)
-      RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, s.worker_id, i.payload AS output),
+      RETURNING s.id, s.run_id, s.seq, s.kind, s.name, s.attempt, s.epoch, s.fencing_token, s.worker_id,
+                s.finished_at, i.payload AS output),
     ended AS (
       UPDATE ${n.attempts} a SET outcome = 'completed', ended_at = ${n.now}
         FROM applied WHERE a.fencing_token = applied.fencing_token
@@ -59,22 +84,82 @@ export async function completeSteps(
         FROM applied
        WHERE r.id = applied.run_id AND r.kind = 'activity' AND r.status IN ('pending', 'running')
       RETURNING r.id),
+    -- Eager turns: of the workflow runs this batch wakes, those whose turns the worker runs and whose turn no one
+    -- holds, as many as it can start now, judged on each run's newest version (locked in run_lock).
+    eager_pick AS MATERIALIZED (
+      SELECT rl.id, rl.turn_token AS prev_token,
+             rl.turn_worker_id IS NOT DISTINCT FROM ${eager.workerId} AS ran_last_turn, rl.locked_xmin
+        FROM run_lock rl
+       WHERE rl.id IN (SELECT run_id FROM applied) AND rl.kind = 'workflow' AND rl.status IN ('pending', 'running')
+         AND rl.name IN (SELECT jsonb_array_elements_text(${JSON.stringify(eager.workflowNames)}::jsonb))
+         AND rl.queue IN (SELECT jsonb_array_elements_text(${JSON.stringify(eager.queues)}::jsonb))
+         AND (rl.turn_lease_expires_at IS NULL OR rl.turn_lease_expires_at <= ${lockNow})
+       ORDER BY rl.id
+       LIMIT ${eager.limit}),
+    -- Every woken run is due now; an eagerly picked one is also claimed, as claimTurns claims: a fresh token from
+    -- the global sequence, a fresh nonce, turn epoch and attempt + 1, a turn lease from the database clock.
     woken_run AS (
-      UPDATE ${n.runs} r SET turn_next_run_at = least(coalesce(r.turn_next_run_at, ${n.now}), ${n.now}),
-                           wake_count = r.wake_count + 1
-       WHERE r.id IN (SELECT run_id FROM applied) AND r.kind = 'workflow' AND r.status IN ('pending', 'running')
-      RETURNING r.id, r.queue),
+      UPDATE ${n.runs} r
+         SET turn_next_run_at = least(coalesce(r.turn_next_run_at, ${n.now}), ${n.now}),
+             wake_count = r.wake_count + 1,
+             turn_token = CASE WHEN e.id IS NOT NULL THEN ${n.nextToken} ELSE r.turn_token END,
+             turn_nonce = CASE WHEN e.id IS NOT NULL THEN gen_random_uuid() ELSE r.turn_nonce END,
+             turn_epoch = r.turn_epoch + CASE WHEN e.id IS NOT NULL THEN 1 ELSE 0 END,
+             turn_attempt = r.turn_attempt + CASE WHEN e.id IS NOT NULL THEN 1 ELSE 0 END,
+             turn_worker_id = CASE WHEN e.id IS NOT NULL THEN ${eager.workerId} ELSE r.turn_worker_id END,
+             turn_lease_expires_at = CASE WHEN e.id IS NOT NULL
+                                          THEN ${lockNow} + ${msInterval(sql`${eager.leaseMs}::int`)}
+                                          ELSE r.turn_lease_expires_at END,
+             status = CASE WHEN e.id IS NOT NULL THEN 'running' ELSE r.status END,
+             started_at = CASE WHEN e.id IS NOT NULL THEN coalesce(r.started_at, ${lockNow}) ELSE r.started_at END
+        FROM run_lock rl LEFT JOIN eager_pick e ON e.id = rl.id
+       WHERE r.id = rl.id AND r.id IN (SELECT run_id FROM applied) AND r.kind = 'workflow'
+         AND r.status IN ('pending', 'running')
+      RETURNING r.id, r.queue, e.id IS NOT NULL AS eager, r.name, r.priority, r.input, r.turn_attempt, r.turn_epoch,
+                r.turn_token, r.turn_nonce, r.wake_count, r.cancel_requested_at, r.cancel_reason,
+                r.turn_lease_expires_at, e.prev_token,
+                -- What is new in the run's history (see claimTurns): only when the snapshot's run row is the
+                -- version locked, so the snapshot's steps are complete; this batch's own completions are added.
+                coalesce(e.ran_last_turn AND e.locked_xmin = (SELECT x.xmin::text FROM ${n.runs} x WHERE x.id = r.id), false)
+                  AS sticky),
+    ended_turns AS (
+      UPDATE ${n.attempts} a SET outcome = 'lease_expired', ended_at = ${lockNow}
+        FROM woken_run w WHERE w.eager AND a.fencing_token = w.prev_token AND a.outcome IS NULL
+      RETURNING 1),
+    turn_attempts AS (
+      INSERT INTO ${n.attempts} (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at)
+      SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, ${eager.workerId}, ${lockNow}
+        FROM woken_run WHERE eager
+      RETURNING 1),
+    eager_turns AS (
+      SELECT jsonb_agg(jsonb_build_object(
+               'id', w.id::text, 'name', w.name, 'queue', w.queue, 'priority', w.priority, 'input', w.input,
+               'turn_attempt', w.turn_attempt, 'turn_epoch', w.turn_epoch, 'token', w.turn_token::text,
+               'nonce', w.turn_nonce::text, 'wake_count', w.wake_count,
+               'cancel_requested', w.cancel_requested_at IS NOT NULL, 'cancel_reason', w.cancel_reason,
+               'remaining_ms', (extract(epoch FROM (w.turn_lease_expires_at - ${n.now})) * 1000)::float8,
+               'now_ms', (extract(epoch FROM ${lockNow}) * 1000)::float8,
+               'history_news', CASE WHEN w.sticky THEN jsonb_set(h.news, '{fresh}', (h.news->'fresh') || coalesce((
+                 SELECT jsonb_agg(jsonb_build_object(
+                          'id', a.id::text, 'seq', a.seq, 'kind', a.kind, 'name', a.name, 'status', 'completed',
+                          'output', a.output, 'error', NULL, 'delivered_seq', NULL, 'due_ms', NULL,
+                          'finished_ms', (extract(epoch FROM a.finished_at) * 1000)::float8) ORDER BY a.seq)
+                   FROM applied a WHERE a.run_id = w.id), '[]'::jsonb)) END)) AS turns
+        FROM woken_run w
+        LEFT JOIN LATERAL (${historyNews(n, sql`w.id`, sql`(extract(epoch FROM ${lockNow}) * 1000)::float8`, sql`w.sticky`)}) h ON true
+       WHERE w.eager),
     ${notifyOnce(
       n,
       'notified',
-      sql`SELECT 'run:' || id::text FROM finished_run UNION ALL SELECT 'turn:' || queue FROM woken_run`,
+      sql`SELECT 'run:' || id::text FROM finished_run UNION ALL SELECT 'turn:' || queue FROM woken_run WHERE NOT eager`,
     )},
     ${rejectionCtes(n, { operation: 'complete', replayWhen: sql`cur.status = 'completed' AND cur.ended_nonce = cur.stale_nonce AND cur.fencing_token = cur.stale_token` })}
     SELECT ${fencedResultColumns},
-           (SELECT count(*) FROM ended) + (SELECT count(*) FROM step_event)
-             + (SELECT count(*) FROM notified) AS effects
+           CASE WHEN i.ord = 1 THEN (SELECT turns FROM eager_turns) END AS eager_turns,
+           (SELECT count(*) FROM ended) + (SELECT count(*) FROM step_event) + (SELECT count(*) FROM ended_turns)
+             + (SELECT count(*) FROM turn_attempts) + (SELECT count(*) FROM notified) AS effects
       FROM inp i ORDER BY i.ord`);
-  return rows;
+  return { rows, eagerTurns: rows[0]?.eager_turns ?? [] };
 }
 
 /**
@@ -87,6 +172,8 @@ export async function completeStep(
   n: SchemaNames,
   p: CompleteStepParams,
 ): Promise<'applied' | 'replayed'> {
-  const [row] = await completeSteps(db, n, [p]);
+  const {
+    rows: [row],
+  } = await completeSteps(db, n, [p]);
   return settleFencedResult(row, p, 'complete');
 }

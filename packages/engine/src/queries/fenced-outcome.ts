@@ -80,7 +80,8 @@ export function stepFenceOnInput(_n: SchemaNames, alias: string): SQL {
 
 /**
  * CTEs named `run_lock` and `step_lock` that lock the runs of the steps in `inp` (`FOR NO KEY UPDATE`, in run id
- * order) and then those steps (in step id order) — the first locks of every owner write that ends or changes a
+ * order; `run_lock` holds each run's newest version, as a locking read returns it, with its `xmin`) and then those
+ * steps (in step id order) — the first locks of every owner write that ends or changes a
  * step, so that all statements lock a run's rows in one order: the run rows first, then their steps by id
  * (DESIGN.md §4 invariant 14). A batch's steps must be locked here, in id order, before its UPDATE touches them:
  * the UPDATE's join visits them in any order, and a heartbeat locking the same worker's steps by id would then
@@ -97,7 +98,9 @@ export function stepFenceOnInput(_n: SchemaNames, alias: string): SQL {
  * blocked on a run lock until every lease had expired, committed every row).
  */
 export const runLockCte = (n: SchemaNames): SQL => sql`run_lock AS MATERIALIZED (
-    SELECT r.id FROM ${n.runs} r
+    SELECT r.id, r.kind, r.status, r.name, r.queue, r.turn_lease_expires_at, r.turn_token, r.turn_worker_id,
+           r.xmin::text AS locked_xmin
+      FROM ${n.runs} r
      WHERE r.id IN (SELECT s.run_id FROM ${n.steps} s WHERE s.id IN (SELECT step_id FROM inp))
      ORDER BY r.id
        FOR NO KEY UPDATE OF r),

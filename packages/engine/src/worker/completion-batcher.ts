@@ -1,7 +1,8 @@
 import type { Database } from '../db/database.js';
 import { faultHooks } from '../internal/fault-points.js';
 import { classifyDatabaseError } from '../infra-retry.js';
-import { completeSteps, type CompleteStepParams } from '../queries/complete-step.js';
+import type { ClaimedTurnRow } from '../queries/claim-turns.js';
+import { completeSteps, type CompleteStepParams, type EagerTurns } from '../queries/complete-step.js';
 import { settleFencedResult, type AttemptRef } from '../queries/fenced-outcome.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 
@@ -9,6 +10,16 @@ interface Pending {
   readonly params: CompleteStepParams;
   resolve(outcome: 'applied' | 'replayed'): void;
   reject(error: unknown): void;
+}
+
+/**
+ * Where eager turns go: `reserve()` sets aside the turn slots free now (undefined: none, or no workflows), and
+ * `adopt()` starts the turns the statement claimed with them and frees the rest — called once per reservation,
+ * whether the statement succeeded or not.
+ */
+export interface EagerTurnHost {
+  reserve(): EagerTurns | undefined;
+  adopt(reserved: EagerTurns, claimed: readonly ClaimedTurnRow[]): void;
 }
 
 /** Most completions in one statement. */
@@ -35,6 +46,8 @@ export class CompletionBatcher {
   constructor(
     private readonly db: Database,
     private readonly names: SchemaNames,
+    /** The worker's turns, when it runs workflows: completions claim the turns they wake for it (eager turns). */
+    private readonly turns?: EagerTurnHost,
   ) {}
 
   /**
@@ -80,11 +93,20 @@ export class CompletionBatcher {
     try {
       const beforeSend = faultHooks['completion:before-send'];
       if (beforeSend) await beforeSend(batch.map((p) => attemptRefOf(p.params)));
-      const answered = await completeSteps(
-        this.db,
-        this.names,
-        batch.map((p) => p.params),
-      );
+      const eager = this.turns?.reserve();
+      let answer;
+      try {
+        answer = await completeSteps(
+          this.db,
+          this.names,
+          batch.map((p) => p.params),
+          eager,
+        );
+      } finally {
+        // Whatever the statement claimed starts now; the rest of the reservation goes back.
+        if (eager) this.turns?.adopt(eager, answer?.eagerTurns ?? []);
+      }
+      const answered = answer.rows;
       rows = answered;
       const afterCommit = faultHooks['completion:after-commit'];
       if (afterCommit) {

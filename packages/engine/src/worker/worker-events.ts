@@ -4,7 +4,8 @@ import type { AttemptRef } from '../queries/fenced-outcome.js';
 
 /** Events a worker emits (colon-namespaced, STYLE.md); tests and the demo wait on these instead of sleeping. */
 export interface WorkerEventMap {
-  'attempt:claimed': [{ attempt: AttemptRef; epoch: number; activity: string }];
+  /** `grant`: `'claimed'` by the worker's claim, `'eager'` by the commit of the turn that scheduled the step. */
+  'attempt:claimed': [{ attempt: AttemptRef; epoch: number; activity: string; grant: 'claimed' | 'eager' }];
   'attempt:started': [{ attempt: AttemptRef }];
   'attempt:completed': [{ attempt: AttemptRef; output: unknown }];
   'attempt:failed': [{ attempt: AttemptRef; failure: SerializedFailure; retry: boolean }];
@@ -14,7 +15,9 @@ export interface WorkerEventMap {
   /**
    * A workflow turn committed. `replay`: `'full'` when the turn replayed the code from the top over the run's
    * whole history, `'continued'` when it continued the workflow instance this worker kept from the run's previous
-   * turn and handed it only the new outcomes (see `workflowCacheSize`).
+   * turn and handed it only the new outcomes (see `workflowCacheSize`). `grant`: `'claimed'` when the worker's
+   * turn claim granted the turn, `'eager'` when the completion of one of the run's activities on this worker did,
+   * in the same statement (an eager turn).
    */
   'turn:committed': [
     {
@@ -22,6 +25,7 @@ export interface WorkerEventMap {
       workflow: string;
       outcome: 'blocked' | 'completed' | 'failed' | 'cancelled';
       replay: 'full' | 'continued';
+      grant: 'claimed' | 'eager';
     },
   ];
   'heartbeat:sent': [{ attempts: number; renewed: number; lost: number }];

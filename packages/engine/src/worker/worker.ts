@@ -12,7 +12,8 @@ import {
   type StopOptions,
   type WorkerOptions,
 } from '../options.js';
-import { claimSteps } from '../queries/claim-steps.js';
+import { claimSteps, type ClaimedStepRow } from '../queries/claim-steps.js';
+import type { EagerDispatch } from '../queries/commit-turn.js';
 import { CompletionBatcher } from './completion-batcher.js';
 import { expireSteps } from '../queries/expire-steps.js';
 import { findClaimedByRequest } from '../queries/find-claimed-by-request.js';
@@ -54,6 +55,8 @@ export class Worker {
   private readonly active = new Set<ActivityAttempt>();
   /** Attempts whose code runs: each holds one of the `concurrency` slots. */
   private readonly busy = new Set<ActivityAttempt>();
+  /** Slots set aside for turn commits that may grant this worker the steps they schedule (eager dispatch). */
+  private reservedSlots = 0;
   private readonly executions = new Set<Promise<void>>();
   private heartbeats: HeartbeatLoop | undefined;
   private turns: TurnLoop | undefined;
@@ -73,7 +76,10 @@ export class Worker {
   ) {
     const defaultId = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
     this.options = resolveWorkerOptions(options, defaultId);
-    this.completions = new CompletionBatcher(host.db, host.names);
+    this.completions = new CompletionBatcher(host.db, host.names, {
+      reserve: () => this.turns?.reserve(),
+      adopt: (reserved, claimed) => this.turns?.adopt(reserved, claimed),
+    });
   }
 
   get workerId(): string {
@@ -128,6 +134,10 @@ export class Worker {
           workflowCacheSize: this.options.workflowCacheSize,
           turnLeaseMs: this.options.turnLeaseMs,
           pollIntervalMs: this.options.pollIntervalMs,
+          dispatch: {
+            reserve: () => this.reserveDispatch(),
+            adopt: (reserved, granted, sentAt) => this.adoptDispatch(reserved, granted, sentAt),
+          },
         },
         this.events,
         logger,
@@ -156,12 +166,7 @@ export class Worker {
       try {
         await this.maintain();
         if (this.state !== 'running') break; // stop() began meanwhile: claim nothing more
-        // A slot frees when an attempt's code ends; its outcome is then recorded while the slot runs the next one,
-        // so claims and completions overlap instead of taking turns. Outcomes being recorded are bounded too.
-        const free = Math.min(
-          this.options.concurrency - this.busy.size,
-          2 * this.options.concurrency - this.active.size,
-        );
+        const free = this.freeSlots();
         if (free > 0) {
           const { claimed, nextDueMs } = await this.claim(free);
           failures = 0;
@@ -245,6 +250,12 @@ export class Worker {
       if (classifyDatabaseError(error) === 'transient') this.unsettledClaims.push(claimRequestId);
       throw error;
     }
+    this.startAttempts(rows, sentAt, 'claimed');
+    return { claimed: rows.length, nextDueMs: rows[0]?.next_due_ms ?? null };
+  }
+
+  /** Run claimed steps, each in a slot (or release it unstarted when its grant arrived too stale: I12). */
+  private startAttempts(rows: readonly ClaimedStepRow[], sentAt: number, grant: 'claimed' | 'eager'): void {
     for (const row of rows) {
       const definition = this.options.activities.get(row.name);
       const timing = this.options.timings.get(row.name);
@@ -262,7 +273,12 @@ export class Worker {
           if (this.busy.delete(attempt)) this.wakeSignal.notify();
         },
       });
-      this.events.emit('attempt:claimed', { attempt: attempt.ref, epoch: row.epoch, activity: row.name });
+      this.events.emit('attempt:claimed', {
+        attempt: attempt.ref,
+        epoch: row.epoch,
+        activity: row.name,
+        grant,
+      });
       this.active.add(attempt);
       this.busy.add(attempt);
       this.heartbeats?.add(attempt);
@@ -287,7 +303,41 @@ export class Worker {
         });
       this.executions.add(execution);
     }
-    return { claimed: rows.length, nextDueMs: rows[0]?.next_due_ms ?? null };
+  }
+
+  /**
+   * Eager dispatch: set aside the activity slots free now for a turn's commit, which may grant this worker the
+   * steps it schedules ({@link EagerDispatchHost}); undefined when none is free or the worker is stopping.
+   */
+  private reserveDispatch(): EagerDispatch | undefined {
+    if (this.state !== 'running' || this.options.activities.size === 0) return undefined;
+    const free = this.freeSlots();
+    if (free <= 0) return undefined;
+    this.reservedSlots += free;
+    return {
+      workerId: this.workerId,
+      activityNames: [...this.options.activities.keys()],
+      queues: this.options.queues,
+      limit: free,
+    };
+  }
+
+  private adoptDispatch(reserved: EagerDispatch, granted: readonly ClaimedStepRow[], sentAt: number): void {
+    this.reservedSlots -= reserved.limit;
+    this.startAttempts(granted, sentAt, 'eager');
+    if (granted.length < reserved.limit) this.wakeSignal.notify();
+  }
+
+  /**
+   * Slots free for new attempts: a slot frees when an attempt's code ends; its outcome is then recorded while the
+   * slot runs the next one, so claims and completions overlap instead of taking turns. Outcomes being recorded
+   * are bounded too, and slots set aside for a turn's commit (eager dispatch) are not free.
+   */
+  private freeSlots(): number {
+    return (
+      Math.min(this.options.concurrency - this.busy.size, 2 * this.options.concurrency - this.active.size) -
+      this.reservedSlots
+    );
   }
 
   /**

@@ -9,7 +9,10 @@ import {
   msUntilNextDueTurn,
   type ClaimedTurnRow,
 } from '../queries/claim-turns.js';
-import { TurnConflict, commitTurn } from '../queries/commit-turn.js';
+import type { ClaimedStepRow } from '../queries/claim-steps.js';
+import { TurnConflict, commitTurn, type EagerDispatch } from '../queries/commit-turn.js';
+import { monotonicNow } from '../worker/lease-clock.js';
+import type { EagerTurns } from '../queries/complete-step.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import { WakeSignal, claimRetryDelayMs } from '../worker/wake-signal.js';
 import type { WorkerEvents } from '../worker/worker-events.js';
@@ -26,6 +29,18 @@ export interface TurnLoopOptions {
   readonly pollIntervalMs: number;
   /** Workflow instances kept between turns (0: none; every turn replays in full). */
   readonly workflowCacheSize: number;
+  /** The worker's activity slots, when it serves activities: a turn's commit grants it the steps it schedules. */
+  readonly dispatch?: EagerDispatchHost;
+}
+
+/**
+ * Where eager dispatch goes: `reserve()` sets aside the activity slots free now (undefined: none), `adopt()` starts
+ * the steps a committed turn granted with them (`sentAtMs`: monotonic time before the commit was sent, for the
+ * local lease deadline) and frees the rest — called once per reservation, with no steps when the commit failed.
+ */
+export interface EagerDispatchHost {
+  reserve(): EagerDispatch | undefined;
+  adopt(reserved: EagerDispatch, granted: readonly ClaimedStepRow[], sentAtMs: number): void;
 }
 
 /**
@@ -44,6 +59,8 @@ export interface TurnLoopOptions {
  */
 export class TurnLoop {
   private readonly running = new Set<Promise<void>>();
+  /** Turn slots set aside for the completion statement in flight (eager turns: {@link reserve}). */
+  private reserved = 0;
   private state: 'running' | 'stopping' = 'running';
   private readonly wakeSignal = new WakeSignal();
   private readonly done: Promise<void>;
@@ -74,7 +91,7 @@ export class TurnLoop {
       let waitMs = this.options.pollIntervalMs;
       this.wakeSignal.take();
       try {
-        const free = this.options.concurrency - this.running.size;
+        const free = this.options.concurrency - this.running.size - this.reserved;
         if (free > 0) {
           const rows = await claimTurns(this.db, this.names, {
             workerId: this.options.workerId,
@@ -84,7 +101,7 @@ export class TurnLoop {
             leaseMs: this.options.turnLeaseMs,
           });
           failures = 0;
-          for (const row of rows) this.start(row);
+          for (const row of rows) this.start(row, 'claimed');
           if (rows.length === free) continue;
           const dueIn = await msUntilNextDueTurn(this.db, this.names, {
             queues: this.options.queues,
@@ -104,8 +121,34 @@ export class TurnLoop {
     }
   }
 
-  private start(row: ClaimedTurnRow): void {
-    const execution = this.execute(row)
+  /**
+   * Set aside the turn slots free now for a completion statement, which may claim the turns it wakes for this
+   * worker (eager turns: the statement is an ordinary fenced grant, as {@link claimTurns}'s). Undefined when no
+   * slot is free or the loop is stopping. Every reservation must be given back through {@link adopt}.
+   */
+  reserve(): EagerTurns | undefined {
+    if (this.state !== 'running') return undefined;
+    const free = this.options.concurrency - this.running.size - this.reserved;
+    if (free <= 0) return undefined;
+    this.reserved += free;
+    return {
+      workerId: this.options.workerId,
+      workflowNames: [...this.options.workflows.keys()],
+      queues: this.options.queues,
+      limit: free,
+      leaseMs: this.options.turnLeaseMs,
+    };
+  }
+
+  /** Start the turns a completion claimed with `reserved`, and free the slots it did not use. */
+  adopt(reserved: EagerTurns, claimed: readonly ClaimedTurnRow[]): void {
+    this.reserved -= reserved.limit;
+    for (const row of claimed) this.start(row, 'eager');
+    if (claimed.length < reserved.limit) this.wakeSignal.notify();
+  }
+
+  private start(row: ClaimedTurnRow, grant: 'claimed' | 'eager'): void {
+    const execution = this.execute(row, grant)
       .catch((error: unknown) => {
         if (error instanceof TurnConflict) return;
         this.logger.warn({ err: error, runId: row.id }, 'turn:failed');
@@ -118,7 +161,7 @@ export class TurnLoop {
     this.running.add(execution);
   }
 
-  private async execute(row: ClaimedTurnRow): Promise<void> {
+  private async execute(row: ClaimedTurnRow, grant: 'claimed' | 'eager'): Promise<void> {
     const workflow = this.options.workflows.get(row.name);
     if (!workflow) return; // unreachable: the claim filters by our workflow names
     const params: TurnParams = {
@@ -171,9 +214,16 @@ export class TurnLoop {
     let committed = result;
     const beforeCommit = faultHooks['turn:before-commit'];
     if (beforeCommit) await beforeCommit(row.id);
+    // Eager dispatch only for a turn that schedules activities (a reservation holds slots until the commit ends).
+    const dispatch = result.newSteps.some((s) => s.kind === 'activity') ? this.options.dispatch : undefined;
+    let reserved = dispatch?.reserve();
+    let granted: readonly ClaimedStepRow[] = [];
+    const sentAtMs = monotonicNow();
     try {
-      await commitTurn(this.db, this.names, ref, result);
+      ({ eagerSteps: granted } = await commitTurn(this.db, this.names, ref, result, reserved));
     } catch (error) {
+      if (reserved) dispatch?.adopt(reserved, [], sentAtMs); // nothing was granted: the commit rolled back
+      reserved = undefined;
       // The database refused the turn for a value's content (the commit rolled back; the turn still holds its
       // lease). Replaying cannot change that: the same code makes the same values, so the turn would fail every
       // lease, forever, and a cancel could never end the run. Fail the run instead, recorded, with the reason.
@@ -194,6 +244,7 @@ export class TurnLoop {
       this.logger.warn({ err: error, runId: row.id }, 'turn:unstorable');
       await commitTurn(this.db, this.names, ref, committed);
     }
+    if (reserved) dispatch?.adopt(reserved, granted, sentAtMs);
     if (committed.outcome.kind === 'blocked' && instance?.continuable) {
       this.instances.put(row.id, { instance, turnEpoch: row.turn_epoch });
     }
@@ -202,6 +253,7 @@ export class TurnLoop {
       workflow: row.name,
       outcome: committed.outcome.kind,
       replay,
+      grant,
     });
   }
 

@@ -1,0 +1,122 @@
+/**
+ * Eager turns and eager dispatch: the statement that records an activity's completion also claims the woken run's
+ * next turn for the completing worker when that worker runs the workflow and has a turn slot free; the commit of a
+ * turn grants the activities it schedules to the committing worker when it serves them and has slots free. Each
+ * is an ordinary fenced grant (a new token from the global sequence, a new nonce, a lease on the database clock,
+ * an attempts row), without a NOTIFY and a separate claim: a step of a sequential workflow costs one statement
+ * each way. Anything else (another worker's activities or workflows, no free slot) takes the usual path, with the
+ * same result.
+ */
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineActivity, defineWorkflow } from '@palisade/sdk';
+import { useEngineTarget } from '../support/engine.js';
+import { attemptsOf, turnLog, until } from './workflow-rows.js';
+
+const add = defineActivity({
+  name: 'add',
+  input: z.object({ n: z.number() }),
+  output: z.object({ n: z.number() }),
+  run: ({ n }) => Promise.resolve({ n: n + 1 }),
+});
+
+const counter = defineWorkflow({
+  name: 'counter',
+  input: z.object({ steps: z.number() }),
+  output: z.object({ n: z.number() }),
+  async run({ steps }, ctx) {
+    let n = 0;
+    for (let i = 0; i < steps; i++) n = (await ctx.run(add, { n })).n;
+    return { n };
+  },
+});
+
+for (const driver of ['postgres', 'pglite'] as const) {
+  describe(`eager turns on ${driver}`, () => {
+    const target = useEngineTarget(driver);
+
+    it('runs every turn after the first on the worker whose completion woke it, each a fenced grant', async () => {
+      const engine = await target.engine();
+      const worker = engine.worker({ workflows: [counter], activities: [add], pollIntervalMs: 60_000 });
+      const turns = turnLog(worker);
+      const grants: string[] = [];
+      worker.events.on('attempt:claimed', (e) => grants.push(e.grant));
+      await worker.start();
+      const handle = await engine.client.start(counter, { steps: 12 });
+      await expect(handle.result({ timeoutMs: 60_000 })).resolves.toEqual({ n: 12 });
+      await until(
+        [worker],
+        () => turns.some((t) => t.runId === handle.runId && t.outcome === 'completed'),
+        'end',
+      );
+
+      const mine = turns.filter((t) => t.runId === handle.runId);
+      expect(mine).toHaveLength(13);
+      // The first turn is claimed (a NOTIFY from start()); each later one was granted by the completion of the step
+      // before it, and continued the workflow instance this worker kept.
+      expect(mine.map((t) => t.grant)).toEqual(['claimed', ...Array<string>(12).fill('eager')]);
+      expect(mine.slice(1).every((t) => t.replay === 'continued')).toBe(true);
+      // Every step was granted by the commit of the turn that scheduled it.
+      expect(grants).toEqual(Array<string>(12).fill('eager'));
+
+      // Attempts in grant order: turn, step, turn, step, …, turn — every token fresh and larger than the last.
+      const attempts = await attemptsOf(engine, handle.runId);
+      expect(attempts.map((a) => a.kind)).toEqual([
+        'turn',
+        ...Array.from({ length: 12 }, () => ['activity', 'turn']).flat(),
+      ]);
+      const tokens = attempts.map((a) => BigInt(a.token));
+      expect(tokens.every((t, k) => k === 0 || t > (tokens[k - 1] as bigint))).toBe(true);
+      expect(attempts.every((a) => a.outcome === 'completed')).toBe(true);
+      expect(attempts.filter((a) => a.kind === 'turn').map((a) => a.epoch)).toEqual(
+        Array.from({ length: 13 }, (_, k) => k + 1),
+      );
+      await worker.stop();
+    });
+
+    it('grants no turn or step to a worker that does not serve it: each goes to the one that does', async () => {
+      const engine = await target.engine();
+      const activities = engine.worker({ activities: [add], pollIntervalMs: 60_000 });
+      const workflows = engine.worker({ workflows: [counter], pollIntervalMs: 60_000 });
+      const turns = turnLog(workflows);
+      const grants: string[] = [];
+      activities.events.on('attempt:claimed', (e) => grants.push(e.grant));
+      await activities.start();
+      await workflows.start();
+      const handle = await engine.client.start(counter, { steps: 4 });
+      await expect(handle.result({ timeoutMs: 60_000 })).resolves.toEqual({ n: 4 });
+      await until(
+        [workflows],
+        () => turns.some((t) => t.runId === handle.runId && t.outcome === 'completed'),
+        'end',
+      );
+      expect(turns.filter((t) => t.runId === handle.runId).map((t) => t.grant)).toEqual(
+        Array<string>(5).fill('claimed'),
+      );
+      expect(grants).toEqual(Array<string>(4).fill('claimed'));
+      await activities.stop();
+      await workflows.stop();
+    });
+
+    it('leaves the turn to the claim when the worker has no turn slot free, and every run still completes', async () => {
+      const engine = await target.engine();
+      const worker = engine.worker({
+        workflows: [counter],
+        activities: [add],
+        workflowConcurrency: 1,
+        concurrency: 8,
+        pollIntervalMs: 60_000,
+      });
+      const turns = turnLog(worker);
+      await worker.start();
+      const handles = await Promise.all(
+        Array.from({ length: 8 }, () => engine.client.start(counter, { steps: 5 })),
+      );
+      for (const h of handles) await expect(h.result({ timeoutMs: 60_000 })).resolves.toEqual({ n: 5 });
+      // 8 runs × 6 turns, each run's turns in order, each committed once.
+      await until([worker], () => turns.filter((t) => t.outcome === 'completed').length === 8, 'ends');
+      expect(turns).toHaveLength(48);
+      await worker.stop();
+    });
+  });
+}
