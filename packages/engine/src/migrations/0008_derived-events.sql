@@ -4,7 +4,8 @@
 --   `leaseExpiresAt` is the first lease's end; a reclaim of an expired lease records the token it took over in
 --   `reclaimed_from_token`, written with the row, and that attempt's outcome);
 -- - `run:completed` of a standalone job, from its run row.
--- Ordered by (at, rank, ord): a claim before anything stored at the same instant, a job's end after its step's.
+-- Ordered by (at, rank, ord): at one instant, what is stored first (a step's scheduling, which a turn's commit may
+-- grant in the same statement), then claims, then a job's end.
 ALTER TABLE "palisade"."attempts" ADD COLUMN "reclaimed_from_token" bigint;--> statement-breakpoint
 -- A job's run row is updated twice (claimed, ended) and an attempt row once (ended): with no indexed column
 -- changed and room left on the page, PostgreSQL makes these HOT updates, writing no index entry. `status` leaves
@@ -24,12 +25,12 @@ SELECT 'claim:' || a.id::text, a.run_id, a.step_id, 'attempt:claimed', a.attempt
          'leaseExpiresAt', a.claimed_at + least(s.lease_ms, s.start_to_close_timeout_ms) * interval '1 millisecond',
          'reclaimedFromToken', a.reclaimed_from_token::text,
          'previousAttemptEnded', prev.outcome),
-       false, a.claimed_at, 0, a.id
+       false, a.claimed_at, 2, a.id
   FROM "palisade"."attempts" a
   JOIN "palisade"."steps" s ON s.id = a.step_id
   LEFT JOIN "palisade"."attempts" prev ON prev.fencing_token = a.reclaimed_from_token
  WHERE a.kind = 'activity'
 UNION ALL
-SELECT 'end:' || r.id::text, r.id, NULL, 'run:completed', NULL, NULL, NULL, NULL, NULL, true, r.finished_at, 2, 0
+SELECT 'end:' || r.id::text, r.id, NULL, 'run:completed', NULL, NULL, NULL, NULL, NULL, true, r.finished_at, 3, 0
   FROM "palisade"."runs" r
  WHERE r.kind = 'activity' AND r.status = 'completed';

@@ -221,7 +221,7 @@ export async function commitTurn(
         scheduled_events AS (
           INSERT INTO ${n.events} (run_id, step_id, type, data, at)
           SELECT ${ref.runId}::uuid, id, CASE WHEN kind = 'timer' THEN 'timer:started' ELSE 'step:scheduled' END,
-                 jsonb_build_object('name', name, 'seq', seq, 'dueAt', next_run_at), ${n.now}
+                 jsonb_build_object('name', name, 'seq', seq, 'dueAt', next_run_at), (SELECT t FROM clock)
             FROM inserted WHERE kind IN ('activity', 'timer')
           RETURNING 1),
         cancelled_events AS (
