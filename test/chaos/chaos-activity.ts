@@ -25,7 +25,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { sql as drizzleSql } from 'drizzle-orm';
 import { z } from 'zod';
 import { createFencedResource } from '@palisade/engine';
-import { setFaultHook, type CompletionAnswer } from '@palisade/engine/testing';
+import { setFaultHook, type CompletionAnswer, type TurnFault } from '@palisade/engine/testing';
 import { ApplicationFailure, defineActivity, defineWorkflow, type ActivityContext } from '@palisade/sdk';
 import {
   attemptInfo,
@@ -113,6 +113,12 @@ export const chaosInput = z.object({
       workerId: z.string(),
     })
     .optional(),
+  /**
+   * Hold this step's completion statement before it is sent, on its first attempt only (epoch 1), reported as
+   * `chaos:batch` phase `held` until the parent's `release-completion` names the attempt: a batch of one, with no
+   * gathering (for a workflow's step, whose completion then claims the run's next turn). @defaultValue false
+   */
+  holdCompletion: z.boolean().default(false),
   /** Returned in the output, so a scenario can recognise this step's completion on the wire. */
   tag: z.string().optional(),
 });
@@ -251,6 +257,10 @@ async function runLoop(
       }
     }
     if (input.batch && input.batch.workerId === ctx.info.workerId) await gather(input.batch, ctx, env);
+    if (input.holdCompletion && ctx.info.epoch === 1) {
+      installBatchProbe(env);
+      heldTokens.add(token);
+    }
     if (input.fail) throw new ApplicationFailure('chaos-loop failed on purpose', { nonRetryable: true });
     report({ type: 'fixture:ended', attempt, outcome: 'returned' });
     return { iterations: seq, ...(input.tag !== undefined ? { tag: input.tag } : {}) };
@@ -416,6 +426,20 @@ export const chaosFlowInput = z.object({
   compensate: z
     .object({ iterations: z.number().int().positive(), maximumAttempts: z.number().int().positive() })
     .optional(),
+  /** Step i's tag is `<label>/step-<i>` (unique on the wire when the label is), instead of `step-<i>`. */
+  label: z.string().optional(),
+  /**
+   * Hold the run at an eager grant around step `step`, once, on the worker that meets it (./chaos-activity.ts
+   * {@link installTurnHolds}): `turn:before-run` / `turn:before-commit` the turn that schedules step `step` (turn
+   * attempt `step + 1`, held only when a completion claimed it eagerly), `dispatch:before-start` the steps that
+   * turn's commit granted the worker, `completion` the completion statement of step `step` (`holdCompletion`).
+   */
+  hold: z
+    .object({
+      point: z.enum(['turn:before-run', 'turn:before-commit', 'dispatch:before-start', 'completion']),
+      step: z.number().int().nonnegative(),
+    })
+    .optional(),
 });
 export type ChaosFlowInput = z.input<typeof chaosFlowInput>;
 
@@ -442,6 +466,10 @@ export function chaosWorkflow(
         }
         return results;
       }
+      const hold = input.hold;
+      if (hold && hold.point !== 'completion') {
+        turnHolds.set(ctx.info.runId, { point: hold.point, turnAttempt: hold.step + 1 });
+      }
       for (let i = 0; i < input.steps; i++) {
         const block = input.blockTurn;
         if (block && ctx.info.turnAttempt === block.turnAttempt) {
@@ -453,7 +481,15 @@ export function chaosWorkflow(
           });
           blockEventLoop(block.ms);
         }
-        results.push(await ctx.run(loop, { iterations: input.iterations, tag: `step-${i}` }));
+        const tag = input.label === undefined ? `step-${i}` : `${input.label}/step-${i}`;
+        const holdCompletion = hold?.point === 'completion' && hold.step === i;
+        results.push(
+          await ctx.run(loop, {
+            iterations: input.iterations,
+            tag,
+            ...(holdCompletion ? { holdCompletion } : {}),
+          }),
+        );
       }
       return results;
     },
@@ -487,5 +523,56 @@ export function extensionActivities(env: FixtureEnvironment, timings: FixtureTim
 
 /** Entry point for worker-main's `extensionModule`: the workflows this suite adds to a worker process. */
 export function extensionWorkflows(env: FixtureEnvironment, timings: FixtureTimings) {
+  installTurnHolds(env);
   return [chaosWorkflow(chaosActivity(timings, env), env)];
+}
+
+type TurnHoldPoint = 'turn:before-run' | 'turn:before-commit' | 'dispatch:before-start';
+
+/** Runs whose `chaos-flow` asked for a hold (`hold`), armed by the workflow's code in this process: one-shot. */
+const turnHolds = new Map<string, { point: TurnHoldPoint; turnAttempt: number }>();
+
+/**
+ * Attach the engine's turn fault points in this worker process: a turn of a run armed in {@link turnHolds}, at
+ * the armed point and turn attempt (an eagerly granted turn only, for the turn points), is reported as
+ * `chaos:hold` and waits until the parent's `release-hold` names its turn token (or {@link GATHER_TIMEOUT_MS}).
+ * Turns of other runs pass at once.
+ */
+function installTurnHolds(env: FixtureEnvironment): void {
+  const hold = async (point: TurnHoldPoint, turn: TurnFault, steps: readonly AttemptRef[]): Promise<void> => {
+    const armed = turnHolds.get(turn.runId);
+    if (armed?.point !== point || armed.turnAttempt !== turn.turnAttempt) return;
+    if (point !== 'dispatch:before-start' && turn.grant !== 'eager') return;
+    turnHolds.delete(turn.runId);
+    const token = turn.token.toString();
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(release, GATHER_TIMEOUT_MS);
+      function release(): void {
+        clearTimeout(timer);
+        env.commands?.off('command', onCommand);
+        resolve();
+      }
+      function onCommand(command: ActivityCommand): void {
+        if (command.action === 'release-hold' && command.token === token) release();
+      }
+      env.commands?.on('command', onCommand);
+      env.report({
+        type: 'chaos:hold',
+        point,
+        runId: turn.runId,
+        token,
+        turnAttempt: turn.turnAttempt,
+        grant: turn.grant,
+        steps: steps.map((a) => ({
+          runId: a.runId,
+          stepId: a.stepId,
+          attempt: a.attempt,
+          token: a.token.toString(),
+        })),
+      });
+    });
+  };
+  setFaultHook('turn:before-run', (turn) => hold('turn:before-run', turn, []));
+  setFaultHook('turn:before-commit', (turn) => hold('turn:before-commit', turn, []));
+  setFaultHook('dispatch:before-start', (turn, granted) => hold('dispatch:before-start', turn, granted));
 }

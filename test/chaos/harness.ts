@@ -114,7 +114,14 @@ export async function startChaosServer(): Promise<ChaosServer> {
   // A crash (immediate shutdown) must not lose acknowledged commits: with synchronous_commit off the server
   // acknowledges a COMMIT before its WAL is written, and C-ack would find completions missing after a restart.
   // fsync and full_page_writes may stay off: the OS keeps the page cache when only PostgreSQL crashes.
-  const server = await startPostgresServer({ embedded: true, settings: { synchronous_commit: 'on' } });
+  // Scenarios find a worker's statement waiting in the database by its text in pg_stat_activity (../backend-faults.ts),
+  // which keeps only the first track_activity_query_size bytes (1 kB by default): the completion statement's
+  // `SET status = 'completed'` lies past that since eager turns lengthened its run lock, and so does a turn
+  // commit's eager dispatch. Keep whole statements.
+  const server = await startPostgresServer({
+    embedded: true,
+    settings: { synchronous_commit: 'on', track_activity_query_size: '32768' },
+  });
   const admin = postgres(server.adminUrl, { max: 1, onnotice: () => undefined });
   try {
     await admin.unsafe('CREATE DATABASE chaos');

@@ -178,6 +178,29 @@ describe('tcp proxy (against the test PostgreSQL server)', () => {
     await expect(insert).rejects.toBeDefined();
   });
 
+  it('dropReplyAfter thenMarker: a transaction runs on, and only its COMMIT loses its reply', async () => {
+    const p = await proxy();
+    const admin = client(databaseUrl());
+    await admin`create table then_probe (id int primary key)`;
+    const url = new URL(p.url(databaseUrl()));
+    url.searchParams.set('prepare', 'false');
+    const sql = client(url.toString());
+    const rule = p.dropReplyAfter('-- then-probe', { thenMarker: '\0commit\0' });
+    let afterMarker = false;
+    const transaction = sql.begin(async (tx) => {
+      await tx.unsafe('insert into then_probe values ($1) -- then-probe', [8]);
+      await tx.unsafe('insert into then_probe values ($1)', [9]);
+      afterMarker = true;
+    });
+    await rule.tripped;
+    expect(afterMarker).toBe(true);
+    expect(await settledWithin(transaction, 700)).toBe('pending');
+    const [row] = await admin<{ n: number }[]>`select count(*)::int as n from then_probe where id in (8, 9)`;
+    expect(row?.n).toBe(2);
+    p.reset();
+    await expect(transaction).rejects.toBeDefined();
+  });
+
   it('close() stops listening and ends every connection', async () => {
     const p = await proxy();
     const sql = client(p.url(databaseUrl()));

@@ -9,6 +9,7 @@
  *   proxy.reset();                             // destroy every current connection
  *   proxy.dropReplyAfter('-- commit-me');      // the statement runs; its reply never arrives
  *   proxy.dropReplyAfter('picked', { fromNextRequest: true }); // the same, for a statement described first
+ *   proxy.dropReplyAfter('"tag"', { thenMarker: '\0commit\0' }); // from the COMMIT after it: a lost commit ack
  *   proxy.resetConnection(id);                 // destroy one connection (say, the one whose reply was dropped)
  *   await proxy.close();
  *
@@ -34,6 +35,8 @@ interface Connection {
   dropFromNextRequest: boolean;
   /** The tail of client bytes already scanned, so a marker split across chunks is still found. */
   scanTail: string;
+  /** Set once a `thenMarker` rule's marker was seen: replies drop from the client bytes that carry `thenMarker`. */
+  pendingThen: { readonly thenMarker: string; readonly rule: { trip(id: number): void } } | undefined;
 }
 
 /** A handle on an armed `dropReplyAfter`. */
@@ -52,6 +55,12 @@ export interface DropReplyOptions {
    * text is seen one round before the statement executes. @defaultValue false
    */
   readonly fromNextRequest?: boolean;
+  /**
+   * Arm on `marker`, but drop from the first later client bytes on that connection that contain `thenMarker`:
+   * e.g. the marker names a value a transaction's statement carries, and `'\0commit\0'` (a COMMIT sent as text,
+   * `prepare=false`) is where the transaction's outcome becomes unknown to the client. @defaultValue none
+   */
+  readonly thenMarker?: string;
 }
 
 export interface TcpProxy {
@@ -140,7 +149,12 @@ interface ProxyState {
   blackholed: boolean;
   delayMs: number;
   replyDelayMs: number;
-  dropMarkers: { marker: string; fromNextRequest: boolean; rule: { trip(id: number): void } }[];
+  dropMarkers: {
+    marker: string;
+    fromNextRequest: boolean;
+    thenMarker: string | undefined;
+    rule: { trip(id: number): void };
+  }[];
 }
 
 /** Start a proxy on 127.0.0.1 (a free port) that forwards every connection to `targetHost:targetPort`. */
@@ -159,18 +173,36 @@ export async function createTcpProxy(targetHost: string, targetPort: number): Pr
   };
 
   const scanForMarkers = (c: Connection, chunk: Buffer): void => {
-    if (c.repliesDropped || c.dropFromNextRequest || state.dropMarkers.length === 0) return;
+    if (c.repliesDropped || c.dropFromNextRequest) return;
+    if (state.dropMarkers.length === 0 && !c.pendingThen) return;
     // latin1 maps bytes 1:1 to characters, so markers split across chunks are found in the joined tail.
-    const text = c.scanTail + chunk.toString('latin1');
-    for (const { marker, rule, fromNextRequest } of state.dropMarkers) {
-      if (text.includes(marker)) {
+    let text = c.scanTail + chunk.toString('latin1');
+    if (!c.pendingThen) {
+      for (const { marker, rule, fromNextRequest, thenMarker } of state.dropMarkers) {
+        const at = text.indexOf(marker);
+        if (at < 0) continue;
+        if (thenMarker !== undefined) {
+          c.pendingThen = { thenMarker, rule };
+          text = text.slice(at + marker.length);
+          break;
+        }
         if (fromNextRequest) c.dropFromNextRequest = true;
         else c.repliesDropped = true;
         rule.trip(c.id);
         return;
       }
     }
-    const keep = Math.max(0, ...state.dropMarkers.map((d) => d.marker.length - 1));
+    if (c.pendingThen && text.includes(c.pendingThen.thenMarker)) {
+      c.repliesDropped = true;
+      c.pendingThen.rule.trip(c.id);
+      c.pendingThen = undefined;
+      return;
+    }
+    const keep = Math.max(
+      0,
+      ...state.dropMarkers.map((d) => d.marker.length - 1),
+      (c.pendingThen?.thenMarker.length ?? 0) - 1,
+    );
     c.scanTail = keep === 0 ? '' : text.slice(-keep);
   };
 
@@ -188,6 +220,7 @@ export async function createTcpProxy(targetHost: string, targetPort: number): Pr
       repliesDropped: false,
       dropFromNextRequest: false,
       scanTail: '',
+      pendingThen: undefined,
     };
     connections.set(id, connection);
     client.on('data', (chunk: Buffer) => {
@@ -242,6 +275,7 @@ export async function createTcpProxy(targetHost: string, targetPort: number): Pr
       state.delayMs = 0;
       state.replyDelayMs = 0;
       state.dropMarkers = [];
+      for (const c of connections.values()) c.pendingThen = undefined;
       pumpAll();
     },
     delay(ms: number): void {
@@ -268,6 +302,7 @@ export async function createTcpProxy(targetHost: string, targetPort: number): Pr
       state.dropMarkers.push({
         marker,
         fromNextRequest: options.fromNextRequest ?? false,
+        thenMarker: options.thenMarker,
         rule: {
           trip(id) {
             count++;

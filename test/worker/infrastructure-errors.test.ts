@@ -105,7 +105,7 @@ describe('infrastructure errors on postgres never consume an attempt', () => {
           SELECT pid FROM pg_stat_activity
            WHERE datname = current_database() AND application_name = 'palisade'
              AND pg_backend_pid() = ANY(pg_blocking_pids(pid))
-             AND query LIKE '%run_lock%' AND query LIKE '%status = ''completed''%'`;
+             AND query LIKE '%inp AS MATERIALIZED%' AND query LIKE '%run_lock%'`;
         return rows[0];
       });
       await tx`SELECT pg_terminate_backend(${blocked.pid})`;

@@ -18,6 +18,10 @@ import { sigkillBatch } from './t16-sigkill-batch.js';
 import { sigstopBatch } from './t17-sigstop-batch.js';
 import { terminateBatch } from './t18-terminate-batch.js';
 import { lostBatchReply } from './t19-lost-batch-reply.js';
+import { sigkillEager } from './t20-sigkill-eager.js';
+import { sigstopEager } from './t21-sigstop-eager.js';
+import { terminateEager } from './t22-terminate-eager.js';
+import { lostEagerReply } from './t23-lost-eager-reply.js';
 
 export const SCENARIOS: readonly Scenario[] = [
   frozenZombie,
@@ -38,4 +42,8 @@ export const SCENARIOS: readonly Scenario[] = [
   sigstopBatch,
   terminateBatch,
   lostBatchReply,
+  sigkillEager,
+  sigstopEager,
+  terminateEager,
+  lostEagerReply,
 ];

@@ -12,6 +12,16 @@ export interface CompletionAnswer {
   readonly outcome: 'applied' | 'replayed' | 'rejected';
 }
 
+/** A workflow turn as a turn fault point shows it. */
+export interface TurnFault {
+  readonly runId: string;
+  readonly workflowName: string;
+  readonly token: bigint;
+  readonly turnAttempt: number;
+  /** How the worker got the turn: its own claim, or a completion statement that claimed it (an eager turn). */
+  readonly grant: 'claimed' | 'eager';
+}
+
 /** The points a hook can be attached to. */
 export interface FaultHooks {
   /**
@@ -36,11 +46,6 @@ export interface FaultHooks {
    * rows are locked and not yet visible to others. With this hook set the claim runs in an explicit
    * transaction (otherwise it is one autocommitted statement). Receives the names of the claimed steps.
    */
-  /**
-   * In a worker's workflow turn, after the workflow code ran and before the turn's commit is sent (the turn holds
-   * its lease). Receives the run id.
-   */
-  'turn:before-commit'?: (runId: string) => Promise<void>;
   'claim:before-commit'?: (
     claimed: readonly { readonly stepId: string; readonly name: string }[],
   ) => Promise<void>;
@@ -56,6 +61,23 @@ export interface FaultHooks {
    * fails the whole batch as the statement's own error would (a connection error: a reply lost after the commit).
    */
   'completion:after-commit'?: (answers: readonly CompletionAnswer[]) => Promise<void>;
+  /**
+   * In a worker's turn loop, once a turn was granted to this worker (claimed, or eagerly by a completion statement)
+   * and before its workflow code runs: the worker holds the turn's lease and has done nothing with it.
+   */
+  'turn:before-run'?: (turn: TurnFault) => Promise<void>;
+  /**
+   * In a worker's turn loop, after the turn's workflow code ran and before its commit is sent (the slots for eager
+   * dispatch are not yet set aside): a stall here lets the turn's lease end before the commit, which the fence must
+   * then refuse.
+   */
+  'turn:before-commit'?: (turn: TurnFault) => Promise<void>;
+  /**
+   * In a worker's turn loop, after a turn's commit returned having granted this worker activity steps (eager
+   * dispatch) and before the worker starts them: each granted step's lease runs, and nothing of it has started.
+   * Receives the turn and the granted attempts.
+   */
+  'dispatch:before-start'?: (turn: TurnFault, granted: readonly AttemptRef[]) => Promise<void>;
 }
 
 export type FaultPoint = keyof FaultHooks;

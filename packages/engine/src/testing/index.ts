@@ -17,7 +17,7 @@ export function unsafeTestTimings<T extends WorkerOptions>(options: T): T {
   return { ...options, [UNSAFE_TEST_TIMINGS]: true };
 }
 
-export type { CompletionAnswer, FaultHooks, FaultPoint } from '../internal/fault-points.js';
+export type { CompletionAnswer, FaultHooks, FaultPoint, TurnFault } from '../internal/fault-points.js';
 
 /**
  * Attach `hook` to an engine fault point in this process, or detach it with `undefined` — for fault-injection

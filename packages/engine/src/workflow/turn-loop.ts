@@ -2,7 +2,6 @@ import { storableFailure, type WorkflowDefinition } from '@palisade/sdk';
 import type { Logger } from 'pino';
 import type { Database } from '../db/database.js';
 import { classifyDatabaseError, isContentRefusal } from '../infra-retry.js';
-import { faultHooks } from '../internal/fault-points.js';
 import {
   claimTurns,
   loadRunHistory,
@@ -11,6 +10,7 @@ import {
 } from '../queries/claim-turns.js';
 import type { ClaimedStepRow } from '../queries/claim-steps.js';
 import { TurnConflict, commitTurn, type EagerDispatch } from '../queries/commit-turn.js';
+import { faultHooks, type TurnFault } from '../internal/fault-points.js';
 import { monotonicNow } from '../worker/lease-clock.js';
 import type { EagerTurns } from '../queries/complete-step.js';
 import type { SchemaNames } from '../queries/schema-names.js';
@@ -164,6 +164,8 @@ export class TurnLoop {
   private async execute(row: ClaimedTurnRow, grant: 'claimed' | 'eager'): Promise<void> {
     const workflow = this.options.workflows.get(row.name);
     if (!workflow) return; // unreachable: the claim filters by our workflow names
+    const beforeRun = faultHooks['turn:before-run'];
+    if (beforeRun) await beforeRun(turnFaultOf(row, grant));
     const params: TurnParams = {
       info: Object.freeze({
         runId: row.id,
@@ -213,7 +215,7 @@ export class TurnLoop {
     };
     let committed = result;
     const beforeCommit = faultHooks['turn:before-commit'];
-    if (beforeCommit) await beforeCommit(row.id);
+    if (beforeCommit) await beforeCommit(turnFaultOf(row, grant));
     // Eager dispatch only for a turn that schedules activities (a reservation holds slots until the commit ends).
     const dispatch = result.newSteps.some((s) => s.kind === 'activity') ? this.options.dispatch : undefined;
     let reserved = dispatch?.reserve();
@@ -244,7 +246,23 @@ export class TurnLoop {
       this.logger.warn({ err: error, runId: row.id }, 'turn:unstorable');
       await commitTurn(this.db, this.names, ref, committed);
     }
-    if (reserved) dispatch?.adopt(reserved, granted, sentAtMs);
+    try {
+      const beforeStart = faultHooks['dispatch:before-start'];
+      if (beforeStart && granted.length > 0) {
+        await beforeStart(
+          turnFaultOf(row, grant),
+          granted.map((s) => ({
+            runId: s.run_id,
+            stepId: s.id,
+            stepLabel: `${s.name}#${s.seq}`,
+            attempt: s.attempt,
+            token: BigInt(s.token),
+          })),
+        );
+      }
+    } finally {
+      if (reserved) dispatch?.adopt(reserved, granted, sentAtMs);
+    }
     if (committed.outcome.kind === 'blocked' && instance?.continuable) {
       this.instances.put(row.id, { instance, turnEpoch: row.turn_epoch });
     }
@@ -265,4 +283,15 @@ export class TurnLoop {
     await Promise.allSettled([...this.running]);
     this.instances.clear();
   }
+}
+
+/** A turn as the turn fault points show it (only built when a hook is set). */
+function turnFaultOf(row: ClaimedTurnRow, grant: 'claimed' | 'eager'): TurnFault {
+  return {
+    runId: row.id,
+    workflowName: row.name,
+    token: BigInt(row.token),
+    turnAttempt: row.turn_attempt,
+    grant,
+  };
 }

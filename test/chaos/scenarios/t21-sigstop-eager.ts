@@ -1,0 +1,130 @@
+/**
+ * T21 — SIGSTOP/SIGCONT of a worker holding an eager grant past its lease. Worker A runs a `chaos-flow` of three
+ * steps alone (./eager-flow.ts) and is frozen while it holds:
+ *
+ * - `turn-commit`: the turn that the completion statement of step k − 1 claimed for A (an eager turn), after its
+ *   code ran and before its commit is sent (fault point `turn:before-commit`). Worker B, spawned once A is frozen,
+ *   claims the turn when its lease expired and finishes the run; then A resumes and sends its commit, which the
+ *   fence must refuse and record (`attempt:stale-rejected`, operation `turn-commit`);
+ * - `step-completion`: step k, granted to A by its turn's commit (eager dispatch), after its code returned and
+ *   with its completion statement held before it is sent (`completion:before-send`). B claims the step when its
+ *   lease expired, runs it and finishes the run; then A resumes and sends its completion, which the fence must
+ *   refuse and record (`attempt:stale-rejected`, operation `complete`).
+ *
+ * Pass: the checker's zeros, the run completed with every step completed once (step k of `step-completion`: two
+ * grants, two starts, completed under B's token), the held grant was eager, and A's late write was refused and
+ * recorded as above.
+ */
+import type { Scenario } from '../harness.js';
+import { rejectedCompletions } from './batch-wave.js';
+import {
+  FLOW_STEPS,
+  expectFlowCompleted,
+  rejectedTurnCommits,
+  releaseHold,
+  startEagerFlow,
+  turnAttempts,
+  waitForHold,
+} from './eager-flow.js';
+
+const VARIANTS = ['turn-commit', 'step-completion'] as const;
+
+export const sigstopEager: Scenario = {
+  name: 'T21 SIGSTOP in an eager grant',
+  description:
+    'freeze a worker holding an eager turn before its commit / an eagerly dispatched step before its completion, past the lease; the late write is refused',
+  iterations: { full: 6, ci: 2 },
+  async run(ctx, iterations) {
+    const L = ctx.timings.leaseMs;
+    const a = await ctx.spawnWorker({ workerId: 'a' });
+    for (let i = 0; i < iterations; i++) {
+      const variant = VARIANTS[i % VARIANTS.length] ?? 'turn-commit';
+      const k = ctx.rng.int(1, FLOW_STEPS - 1);
+      if (variant === 'turn-commit') {
+        const flow = await startEagerFlow(ctx, `t21-${i}`, { point: 'turn:before-commit', step: k });
+        const held = await waitForHold(ctx, a, flow, 'turn:before-commit');
+        a.kill('SIGSTOP');
+        ctx.fault(`sigstop ${variant}`);
+        const b = await ctx.spawnWorker({ workerId: `b${i}` });
+        await expectFlowCompleted(ctx, flow.runId, variant);
+        a.kill('SIGCONT');
+        releaseHold(a, held);
+        const reasons = await ctx
+          .poll(
+            'the late turn commit recorded as stale',
+            async () => {
+              const r = await rejectedTurnCommits(ctx, held.token);
+              return r.length > 0 ? r : undefined;
+            },
+            10 * L + 20_000,
+          )
+          .catch(() => []);
+        ctx.expect(
+          held.grant === 'eager',
+          `${flow.runId}: the held turn ${held.turnAttempt} was ${held.grant}, want eager`,
+        );
+        ctx.expect(
+          reasons.length === 1,
+          `${flow.runId}: A's late commit of turn ${held.token} recorded ${reasons.length}× as stale (${reasons.join(', ')}), want once`,
+        );
+        const turn = (await turnAttempts(ctx, flow.runId)).find((t) => t.token === held.token);
+        ctx.expect(
+          turn?.workerId === a.workerId && turn.outcome !== null && turn.outcome !== 'completed',
+          `${flow.runId}: A's turn ${held.token} ended ${turn?.outcome ?? 'missing'}, want lease_expired or rejected_stale`,
+        );
+        ctx.fault(`turn-commit refused: ${reasons.join(', ')}`);
+        await b.stop();
+      } else {
+        const flow = await startEagerFlow(ctx, `t21-${i}`, { point: 'completion', step: k });
+        const held = await a.waitFor(
+          'chaos:batch',
+          (m) => m.phase === 'held' && m.rows.some((r) => r.attempt.runId === flow.runId),
+          { timeoutMs: 10 * L + 20_000 },
+        );
+        const token = held.rows[0]?.attempt.token ?? '';
+        const stepId = held.rows[0]?.attempt.stepId ?? '';
+        a.kill('SIGSTOP');
+        ctx.fault(`sigstop ${variant}`);
+        const claimed = a.all('attempt:claimed', (m) => m.attempt.token === token)[0];
+        ctx.expect(
+          claimed?.grant === 'eager',
+          `${flow.runId}: A's attempt ${token} of step ${k} was ${claimed?.grant ?? 'never claimed'}, want eager`,
+        );
+        const b = await ctx.spawnWorker({ workerId: `b${i}` });
+        const { steps } = await expectFlowCompleted(
+          ctx,
+          flow.runId,
+          variant,
+          new Map([[k, { grants: 2, starts: 2 }]]),
+        );
+        ctx.expect(
+          steps[k]?.id === stepId && steps[k]?.token !== token && steps[k]?.workerId === b.workerId,
+          `${flow.runId}: step ${k} ended under ${steps[k]?.token} by ${steps[k]?.workerId}, want B's token`,
+        );
+        a.kill('SIGCONT');
+        const from = a.mark();
+        a.command({ token, action: 'release-completion', by: 'scenario' });
+        const answered = await a
+          .waitFor(
+            'chaos:batch',
+            (m) => m.phase === 'answered' && m.rows.some((r) => r.attempt.token === token),
+            { after: from, timeoutMs: 10_000 },
+          )
+          .catch(() => undefined);
+        const outcome = answered?.rows.find((r) => r.attempt.token === token)?.outcome;
+        ctx.expect(
+          outcome === 'rejected',
+          `${flow.runId}: A's late completion under ${token} was answered ${outcome ?? 'never'}, want rejected`,
+        );
+        const rejected = await rejectedCompletions(ctx, [token]);
+        ctx.expect(
+          rejected.has(token),
+          `${flow.runId}: A's late completion under ${token} was not recorded as stale`,
+        );
+        ctx.fault(`step-completion refused: ${rejected.get(token) ?? '-'}`);
+        await b.stop();
+      }
+    }
+    ctx.expect(a.all('process:fatal').length === 0, 'worker A crashed');
+  },
+};

@@ -1,0 +1,131 @@
+/**
+ * T22 — backend termination of a statement that makes an eager grant. Worker A runs a `chaos-flow` of three steps
+ * alone (./eager-flow.ts); the backend carrying one of its statements (A's session, found in `pg_stat_activity` by
+ * `application_name`) is terminated while the statement waits on an admin's lock in the database:
+ *
+ * - `turn-commit-dispatching`: the commit of the (eager) turn that schedules step k, held before it is sent
+ *   (`turn:before-commit`) while an admin transaction takes the unique index entries of the next fencing tokens
+ *   (../backend-faults.ts `lockRow('attempts')`); released, the commit's steps statement — the one that grants A
+ *   step k — waits there on its eager attempt row, and is terminated. The turn commits nothing; its lease expires,
+ *   the turn runs again and its commit grants step k (eagerly, to A), which runs once;
+ * - `completion-claiming-turn`: the completion of step k, held before it is sent while an admin locks the run's
+ *   row; released, the statement waits in its run lock and is terminated. It commits nothing; A retries it
+ *   (idempotent by nonce), the retry applies once and claims the run's next turn for A (an eager turn).
+ *
+ * Pass: the checker's zeros, the run completed with every step granted once and started once, and per variant:
+ * the terminated turn ended `lease_expired` and step k was granted eagerly after it / the completion was answered
+ * `applied` exactly once after the termination, never recorded as stale, and A's next turn of the run was eager.
+ */
+import { COMPLETION_STATEMENT, lockRow, waitingBackend, withApplicationName } from '../backend-faults.js';
+import type { Scenario } from '../harness.js';
+import { answersOf, rejectedCompletions } from './batch-wave.js';
+import {
+  FLOW_STEPS,
+  expectFlowCompleted,
+  flowStep,
+  releaseHold,
+  startEagerFlow,
+  turnAttempts,
+  waitForHold,
+} from './eager-flow.js';
+
+const VARIANTS = ['turn-commit-dispatching', 'completion-claiming-turn'] as const;
+const APPLICATION_NAME = 'chaos-t22-a';
+/** A fragment of commitTurn's steps statement (queries/commit-turn.ts), the one that grants eagerly. */
+const TURN_STEPS_STATEMENT = '%eager_sel AS MATERIALIZED%';
+
+export const terminateEager: Scenario = {
+  name: 'T22 backend termination in an eager grant',
+  description:
+    'pg_terminate_backend on a turn commit that eagerly dispatches / a completion that eagerly claims a turn; nothing granted is lost',
+  iterations: { full: 6, ci: 2 },
+  async run(ctx, iterations) {
+    const L = ctx.timings.leaseMs;
+    const a = await ctx.spawnWorker({
+      databaseUrl: withApplicationName(ctx.databaseUrl, APPLICATION_NAME),
+      workerId: 'a',
+    });
+    for (let i = 0; i < iterations; i++) {
+      const variant = VARIANTS[i % VARIANTS.length] ?? 'turn-commit-dispatching';
+      const k = ctx.rng.int(1, FLOW_STEPS - 1);
+      if (variant === 'turn-commit-dispatching') {
+        const flow = await startEagerFlow(ctx, `t22-${i}`, { point: 'turn:before-commit', step: k });
+        const held = await waitForHold(ctx, a, flow, 'turn:before-commit');
+        const first = await flowStep(ctx, flow.runId, 0);
+        const lock = await lockRow(ctx, 'attempts', first.id);
+        try {
+          releaseHold(a, held);
+          await waitingBackend(ctx, {
+            applicationName: APPLICATION_NAME,
+            pattern: TURN_STEPS_STATEMENT,
+            terminate: true,
+            timeoutMs: 5_000,
+          });
+          ctx.fault('terminated: turn commit dispatching');
+        } catch (error) {
+          ctx.expect(false, `${flow.runId}: ${(error as Error).message}`);
+        } finally {
+          await lock.release();
+        }
+        const { steps } = await expectFlowCompleted(ctx, flow.runId, variant);
+        const turns = await turnAttempts(ctx, flow.runId);
+        const terminated = turns.find((t) => t.token === held.token);
+        ctx.expect(
+          held.grant === 'eager' && terminated?.outcome === 'lease_expired',
+          `${flow.runId}: the terminated (${held.grant}) turn ${held.token} ended ${terminated?.outcome ?? 'missing'}, want lease_expired`,
+        );
+        const step = steps[k];
+        const claim = a.all('attempt:claimed', (m) => m.attempt.stepId === step?.id);
+        ctx.expect(
+          claim.length === 1 && claim[0]?.grant === 'eager' && claim[0].attempt.token === step?.token,
+          `${flow.runId}: step ${k} claimed ${claim.map((c) => c.grant).join(', ') || 'never'} by A, ` +
+            `want one eager grant by the turn's next commit`,
+        );
+      } else {
+        const flow = await startEagerFlow(ctx, `t22-${i}`, { point: 'completion', step: k });
+        const held = await a.waitFor(
+          'chaos:batch',
+          (m) => m.phase === 'held' && m.rows.some((r) => r.attempt.runId === flow.runId),
+          { timeoutMs: 10 * L + 20_000 },
+        );
+        const token = held.rows[0]?.attempt.token ?? '';
+        const lock = await lockRow(ctx, 'runs', flow.runId);
+        const from = a.mark();
+        try {
+          a.command({ token, action: 'release-completion', by: 'scenario' });
+          await waitingBackend(ctx, {
+            applicationName: APPLICATION_NAME,
+            pattern: COMPLETION_STATEMENT,
+            terminate: true,
+            timeoutMs: 5_000,
+          });
+          ctx.fault('terminated: completion claiming a turn');
+        } catch (error) {
+          ctx.expect(false, `${flow.runId}: ${(error as Error).message}`);
+        } finally {
+          await lock.release();
+        }
+        await expectFlowCompleted(ctx, flow.runId, variant);
+        const got = answersOf(a, [token], from).get(token) ?? [];
+        ctx.expect(
+          got.length === 1 && got[0] === 'applied',
+          `${flow.runId}: the completion under ${token} was answered ${got.join(', ') || 'never'} after the ` +
+            `termination, want applied once (the terminated statement committed nothing)`,
+        );
+        const rejected = await rejectedCompletions(ctx, [token]);
+        ctx.expect(
+          !rejected.has(token),
+          `${flow.runId}: the completion under ${token} was recorded as stale`,
+        );
+        const next = a.messages
+          .slice(from)
+          .find((m) => m.type === 'turn:committed' && m.runId === flow.runId);
+        ctx.expect(
+          next?.type === 'turn:committed' && next.grant === 'eager',
+          `${flow.runId}: A's turn after the retried completion was ${next?.type === 'turn:committed' ? next.grant : 'never committed'}, want eager`,
+        );
+      }
+    }
+    ctx.expect(a.all('process:fatal').length === 0, 'worker A crashed');
+  },
+};

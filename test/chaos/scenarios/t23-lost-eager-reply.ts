@@ -1,0 +1,172 @@
+/**
+ * T23 — a lost reply to a statement that made an eager grant. Worker A reaches PostgreSQL through its own TCP
+ * proxy (`prepare=false`, so a COMMIT is sent as text) and runs a `chaos-flow` of three steps alone
+ * (./eager-flow.ts); the proxy drops the server's reply to one statement, which commits; once it has, the
+ * connection is destroyed, as a network failure after the commit would:
+ *
+ * - `completion-claiming-turn`: the completion of step k (held before it is sent, then released with the rule
+ *   armed on its tag, which its output carries). It commits the step's outcome and claims the run's next turn
+ *   for A (an eager turn, seen in the database: the turn's attempt row was written by the completion's
+ *   transaction); A never hears of it. A retries the completion, which must come back `replayed`; the lost turn's
+ *   lease expires and the turn is claimed again;
+ * - `turn-commit-dispatching`: the COMMIT of the turn that schedules step k, whose steps statement granted A step
+ *   k (eager dispatch; the rule arms on the step's tag in that statement and drops from the transaction's COMMIT
+ *   on). A never starts the step; its lease expires and it is claimed again and run once.
+ *
+ * Pass: the checker's zeros, the run completed, every step completed once (one grant, one start; step k of
+ * `turn-commit-dispatching`: two grants — the lost eager one, never started — and one start), and per variant the
+ * answers and grants above.
+ */
+import type { Scenario } from '../harness.js';
+import { answersOf, rejectedCompletions } from './batch-wave.js';
+import {
+  FLOW_STEPS,
+  expectFlowCompleted,
+  flowSteps,
+  grantedAtInsert,
+  startEagerFlow,
+  turnAttempts,
+} from './eager-flow.js';
+
+const VARIANTS = ['completion-claiming-turn', 'turn-commit-dispatching'] as const;
+
+export const lostEagerReply: Scenario = {
+  name: 'T23 lost reply of an eager grant',
+  description:
+    'drop the server’s reply to a completion that eagerly claimed a turn / a turn commit that eagerly dispatched a step; the lost grant expires and is re-granted',
+  iterations: { full: 6, ci: 2 },
+  async run(ctx, iterations) {
+    const L = ctx.timings.leaseMs;
+    const proxy = await ctx.proxy();
+    const url = new URL(proxy.url(ctx.databaseUrl));
+    url.searchParams.set('prepare', 'false');
+    const a = await ctx.spawnWorker({ databaseUrl: url.toString(), workerId: 'a' });
+    const tripped = (rule: { tripped: Promise<number> }): Promise<number | undefined> =>
+      Promise.race([
+        rule.tripped,
+        new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 10 * L + 20_000).unref()),
+      ]);
+    for (let i = 0; i < iterations; i++) {
+      const variant = VARIANTS[i % VARIANTS.length] ?? 'completion-claiming-turn';
+      const k = ctx.rng.int(1, FLOW_STEPS - 1);
+      if (variant === 'completion-claiming-turn') {
+        const flow = await startEagerFlow(ctx, `t23-${i}`, { point: 'completion', step: k });
+        const held = await a.waitFor(
+          'chaos:batch',
+          (m) => m.phase === 'held' && m.rows.some((r) => r.attempt.runId === flow.runId),
+          { timeoutMs: 10 * L + 20_000 },
+        );
+        const token = held.rows[0]?.attempt.token ?? '';
+        const stepId = held.rows[0]?.attempt.stepId ?? '';
+        const rule = proxy.dropReplyAfter(JSON.stringify(flow.tags[k]));
+        const from = a.mark();
+        a.command({ token, action: 'release-completion', by: 'scenario' });
+        const connection = await tripped(rule);
+        if (connection === undefined) {
+          proxy.restore();
+          ctx.expect(false, `${flow.runId}: the completion of step ${k} never crossed the proxy`);
+          await expectFlowCompleted(ctx, flow.runId, 'no fault');
+          continue;
+        }
+        ctx.fault('reply dropped: completion claiming a turn');
+        // The server commits what it received (bounded polling): the step's outcome and the eager turn.
+        const lost = await ctx
+          .poll('the completion with the dropped reply committed', async () => {
+            const [row] = await ctx.sql.unsafe<
+              { status: string; turn_token: string | null; turn_worker_id: string | null; same_tx: boolean }[]
+            >(
+              `SELECT s.status, r.turn_token::text, r.turn_worker_id,
+                      EXISTS (SELECT 1 FROM "${ctx.schema}".attempts t JOIN "${ctx.schema}".events e
+                                  ON e.xmin::text = t.xmin::text
+                               WHERE t.fencing_token = r.turn_token AND t.kind = 'turn' AND t.outcome IS NULL
+                                 AND e.step_id = s.id AND e.type = 'step:completed') AS same_tx
+                 FROM "${ctx.schema}".steps s JOIN "${ctx.schema}".runs r ON r.id = s.run_id WHERE s.id = $1`,
+              [stepId],
+            );
+            return row?.status === 'completed' ? row : undefined;
+          })
+          .catch(() => undefined);
+        ctx.expect(
+          lost?.same_tx === true && lost.turn_worker_id === a.workerId,
+          `${flow.runId}: the completion whose reply was dropped ${lost ? '' : 'did not commit; it '}claimed turn ` +
+            `${lost?.turn_token ?? '-'} for ${lost?.turn_worker_id ?? '-'} (in its own transaction: ${lost?.same_tx}), ` +
+            `want an eager turn for A`,
+        );
+        proxy.restore();
+        proxy.resetConnection(connection);
+        await expectFlowCompleted(ctx, flow.runId, variant);
+
+        const got = answersOf(a, [token], from).get(token) ?? [];
+        ctx.expect(
+          got.length === 1 && got[0] === 'replayed',
+          `${flow.runId}: the completion under ${token} was answered ${got.join(', ') || 'never'}, want replayed once`,
+        );
+        const acked = await a
+          .waitFor('attempt:completed', (m) => m.attempt.token === token, { after: from, timeoutMs: 10_000 })
+          .then(() => true)
+          .catch(() => false);
+        ctx.expect(acked, `${flow.runId}: A never saw its completion under ${token} acknowledged`);
+        const rejected = await rejectedCompletions(ctx, [token]);
+        ctx.expect(
+          !rejected.has(token),
+          `${flow.runId}: the completion under ${token} was recorded as stale`,
+        );
+        const turns = await turnAttempts(ctx, flow.runId);
+        const lostTurn = turns.find((t) => t.token === lost?.turn_token);
+        const after = turns.find((t) => lost?.turn_token && BigInt(t.token) > BigInt(lost.turn_token));
+        ctx.expect(
+          lostTurn?.outcome === 'lease_expired' && after !== undefined,
+          `${flow.runId}: the lost eager turn ${lost?.turn_token ?? '-'} ended ${lostTurn?.outcome ?? 'missing'}, ` +
+            `${after ? `then turn ${after.attempt} by ${after.workerId}` : 'and no turn followed'}; want lease_expired, then re-granted`,
+        );
+      } else {
+        const flow = await startEagerFlow(ctx, `t23-${i}`);
+        const rule = proxy.dropReplyAfter(JSON.stringify(flow.tags[k]), { thenMarker: '\0commit\0' });
+        const connection = await tripped(rule);
+        if (connection === undefined) {
+          proxy.restore();
+          ctx.expect(false, `${flow.runId}: the turn commit scheduling step ${k} never crossed the proxy`);
+          await expectFlowCompleted(ctx, flow.runId, 'no fault');
+          continue;
+        }
+        ctx.fault('reply dropped: turn commit dispatching');
+        const step = await ctx
+          .poll('the turn commit with the dropped reply committed', async () => {
+            const s = (await flowSteps(ctx, flow.runId))[k];
+            return s ? await grantedAtInsert(ctx, s.id).then((g) => ({ ...s, ...g })) : undefined;
+          })
+          .catch(() => undefined);
+        ctx.expect(
+          step?.eager === true && step.workerId === a.workerId,
+          `${flow.runId}: the turn commit whose reply was dropped ${step ? '' : 'did not commit; it '}granted ` +
+            `step ${k} ${step?.eager ? 'eagerly' : 'not eagerly'} to ${step?.workerId ?? '-'}, want eagerly to A`,
+        );
+        proxy.restore();
+        proxy.resetConnection(connection);
+        const { grants } = await expectFlowCompleted(
+          ctx,
+          flow.runId,
+          variant,
+          new Map([[k, { grants: 2, starts: 1 }]]),
+        );
+        const [first, second] = grants[k] ?? [];
+        const lostToken = step?.token ?? '';
+        ctx.expect(
+          first?.token.toString() === lostToken && second !== undefined,
+          `${flow.runId}: step ${k}'s grants ${grants[k]?.map((g) => g.token).join(', ')}, want the lost eager ` +
+            `grant ${lostToken}, then another`,
+        );
+        const started = ctx
+          .history()
+          .filter((m) => m.type === 'fixture:started' && m.attempt.token === lostToken);
+        ctx.expect(
+          started.length === 0,
+          `${flow.runId}: the lost eager grant ${lostToken} of step ${k} started, though A never heard of it`,
+        );
+        if (second && first)
+          ctx.sample('reclaimLatencyMs eager dispatch', second.engineAtMs - first.engineAtMs);
+      }
+    }
+    ctx.expect(a.all('process:fatal').length === 0, 'worker A crashed');
+  },
+};
