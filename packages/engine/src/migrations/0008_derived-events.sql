@@ -1,12 +1,13 @@
 -- A run's history as `runs show`, `describe()` and the tests read it: the stored events, plus the events that only
 -- repeated a row the engine writes anyway and are no longer stored (issue 12, fewer writes per job):
--- - `attempt:claimed`, one per activity attempt, from the attempts row (its claim time is the lease's start, so
---   `leaseExpiresAt` is the first lease's end; a reclaim of an expired lease records the token it took over in
+-- - `attempt:claimed`, one per activity attempt, from the attempts row (`granted_until`, the end of the lease the
+--   claim granted, is its `leaseExpiresAt`; a reclaim of an expired lease records the token it took over in
 --   `reclaimed_from_token`, written with the row, and that attempt's outcome);
 -- - `run:completed` of a standalone job, from its run row.
 -- Ordered by (at, rank, ord): at one instant, what is stored first (a step's scheduling, which a turn's commit may
 -- grant in the same statement), then claims, then a job's end.
 ALTER TABLE "palisade"."attempts" ADD COLUMN "reclaimed_from_token" bigint;--> statement-breakpoint
+ALTER TABLE "palisade"."attempts" ADD COLUMN "granted_until" timestamp with time zone;--> statement-breakpoint
 -- A job's run row is updated twice (claimed, ended) and an attempt row once (ended): with no indexed column
 -- changed and room left on the page, PostgreSQL makes these HOT updates, writing no index entry. `status` leaves
 -- the runs' indexes for that (runs list filters it while reading by creation time), and pages keep room.
@@ -22,7 +23,7 @@ UNION ALL
 SELECT 'claim:' || a.id::text, a.run_id, a.step_id, 'attempt:claimed', a.attempt, a.epoch, a.fencing_token,
        a.worker_id,
        jsonb_build_object(
-         'leaseExpiresAt', a.claimed_at + least(s.lease_ms, s.start_to_close_timeout_ms) * interval '1 millisecond',
+         'leaseExpiresAt', a.granted_until,
          'reclaimedFromToken', a.reclaimed_from_token::text,
          'previousAttemptEnded', prev.outcome),
        false, a.claimed_at, 2, a.id

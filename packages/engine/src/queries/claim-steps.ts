@@ -52,8 +52,9 @@ export interface ClaimedStepRow {
  * claim can never take an unexpired lease. Each claimed row takes a fresh token from the global sequence
  * (taken under the row lock, so grants of one step increase in commit order), a fresh nonce, attempt + 1,
  * epoch + 1, an attempt deadline (start-to-close) and a lease from the DB clock capped by that deadline.
- * The same statement inserts the `attempts` row (claimed at the lease's start; a reclaim names the token it took
- * over: `attempt:claimed` is read off this row, not stored — see the `run_events` view), ends a reclaimed
+ * The same statement inserts the `attempts` row (with the lease it granted, and the token a reclaim took over:
+ * `attempt:claimed` is read off this row, not stored — see the `run_events` view; `claimed_at` is read after the
+ * row lock, so it never precedes the end recorded for the attempt it took over), ends a reclaimed
  * attempt's row as `lease_expired` or `timed_out`, and marks a standalone run `running`. It never waits for a lock (SKIP LOCKED
  * on steps and on the runs it marks), so it can take part in no deadlock (invariant 14).
  */
@@ -114,9 +115,9 @@ export async function claimSteps(
                 s.fencing_scope, p.prev_status, p.prev_token, p.prev_lease_expires_at, p.prev_deadline_at, p.t),
     new_attempts AS (
       INSERT INTO ${n.attempts} (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
-                                 reclaimed_from_token)
-      SELECT c.run_id, c.id, 'activity', c.attempt, c.epoch, c.fencing_token, c.nonce, ${p.workerId}, c.t,
-             CASE WHEN c.prev_status = 'running' THEN c.prev_token END
+                                 reclaimed_from_token, granted_until)
+      SELECT c.run_id, c.id, 'activity', c.attempt, c.epoch, c.fencing_token, c.nonce, ${p.workerId}, ${n.now},
+             CASE WHEN c.prev_status = 'running' THEN c.prev_token END, c.lease_expires_at
         FROM claimed c
       RETURNING 1),
     ended_attempts AS (

@@ -214,8 +214,10 @@ export async function commitTurn(
           RETURNING id, seq, kind, name, status, queue, next_run_at, input, attempt, epoch, fencing_token, nonce,
                     lease_ms, start_to_close_timeout_ms, retry_policy, lease_expires_at, fencing_scope, started_at),
         eager_attempts AS (
-          INSERT INTO ${n.attempts} (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at)
-          SELECT ${ref.runId}::uuid, id, 'activity', attempt, epoch, fencing_token, nonce, ${dispatch.workerId}, started_at
+          INSERT INTO ${n.attempts} (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
+                                     granted_until)
+          SELECT ${ref.runId}::uuid, id, 'activity', attempt, epoch, fencing_token, nonce, ${dispatch.workerId}, started_at,
+                 lease_expires_at
             FROM inserted WHERE kind = 'activity' AND status = 'running'
           RETURNING 1),
         scheduled_events AS (

@@ -176,10 +176,11 @@ export function defineTables(schemaName: string) {
       fencingToken: bigint('fencing_token', { mode: 'bigint' }).notNull(),
       nonce: uuid('nonce').notNull(),
       workerId: text('worker_id').notNull(),
-      /** For an activity attempt, the start of its first lease (DB clock). */
       claimedAt: ts('claimed_at').notNull(),
       /** The token of the attempt whose expired lease this claim took over, if any (for `attempt:claimed`). */
       reclaimedFromToken: bigint('reclaimed_from_token', { mode: 'bigint' }),
+      /** The end of the lease the claim granted (DB clock), before any heartbeat (for `attempt:claimed`). */
+      grantedUntil: ts('granted_until'),
       endedAt: ts('ended_at'),
       /** completed | failed | lease_expired | rejected_stale | cancelled | timed_out | released */
       outcome: text('outcome'),
