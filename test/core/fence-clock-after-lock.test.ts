@@ -6,7 +6,7 @@
  * (found by chaos T16 on the batched completion; here every fenced write of that kind is checked): a heartbeat
  * would renew an expired lease, a fenced transaction would commit, a completion or failure would be recorded.
  *
- * Each case: claim a step, lock its row (and, for the turn, its run row) lock-only in another session, start the
+ * Each case: claim a step, lock its row lock-only in another session, start the
  * fenced write, wait until it blocks on that lock, move the database clock past the lease, release the lock:
  * the write must be refused as expired.
  */
@@ -14,7 +14,7 @@ import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { defineActivity } from '@palisade/sdk';
+import { LeaseLostError, defineActivity } from '@palisade/sdk';
 import type { Engine } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';
 import { claimSteps, type ClaimedStepRow } from '../../packages/engine/src/queries/claim-steps.js';
@@ -46,10 +46,14 @@ const ref = (row: ClaimedStepRow) => ({
   nonce: row.nonce,
 });
 
-const refusedIfThrows = (write: Promise<unknown>) =>
+/** 'refused' when the write throws LeaseLostError (any other error fails the test: a timeout is no refusal). */
+const refusedIfLeaseLost = (write: Promise<unknown>) =>
   write.then(
     () => 'accepted' as const,
-    () => 'refused' as const,
+    (error: unknown) => {
+      if (error instanceof LeaseLostError) return 'refused' as const;
+      throw error;
+    },
   );
 
 const writes: Record<string, Write> = {
@@ -70,7 +74,7 @@ const writes: Record<string, Write> = {
     return answer?.applied ? 'accepted' : 'refused';
   },
   failure: (engine, row) =>
-    refusedIfThrows(
+    refusedIfLeaseLost(
       failStep(engine.database, engine.names, {
         ...ref(row),
         error: { type: 'Error', message: 'late', nonRetryable: true },

@@ -168,11 +168,14 @@ describe('sticky workflow instances on postgres', () => {
 
   it('replays in full when another worker ran a turn in between, and every run completes as it should', async () => {
     const engine = await target.engine();
+    // Turns on a and b, activities on c: a completion on c grants no turn (no eager turn), so every turn goes to
+    // whichever of a and b claims it first, and a run's turns change workers often.
     const workers = ['a', 'b'].map((workerId) =>
-      engine.worker({ workerId, workflows: [counter], activities: [add], pollIntervalMs: 50 }),
+      engine.worker({ workerId, workflows: [counter], pollIntervalMs: 50 }),
     ) as [Worker, Worker];
+    const stepWorker = engine.worker({ workerId: 'c', activities: [add], pollIntervalMs: 50 });
     const logs = new Map<string, TurnEvent[]>(workers.map((w) => [w.workerId, turnLog(w)]));
-    await Promise.all(workers.map((w) => w.start()));
+    await Promise.all([...workers, stepWorker].map((w) => w.start()));
 
     /** Turns where a worker that kept an instance of the run claimed it after another worker's turn. */
     let displaced = 0;

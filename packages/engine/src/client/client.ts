@@ -210,6 +210,23 @@ function assertKeys(keys: readonly unknown[] | undefined, inputs: number, where:
  * (before the first try, so a retry after a lost reply cannot duplicate). `what(k)` names input `k` in errors.
  * @throws ValidationError or PalisadeError `PAYLOAD_TOO_LARGE` for the first bad input.
  */
+/**
+ * The options and items of an `enqueueMany` / `startMany` call, everything checked before anything is stored:
+ * `inputs` an array, the options (`parse`), `keys` as many as the inputs, each input against `input`.
+ * @throws InvalidOptionsError naming `where`; ValidationError / PAYLOAD_TOO_LARGE naming `label(index)`.
+ */
+function manyItems<O extends { readonly keys?: readonly (string | undefined)[] | undefined }>(
+  parse: (where: string) => O,
+  inputs: readonly unknown[],
+  input: z.ZodType,
+  at: { readonly where: string; readonly label: (index: number) => string },
+): { o: O; items: RunItem[] } {
+  assertInputs(inputs, at.where);
+  const o = parse(at.where);
+  assertKeys(o.keys, inputs.length, at.where);
+  return { o, items: runItems(inputs, o.keys, input, at.label) };
+}
+
 function runItems(
   inputs: readonly unknown[],
   keys: readonly (string | undefined)[] | undefined,
@@ -393,15 +410,14 @@ export class Client {
   ): Promise<RunHandle<z.output<O>>[]> {
     assertDefinition(activity, 'activity', 'enqueueMany');
     assertUsableOutsideTransaction(this.db, 'client.enqueueMany');
-    const where = `enqueueMany options of ${activity.name}`;
-    assertInputs(inputs, where);
-    const o = parseOptions(enqueueManySchema, options, where);
-    assertKeys(o.keys, inputs.length, where);
-    const items = runItems(
+    const { o, items } = manyItems(
+      (where) => parseOptions(enqueueManySchema, options, where),
       inputs,
-      o.keys,
       activity.input,
-      (k) => `inputs[${k}] of activity ${activity.name}`,
+      {
+        where: `enqueueMany options of ${activity.name}`,
+        label: (k) => `inputs[${k}] of activity ${activity.name}`,
+      },
     );
     const params = enqueueParams(activity, o, 'enqueueMany');
     return this.insertRuns<z.output<O>>(
@@ -431,10 +447,11 @@ export class Client {
     assertUsableOutsideTransaction(this.db, 'client.start');
     const o = parseOptions(startSchema, options, `start options of ${workflow.name}`);
     const items = runItems([input], [o.key], workflow.input, () => `input of workflow ${workflow.name}`);
+    const params = startParams(workflow, o);
     const [handle] = await this.insertRuns<z.output<O>>(
       items,
       o.onConflict,
-      (db, chunk) => insertWorkflowRuns(db, this.names, { ...startParams(workflow, o), items: chunk }),
+      (db, chunk) => insertWorkflowRuns(db, this.names, { ...params, items: chunk }),
       { what: `start of workflow ${workflow.name}`, many: false },
     );
     if (!handle) throw new Error(`start of workflow ${workflow.name} returned no run`);
@@ -462,20 +479,20 @@ export class Client {
   ): Promise<RunHandle<z.output<O>>[]> {
     assertDefinition(workflow, 'workflow', 'startMany');
     assertUsableOutsideTransaction(this.db, 'client.startMany');
-    const where = `startMany options of ${workflow.name}`;
-    assertInputs(inputs, where);
-    const o = parseOptions(startManySchema, options, where);
-    assertKeys(o.keys, inputs.length, where);
-    const items = runItems(
+    const { o, items } = manyItems(
+      (where) => parseOptions(startManySchema, options, where),
       inputs,
-      o.keys,
       workflow.input,
-      (k) => `inputs[${k}] of workflow ${workflow.name}`,
+      {
+        where: `startMany options of ${workflow.name}`,
+        label: (k) => `inputs[${k}] of workflow ${workflow.name}`,
+      },
     );
+    const params = startParams(workflow, o);
     return this.insertRuns<z.output<O>>(
       items,
       o.onConflict,
-      (db, chunk) => insertWorkflowRuns(db, this.names, { ...startParams(workflow, o), items: chunk }),
+      (db, chunk) => insertWorkflowRuns(db, this.names, { ...params, items: chunk }),
       { what: `startMany of workflow ${workflow.name}`, many: true },
     );
   }

@@ -112,7 +112,7 @@ export async function claimSteps(
          AND (s.status = 'scheduled' OR (s.status = 'running' AND s.lease_expires_at <= ${n.now}))
       RETURNING s.id, s.run_id, s.seq, s.name, s.queue, s.input, s.attempt, s.epoch, s.fencing_token, s.nonce,
                 s.lease_ms, s.start_to_close_timeout_ms, s.retry_policy, s.heartbeat_details, s.lease_expires_at,
-                s.fencing_scope, p.prev_status, p.prev_token, p.prev_lease_expires_at, p.prev_deadline_at, p.t),
+                s.fencing_scope, p.prev_status, p.prev_token, p.prev_lease_expires_at, p.prev_deadline_at),
     new_attempts AS (
       INSERT INTO ${n.attempts} (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
                                  reclaimed_from_token, granted_until)
@@ -135,7 +135,7 @@ export async function claimSteps(
            c.nonce::text, c.lease_ms, c.start_to_close_timeout_ms, c.retry_policy, c.heartbeat_details,
            (extract(epoch FROM (c.lease_expires_at - ${n.now})) * 1000)::float8 AS remaining_ms,
            c.prev_token::text, c.fencing_scope,
-           ${nextDueMsSql(n, p, sql`(SELECT id FROM claimed)`)} AS next_due_ms,
+           ${nextDueMsSql(n, p, sql`(SELECT id FROM claimed)`, sql`(SELECT t FROM clock)`)} AS next_due_ms,
            (SELECT count(*) FROM new_attempts) + (SELECT count(*) FROM ended_attempts)
              + (SELECT count(*) FROM started_runs) AS effects
       FROM claimed c`);

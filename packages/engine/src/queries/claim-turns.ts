@@ -9,6 +9,8 @@ export interface ClaimTurnsParams {
   readonly limit: number;
   /** Lease of one turn, ms. */
   readonly leaseMs: number;
+  /** Whether the worker keeps workflow instances (`workflowCacheSize` > 0): only then is `history_news` read. */
+  readonly keepsInstances: boolean;
 }
 
 /** A workflow run whose next turn this worker now owns. */
@@ -73,7 +75,8 @@ export async function claimTurns(
     WITH clock AS MATERIALIZED (SELECT ${n.now} AS t),
     picked AS (
       SELECT r.id, r.turn_token AS prev_token, (SELECT t FROM clock) AS t,
-             r.turn_worker_id IS NOT DISTINCT FROM ${p.workerId} AS ran_last_turn, r.xmin::text AS locked_xmin
+             ${p.keepsInstances}::boolean AND r.turn_worker_id IS NOT DISTINCT FROM ${p.workerId} AS ran_last_turn,
+             r.xmin::text AS locked_xmin
         FROM ${n.runs} r
        WHERE r.kind = 'workflow' AND r.queue IN ${p.queues} AND r.name IN ${p.workflowNames}
          AND r.status IN ('pending', 'running')

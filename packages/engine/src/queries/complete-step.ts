@@ -30,6 +30,8 @@ export interface EagerTurns {
   readonly queues: readonly string[];
   readonly limit: number;
   readonly leaseMs: number;
+  /** Whether the worker keeps workflow instances: only then does an eager turn carry the run's news. */
+  readonly keepsInstances: boolean;
 }
 
 /** The answer of a batch: one row per attempt, and the turns it claimed for the worker. */
@@ -38,7 +40,14 @@ export interface CompletedBatch {
   readonly eagerTurns: ClaimedTurnRow[];
 }
 
-const NO_EAGER_TURNS: EagerTurns = { workerId: '', workflowNames: [], queues: [], limit: 0, leaseMs: 0 };
+const NO_EAGER_TURNS: EagerTurns = {
+  workerId: '',
+  workflowNames: [],
+  queues: [],
+  limit: 0,
+  leaseMs: 0,
+  keepsInstances: false,
+};
 
 /**
  * Record the results of a batch of attempts (invariant 4; I3, I7) in one statement that fences every row on its
@@ -88,7 +97,8 @@ export async function completeSteps(
     -- holds, as many as it can start now, judged on each run's newest version (locked in run_lock).
     eager_pick AS MATERIALIZED (
       SELECT rl.id, rl.turn_token AS prev_token,
-             rl.turn_worker_id IS NOT DISTINCT FROM ${eager.workerId} AS ran_last_turn, rl.locked_xmin
+             ${eager.keepsInstances}::boolean AND rl.turn_worker_id IS NOT DISTINCT FROM ${eager.workerId} AS ran_last_turn,
+             rl.locked_xmin
         FROM run_lock rl
        WHERE rl.id IN (SELECT run_id FROM applied) AND rl.kind = 'workflow' AND rl.status IN ('pending', 'running')
          AND rl.name IN (SELECT jsonb_array_elements_text(${JSON.stringify(eager.workflowNames)}::jsonb))

@@ -5,15 +5,17 @@ import type { SchemaNames } from './schema-names.js';
 /**
  * An expression: ms (DB clock) until the next step on these queues becomes claimable (a retry's backoff, a
  * delayed start, or a lease that will expire), ≤ 0 when one is due now, null when none is pending; steps whose
- * ids `exclude` (a subquery) lists are left out. Uses `steps_claimable_idx`; no locks. The claim statement
- * selects it too, leaving out what it claimed.
+ * ids `exclude` (a subquery) lists are left out; measured from `now` (default: a fresh clock read). Uses
+ * `steps_claimable_idx`; no locks. The claim statement selects it too, leaving out what it claimed, from its own
+ * clock.
  */
 export function nextDueMsSql(
   n: SchemaNames,
   p: { queues: readonly string[]; activityNames: readonly string[] },
   exclude?: SQL,
+  now: SQL = n.now,
 ): SQL {
-  return sql`(SELECT (extract(epoch FROM (min(x.next_run_at) - ${n.now})) * 1000)::float8
+  return sql`(SELECT (extract(epoch FROM (min(x.next_run_at) - ${now})) * 1000)::float8
       FROM ${n.steps} x
      WHERE x.queue IN ${p.queues} AND x.status IN ('scheduled', 'running') AND x.name IN ${p.activityNames}
        AND x.kind = 'activity' AND x.next_run_at IS NOT NULL${exclude ? sql` AND x.id NOT IN ${exclude}` : sql``})`;

@@ -20,7 +20,9 @@ export async function retryRun(db: Database, n: SchemaNames, runId: string): Pro
       UPDATE ${n.runs} SET status = 'pending', error = NULL, output = NULL, finished_at = NULL,
                            cancel_requested_at = NULL, cancel_reason = NULL,
                            turn_next_run_at = CASE WHEN kind = 'workflow' THEN ${n.now} END,
-                           turn_lease_expires_at = NULL, wake_count = wake_count + 1
+                           turn_lease_expires_at = NULL, wake_count = wake_count + 1,
+                           -- The history is rewritten: no worker's kept workflow instance may be continued.
+                           turn_worker_id = NULL
        WHERE id = ${runId}::uuid AND status IN ('failed', 'cancelled')
       RETURNING id, kind, queue),
     -- Then the run's steps, by id (invariant 14: the run row first, then its steps by id). The aggregate makes

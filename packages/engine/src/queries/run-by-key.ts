@@ -39,6 +39,13 @@ export interface RunInsertOutcome {
  * names the run its lead names, as a second call with the key would.
  */
 export function runItemsCte(items: readonly RunItem[]): SQL {
+  // One run (every `start` and `enqueue`): plain parameters, no array to unpack, number and sort.
+  const [only] = items;
+  if (items.length === 1 && only) {
+    return sql`inp AS MATERIALIZED (
+    SELECT ${only.runId}::uuid AS run_id, ${only.inputJson}::jsonb AS input, ${only.idempotencyKey}::text AS idempotency_key,
+           1 AS ord, 1 AS lead)`;
+  }
   // Built as text: each input is already JSON (checkPayload), so it is not parsed and serialized again.
   const rows = `[${items
     .map(

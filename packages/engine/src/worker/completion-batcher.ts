@@ -13,12 +13,13 @@ interface Pending {
 }
 
 /**
- * Where eager turns go: `reserve()` sets aside the turn slots free now (undefined: none, or no workflows), and
+ * Where eager turns go: `reserve(most)` sets aside up to `most` of the turn slots free now (one per completion of
+ * the batch at most; undefined: none, or no workflows), and
  * `adopt()` starts the turns the statement claimed with them and frees the rest — called once per reservation,
  * whether the statement succeeded or not.
  */
 export interface EagerTurnHost {
-  reserve(): EagerTurns | undefined;
+  reserve(most: number): EagerTurns | undefined;
   adopt(reserved: EagerTurns, claimed: readonly ClaimedTurnRow[]): void;
 }
 
@@ -93,7 +94,7 @@ export class CompletionBatcher {
     try {
       const beforeSend = faultHooks['completion:before-send'];
       if (beforeSend) await beforeSend(batch.map((p) => attemptRefOf(p.params)));
-      const eager = this.turns?.reserve();
+      const eager = this.turns?.reserve(batch.length);
       let answer;
       try {
         answer = await completeSteps(
@@ -106,10 +107,10 @@ export class CompletionBatcher {
         // Whatever the statement claimed starts now; the rest of the reservation goes back.
         if (eager) this.turns?.adopt(eager, answer?.eagerTurns ?? []);
       }
-      const answered = answer.rows;
-      rows = answered;
+      rows = answer.rows;
       const afterCommit = faultHooks['completion:after-commit'];
       if (afterCommit) {
+        const answered = rows;
         await afterCommit(
           batch.map((p, k) => {
             const row = answered.find((r) => Number(r.ord) === k + 1);

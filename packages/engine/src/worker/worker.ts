@@ -77,7 +77,7 @@ export class Worker {
     const defaultId = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
     this.options = resolveWorkerOptions(options, defaultId);
     this.completions = new CompletionBatcher(host.db, host.names, {
-      reserve: () => this.turns?.reserve(),
+      reserve: (most) => this.turns?.reserve(most),
       adopt: (reserved, claimed) => this.turns?.adopt(reserved, claimed),
     });
   }
@@ -135,7 +135,7 @@ export class Worker {
           turnLeaseMs: this.options.turnLeaseMs,
           pollIntervalMs: this.options.pollIntervalMs,
           dispatch: {
-            reserve: () => this.reserveDispatch(),
+            reserve: (most) => this.reserveDispatch(most),
             adopt: (reserved, granted, sentAt) => this.adoptDispatch(reserved, granted, sentAt),
           },
         },
@@ -306,19 +306,19 @@ export class Worker {
   }
 
   /**
-   * Eager dispatch: set aside the activity slots free now for a turn's commit, which may grant this worker the
+   * Eager dispatch: set aside up to `most` of the activity slots free now for a turn's commit, which may grant this worker the
    * steps it schedules ({@link EagerDispatchHost}); undefined when none is free or the worker is stopping.
    */
-  private reserveDispatch(): EagerDispatch | undefined {
+  private reserveDispatch(most: number): EagerDispatch | undefined {
     if (this.state !== 'running' || this.options.activities.size === 0) return undefined;
-    const free = this.freeSlots();
-    if (free <= 0) return undefined;
-    this.reservedSlots += free;
+    const limit = Math.min(most, this.freeSlots());
+    if (limit <= 0) return undefined;
+    this.reservedSlots += limit;
     return {
       workerId: this.workerId,
       activityNames: [...this.options.activities.keys()],
       queues: this.options.queues,
-      limit: free,
+      limit,
     };
   }
 

@@ -74,13 +74,6 @@ describe('InstanceCache', () => {
     expect(cache.take('a')).toBeUndefined();
   });
 
-  it('keeps the entry of the later turn when two turns of a run finish out of order', () => {
-    const cache = new InstanceCache(10);
-    cache.put('a', kept(5));
-    cache.put('a', kept(4));
-    expect(cache.take('a')?.turnEpoch).toBe(5);
-  });
-
   it('forgets everything on clear()', () => {
     const cache = new InstanceCache(10);
     cache.put('a', kept(1));

@@ -57,13 +57,12 @@ export class InstanceCache {
   }
 
   /**
-   * Keep `kept` for `runId` as the most recently used, dropping the least recently used beyond capacity. An entry
-   * from a later turn of the run already kept wins (two of its turns may finish out of order on one worker).
+   * Keep `kept` for `runId` as the most recently used, dropping the least recently used beyond capacity. (An entry
+   * is taken out when its run's turn is claimed, and only a turn whose fenced commit succeeded puts one back, so
+   * two turns of one run never compete here.)
    */
   put(runId: string, kept: KeptInstance): void {
     if (this.capacity === 0) return;
-    const current = this.entries.get(runId);
-    if (current && current.turnEpoch > kept.turnEpoch) return;
     this.entries.delete(runId);
     this.entries.set(runId, kept);
     while (this.entries.size > this.capacity) {

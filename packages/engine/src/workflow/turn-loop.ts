@@ -34,12 +34,13 @@ export interface TurnLoopOptions {
 }
 
 /**
- * Where eager dispatch goes: `reserve()` sets aside the activity slots free now (undefined: none), `adopt()` starts
+ * Where eager dispatch goes: `reserve(most)` sets aside up to `most` of the activity slots free now (as many as
+ * the turn schedules; undefined: none), `adopt()` starts
  * the steps a committed turn granted with them (`sentAtMs`: monotonic time before the commit was sent, for the
  * local lease deadline) and frees the rest — called once per reservation, with no steps when the commit failed.
  */
 export interface EagerDispatchHost {
-  reserve(): EagerDispatch | undefined;
+  reserve(most: number): EagerDispatch | undefined;
   adopt(reserved: EagerDispatch, granted: readonly ClaimedStepRow[], sentAtMs: number): void;
 }
 
@@ -99,6 +100,7 @@ export class TurnLoop {
             workflowNames,
             limit: free,
             leaseMs: this.options.turnLeaseMs,
+            keepsInstances: this.options.workflowCacheSize > 0,
           });
           failures = 0;
           for (const row of rows) this.start(row, 'claimed');
@@ -122,21 +124,22 @@ export class TurnLoop {
   }
 
   /**
-   * Set aside the turn slots free now for a completion statement, which may claim the turns it wakes for this
+   * Set aside up to `most` of the turn slots free now for a completion statement, which may claim the turns it wakes for this
    * worker (eager turns: the statement is an ordinary fenced grant, as {@link claimTurns}'s). Undefined when no
    * slot is free or the loop is stopping. Every reservation must be given back through {@link adopt}.
    */
-  reserve(): EagerTurns | undefined {
+  reserve(most: number): EagerTurns | undefined {
     if (this.state !== 'running') return undefined;
-    const free = this.options.concurrency - this.running.size - this.reserved;
-    if (free <= 0) return undefined;
-    this.reserved += free;
+    const limit = Math.min(most, this.options.concurrency - this.running.size - this.reserved);
+    if (limit <= 0) return undefined;
+    this.reserved += limit;
     return {
       workerId: this.options.workerId,
       workflowNames: [...this.options.workflows.keys()],
       queues: this.options.queues,
-      limit: free,
+      limit,
       leaseMs: this.options.turnLeaseMs,
+      keepsInstances: this.options.workflowCacheSize > 0,
     };
   }
 
@@ -217,8 +220,9 @@ export class TurnLoop {
     const beforeCommit = faultHooks['turn:before-commit'];
     if (beforeCommit) await beforeCommit(turnFaultOf(row, grant));
     // Eager dispatch only for a turn that schedules activities (a reservation holds slots until the commit ends).
-    const dispatch = result.newSteps.some((s) => s.kind === 'activity') ? this.options.dispatch : undefined;
-    let reserved = dispatch?.reserve();
+    const scheduled = result.newSteps.filter((s) => s.kind === 'activity' && !s.cancelled).length;
+    const dispatch = scheduled > 0 ? this.options.dispatch : undefined;
+    let reserved = dispatch?.reserve(scheduled);
     let granted: readonly ClaimedStepRow[] = [];
     const sentAtMs = monotonicNow();
     try {

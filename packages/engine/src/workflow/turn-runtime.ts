@@ -297,7 +297,13 @@ class Replay implements WorkflowInstance {
     history: readonly HistoryStepRow[],
   ) {
     this.workflowName = workflow.name;
-    this.known = new Map(history.map((h) => [h.seq, { kind: h.kind, name: h.name, output: h.output }]));
+    // Only recorded values are read back (ctx.now/random/uuid); an activity's output is not kept in a parked instance.
+    this.known = new Map(
+      history.map((h) => [
+        h.seq,
+        { kind: h.kind, name: h.name, output: h.kind === 'value' ? h.output : null },
+      ]),
+    );
     this.ctx = this.makeContext();
   }
 
@@ -382,7 +388,14 @@ class Replay implements WorkflowInstance {
 
   private open(turn: TurnParams): void {
     this.busy = true;
-    this.turn = turn;
+    // The turn's parameters only: a full replay's `TurnInput` also carries the whole history and the input, which
+    // a parked instance must not keep alive.
+    this.turn = {
+      info: turn.info,
+      priority: turn.priority,
+      nowMs: turn.nowMs,
+      cancelRequested: turn.cancelRequested,
+    };
     this.newSteps = [];
     this.deliveries = [];
     this.nonDurable = undefined;
