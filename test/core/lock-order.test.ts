@@ -3,6 +3,9 @@
  *
  * - A sibling's claim held open at COMMIT while the run's final turn commits: the run's end waits for it and
  *   then cancels the step the claim took, and the claim's holder is refused and signalled at its next heartbeat.
+ * - A cancel that waited for the run row while a turn's commit held it and added a step: the cancel locks that
+ *   step by id with the others, in a statement begun once the run row is held, so a heartbeat locking the same
+ *   steps by id waits behind it instead of closing a cycle.
  * - A minute of heartbeats, claims, completions, fenced writes, rejections, cancels, retries and run endings on
  *   the same runs, from three workers: not one deadlock (pg_stat_database), and every cancel applied.
  *
@@ -89,6 +92,116 @@ describe('one lock order on postgres', () => {
       setFaultHook('claim:before-commit', undefined);
       releaseClaim.open();
     }
+  });
+
+  it('locks in id order, with the rest, the steps a turn added while a cancel waited for the run row', async () => {
+    const engine = await target.engine();
+    const admin = target.sql();
+    const schema = engine.schema;
+    const waits = defineActivity({
+      name: 'waits',
+      input: z.object({}),
+      output: z.object({}),
+      run: () => Promise.resolve({}),
+    });
+    const oneStep = defineWorkflow({
+      name: 'one-step',
+      input: z.object({}),
+      output: z.object({}),
+      async run(_input, ctx) {
+        await ctx.run(waits, {});
+        return {};
+      },
+    });
+    // A turn worker only: the activity stays scheduled, nobody claims it.
+    const turns = engine.worker({ workflows: [oneStep], pollIntervalMs: 20 });
+    await turns.start();
+    const handle = await engine.client.start(oneStep, {});
+    const [old] = await until('the first turn to schedule its step', async () => {
+      const rows = await admin<{ id: string; seq: number }[]>`
+        SELECT id::text, seq FROM ${admin(schema)}.steps WHERE run_id = ${handle.runId}`;
+      return rows.length === 1 ? rows : undefined;
+    });
+    await turns.stop();
+    const newId = '00000000-0000-4000-8000-000000000000'; // sorts before every random (v4) id
+    const columns = (
+      await admin<{ name: string }[]>`
+        SELECT column_name AS name FROM information_schema.columns
+         WHERE table_schema = ${schema} AND table_name = 'steps'
+           AND column_name NOT IN ('id', 'seq', 'fencing_scope')`
+    ).map((r) => `"${r.name}"`);
+
+    /**
+     * A transaction on a connection of its own: `first` runs at once, `then` once `go()` is called, and it
+     * commits after that. `pid` is its backend.
+     */
+    const hold = (
+      first: (tx: postgres.TransactionSql) => Promise<unknown>,
+      then: (tx: postgres.TransactionSql) => Promise<unknown> = () => Promise.resolve(),
+    ) => {
+      const pid = gate<number>();
+      const go = gate();
+      const done = admin.begin(async (tx) => {
+        const [row] = await tx<{ pid: number }[]>`SELECT pg_backend_pid() AS pid`;
+        pid.open(row!.pid);
+        await first(tx);
+        await go.promise;
+        await then(tx);
+      });
+      return { pid: pid.promise, go: () => go.open(), done };
+    };
+    /** A backend that waits for a lock `blocker` holds. */
+    const blockedBy = (what: string, blocker: number) =>
+      until(what, async () => {
+        const [row] = await admin<{ pid: number }[]>`
+          SELECT pid FROM pg_stat_activity
+           WHERE datname = current_database() AND ${blocker} = ANY(pg_blocking_pids(pid))`;
+        return row;
+      });
+
+    // C holds the old step. A holds the run row, as a turn's commit does, and then adds a step to the run.
+    const c = hold((tx) => tx`SELECT 1 FROM ${tx(schema)}.steps WHERE id = ${old!.id} FOR NO KEY UPDATE`);
+    const cPid = await c.pid;
+    const a = hold(
+      (tx) => tx`SELECT 1 FROM ${tx(schema)}.runs WHERE id = ${handle.runId} FOR NO KEY UPDATE`,
+      (tx) =>
+        tx.unsafe(
+          `INSERT INTO "${schema}".steps (id, seq, fencing_scope, ${columns.join(', ')})
+           SELECT $1::uuid, seq + 1, fencing_scope || '+', ${columns.join(', ')}
+             FROM "${schema}".steps WHERE id = $2::uuid`,
+          [newId, old!.id],
+        ),
+    );
+    const aPid = await a.pid;
+    const cancelled = handle.cancel('lock order');
+    await blockedBy('the cancel to wait for the run row', aPid);
+    a.go();
+    await a.done;
+    // The cancel now waits for the old step, which C holds.
+    await blockedBy('the cancel to wait for the old step', cPid);
+    // B locks both steps by id, as a heartbeat does: the new one first.
+    const b = hold(
+      (tx) =>
+        tx`SELECT 1 FROM ${tx(schema)}.steps WHERE id IN (${newId}, ${old!.id}) ORDER BY id FOR NO KEY UPDATE`,
+    );
+    const bPid = await b.pid;
+    await until('B to wait for a lock', async () => {
+      const [row] = await admin<{ n: number }[]>`SELECT cardinality(pg_blocking_pids(${bPid}))::int AS n`;
+      return row && row.n > 0 ? true : undefined;
+    });
+    b.go();
+    c.go();
+    await c.done;
+
+    // No lock cycle: B is not aborted as a deadlock victim, and the cancel ended both steps.
+    await expect(b.done).resolves.toBeUndefined();
+    await expect(cancelled).resolves.toBe('running');
+    const steps = await admin<{ id: string; status: string }[]>`
+      SELECT id::text, status FROM ${admin(schema)}.steps WHERE run_id = ${handle.runId} ORDER BY id`;
+    expect(steps).toEqual([
+      { id: newId, status: 'cancelled' },
+      { id: old!.id, status: 'cancelled' },
+    ]);
   });
 
   it('runs a minute of claims, heartbeats, completions, rejections, cancels, retries and run endings without a deadlock', async () => {

@@ -3,11 +3,12 @@ import type { Database } from '../db/database.js';
 import type { SchemaNames } from './schema-names.js';
 
 /**
- * Cancel a run, in one transaction. First lock the run row (`FOR NO KEY UPDATE`) and then its live steps by id —
- * the one lock order of invariant 14, so a cancel never deadlocks with a completion, a rejection or a turn; and
- * since claims skip locked rows, no claim slips in between what the next statement reads and what it writes (a
- * claim that committed first is seen as running). Then mark the run `cancel_requested_at` and end every live step
- * `cancelled` at once — scheduled and running alike (DESIGN.md §4: running → cancelled, the owner learns at its
+ * Cancel a run, in one transaction. First lock the run row (`FOR NO KEY UPDATE`); then, in the next statement,
+ * lock its live steps by id — the one lock order of invariant 14, so a cancel never deadlocks with a completion,
+ * a heartbeat, a rejection or a turn; since claims skip locked rows, no claim slips in between what that
+ * statement reads and what it writes (a claim that committed first is seen as running). The same statement marks
+ * the run `cancel_requested_at` and ends every live step `cancelled` at once — scheduled and running alike
+ * (DESIGN.md §4: running → cancelled, the owner learns at its
  * next heartbeat). A running step's attempt row ends `cancelled`; its holder's next heartbeat, completion,
  * failure or fenced write is refused with `LeaseLostError` (reason `cancelled`) and its signal fires with reason
  * `cancelled` (invariant 12). The step keeps its lease expiry, so a retry of the run does not grant the step again
@@ -23,15 +24,11 @@ export async function requestCancel(
   // Not a run id at all: no such run (as in readRun), rather than a uuid cast error from the database.
   if (!/^[0-9a-f-]{36}$/i.test(p.runId)) return undefined;
   return db.transaction(async (tx) => {
+    // The run row alone: a statement that waited for it reads with the snapshot it began with, so steps that the
+    // holder (a turn's commit) added meanwhile would be missed here and first locked by the next statement, out
+    // of order. They are locked below, by a statement that begins once the run row is held.
     const runs = await tx.rows<{ kind: string; status: string; queue: string }>(sql`
-      WITH run AS MATERIALIZED (
-        SELECT id, kind, status, queue FROM ${n.runs} WHERE id = ${p.runId}::uuid FOR NO KEY UPDATE),
-      live AS (
-        SELECT count(*) AS n FROM (
-          SELECT s.id FROM ${n.steps} s
-           WHERE s.run_id IN (SELECT id FROM run) AND s.status IN ('scheduled', 'running')
-           ORDER BY s.id FOR NO KEY UPDATE OF s) x)
-      SELECT kind, status, queue, (SELECT n FROM live) AS live FROM run`);
+      SELECT kind, status, queue FROM ${n.runs} WHERE id = ${p.runId}::uuid FOR NO KEY UPDATE`);
     const run = runs[0];
     if (!run) return undefined;
     if (!['pending', 'running'].includes(run.status)) return run.status;
@@ -47,9 +44,12 @@ export async function requestCancel(
                              turn_next_run_at = CASE WHEN kind = 'workflow' THEN ${n.now} ELSE turn_next_run_at END,
                              wake_count = wake_count + 1
          WHERE id = ${p.runId}::uuid RETURNING id),
-      live AS (
+      -- Every live step, locked by id (invariant 14) before any is changed; a lock that waited returns the
+      -- version committed meanwhile, so a claim that committed first is seen as running.
+      live AS MATERIALIZED (
         SELECT id, status FROM ${n.steps}
-         WHERE run_id = ${p.runId}::uuid AND status IN ('scheduled', 'running') AND retired_at IS NULL),
+         WHERE run_id = ${p.runId}::uuid AND status IN ('scheduled', 'running') AND retired_at IS NULL
+         ORDER BY id FOR NO KEY UPDATE),
       dropped AS (
         UPDATE ${n.steps} s SET status = 'cancelled', cancel_requested_at = ${n.now}, finished_at = ${n.now},
                                 next_run_at = NULL, error = ${error}::jsonb
