@@ -53,9 +53,11 @@ export interface ClaimedStepRow {
  * (taken under the row lock, so grants of one step increase in commit order), a fresh nonce, attempt + 1,
  * epoch + 1, an attempt deadline (start-to-close) and a lease from the DB clock capped by that deadline.
  * The same statement inserts the `attempts` row (with the lease it granted, and the token a reclaim took over:
- * `attempt:claimed` is read off this row, not stored — see the `run_events` view; `claimed_at` is read after the
- * row lock, so it never precedes the end recorded for the attempt it took over), ends a reclaimed
- * attempt's row as `lease_expired` or `timed_out`, and marks a standalone run `running`. It never waits for a lock (SKIP LOCKED
+ * `attempt:claimed` is read off this row, not stored — see the `run_events` view), ends a reclaimed attempt's
+ * row as `lease_expired` or `timed_out`, and marks a standalone run `running`. The grant's clock is read once the
+ * picked rows are locked; the lease, the attempt deadline and `claimed_at` all start there, so a recorded claim
+ * never precedes the end recorded for the attempt it took over, and an attempt records exactly the lease it was
+ * granted. It never waits for a lock (SKIP LOCKED
  * on steps and on the runs it marks), so it can take part in no deadlock (invariant 14).
  */
 export async function claimSteps(
@@ -70,7 +72,7 @@ export async function claimSteps(
     picked AS (
       SELECT s.id, s.status AS prev_status, s.fencing_token AS prev_token, s.lease_expires_at AS prev_lease_expires_at,
              s.attempt_deadline_at AS prev_deadline_at, s.attempt AS prev_attempt,
-             s.run_id, s.started_at IS NULL AS first_claim, (SELECT t FROM clock) AS t,
+             s.run_id, s.started_at IS NULL AS first_claim,
              CASE WHEN s.attempt + 1 >= ${maxAttempts} THEN 0
                   ELSE ${n.retryDelayMs}(s.retry_policy, s.attempt + 1) END AS reclaim_delay_ms
         FROM ${n.steps} s
@@ -91,6 +93,10 @@ export async function claimSteps(
       SELECT r.id FROM ${n.runs} r
        WHERE r.id IN (SELECT id FROM pending_runs) AND r.status = 'pending'
          FOR NO KEY UPDATE OF r SKIP LOCKED),
+    -- The clock the grant is made at, read once the picked rows are locked: the lease, the attempt deadline and
+    -- the attempt's claimed_at all start here, so the lease an attempt records (claimed_at to granted_until) is
+    -- the lease it was granted, and a claim is never recorded before the end of an attempt it took over.
+    grant_clock AS MATERIALIZED (SELECT ${n.now} AS t FROM (SELECT count(*) FROM picked) locked),
     claimed AS (
       UPDATE ${n.steps} s
          SET status = 'running',
@@ -100,23 +106,23 @@ export async function claimSteps(
              nonce = gen_random_uuid(),
              claim_request_id = ${p.claimRequestId}::uuid,
              worker_id = ${p.workerId},
-             attempt_deadline_at = p.t + ${msInterval(sql`s.start_to_close_timeout_ms`)},
-             lease_expires_at = p.t + ${msInterval(sql`least(s.lease_ms, s.start_to_close_timeout_ms)`)},
+             attempt_deadline_at = (SELECT t FROM grant_clock) + ${msInterval(sql`s.start_to_close_timeout_ms`)},
+             lease_expires_at = (SELECT t FROM grant_clock) + ${msInterval(sql`least(s.lease_ms, s.start_to_close_timeout_ms)`)},
              reclaim_delay_ms = p.reclaim_delay_ms,
-             next_run_at = p.t + ${msInterval(sql`least(s.lease_ms, s.start_to_close_timeout_ms) + p.reclaim_delay_ms`)},
-             started_at = coalesce(s.started_at, p.t),
+             next_run_at = (SELECT t FROM grant_clock) + ${msInterval(sql`least(s.lease_ms, s.start_to_close_timeout_ms) + p.reclaim_delay_ms`)},
+             started_at = coalesce(s.started_at, (SELECT t FROM grant_clock)),
              last_heartbeat_at = NULL
         FROM picked p
        WHERE s.id = p.id
          AND (p.run_id NOT IN (SELECT id FROM pending_runs) OR p.run_id IN (SELECT id FROM run_locks))
-         AND (s.status = 'scheduled' OR (s.status = 'running' AND s.lease_expires_at <= ${n.now}))
+         AND (s.status = 'scheduled' OR (s.status = 'running' AND s.lease_expires_at <= (SELECT t FROM grant_clock)))
       RETURNING s.id, s.run_id, s.seq, s.name, s.queue, s.input, s.attempt, s.epoch, s.fencing_token, s.nonce,
                 s.lease_ms, s.start_to_close_timeout_ms, s.retry_policy, s.heartbeat_details, s.lease_expires_at,
                 s.fencing_scope, p.prev_status, p.prev_token, p.prev_lease_expires_at, p.prev_deadline_at),
     new_attempts AS (
       INSERT INTO ${n.attempts} (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
                                  reclaimed_from_token, granted_until)
-      SELECT c.run_id, c.id, 'activity', c.attempt, c.epoch, c.fencing_token, c.nonce, ${p.workerId}, ${n.now},
+      SELECT c.run_id, c.id, 'activity', c.attempt, c.epoch, c.fencing_token, c.nonce, ${p.workerId}, (SELECT t FROM grant_clock),
              CASE WHEN c.prev_status = 'running' THEN c.prev_token END, c.lease_expires_at
         FROM claimed c
       RETURNING 1),
@@ -128,7 +134,7 @@ export async function claimSteps(
        WHERE c.prev_status = 'running' AND a.fencing_token = c.prev_token AND a.outcome IS NULL
       RETURNING 1),
     started_runs AS (
-      UPDATE ${n.runs} r SET status = 'running', started_at = coalesce(r.started_at, ${n.now})
+      UPDATE ${n.runs} r SET status = 'running', started_at = coalesce(r.started_at, (SELECT t FROM grant_clock))
        WHERE r.id IN (SELECT run_id FROM claimed) AND r.id IN (SELECT id FROM run_locks)
       RETURNING 1)
     SELECT c.id::text, c.run_id::text, c.seq, c.name, c.queue, c.input, c.attempt, c.epoch, c.fencing_token::text AS token,

@@ -74,7 +74,7 @@ export async function claimTurns(
   return db.rows<ClaimedTurnRow>(sql`
     WITH clock AS MATERIALIZED (SELECT ${n.now} AS t),
     picked AS (
-      SELECT r.id, r.turn_token AS prev_token, (SELECT t FROM clock) AS t,
+      SELECT r.id, r.turn_token AS prev_token,
              ${p.keepsInstances}::boolean AND r.turn_worker_id IS NOT DISTINCT FROM ${p.workerId} AS ran_last_turn,
              r.xmin::text AS locked_xmin
         FROM ${n.runs} r
@@ -85,24 +85,27 @@ export async function claimTurns(
        ORDER BY r.priority DESC, r.turn_next_run_at
        LIMIT ${p.limit}
        FOR NO KEY UPDATE OF r SKIP LOCKED),
+    -- The grant's clock, read once the picked rows are locked (see claimSteps): the turn lease and the attempt's
+    -- claimed_at start there, and the attempt it took over ends there.
+    grant_clock AS MATERIALIZED (SELECT ${n.now} AS t FROM (SELECT count(*) FROM picked) locked),
     claimed AS (
       UPDATE ${n.runs} r
          SET turn_token = ${n.nextToken}, turn_nonce = gen_random_uuid(), turn_epoch = r.turn_epoch + 1,
              turn_attempt = r.turn_attempt + 1, turn_worker_id = ${p.workerId},
-             turn_lease_expires_at = p.t + ${msInterval(sql`${p.leaseMs}::int`)},
-             status = 'running', started_at = coalesce(r.started_at, p.t)
+             turn_lease_expires_at = (SELECT t FROM grant_clock) + ${msInterval(sql`${p.leaseMs}::int`)},
+             status = 'running', started_at = coalesce(r.started_at, (SELECT t FROM grant_clock))
         FROM picked p
-       WHERE r.id = p.id AND (r.turn_lease_expires_at IS NULL OR r.turn_lease_expires_at <= ${n.now})
+       WHERE r.id = p.id AND (r.turn_lease_expires_at IS NULL OR r.turn_lease_expires_at <= (SELECT t FROM grant_clock))
       RETURNING r.id, r.name, r.queue, r.priority, r.input, r.turn_attempt, r.turn_epoch, r.turn_token, r.turn_nonce,
-                r.wake_count, r.cancel_requested_at, r.cancel_reason, r.turn_lease_expires_at, p.prev_token, p.t,
+                r.wake_count, r.cancel_requested_at, r.cancel_reason, r.turn_lease_expires_at, p.prev_token, (SELECT t FROM grant_clock) AS t,
                 p.ran_last_turn AND p.locked_xmin = (SELECT s.xmin::text FROM ${n.runs} s WHERE s.id = p.id) AS sticky),
     ended_turns AS (
-      UPDATE ${n.attempts} a SET outcome = 'lease_expired', ended_at = ${n.now}
+      UPDATE ${n.attempts} a SET outcome = 'lease_expired', ended_at = (SELECT t FROM grant_clock)
         FROM claimed c WHERE a.fencing_token = c.prev_token AND a.outcome IS NULL
       RETURNING 1),
     new_attempts AS (
       INSERT INTO ${n.attempts} (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at)
-      SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, ${p.workerId}, ${n.now} FROM claimed
+      SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, ${p.workerId}, (SELECT t FROM grant_clock) FROM claimed
       RETURNING 1)
     SELECT c.id::text, c.name, c.queue, c.priority, c.input, c.turn_attempt, c.turn_epoch, c.turn_token::text AS token,
            c.turn_nonce::text AS nonce, c.wake_count, c.cancel_requested_at IS NOT NULL AS cancel_requested,
