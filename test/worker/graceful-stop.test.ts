@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { AttemptAbortedError, defineActivity, type ActivityContext } from '@palisade/sdk';
-import { advanceClock } from '@palisade/engine/testing';
+import { advanceClock, setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
 import {
   aborted,
@@ -100,6 +100,60 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect((await attemptsOf(engine, first.runId)).map((a) => a.outcome)).toEqual(['completed']);
       expect(await stepOf(engine, second.runId)).toMatchObject({ status: 'scheduled', attempt: 0, epoch: 0 });
       expect(await attemptsOf(engine, second.runId)).toEqual([]);
+    });
+
+    it('releases unstarted, uncharged, what a claim in flight when stop() began returns', async () => {
+      const ran: number[] = [];
+      const job = defineActivity({
+        name: 'job',
+        input: z.object({ n: z.number() }),
+        output: z.object({ n: z.number() }),
+        run(input) {
+          ran.push(input.n);
+          return Promise.resolve(input);
+        },
+      });
+      const engine = await target.engine();
+      const claimHeld = gate();
+      const releaseClaim = gate();
+      setFaultHook('claim:before-commit', async () => {
+        claimHeld.open();
+        await releaseClaim.promise;
+      });
+      try {
+        const worker = engine.worker({ activities: [job], pollIntervalMs: 20, workerId: 'stopping' });
+        const events: string[] = [];
+        worker.events.on('attempt:started', () => events.push('started'));
+        worker.events.on('attempt:released', ({ why }) => events.push(`released:${why}`));
+        await worker.start();
+        const handle = await engine.client.enqueue(job, { n: 1 });
+        await claimHeld.promise; // the claim has taken the step and not yet committed
+
+        const stopped = worker.stop({ graceMs: 10_000 });
+        setFaultHook('claim:before-commit', undefined);
+        releaseClaim.open();
+        await stopped;
+
+        expect(ran).toEqual([]);
+        expect(events).toEqual(['released:shutdown']);
+        expect(await stepOf(engine, handle.runId)).toMatchObject({
+          status: 'scheduled',
+          attempt: 0,
+          epoch: 1,
+        });
+        expect((await attemptsOf(engine, handle.runId)).map((a) => [a.worker_id, a.outcome])).toEqual([
+          ['stopping', 'released'],
+        ]);
+
+        const next = engine.worker({ activities: [job], pollIntervalMs: 20, workerId: 'next' });
+        await next.start();
+        await expect(handle.result({ timeoutMs: 10_000 })).resolves.toEqual({ n: 1 });
+        await next.stop();
+        expect(ran).toEqual([1]);
+      } finally {
+        setFaultHook('claim:before-commit', undefined);
+        releaseClaim.open();
+      }
     });
 
     it('aborts a cooperative attempt with reason shutdown and releases it, so another worker claims it at once', async () => {

@@ -254,7 +254,10 @@ export class Worker {
     return { claimed: rows.length, nextDueMs: rows[0]?.next_due_ms ?? null };
   }
 
-  /** Run claimed steps, each in a slot (or release it unstarted when its grant arrived too stale: I12). */
+  /**
+   * Run claimed steps, each in a slot; release one unstarted when its grant arrived too stale (I12) or after
+   * stop() began.
+   */
   private startAttempts(rows: readonly ClaimedStepRow[], sentAt: number, grant: 'claimed' | 'eager'): void {
     for (const row of rows) {
       const definition = this.options.activities.get(row.name);
@@ -289,7 +292,15 @@ export class Worker {
         this.options.minGrantFreshness,
         { clockRateError: this.options.clockRateError, safetyMarginMs: timing.safetyMarginMs },
       );
-      const execution = (fresh ? attempt.execute() : attempt.releaseUnstarted('stale-grant'))
+      // A grant that arrives once stop() began (a claim or a turn's commit already in flight) is not run: it is
+      // released at once, uncharged, for a worker that is not stopping.
+      const execution = (
+        this.state !== 'running'
+          ? attempt.releaseUnstarted('shutdown')
+          : fresh
+            ? attempt.execute()
+            : attempt.releaseUnstarted('stale-grant')
+      )
         .catch((error: unknown) => {
           this.host.logger.error({ err: error, step: row.id }, 'attempt:crashed');
           this.events.emit('worker:error', { error });
@@ -341,7 +352,8 @@ export class Worker {
   }
 
   /**
-   * Stop: claim nothing more at once, let running attempts finish for `graceMs`, then abort the rest with reason
+   * Stop: claim nothing more at once (what a claim already in flight returns is released unstarted, uncharged),
+   * let running attempts finish for `graceMs`, then abort the rest with reason
    * `shutdown`; an attempt whose activity stops is released (fenced) so another worker can claim it at once,
    * one that ignores the signal keeps its lease until it expires. Then heartbeats stop, LISTEN ends and the
    * reserved connection is returned: no timers, listeners or connections are left behind.
