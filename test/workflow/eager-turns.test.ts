@@ -11,7 +11,8 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineActivity, defineWorkflow } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, turnLog, until } from './workflow-rows.js';
+import { until as poll } from '../worker/helpers.js';
+import { attemptsOf, deferred, turnLog, until } from './workflow-rows.js';
 
 const add = defineActivity({
   name: 'add',
@@ -120,3 +121,86 @@ for (const driver of ['postgres', 'pglite'] as const) {
     });
   });
 }
+
+describe('eager turns when the worker stops, on postgres', () => {
+  const target = useEngineTarget('postgres');
+
+  // PostgreSQL only: the completion statement is held on the run row by another transaction, which PGlite (one
+  // transaction at a time) cannot have.
+  it('hands back, unstarted, a turn that a completion in flight when stop() began claims for it', async () => {
+    const engine = await target.engine();
+    const admin = target.sql();
+    const finish = deferred();
+    const held = defineActivity({
+      name: 'held',
+      input: z.object({}),
+      output: z.object({}),
+      async run() {
+        await finish.promise;
+        return {};
+      },
+    });
+    const once = defineWorkflow({
+      name: 'once',
+      input: z.object({}),
+      output: z.object({ done: z.boolean() }),
+      async run(_input, ctx) {
+        await ctx.run(held, {});
+        return { done: true };
+      },
+    });
+    const first = engine.worker({
+      workflows: [once],
+      activities: [held],
+      pollIntervalMs: 60_000,
+      workerId: 'first',
+    });
+    const turns = turnLog(first);
+    await first.start();
+    const started = new Promise<void>((resolve) => first.events.once('attempt:started', () => resolve()));
+    const handle = await engine.client.start(once, {});
+    await started;
+
+    // Hold the run row, so the completion statement (which claims the woken turn for `first`) waits on it.
+    const pid = deferred<number>();
+    const release = deferred();
+    const holder = admin.begin(async (tx) => {
+      const [row] = await tx<{ pid: number }[]>`
+        SELECT pg_backend_pid() AS pid FROM ${tx(engine.schema)}.runs WHERE id = ${handle.runId} FOR NO KEY UPDATE`;
+      pid.resolve(row!.pid);
+      await release.promise;
+    });
+    const holderPid = await pid.promise;
+    finish.resolve();
+    await poll('the completion to wait for the run row', async () => {
+      const [row] = await admin<{ n: number }[]>`
+        SELECT count(*)::int AS n FROM pg_stat_activity WHERE ${holderPid} = ANY(pg_blocking_pids(pid))`;
+      return row?.n === 1 ? true : undefined;
+    });
+
+    const stopping = first.stop({ graceMs: 10_000 });
+    const committedBeforeStop = turns.length;
+    release.resolve();
+    await holder;
+    await stopping;
+
+    // The completion claimed the next turn for `first` (it was running when the statement was sent), and `first`
+    // handed it back without running it.
+    expect(turns).toHaveLength(committedBeforeStop);
+    const turnAttempts = (await attemptsOf(engine, handle.runId)).filter((a) => a.kind === 'turn');
+    expect(turnAttempts.map((a) => [a.worker_id, a.outcome])).toEqual([
+      ['first', 'completed'],
+      ['first', 'released'],
+    ]);
+
+    const second = engine.worker({
+      workflows: [once],
+      activities: [held],
+      pollIntervalMs: 60_000,
+      workerId: 'second',
+    });
+    await second.start();
+    await expect(handle.result({ timeoutMs: 20_000 })).resolves.toEqual({ done: true });
+    await second.stop();
+  });
+});

@@ -9,7 +9,13 @@ import {
   type ClaimedTurnRow,
 } from '../queries/claim-turns.js';
 import type { ClaimedStepRow } from '../queries/claim-steps.js';
-import { TurnConflict, commitTurn, type EagerDispatch } from '../queries/commit-turn.js';
+import {
+  TurnConflict,
+  commitTurn,
+  releaseTurn,
+  type EagerDispatch,
+  type TurnRef,
+} from '../queries/commit-turn.js';
 import { faultHooks, type TurnFault } from '../internal/fault-points.js';
 import { monotonicNow } from '../worker/lease-clock.js';
 import type { EagerTurns } from '../queries/complete-step.js';
@@ -62,6 +68,8 @@ export class TurnLoop {
   private readonly running = new Set<Promise<void>>();
   /** Turn slots set aside for the completion statement in flight (eager turns: {@link reserve}). */
   private reserved = 0;
+  /** Called when the last reservation is given back, while stop() waits for that. */
+  private reservationsSettled: (() => void) | undefined;
   private state: 'running' | 'stopping' = 'running';
   private readonly wakeSignal = new WakeSignal();
   private readonly done: Promise<void>;
@@ -143,18 +151,48 @@ export class TurnLoop {
     };
   }
 
-  /** Start the turns a completion claimed with `reserved`, and free the slots it did not use. */
+  /**
+   * Start the turns a completion claimed with `reserved`, and free the slots it did not use. Once stop() began,
+   * the turns are handed back instead (released, fenced, uncharged): a stopping worker starts nothing new.
+   */
   adopt(reserved: EagerTurns, claimed: readonly ClaimedTurnRow[]): void {
     this.reserved -= reserved.limit;
-    for (const row of claimed) this.start(row, 'eager');
+    for (const row of claimed) {
+      if (this.state === 'running') this.start(row, 'eager');
+      else this.track(this.handBack(row));
+    }
     if (claimed.length < reserved.limit) this.wakeSignal.notify();
+    if (this.reserved === 0) this.reservationsSettled?.();
+  }
+
+  private async handBack(row: ClaimedTurnRow): Promise<void> {
+    const released = await releaseTurn(this.db, this.names, this.turnRefOf(row));
+    this.logger.info({ runId: row.id, released }, 'turn:released-unstarted');
+  }
+
+  private turnRefOf(row: ClaimedTurnRow): TurnRef {
+    return {
+      runId: row.id,
+      workflowName: row.name,
+      token: BigInt(row.token),
+      nonce: row.nonce,
+      attempt: row.turn_attempt,
+      wakeCount: row.wake_count,
+      cancelRequested: row.cancel_requested,
+      leaseMs: this.options.turnLeaseMs,
+    };
   }
 
   private start(row: ClaimedTurnRow, grant: 'claimed' | 'eager'): void {
-    const execution = this.execute(row, grant)
+    this.track(this.execute(row, grant), row.id);
+  }
+
+  /** Count `work` as running until it settles; log what it throws (a conflict is expected, not an error). */
+  private track(work: Promise<void>, runId?: string): void {
+    const execution = work
       .catch((error: unknown) => {
         if (error instanceof TurnConflict) return;
-        this.logger.warn({ err: error, runId: row.id }, 'turn:failed');
+        this.logger.warn({ err: error, runId }, 'turn:failed');
         this.events.emit('worker:error', { error });
       })
       .finally(() => {
@@ -206,16 +244,7 @@ export class TurnLoop {
         'workflow:nondeterministic-call',
       );
     }
-    const ref = {
-      runId: row.id,
-      workflowName: row.name,
-      token: BigInt(row.token),
-      nonce: row.nonce,
-      attempt: row.turn_attempt,
-      wakeCount: row.wake_count,
-      cancelRequested: row.cancel_requested,
-      leaseMs: this.options.turnLeaseMs,
-    };
+    const ref = this.turnRefOf(row);
     let committed = result;
     const beforeCommit = faultHooks['turn:before-commit'];
     if (beforeCommit) await beforeCommit(turnFaultOf(row, grant));
@@ -279,11 +308,15 @@ export class TurnLoop {
     });
   }
 
-  /** Stop claiming; wait for turns in progress (they are short) to commit; drop the kept instances. */
+  /**
+   * Stop claiming; wait for the completion statements holding reservations (what they claim is handed back) and
+   * for turns in progress (they are short) to commit; drop the kept instances.
+   */
   async stop(): Promise<void> {
     this.state = 'stopping';
     this.wakeSignal.notify();
     await this.done;
+    if (this.reserved > 0) await new Promise<void>((resolve) => (this.reservationsSettled = resolve));
     await Promise.allSettled([...this.running]);
     this.instances.clear();
   }
