@@ -522,7 +522,8 @@ export async function runScenario(
   const dir = await mkdtemp(join(tmpdir(), 'palisade-chaos-'));
   const historyFile = join(dir, `${scenario.name.replace(/[^a-z0-9]+/gi, '-')}.jsonl`);
   await writeFile(historyFile, history.map((m) => JSON.stringify(m)).join('\n') + '\n');
-  log(`${scenario.name} (seed ${options.seed}, schema ${schema}) failed:\n${describeViolations(check)}`);
+  const reasons = [describeViolations(check), ...failures].filter((line) => line !== '');
+  log(`${scenario.name} (seed ${options.seed}, schema ${schema}) failed:\n${reasons.join('\n')}`);
   return { ...report, historyFile };
 }
 
