@@ -159,7 +159,7 @@ export class TurnLoop {
     this.reserved -= reserved.limit;
     for (const row of claimed) {
       if (this.state === 'running') this.start(row, 'eager');
-      else this.track(this.handBack(row));
+      else this.track(this.handBack(row), row.id);
     }
     if (claimed.length < reserved.limit) this.wakeSignal.notify();
     if (this.reserved === 0) this.reservationsSettled?.();
