@@ -29,6 +29,11 @@ function target(schema: string): string[] {
 }
 
 const freshSchema = () => `cli_${randomBytes(5).toString('hex')}`;
+/**
+ * A clock as `runs show` prints it: the time of day, with the date in front when it falls on another day than the
+ * run's creation (a run that crosses midnight UTC).
+ */
+const CLOCK = '(?:\\d{4}-\\d\\d-\\d\\d )?\\d\\d:\\d\\d:\\d\\d\\.\\d{3}';
 
 function expectTerminalFriendly(text: string): void {
   for (const line of lines(text)) expect([...line].length, line).toBeLessThanOrEqual(100);
@@ -218,7 +223,7 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
     for (const a of attempts) {
       const row = new RegExp(
         `^\\s+charge#\\d+\\s+${a.epoch}\\s+${a.attempt}\\s+${a.token}\\s+${a.worker_id}\\s+${a.outcome}\\s+` +
-          `\\d\\d:\\d\\d:\\d\\d\\.\\d{3}\\s+(\\d+ms|[\\d.]+s|\\d+m\\d\\ds)$`,
+          `${CLOCK}\\s+(\\d+ms|[\\d.]+s|\\d+m\\d\\ds)$`,
         'm',
       );
       expect(out).toMatch(row);
@@ -228,7 +233,7 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
     const zombie = attempts[1];
     expect(out).toMatch(
       new RegExp(
-        `^\\s+\\d\\d:\\d\\d:\\d\\d\\.\\d{3}\\s+charge#\\d+\\s+${staleData.operation} rejected \\(superseded\\)\\n` +
+        `^\\s+${CLOCK}\\s+charge#\\d+\\s+${staleData.operation} rejected \\(superseded\\)\\n` +
           `\\s+stale token ${staleData.staleToken} · current token ${staleData.currentToken} · ` +
           `epoch ${zombie?.epoch} · ${zombie?.worker_id}$`,
         'm',
