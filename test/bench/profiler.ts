@@ -31,11 +31,12 @@ export interface ProfileSnapshot {
 const KINDS: readonly (readonly [string, RegExp])[] = [
   ['enqueue', /'step:scheduled', jsonb_build_object\('activity'/],
   ['start-workflow', /'run:started'/],
-  ['claim-steps', /'attempt:claimed'/],
+  ['claim-steps', /prev_deadline_at/],
+  // Before claim-turns: a completion that may claim the woken turn (an eager turn) also ends a turn attempt.
+  ['complete-step', /'step:completed'/],
   ['claim-turns', /ended_turns AS/],
   ['next-due-step', /min\((x\.)?next_run_at\) - [\s\S]*AS wait_ms/],
   ['next-due-turn', /min\(greatest\(turn_next_run_at/],
-  ['complete-step', /'step:completed'/],
   ['fail-step', /'step:failed'|retry_delay_ms[\s\S]*'attempt:failed'/],
   ['heartbeat', /renewed AS \(/],
   ['expire-steps', /'LeaseExpired'/],
