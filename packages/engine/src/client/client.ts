@@ -206,11 +206,6 @@ function assertKeys(keys: readonly unknown[] | undefined, inputs: number, where:
 }
 
 /**
- * Check every input against `schema` and its JSON round trip, before anything is stored, and fix each run's id
- * (before the first try, so a retry after a lost reply cannot duplicate). `what(k)` names input `k` in errors.
- * @throws ValidationError or PalisadeError `PAYLOAD_TOO_LARGE` for the first bad input.
- */
-/**
  * The options and items of an `enqueueMany` / `startMany` call, everything checked before anything is stored:
  * `inputs` an array, the options (`parse`), `keys` as many as the inputs, each input against `input`.
  * @throws InvalidOptionsError naming `where`; ValidationError / PAYLOAD_TOO_LARGE naming `label(index)`.
@@ -227,6 +222,11 @@ function manyItems<O extends { readonly keys?: readonly (string | undefined)[] |
   return { o, items: runItems(inputs, o.keys, input, at.label) };
 }
 
+/**
+ * Check every input against `schema` and its JSON round trip, before anything is stored, and fix each run's id
+ * (before the first try, so a retry after a lost reply cannot duplicate). `what(k)` names input `k` in errors.
+ * @throws ValidationError or PalisadeError `PAYLOAD_TOO_LARGE` for the first bad input.
+ */
 function runItems(
   inputs: readonly unknown[],
   keys: readonly (string | undefined)[] | undefined,

@@ -294,13 +294,8 @@ export class Worker {
       );
       // A grant that arrives once stop() began (a claim or a turn's commit already in flight) is not run: it is
       // released at once, uncharged, for a worker that is not stopping.
-      const execution = (
-        this.state !== 'running'
-          ? attempt.releaseUnstarted('shutdown')
-          : fresh
-            ? attempt.execute()
-            : attempt.releaseUnstarted('stale-grant')
-      )
+      const unstarted = this.state !== 'running' ? 'shutdown' : fresh ? undefined : 'stale-grant';
+      const execution = (unstarted ? attempt.releaseUnstarted(unstarted) : attempt.execute())
         .catch((error: unknown) => {
           this.host.logger.error({ err: error, step: row.id }, 'attempt:crashed');
           this.events.emit('worker:error', { error });
