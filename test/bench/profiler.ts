@@ -43,12 +43,7 @@ const KINDS: readonly (readonly [string, RegExp])[] = [
   ['find-claimed-by-request', /claim_request_id = /],
   ['release-step', /'released'/],
   ['load-run-history', /AS finished_ms/],
-  ['commit-turn:fence', /SET turn_lease_expires_at = NULL\s+WHERE[\s\S]*RETURNING wake_count/],
-  ['commit-turn:steps', /scheduled_events AS/],
-  ['commit-turn:next-turn', /WITH next AS \(/],
-  ['commit-turn:end-run', /leftover AS \(/],
-  ['commit-turn:end-attempt', /SET outcome = 'completed', ended_at/],
-  ['commit-turn:notify-step', /^\s*SELECT pg_notify\(/],
+  ['commit-turn', /run_row AS \(/],
   ['read-run', /FROM "[^"]+"\."runs"\s+WHERE id = /],
 ];
 

@@ -70,7 +70,7 @@ describe('one lock order on postgres', () => {
         const [row] = await admin<{ pid: number }[]>`
           SELECT pid FROM pg_stat_activity
            WHERE datname = current_database() AND application_name = 'palisade'
-             AND cardinality(pg_blocking_pids(pid)) > 0 AND query LIKE '%turn_lease_expires_at = NULL%'`;
+             AND cardinality(pg_blocking_pids(pid)) > 0 AND query LIKE '%r.turn_nonce, r.turn_lease_expires_at%'`;
         return row;
       });
       releaseClaim.open();

@@ -31,8 +31,11 @@ import {
 
 const VARIANTS = ['turn-commit-dispatching', 'completion-claiming-turn'] as const;
 const APPLICATION_NAME = 'chaos-t22-a';
-/** A fragment of commitTurn's steps statement (queries/commit-turn.ts), the one that grants eagerly. */
-const TURN_STEPS_STATEMENT = '%eager_sel AS MATERIALIZED%';
+/**
+ * A fragment of commitTurn's statement (queries/commit-turn.ts), which grants eagerly, from its first lines:
+ * pg_stat_activity keeps only the start of a long statement (track_activity_query_size).
+ */
+const TURN_STEPS_STATEMENT = '%r.turn_nonce, r.turn_lease_expires_at%';
 
 export const terminateEager: Scenario = {
   name: 'T22 backend termination in an eager grant',

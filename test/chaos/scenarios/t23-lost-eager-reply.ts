@@ -9,9 +9,10 @@
  *   for A (an eager turn, seen in the database: the turn's attempt row was written by the completion's
  *   transaction); A never hears of it. A retries the completion, which must come back `replayed`; the lost turn's
  *   lease expires and the turn is claimed again;
- * - `turn-commit-dispatching`: the COMMIT of the turn that schedules step k, whose steps statement granted A step
- *   k (eager dispatch; the rule arms on the step's tag in that statement and drops from the transaction's COMMIT
- *   on). A never starts the step; its lease expires and it is claimed again and run once.
+ * - `turn-commit-dispatching`: the reply to the commit of the turn that schedules step k, which granted A step k
+ *   (eager dispatch; the commit is one statement, run and committed by the server at its Sync: the rule arms on
+ *   the step's tag in that statement's parameters and drops every reply from there on). A never starts the step;
+ *   its lease expires and it is claimed again and run once.
  *
  * Pass: the checker's zeros, the run completed, every step completed once (one grant, one start; step k of
  * `turn-commit-dispatching`: two grants — the lost eager one, never started — and one start), and per variant the
@@ -121,7 +122,7 @@ export const lostEagerReply: Scenario = {
         );
       } else {
         const flow = await startEagerFlow(ctx, `t23-${i}`);
-        const rule = proxy.dropReplyAfter(JSON.stringify(flow.tags[k]), { thenMarker: '\0commit\0' });
+        const rule = proxy.dropReplyAfter(JSON.stringify(flow.tags[k]));
         const connection = await tripped(rule);
         if (connection === undefined) {
           proxy.restore();

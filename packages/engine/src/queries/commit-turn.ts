@@ -1,8 +1,10 @@
 import { sql } from 'drizzle-orm';
 import { LeaseLostError } from '@palisade/sdk';
 import type { Database } from '../db/database.js';
+import type { EndedRun } from '../db/notification-hub.js';
 import type { ClaimedStepRow } from './claim-steps.js';
 import type { Delivery, NewStep, TurnOutcome } from '../workflow/turn-runtime.js';
+import { notifyOnce } from './notify.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 export interface TurnRef {
@@ -15,7 +17,7 @@ export interface TurnRef {
   readonly wakeCount: number;
   /** Whether the run had a cancel request when the turn was claimed. */
   readonly cancelRequested: boolean;
-  /** The turn's lease (ms); a third of it (at least 500 ms) bounds how long the commit may sit idle. */
+  /** The turn's lease (ms), as claimed. */
   readonly leaseMs: number;
 }
 
@@ -39,33 +41,43 @@ export interface EagerDispatch {
 
 const NO_EAGER_DISPATCH: EagerDispatch = { workerId: '', activityNames: [], queues: [], limit: 0 };
 
-/** What a committed turn hands back: the activity steps it granted to the committing worker, to start now. */
+/**
+ * What a committed turn hands back: the activity steps it granted to the committing worker, to start now, and,
+ * when it ended the run, the run's end as stored.
+ */
 export interface CommittedTurn {
   readonly eagerSteps: readonly ClaimedStepRow[];
+  readonly ended?: EndedRun;
 }
 
 /** The commit raced with a change the turn read (a cancel of the run or a step): the turn must run again. */
 export class TurnConflict extends Error {}
 
 /**
- * Commit a workflow turn, fenced (DESIGN.md §4, last paragraph), in one transaction:
- * 1. the fence: the run row is updated only while this turn holds its token, nonce and an unexpired lease
- *    (the row lock is then held to COMMIT, so no other turn of the run can commit in between); zero rows →
- *    rollback, the rejection is recorded in its own statement, and {@link LeaseLostError} is thrown;
+ * Commit a workflow turn, fenced (DESIGN.md §4, last paragraph), in one statement (one round trip, its own
+ * transaction):
+ * 1. the fence: the run row is locked and the turn goes on only while it holds its token, nonce and an
+ *    unexpired lease, judged by the clock read once the row is locked (the lock is held to COMMIT, so no other
+ *    turn of the run can commit in between). Then, by id, every step this commit changes is locked — the
+ *    outcomes it marks delivered and, when the run ends, every live step — invariant 14's one order. A locking
+ *    read returns a row's newest version even when the statement's snapshot is older (it waited for the run
+ *    row), so what the commit decides from those rows is current; no other writer adds steps to a run whose
+ *    turn this commit holds. Fence refused → nothing is written, the rejection is recorded in its own
+ *    statement, and {@link LeaseLostError} is thrown;
  * 2. new steps are inserted — activities due now, timers due `now + delay` by the DB clock (the due time is
- *    fixed when the sleep starts), recorded values completed, and steps the turn recorded cancelled (a cancel
- *    request the code had not seen yet) `cancelled` with their delivery order. A cancel requested after the
- *    claim would have ended the steps this turn schedules had they existed: the turn runs again
- *    ({@link TurnConflict}) so that it sees the request;
- * 3. outcomes delivered for the first time get their delivery order; timers the turn saw fire are completed —
- *    only if still `scheduled` (a cancel that slipped in makes the turn run again: {@link TurnConflict});
+ *    fixed when the sleep starts), recorded values completed, steps the turn recorded cancelled (a cancel
+ *    request the code had not seen yet) `cancelled` with their delivery order, and, when the turn ends the run,
+ *    its other new steps cancelled with it. A cancel requested after the claim would have ended the steps this
+ *    turn schedules had they existed, and a timer the turn saw fire may have been cancelled since: in either case
+ *    nothing is written and the turn runs again ({@link TurnConflict}) so that it sees the change;
+ * 3. outcomes delivered for the first time get their delivery order; timers the turn saw fire are completed;
  * 4. the run either ends (output or error, terminal event, every live step cancelled — running ones too, whose
- *    holders are refused as `cancelled` at their next write — NOTIFY) or is given its
- *    next turn time: now if anything woke it since the claim (`wake_count` moved), else its earliest timer;
- * 5. the turn's attempt row ends; workers of the new steps' queues are NOTIFYed.
- * Three statements at most between BEGIN and COMMIT: the fence (which also sets the transaction's idle timeout),
- * the steps (skipped when the turn has nothing new and delivered nothing; it NOTIFYs the new steps' queues), and
- * the run's next turn or end (which also ends the turn's attempt row).
+ *    holders are refused as `cancelled` at their next write — NOTIFY) or is given its next turn time: now if
+ *    anything woke it since the claim (`wake_count` moved), else its earliest timer, new ones included;
+ * 5. the turn's attempt row ends; workers of the new steps' queues are NOTIFYed; with `dispatch`, new activities
+ *    this worker serves are granted to it (eager dispatch) and returned, to start now.
+ * The run row is written once (a statement may not update one row twice), and every write waits for the gate
+ * (fence passed, no conflict).
  */
 export async function commitTurn(
   db: Database,
@@ -75,272 +87,261 @@ export async function commitTurn(
   dispatch: EagerDispatch = NO_EAGER_DISPATCH,
 ): Promise<CommittedTurn> {
   const token = ref.token.toString();
-  let eagerSteps: ClaimedStepRow[] = [];
-  const fenced = await db
-    .transaction(async (tx) => {
-      // A worker frozen mid-commit must not hold the run row (locked by the fence) past its lease (I16).
-      // (Set by the fence statement itself, as its first step: one round trip less per turn.)
-      const idleMs = Math.max(500, Math.floor(ref.leaseMs / 3));
-      // The fence locks the run row; the same statement then locks, by id, every step this commit will change
-      // (the outcomes it marks delivered and, when the run ends, every live step) — invariant 14's one order,
-      // taken before any later statement of the commit reads them, so what those statements see cannot change
-      // under them: claims skip locked steps, and one that committed first is seen by the later statements.
-      const ending = result.outcome.kind !== 'blocked';
-      const touched = result.deliveries.map((d) => d.stepId);
-      const fence = await tx.rows<{ wake_count: number; queue: string; cancel_requested: boolean }>(sql`
-        WITH cfg AS MATERIALIZED (
-          SELECT set_config('idle_in_transaction_session_timeout', ${String(idleMs)}, true) AS v),
-        -- The turn's lease is judged by the clock read once the run row is locked: read before a wait on a row
-        -- another statement only locked (no recheck follows), it would pass a lease that ran out meanwhile.
-        lk AS MATERIALIZED (SELECT r.id FROM ${n.runs} r WHERE r.id = ${ref.runId}::uuid FOR NO KEY UPDATE OF r),
-        lock_clock AS MATERIALIZED (SELECT ${n.now} AS now_at FROM (SELECT count(*) FROM lk) x),
-        f AS (
-          UPDATE ${n.runs} SET turn_lease_expires_at = NULL
-           WHERE id = ${ref.runId}::uuid AND turn_token = ${token}::bigint AND turn_nonce = ${ref.nonce}::uuid
-             AND turn_lease_expires_at > (SELECT now_at FROM lock_clock) AND status IN ('pending', 'running')
-             AND EXISTS (SELECT 1 FROM cfg)
-          RETURNING wake_count, queue, cancel_requested_at IS NOT NULL AS cancel_requested),
-        locked AS (
-          SELECT count(*) AS n FROM (
-            SELECT s.id FROM ${n.steps} s
-             WHERE s.run_id = ${ref.runId}::uuid AND EXISTS (SELECT 1 FROM f)
-               AND (s.id = ANY(${`{${touched.join(',')}}`}::uuid[])
-                    OR (${ending} AND s.status IN ('scheduled', 'running') AND s.retired_at IS NULL))
-             ORDER BY s.id FOR NO KEY UPDATE OF s) x)
-        SELECT f.*, (SELECT n FROM locked) AS locked FROM f`);
-      if (fence.length === 0) return false;
-      if (
-        fence[0]?.cancel_requested &&
-        !ref.cancelRequested &&
-        result.outcome.kind === 'blocked' &&
-        result.newSteps.some((s) => s.kind !== 'value')
-      )
-        throw new TurnConflict('a cancel was requested under the turn');
-      const steps = result.newSteps.map((s) => ({
-        seq: s.seq,
-        kind: s.kind,
-        name: s.name,
-        after_delivered_seq: s.afterDeliveredSeq,
-        status: s.kind === 'value' ? 'completed' : s.cancelled ? 'cancelled' : 'scheduled',
-        delivered_seq: s.kind === 'value' ? null : (s.deliveredSeq ?? null),
-        error: s.kind !== 'value' && s.cancelled ? CANCELLED_UNSEEN : null,
-        input: s.kind === 'activity' ? s.input : null,
-        output: s.kind === 'value' ? s.output : null,
-        queue: s.kind === 'activity' ? s.queue : fence[0]?.queue,
-        priority: s.kind === 'activity' ? s.priority : 0,
-        retry_policy: s.kind === 'activity' ? s.retryPolicy : {},
-        lease_ms: s.kind === 'activity' ? s.leaseMs : 0,
-        start_to_close_timeout_ms: s.kind === 'activity' ? s.startToCloseTimeoutMs : 0,
-        delay_ms: s.kind === 'timer' ? (s.delayMs ?? null) : s.kind === 'activity' ? 0 : null,
-        due_at_ms: s.kind === 'timer' ? (s.dueAtMs ?? null) : null,
-      }));
-      const deliveries = result.deliveries.map((d) => ({
-        id: d.stepId,
-        delivered_seq: d.deliveredSeq,
-        fires_timer: d.firesTimer,
-      }));
-      // Nothing new and nothing delivered (a turn that only ends the run or waits): no statement to send.
-      const applied =
-        steps.length === 0 && deliveries.length === 0
-          ? []
-          : await tx.rows<{
-              fired_expected: number;
-              fired: number;
-              eager_steps: ClaimedStepRow[] | null;
-            }>(sql`
-        WITH clock AS MATERIALIZED (SELECT ${n.now} AS t),
-        ns AS (
-          SELECT * FROM jsonb_to_recordset(${JSON.stringify(steps)}::jsonb) AS x(
-            seq int, kind text, name text, after_delivered_seq int, status text, delivered_seq int, error jsonb, input jsonb, output jsonb,
-            queue text, priority int, retry_policy jsonb, lease_ms int, start_to_close_timeout_ms int,
-            delay_ms float8, due_at_ms float8)),
-        -- A position a retry retired and the code now schedules again is the same unit of work (invariant 13):
-        -- the new row takes the retired rows' fencing scope and highest epoch, and is not due before the lease of
-        -- an attempt that may still hold one of them (ended by the retirement, not by itself) runs out.
-        prev AS (
-          SELECT p.seq, (array_agg(p.fencing_scope ORDER BY p.created_at))[1] AS fencing_scope, max(p.epoch) AS epoch,
-                 max(p.lease_expires_at) FILTER (WHERE p.ended_nonce IS DISTINCT FROM p.nonce) AS held_until
-            FROM ${n.steps} p
-           WHERE p.run_id = ${ref.runId}::uuid AND p.retired_at IS NOT NULL AND p.seq IN (SELECT seq FROM ns)
-           GROUP BY p.seq),
-        -- Eager dispatch: the new activities this worker serves, as many as it has slots for, are granted to it
-        -- here, as a claim grants (claimSteps): attempt 1, epoch + 1, a fresh token from the global sequence, a
-        -- fresh nonce, a lease from the database clock capped by the attempt deadline, an attempts row. Not a
-        -- position whose retired predecessor may still be held (it is not due before that lease ends).
-        eager_sel AS MATERIALIZED (
-          SELECT ns.seq FROM ns LEFT JOIN prev ON prev.seq = ns.seq
-           WHERE ns.kind = 'activity' AND ns.status = 'scheduled'
-             AND ns.name IN (SELECT jsonb_array_elements_text(${JSON.stringify(dispatch.activityNames)}::jsonb))
-             AND ns.queue IN (SELECT jsonb_array_elements_text(${JSON.stringify(dispatch.queues)}::jsonb))
-             AND (prev.held_until IS NULL OR prev.held_until <= (SELECT t FROM clock))
-           ORDER BY ns.seq
-           LIMIT ${dispatch.limit}),
-        planned AS (
-          SELECT ns.*, prev.fencing_scope AS prev_scope, prev.epoch AS prev_epoch, prev.held_until,
-                 ns.seq IN (SELECT seq FROM eager_sel) AS eager,
-                 CASE WHEN 1 >= (ns.retry_policy->>'maximumAttempts')::int THEN 0
-                      ELSE ${n.retryDelayMs}(ns.retry_policy, 1) END AS first_reclaim_delay_ms
-            FROM ns LEFT JOIN prev ON prev.seq = ns.seq),
-        inserted AS (
-          INSERT INTO ${n.steps} (run_id, seq, kind, name, fencing_scope, epoch, after_delivered_seq, status,
-                                  delivered_seq, error, input, output, queue, priority, retry_policy, lease_ms,
-                                  start_to_close_timeout_ms, next_run_at, finished_at, created_at,
-                                  attempt, fencing_token, nonce, worker_id, attempt_deadline_at, lease_expires_at,
-                                  reclaim_delay_ms, started_at)
-          SELECT ${ref.runId}::uuid, p.seq, p.kind, p.name,
-                 coalesce(p.prev_scope, ${'run:' + ref.runId + '/seq:'} || p.seq::text),
-                 coalesce(p.prev_epoch, 0) + CASE WHEN p.eager THEN 1 ELSE 0 END,
-                 p.after_delivered_seq, CASE WHEN p.eager THEN 'running' ELSE p.status END, p.delivered_seq, p.error,
-                 p.input, p.output, p.queue, p.priority,
-                 p.retry_policy, p.lease_ms, p.start_to_close_timeout_ms,
-                 CASE WHEN p.eager THEN (SELECT t FROM clock)
-                                        + ${msInterval(sql`least(p.lease_ms, p.start_to_close_timeout_ms) + p.first_reclaim_delay_ms`)}
-                      WHEN p.status <> 'scheduled' THEN NULL
-                      ELSE greatest(CASE WHEN p.due_at_ms IS NOT NULL THEN to_timestamp(p.due_at_ms / 1000.0)
-                                         WHEN p.delay_ms IS NOT NULL THEN ${n.now} + ${msInterval(sql`p.delay_ms`)} END,
-                                    p.held_until) END,
-                 CASE WHEN p.status <> 'scheduled' THEN ${n.now} END,
-                 ${n.now},
-                 CASE WHEN p.eager THEN 1 ELSE 0 END,
-                 CASE WHEN p.eager THEN ${n.nextToken} END,
-                 CASE WHEN p.eager THEN gen_random_uuid() END,
-                 CASE WHEN p.eager THEN ${dispatch.workerId} END,
-                 CASE WHEN p.eager THEN (SELECT t FROM clock) + ${msInterval(sql`p.start_to_close_timeout_ms`)} END,
-                 CASE WHEN p.eager THEN (SELECT t FROM clock)
-                                        + ${msInterval(sql`least(p.lease_ms, p.start_to_close_timeout_ms)`)} END,
-                 CASE WHEN p.eager THEN p.first_reclaim_delay_ms ELSE 0 END,
-                 CASE WHEN p.eager THEN (SELECT t FROM clock) END
-            FROM planned p
-          RETURNING id, seq, kind, name, status, queue, next_run_at, input, attempt, epoch, fencing_token, nonce,
-                    lease_ms, start_to_close_timeout_ms, retry_policy, lease_expires_at, fencing_scope, started_at),
-        eager_attempts AS (
-          INSERT INTO ${n.attempts} (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
-                                     granted_until)
-          SELECT ${ref.runId}::uuid, id, 'activity', attempt, epoch, fencing_token, nonce, ${dispatch.workerId}, started_at,
-                 lease_expires_at
-            FROM inserted WHERE kind = 'activity' AND status = 'running'
-          RETURNING 1),
-        scheduled_events AS (
-          INSERT INTO ${n.events} (run_id, step_id, type, data, at)
-          SELECT ${ref.runId}::uuid, id, CASE WHEN kind = 'timer' THEN 'timer:started' ELSE 'step:scheduled' END,
-                 jsonb_build_object('name', name, 'seq', seq, 'dueAt', next_run_at), (SELECT t FROM clock)
-            FROM inserted WHERE kind IN ('activity', 'timer')
-          RETURNING 1),
-        cancelled_events AS (
-          INSERT INTO ${n.events} (run_id, step_id, type, data, terminal, at)
-          SELECT ${ref.runId}::uuid, id, 'step:cancelled',
-                 jsonb_build_object('reason', 'the run was cancelled before this step could start'), true, ${n.now}
-            FROM inserted WHERE status = 'cancelled'
-          RETURNING 1),
-        dl AS (SELECT * FROM jsonb_to_recordset(${JSON.stringify(deliveries)}::jsonb) AS x(id uuid, delivered_seq int, fires_timer boolean)),
-        marked AS (
-          UPDATE ${n.steps} s
-             SET delivered_seq = dl.delivered_seq,
-                 status = CASE WHEN dl.fires_timer THEN 'completed' ELSE s.status END,
-                 finished_at = CASE WHEN dl.fires_timer THEN ${n.now} ELSE s.finished_at END,
-                 next_run_at = CASE WHEN dl.fires_timer THEN NULL ELSE s.next_run_at END
-            FROM dl
-           WHERE s.id = dl.id AND s.run_id = ${ref.runId}::uuid AND (NOT dl.fires_timer OR s.status = 'scheduled')
-          RETURNING s.id, s.seq, dl.fires_timer),
-        fired_events AS (
-          INSERT INTO ${n.events} (run_id, step_id, type, data, terminal, at)
-          SELECT ${ref.runId}::uuid, id, 'timer:fired', jsonb_build_object('seq', seq), true, ${n.now}
-            FROM marked WHERE fires_timer
-          RETURNING 1),
-        -- Workers of the new activities' queues are woken at COMMIT (a rollback discards the NOTIFY with the rest).
-        step_notify AS (
-          SELECT pg_notify(${n.channel}, 'step:' || q.queue)
-            FROM (SELECT DISTINCT queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled') q)
-        SELECT (SELECT count(*) FROM dl WHERE fires_timer)::int AS fired_expected,
-               (SELECT count(*) FROM marked WHERE fires_timer)::int AS fired,
-               (SELECT count(*) FROM step_notify) AS notified,
-               (SELECT jsonb_agg(jsonb_build_object(
-                  'id', e.id::text, 'run_id', ${ref.runId}::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
-                  'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
-                  'nonce', e.nonce::text, 'lease_ms', e.lease_ms, 'start_to_close_timeout_ms', e.start_to_close_timeout_ms,
-                  'retry_policy', e.retry_policy, 'heartbeat_details', NULL,
-                  'remaining_ms', (extract(epoch FROM (e.lease_expires_at - ${n.now})) * 1000)::float8,
-                  'prev_token', NULL, 'fencing_scope', e.fencing_scope, 'next_due_ms', NULL) ORDER BY e.seq)
-                  FROM inserted e WHERE e.kind = 'activity' AND e.status = 'running') AS eager_steps,
-               (SELECT count(*) FROM eager_attempts) AS eager_attempts,
-               (SELECT count(*) FROM scheduled_events) + (SELECT count(*) FROM fired_events)
-                 + (SELECT count(*) FROM cancelled_events) AS effects`);
-      const row = applied[0];
-      if (row && row.fired !== row.fired_expected) throw new TurnConflict('a timer changed under the turn');
-      eagerSteps = row?.eager_steps ?? [];
-      const outcome = result.outcome;
-      // The turn's attempt row ends in the same statement as the run's next turn or its end (a data-modifying
-      // CTE runs whether or not the query reads it).
-      const turnAttemptEnd = sql`turn_attempt AS (
-            UPDATE ${n.attempts} SET outcome = 'completed', ended_at = ${n.now}
-             WHERE fencing_token = ${token}::bigint AND outcome IS NULL
-            RETURNING 1)`;
-      if (outcome.kind === 'blocked') {
-        await tx.rows(sql`
-          WITH next AS (
-            SELECT min(next_run_at) AS due FROM ${n.steps}
-             WHERE run_id = ${ref.runId}::uuid AND kind = 'timer' AND status = 'scheduled'),
-          upd AS (
-            UPDATE ${n.runs} r
-               SET turn_next_run_at = CASE WHEN r.wake_count <> ${ref.wakeCount} THEN ${n.now} ELSE (SELECT due FROM next) END
-             WHERE r.id = ${ref.runId}::uuid
-            RETURNING r.turn_next_run_at <= ${n.now} AS due_now, r.queue),
-          ${turnAttemptEnd}
-          SELECT pg_notify(${n.channel}, 'turn:' || queue) FROM upd WHERE due_now`);
-      } else {
-        const status = outcome.kind;
-        const output = outcome.kind === 'completed' ? JSON.stringify(outcome.output ?? null) : null;
-        const error = outcome.kind === 'completed' ? null : JSON.stringify(outcome.error);
-        await tx.rows(sql`
-          WITH ended AS (
-            UPDATE ${n.runs} SET status = ${status}, output = ${output}::jsonb, error = ${error}::jsonb,
-                                 finished_at = ${n.now}, turn_next_run_at = NULL
-             WHERE id = ${ref.runId}::uuid
-            RETURNING id),
-          -- Every live step ends with the run, running ones included (invariant 12: the holder's next write is
-          -- refused as "cancelled" and its signal fires). One UPDATE over both states: the steps were locked by
-          -- the fence statement, so a claim either committed before (seen here as running) or skipped them.
-          live AS (
-            SELECT id, status FROM ${n.steps}
-             WHERE run_id = ${ref.runId}::uuid AND status IN ('scheduled', 'running') AND retired_at IS NULL),
-          leftover AS (
-            UPDATE ${n.steps} s SET status = 'cancelled', finished_at = ${n.now}, next_run_at = NULL,
-                                    cancel_requested_at = coalesce(s.cancel_requested_at, ${n.now})
-              FROM live WHERE s.id = live.id
-            RETURNING s.id, s.attempt, s.epoch, s.fencing_token, live.status AS prev_status),
-          leftover_attempts AS (
-            UPDATE ${n.attempts} a SET outcome = 'cancelled', ended_at = ${n.now}
-              FROM leftover l WHERE l.prev_status = 'running' AND a.fencing_token = l.fencing_token AND a.outcome IS NULL
-            RETURNING 1),
-          leftover_events AS (
-            INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
-            SELECT ${ref.runId}::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
-                   jsonb_build_object('reason', 'the run ended', 'whileRunning', prev_status = 'running'), true, ${n.now}
-              FROM leftover
-            RETURNING 1),
-          run_event AS (
-            INSERT INTO ${n.events} (run_id, type, data, terminal, at)
-            SELECT id, 'run:' || ${status}::text, CASE WHEN ${error}::jsonb IS NOT NULL THEN jsonb_build_object('error', ${error}::jsonb) END,
-                   true, ${n.now} FROM ended
-            RETURNING 1),
-          ${turnAttemptEnd}
-          SELECT pg_notify(${n.channel}, 'run:' || id::text),
-                 (SELECT count(*) FROM leftover_events) + (SELECT count(*) FROM leftover_attempts)
-                   + (SELECT count(*) FROM run_event)
-            FROM ended`);
-      }
-      return true;
-    })
-    .catch((error: unknown) => {
-      if (error instanceof TurnConflict) return 'conflict' as const;
-      throw error;
-    });
-  if (fenced === 'conflict') {
+  const outcome = result.outcome;
+  const ending = outcome.kind !== 'blocked';
+  const status = ending ? outcome.kind : null;
+  const output = outcome.kind === 'completed' ? JSON.stringify(outcome.output ?? null) : null;
+  const error =
+    outcome.kind === 'failed' || outcome.kind === 'cancelled' ? JSON.stringify(outcome.error) : null;
+  // A cancel requested after the claim conflicts with a turn that goes on waiting on new timers or activities.
+  const cancelSensitive = !ref.cancelRequested && !ending && result.newSteps.some((s) => s.kind !== 'value');
+  const steps = result.newSteps.map((s) => ({
+    seq: s.seq,
+    kind: s.kind,
+    name: s.name,
+    after_delivered_seq: s.afterDeliveredSeq,
+    status: s.kind === 'value' ? 'completed' : s.cancelled ? 'cancelled' : 'scheduled',
+    delivered_seq: s.kind === 'value' ? null : (s.deliveredSeq ?? null),
+    error: s.kind !== 'value' && s.cancelled ? CANCELLED_UNSEEN : null,
+    input: s.kind === 'activity' ? s.input : null,
+    output: s.kind === 'value' ? s.output : null,
+    queue: s.kind === 'activity' ? s.queue : null,
+    priority: s.kind === 'activity' ? s.priority : 0,
+    retry_policy: s.kind === 'activity' ? s.retryPolicy : {},
+    lease_ms: s.kind === 'activity' ? s.leaseMs : 0,
+    start_to_close_timeout_ms: s.kind === 'activity' ? s.startToCloseTimeoutMs : 0,
+    delay_ms: s.kind === 'timer' ? (s.delayMs ?? null) : s.kind === 'activity' ? 0 : null,
+    due_at_ms: s.kind === 'timer' ? (s.dueAtMs ?? null) : null,
+  }));
+  const deliveries = result.deliveries.map((d) => ({
+    id: d.stepId,
+    delivered_seq: d.deliveredSeq,
+    fires_timer: d.firesTimer,
+  }));
+  const rows = await db.rows<{
+    fenced: boolean;
+    conflict: boolean | null;
+    eager_steps: ClaimedStepRow[] | null;
+    ended: EndedRun | null;
+  }>(sql`
+    WITH lk AS MATERIALIZED (
+      SELECT r.id, r.queue, r.status, r.turn_token, r.turn_nonce, r.turn_lease_expires_at,
+             r.cancel_requested_at IS NOT NULL AS cancel_requested
+        FROM ${n.runs} r WHERE r.id = ${ref.runId}::uuid FOR NO KEY UPDATE OF r),
+    -- The turn's lease is judged by the clock read once the run row is locked: read before a wait on a row
+    -- another statement only locked (no recheck follows), it would pass a lease that ran out meanwhile.
+    lock_clock AS MATERIALIZED (SELECT ${n.now} AS t FROM (SELECT count(*) FROM lk) x),
+    fence AS MATERIALIZED (
+      SELECT lk.* FROM lk
+       WHERE lk.turn_token = ${token}::bigint AND lk.turn_nonce = ${ref.nonce}::uuid
+         AND lk.turn_lease_expires_at > (SELECT t FROM lock_clock) AND lk.status IN ('pending', 'running')),
+    dl AS (SELECT * FROM jsonb_to_recordset(${JSON.stringify(deliveries)}::jsonb) AS x(id uuid, delivered_seq int, fires_timer boolean)),
+    -- Then the steps this commit changes, by id, each as its newest version (a claim that committed while the
+    -- statement waited is seen as running; one that comes later skips the locked row).
+    locked AS MATERIALIZED (
+      SELECT s.id, s.status FROM ${n.steps} s
+       WHERE s.run_id = ${ref.runId}::uuid AND EXISTS (SELECT 1 FROM fence)
+         AND (s.id = ANY(${`{${deliveries.map((d) => d.id).join(',')}}`}::uuid[])
+              OR (${ending} AND s.status IN ('scheduled', 'running') AND s.retired_at IS NULL))
+       ORDER BY s.id FOR NO KEY UPDATE OF s),
+    gate AS MATERIALIZED (
+      SELECT f.id, f.queue,
+             (f.cancel_requested AND ${cancelSensitive})
+             OR EXISTS (SELECT 1 FROM dl LEFT JOIN locked l ON l.id = dl.id
+                         WHERE dl.fires_timer AND l.status IS DISTINCT FROM 'scheduled') AS conflict
+        FROM fence f),
+    go AS MATERIALIZED (SELECT id, queue FROM gate WHERE NOT conflict),
+    -- The clock every write of the commit reads, once its locks are held.
+    clock AS MATERIALIZED (SELECT ${n.now} AS t FROM (SELECT count(*) FROM locked) x),
+    ns AS (
+      SELECT * FROM jsonb_to_recordset(${JSON.stringify(steps)}::jsonb) AS x(
+        seq int, kind text, name text, after_delivered_seq int, status text, delivered_seq int, error jsonb, input jsonb, output jsonb,
+        queue text, priority int, retry_policy jsonb, lease_ms int, start_to_close_timeout_ms int,
+        delay_ms float8, due_at_ms float8)),
+    -- A position a retry retired and the code now schedules again is the same unit of work (invariant 13):
+    -- the new row takes the retired rows' fencing scope and highest epoch, and is not due before the lease of
+    -- an attempt that may still hold one of them (ended by the retirement, not by itself) runs out.
+    prev AS (
+      SELECT p.seq, (array_agg(p.fencing_scope ORDER BY p.created_at))[1] AS fencing_scope, max(p.epoch) AS epoch,
+             max(p.lease_expires_at) FILTER (WHERE p.ended_nonce IS DISTINCT FROM p.nonce) AS held_until
+        FROM ${n.steps} p
+       WHERE p.run_id = ${ref.runId}::uuid AND p.retired_at IS NOT NULL AND p.seq IN (SELECT seq FROM ns)
+       GROUP BY p.seq),
+    -- Eager dispatch: the new activities this worker serves, as many as it has slots for, are granted to it
+    -- here, as a claim grants (claimSteps): attempt 1, epoch + 1, a fresh token from the global sequence, a
+    -- fresh nonce, a lease from the database clock capped by the attempt deadline, an attempts row. Not a
+    -- position whose retired predecessor may still be held (it is not due before that lease ends), and nothing
+    -- when the turn ends the run.
+    eager_sel AS MATERIALIZED (
+      SELECT ns.seq FROM ns LEFT JOIN prev ON prev.seq = ns.seq
+       WHERE NOT ${ending} AND ns.kind = 'activity' AND ns.status = 'scheduled'
+         AND ns.name IN (SELECT jsonb_array_elements_text(${JSON.stringify(dispatch.activityNames)}::jsonb))
+         AND ns.queue IN (SELECT jsonb_array_elements_text(${JSON.stringify(dispatch.queues)}::jsonb))
+         AND (prev.held_until IS NULL OR prev.held_until <= (SELECT t FROM clock))
+       ORDER BY ns.seq
+       LIMIT ${dispatch.limit}),
+    planned AS (
+      SELECT ns.*, prev.fencing_scope AS prev_scope, prev.epoch AS prev_epoch, prev.held_until,
+             ns.seq IN (SELECT seq FROM eager_sel) AS eager,
+             -- A step the run's end cancels with the run's other live steps.
+             ${ending} AND ns.status = 'scheduled' AS ends_with_run,
+             CASE WHEN 1 >= (ns.retry_policy->>'maximumAttempts')::int THEN 0
+                  ELSE ${n.retryDelayMs}(ns.retry_policy, 1) END AS first_reclaim_delay_ms
+        FROM ns LEFT JOIN prev ON prev.seq = ns.seq
+       WHERE EXISTS (SELECT 1 FROM go)),
+    inserted AS (
+      INSERT INTO ${n.steps} (run_id, seq, kind, name, fencing_scope, epoch, after_delivered_seq, status,
+                              delivered_seq, error, input, output, queue, priority, retry_policy, lease_ms,
+                              start_to_close_timeout_ms, next_run_at, finished_at, cancel_requested_at, created_at,
+                              attempt, fencing_token, nonce, worker_id, attempt_deadline_at, lease_expires_at,
+                              reclaim_delay_ms, started_at)
+      SELECT ${ref.runId}::uuid, p.seq, p.kind, p.name,
+             coalesce(p.prev_scope, ${'run:' + ref.runId + '/seq:'} || p.seq::text),
+             coalesce(p.prev_epoch, 0) + CASE WHEN p.eager THEN 1 ELSE 0 END,
+             p.after_delivered_seq,
+             CASE WHEN p.eager THEN 'running' WHEN p.ends_with_run THEN 'cancelled' ELSE p.status END,
+             p.delivered_seq, p.error, p.input, p.output, coalesce(p.queue, (SELECT queue FROM go)), p.priority,
+             p.retry_policy, p.lease_ms, p.start_to_close_timeout_ms,
+             CASE WHEN p.eager THEN (SELECT t FROM clock)
+                                    + ${msInterval(sql`least(p.lease_ms, p.start_to_close_timeout_ms) + p.first_reclaim_delay_ms`)}
+                  WHEN p.status <> 'scheduled' OR p.ends_with_run THEN NULL
+                  ELSE greatest(CASE WHEN p.due_at_ms IS NOT NULL THEN to_timestamp(p.due_at_ms / 1000.0)
+                                     WHEN p.delay_ms IS NOT NULL THEN (SELECT t FROM clock) + ${msInterval(sql`p.delay_ms`)} END,
+                                p.held_until) END,
+             CASE WHEN p.status <> 'scheduled' OR p.ends_with_run THEN (SELECT t FROM clock) END,
+             CASE WHEN p.ends_with_run THEN (SELECT t FROM clock) END,
+             (SELECT t FROM clock),
+             CASE WHEN p.eager THEN 1 ELSE 0 END,
+             CASE WHEN p.eager THEN ${n.nextToken} END,
+             CASE WHEN p.eager THEN gen_random_uuid() END,
+             CASE WHEN p.eager THEN ${dispatch.workerId} END,
+             CASE WHEN p.eager THEN (SELECT t FROM clock) + ${msInterval(sql`p.start_to_close_timeout_ms`)} END,
+             CASE WHEN p.eager THEN (SELECT t FROM clock)
+                                    + ${msInterval(sql`least(p.lease_ms, p.start_to_close_timeout_ms)`)} END,
+             CASE WHEN p.eager THEN p.first_reclaim_delay_ms ELSE 0 END,
+             CASE WHEN p.eager THEN (SELECT t FROM clock) END
+        FROM planned p
+      RETURNING id, seq, kind, name, status, queue, next_run_at, input, attempt, epoch, fencing_token, nonce,
+                lease_ms, start_to_close_timeout_ms, retry_policy, lease_expires_at, fencing_scope, started_at,
+                -- Cancelled with the run (a step the code saw cancelled carries its stored error).
+                status = 'cancelled' AND error IS NULL AS ended_with_run),
+    eager_attempts AS (
+      INSERT INTO ${n.attempts} (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
+                                 granted_until)
+      SELECT ${ref.runId}::uuid, id, 'activity', attempt, epoch, fencing_token, nonce, ${dispatch.workerId}, started_at,
+             lease_expires_at
+        FROM inserted WHERE kind = 'activity' AND status = 'running'
+      RETURNING 1),
+    scheduled_events AS (
+      INSERT INTO ${n.events} (run_id, step_id, type, data, at)
+      SELECT ${ref.runId}::uuid, id, CASE WHEN kind = 'timer' THEN 'timer:started' ELSE 'step:scheduled' END,
+             jsonb_build_object('name', name, 'seq', seq, 'dueAt', next_run_at), (SELECT t FROM clock)
+        FROM inserted WHERE kind IN ('activity', 'timer')
+      RETURNING 1),
+    cancelled_events AS (
+      INSERT INTO ${n.events} (run_id, step_id, type, data, terminal, at)
+      SELECT ${ref.runId}::uuid, id, 'step:cancelled',
+             CASE WHEN ended_with_run THEN jsonb_build_object('reason', 'the run ended', 'whileRunning', false)
+                  ELSE jsonb_build_object('reason', 'the run was cancelled before this step could start') END,
+             true, (SELECT t FROM clock)
+        FROM inserted WHERE status = 'cancelled'
+      RETURNING 1),
+    marked AS (
+      UPDATE ${n.steps} s
+         SET delivered_seq = dl.delivered_seq,
+             status = CASE WHEN dl.fires_timer THEN 'completed' ELSE s.status END,
+             finished_at = CASE WHEN dl.fires_timer THEN (SELECT t FROM clock) ELSE s.finished_at END,
+             next_run_at = CASE WHEN dl.fires_timer THEN NULL ELSE s.next_run_at END
+        FROM dl
+       WHERE s.id = dl.id AND s.run_id = ${ref.runId}::uuid AND EXISTS (SELECT 1 FROM go)
+      RETURNING s.id, s.seq, dl.fires_timer),
+    fired_events AS (
+      INSERT INTO ${n.events} (run_id, step_id, type, data, terminal, at)
+      SELECT ${ref.runId}::uuid, id, 'timer:fired', jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
+        FROM marked WHERE fires_timer
+      RETURNING 1),
+    -- The run's earliest timer: those it had (less the ones this turn fires) and those this turn starts (a
+    -- statement does not see its own inserts).
+    next_timer AS (
+      SELECT min(due) AS due FROM (
+        SELECT s.next_run_at AS due FROM ${n.steps} s
+         WHERE s.run_id = ${ref.runId}::uuid AND s.kind = 'timer' AND s.status = 'scheduled'
+           AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = s.id AND dl.fires_timer)
+        UNION ALL
+        SELECT next_run_at FROM inserted WHERE kind = 'timer' AND status = 'scheduled') x),
+    -- The one write of the run row: its end, or its next turn (now if anything woke it since the claim).
+    run_row AS (
+      UPDATE ${n.runs} r
+         SET turn_lease_expires_at = NULL,
+             status = coalesce(${status}::text, r.status),
+             output = CASE WHEN ${ending} THEN ${output}::jsonb ELSE r.output END,
+             error = CASE WHEN ${ending} THEN ${error}::jsonb ELSE r.error END,
+             finished_at = CASE WHEN ${ending} THEN (SELECT t FROM clock) ELSE r.finished_at END,
+             turn_next_run_at = CASE WHEN ${ending} THEN NULL
+                                     WHEN r.wake_count <> ${ref.wakeCount} THEN (SELECT t FROM clock)
+                                     ELSE (SELECT due FROM next_timer) END
+       WHERE r.id = (SELECT id FROM go)
+      RETURNING r.id, r.queue, r.turn_next_run_at <= (SELECT t FROM clock) AS due_now, r.status, r.output, r.error,
+                r.cancel_reason),
+    turn_attempt AS (
+      UPDATE ${n.attempts} SET outcome = 'completed', ended_at = (SELECT t FROM clock)
+       WHERE fencing_token = ${token}::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
+      RETURNING 1),
+    -- Every live step ends with the run, running ones included (invariant 12: the holder's next write is
+    -- refused as "cancelled" and its signal fires), each from its newest version (locked above).
+    leftover AS (
+      UPDATE ${n.steps} s SET status = 'cancelled', finished_at = (SELECT t FROM clock), next_run_at = NULL,
+                              cancel_requested_at = coalesce(s.cancel_requested_at, (SELECT t FROM clock))
+        FROM locked l
+       WHERE ${ending} AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
+         AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = l.id)
+      RETURNING s.id, s.attempt, s.epoch, s.fencing_token, l.status AS prev_status),
+    leftover_attempts AS (
+      UPDATE ${n.attempts} a SET outcome = 'cancelled', ended_at = (SELECT t FROM clock)
+        FROM leftover l WHERE l.prev_status = 'running' AND a.fencing_token = l.fencing_token AND a.outcome IS NULL
+      RETURNING 1),
+    leftover_events AS (
+      INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
+      SELECT ${ref.runId}::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
+             jsonb_build_object('reason', 'the run ended', 'whileRunning', prev_status = 'running'), true,
+             (SELECT t FROM clock)
+        FROM leftover
+      RETURNING 1),
+    run_event AS (
+      INSERT INTO ${n.events} (run_id, type, data, terminal, at)
+      SELECT id, 'run:' || ${status}::text,
+             CASE WHEN ${error}::jsonb IS NOT NULL THEN jsonb_build_object('error', ${error}::jsonb) END,
+             true, (SELECT t FROM clock)
+        FROM run_row WHERE ${ending}
+      RETURNING 1),
+    -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
+    -- next turn is due now, and the run's waiters when it ended.
+    ${notifyOnce(
+      n,
+      'notified',
+      sql`SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
+          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
+          UNION ALL SELECT 'run:' || id::text FROM run_row WHERE ${ending}`,
+    )}
+    SELECT EXISTS (SELECT 1 FROM fence) AS fenced, (SELECT conflict FROM gate) AS conflict,
+           (SELECT count(*) FROM notified) AS notified,
+           (SELECT jsonb_build_object('status', status, 'output', output, 'error', error, 'cancel_reason', cancel_reason)
+              FROM run_row WHERE ${ending}) AS ended,
+           (SELECT jsonb_agg(jsonb_build_object(
+              'id', e.id::text, 'run_id', ${ref.runId}::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
+              'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
+              'nonce', e.nonce::text, 'lease_ms', e.lease_ms, 'start_to_close_timeout_ms', e.start_to_close_timeout_ms,
+              'retry_policy', e.retry_policy, 'heartbeat_details', NULL,
+              'remaining_ms', (extract(epoch FROM (e.lease_expires_at - ${n.now})) * 1000)::float8,
+              'prev_token', NULL, 'fencing_scope', e.fencing_scope, 'next_due_ms', NULL) ORDER BY e.seq)
+              FROM inserted e WHERE e.kind = 'activity' AND e.status = 'running') AS eager_steps`);
+  const row = rows[0];
+  if (row?.conflict) {
     await releaseTurn(db, n, ref);
     throw new TurnConflict(`turn of run ${ref.runId} raced with a cancel; it runs again`);
   }
-  if (!fenced) await rejectTurn(db, n, ref);
-  return { eagerSteps };
+  if (!row?.fenced) await rejectTurn(db, n, ref);
+  return { eagerSteps: row?.eager_steps ?? [], ...(row?.ended ? { ended: row.ended } : {}) };
 }
 
 /** Hand a turn back (fenced), due now, not charged: used when its commit raced with a change it read. */
