@@ -209,7 +209,13 @@ export async function createEngine(options: CreateEngineOptions = {}): Promise<E
       if (closed)
         throw new PalisadeError('ENGINE_CLOSED', 'engine is closed; create a new one to start workers');
       const worker = new Worker(
-        { db: database, names, logger, retentionMs: resolved.retentionMs },
+        {
+          db: database,
+          names,
+          logger,
+          retentionMs: resolved.retentionMs,
+          endingRun: (runId) => hub.endingRun(runId),
+        },
         workerOptions,
       );
       workers.add(worker);

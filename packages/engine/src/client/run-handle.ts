@@ -12,7 +12,7 @@ import {
   type SerializedFailure,
 } from '@palisade/sdk';
 import type { Database } from '../db/database.js';
-import type { NotificationHub } from '../db/notification-hub.js';
+import type { EndedRun, NotificationHub } from '../db/notification-hub.js';
 import {
   readRun,
   readRunHistory,
@@ -113,8 +113,11 @@ export class RunHandle<O = unknown> {
     let warnedUnclaimed = false;
     let wake: (() => void) | undefined;
     let notified = false;
-    const unsubscribe = await this.hub.subscribe(`run:${this.runId}`, () => {
+    // The run's end, when this process committed it: no read needed.
+    let endedHere: EndedRun | undefined;
+    const unsubscribe = await this.hub.subscribe(`run:${this.runId}`, (ended) => {
       notified = true;
+      endedHere ??= ended;
       wake?.();
     });
     const throwIfClosed = () => {
@@ -130,10 +133,12 @@ export class RunHandle<O = unknown> {
       for (;;) {
         throwIfClosed();
         notified = false;
-        const run = await readRun(this.db, this.names, this.runId).catch((error: unknown) => {
-          throwIfClosed(); // the read failed because the engine closed its connections under it
-          throw error;
-        });
+        const run =
+          endedHere ??
+          (await readRun(this.db, this.names, this.runId).catch((error: unknown) => {
+            throwIfClosed(); // the read failed because the engine closed its connections under it
+            throw error;
+          }));
         if (!run) throw new RunNotFoundError(`run ${this.runId}`);
         if (run.status === 'completed') return run.output as O;
         if (run.status === 'failed') throw new RunFailedError(this.runId, run.error as SerializedFailure);

@@ -6,8 +6,23 @@ import type { Database } from './database.js';
  * One LISTEN per engine, fanned out to in-process subscribers by payload (`run:<id>`, `step:<queue>`, …), so
  * many `handle.result()` calls share one connection. Subscribing before the first LISTEN starts it lazily.
  */
+/** How a run ended, as stored: read back by the statement of this process that ended it. */
+export interface EndedRun {
+  readonly status: 'completed' | 'failed' | 'cancelled';
+  /** The stored output (JSON), or null. */
+  readonly output: unknown;
+  /** The stored failure (a SerializedFailure), or null. */
+  readonly error: unknown;
+  readonly cancel_reason: string | null;
+}
+
+/** A subscriber: `ended` is set when the run's end comes from this process ({@link NotificationHub.runEnded}). */
+export type Subscriber = (ended?: EndedRun) => void;
+
 export class NotificationHub {
-  private readonly subscribers = new Map<string, Set<() => void>>();
+  private readonly subscribers = new Map<string, Set<Subscriber>>();
+  /** `run:<id>` of runs a statement of this process may be ending now ({@link endingRun}). */
+  private readonly ending = new Map<string, { notified: boolean }>();
   private started: Promise<() => Promise<void>> | undefined;
   /** Set by {@link close}: subscribers were woken one last time and must stop waiting. */
   closed = false;
@@ -22,7 +37,7 @@ export class NotificationHub {
    * to an unsubscribe function.
    * @throws PalisadeError `ENGINE_CLOSED` after {@link close}.
    */
-  async subscribe(payload: string, handler: () => void): Promise<() => void> {
+  async subscribe(payload: string, handler: Subscriber): Promise<() => void> {
     if (this.closed)
       throw new PalisadeError('ENGINE_CLOSED', 'engine is closed; create a new one to wait for runs');
     let set = this.subscribers.get(payload);
@@ -31,14 +46,39 @@ export class NotificationHub {
     this.started ??= this.db.listen(this.channel, (payload) => {
       for (const item of notificationItems(payload)) {
         if (item === 'run:*') {
-          for (const [key, set] of this.subscribers) if (key.startsWith('run:')) for (const h of set) h();
-        } else for (const h of this.subscribers.get(item) ?? []) h();
+          for (const [key, set] of this.subscribers) {
+            if (!key.startsWith('run:')) continue;
+            const held = this.ending.get(key);
+            if (held) held.notified = true;
+            else for (const h of set) h();
+          }
+        } else {
+          const held = this.ending.get(item);
+          if (held) held.notified = true;
+          else for (const h of this.subscribers.get(item) ?? []) h();
+        }
       }
     });
     await this.started;
     return () => {
       set.delete(handler);
       if (set.size === 0) this.subscribers.delete(payload);
+    };
+  }
+
+  /**
+   * A statement of this process that may end run `runId` is about to be sent (a workflow's last turn). Until the
+   * returned function is called, a NOTIFY for the run is held back (it can arrive before the statement's own
+   * answer); then the run's subscribers get the end as stored, when the statement ended the run — they need
+   * neither the NOTIFY nor a read of the run — or else the NOTIFY held back, if one came.
+   */
+  endingRun(runId: string): (ended?: EndedRun) => void {
+    const key = `run:${runId}`;
+    const entry = { notified: false };
+    this.ending.set(key, entry);
+    return (ended) => {
+      if (this.ending.get(key) === entry) this.ending.delete(key);
+      if (ended || entry.notified) for (const h of this.subscribers.get(key) ?? []) h(ended);
     };
   }
 

@@ -1,3 +1,4 @@
+import type { EndedRun } from '../db/notification-hub.js';
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { Logger } from 'pino';
@@ -38,6 +39,8 @@ export interface WorkerHost {
   readonly logger: Logger;
   /** The engine's retention of finished runs (ms); the worker sweeps past it. `null`: no sweeping. */
   readonly retentionMs: number | null;
+  /** See TurnLoopOptions.endingRun: the engine's `handle.result()` waiters, answered from the ending commit. */
+  readonly endingRun?: (runId: string) => (ended?: EndedRun) => void;
 }
 
 /**
@@ -138,6 +141,7 @@ export class Worker {
             reserve: (most) => this.reserveDispatch(most),
             adopt: (reserved, granted, sentAt) => this.adoptDispatch(reserved, granted, sentAt),
           },
+          ...(this.host.endingRun ? { endingRun: this.host.endingRun } : {}),
         },
         this.events,
         logger,

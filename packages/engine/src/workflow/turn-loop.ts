@@ -1,3 +1,4 @@
+import type { EndedRun } from '../db/notification-hub.js';
 import { storableFailure, type WorkflowDefinition } from '@palisade/sdk';
 import type { Logger } from 'pino';
 import type { Database } from '../db/database.js';
@@ -37,6 +38,11 @@ export interface TurnLoopOptions {
   readonly workflowCacheSize: number;
   /** The worker's activity slots, when it serves activities: a turn's commit grants it the steps it schedules. */
   readonly dispatch?: EagerDispatchHost;
+  /**
+   * Called before a commit that may end run `runId`; the function it returns is called once the commit settles,
+   * with the run's end as stored when it ended the run (the `handle.result()` waiters of this process).
+   */
+  readonly endingRun?: (runId: string) => (ended?: EndedRun) => void;
 }
 
 /**
@@ -254,8 +260,11 @@ export class TurnLoop {
     let reserved = dispatch?.reserve(scheduled);
     let granted: readonly ClaimedStepRow[] = [];
     const sentAtMs = monotonicNow();
+    // The run's result waiters in this process are answered from the commit that ends the run.
+    let endingHere = result.outcome.kind === 'blocked' ? undefined : this.options.endingRun?.(row.id);
+    let ended: EndedRun | undefined;
     try {
-      ({ eagerSteps: granted } = await commitTurn(this.db, this.names, ref, result, reserved));
+      ({ eagerSteps: granted, ended } = await commitTurn(this.db, this.names, ref, result, reserved));
     } catch (error) {
       if (reserved) dispatch?.adopt(reserved, [], sentAtMs); // nothing was granted: the commit rolled back
       reserved = undefined;
@@ -277,7 +286,10 @@ export class TurnLoop {
         },
       };
       this.logger.warn({ err: error, runId: row.id }, 'turn:unstorable');
-      await commitTurn(this.db, this.names, ref, committed);
+      endingHere ??= this.options.endingRun?.(row.id);
+      ({ ended } = await commitTurn(this.db, this.names, ref, committed));
+    } finally {
+      endingHere?.(ended);
     }
     try {
       const beforeStart = faultHooks['dispatch:before-start'];
