@@ -60,12 +60,13 @@ describe('results answered by the turn that ended the run', () => {
         await worker.start();
         const ok = await engine.client.start(unordered, { fail: false });
         const bad = await engine.client.start(unordered, { fail: true });
-        const results = [ok.result({ timeoutMs: 20_000 }), bad.result({ timeoutMs: 20_000 })];
+        const okResult = ok.result({ timeoutMs: 20_000 });
+        const badRefused = expect(bad.result({ timeoutMs: 20_000 })).rejects.toBeInstanceOf(RunFailedError);
         // Both waiters have read their run (still running) before the activity may end.
         await readsSent.promise;
         released.open();
-        const output = await results[0];
-        await expect(results[1]).rejects.toBeInstanceOf(RunFailedError);
+        const output = await okResult;
+        await badRefused;
         // jsonb keeps keys shortest first: what the waiter got is the stored value, not the one the code returned.
         expect(Object.keys(output ?? {})).toEqual(['a', 'bb']);
         expect(sent).toContain('-- the run ended');

@@ -68,6 +68,14 @@ export class Worker {
   private unlisten: (() => Promise<void>) | undefined;
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private readonly wakeSignal = new WakeSignal();
+  /** `step:` NOTIFYs for this worker's queues so far. */
+  private stepWakes = 0;
+  /**
+   * The last claim found fewer due steps than it had slots for, nothing was due right after it, and no `step:`
+   * NOTIFY came since it began: a slot that frees need not claim (eager dispatch hands workflow steps over
+   * without one). Any wake-up, and a pass of the loop that had no slot to claim with, clears it.
+   */
+  private queueDrained = false;
   private loop: Promise<void> | undefined;
   private lastMaintenanceMs = 0;
   private readonly unsettledClaims: string[] = [];
@@ -120,8 +128,11 @@ export class Worker {
       for (const item of notificationItems(payload)) {
         const [kind, queue] = [item.slice(0, item.indexOf(':')), item.slice(item.indexOf(':') + 1)];
         if (!this.options.queues.includes(queue)) continue;
-        if (kind === 'step') this.wakeSignal.notify();
-        else if (kind === 'turn') this.turns?.wake();
+        if (kind === 'step') {
+          this.stepWakes++;
+          this.queueDrained = false;
+          this.wakeSignal.notify();
+        } else if (kind === 'turn') this.turns?.wake();
       }
     });
     if (this.options.activities.size > 0) this.loop = this.claimLoop();
@@ -171,7 +182,9 @@ export class Worker {
         await this.maintain();
         if (this.state !== 'running') break; // stop() began meanwhile: claim nothing more
         const free = this.freeSlots();
+        this.queueDrained = false;
         if (free > 0) {
+          const wakesBefore = this.stepWakes;
           const { claimed, nextDueMs } = await this.claim(free);
           failures = 0;
           if (claimed === free) continue; // more may be waiting
@@ -185,6 +198,7 @@ export class Worker {
                 });
           if (dueIn !== null) waitMs = Math.min(waitMs, Math.max(0, dueIn));
           if (dueIn !== null && dueIn <= 0 && claimed > 0) continue;
+          this.queueDrained = (dueIn === null || dueIn > 0) && this.stepWakes === wakesBefore;
         }
       } catch (error) {
         failures++;
@@ -277,7 +291,7 @@ export class Worker {
         completions: this.completions,
         requestHeartbeat: () => this.heartbeats?.requestFlush(),
         codeSettled: () => {
-          if (this.busy.delete(attempt)) this.wakeSignal.notify();
+          if (this.busy.delete(attempt)) this.slotFreed();
         },
       });
       this.events.emit('attempt:claimed', {
@@ -309,7 +323,7 @@ export class Worker {
           this.busy.delete(attempt);
           this.heartbeats?.delete(attempt);
           this.executions.delete(execution);
-          this.wakeSignal.notify();
+          this.slotFreed();
         });
       this.executions.add(execution);
     }
@@ -335,7 +349,12 @@ export class Worker {
   private adoptDispatch(reserved: EagerDispatch, granted: readonly ClaimedStepRow[], sentAt: number): void {
     this.reservedSlots -= reserved.limit;
     this.startAttempts(granted, sentAt, 'eager');
-    if (granted.length < reserved.limit) this.wakeSignal.notify();
+    if (granted.length < reserved.limit) this.slotFreed();
+  }
+
+  /** A slot freed: claim with it, unless the last claim found the queues drained (see {@link queueDrained}). */
+  private slotFreed(): void {
+    if (!this.queueDrained || this.state !== 'running') this.wakeSignal.notify();
   }
 
   /**

@@ -238,7 +238,9 @@ export class TurnLoop {
     }
     const replay = result ? 'continued' : 'full';
     if (!result) {
-      const history = await loadRunHistory(this.db, this.names, row.id);
+      // The run's first turn grant ever (turn epochs only grow, retries included): no turn has committed, so
+      // the run has no steps to read.
+      const history = row.turn_epoch === 1 ? [] : await loadRunHistory(this.db, this.names, row.id);
       ({ result, instance } = await startTurn({ ...params, workflow, input: row.input, history }));
     }
     for (const call of result.nondeterministicCalls ?? []) {
