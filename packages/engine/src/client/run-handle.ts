@@ -15,6 +15,7 @@ import type { Database } from '../db/database.js';
 import type { EndedRun, NotificationHub } from '../db/notification-hub.js';
 import {
   readRun,
+  registerResultWaiter,
   readRunHistory,
   type AttemptRow,
   type EventRow,
@@ -130,15 +131,18 @@ export class RunHandle<O = unknown> {
       }
     };
     try {
-      for (;;) {
+      for (let read = 0; ; read++) {
         throwIfClosed();
         notified = false;
+        // The first read registers this waiter on the run, so that the statement ending it NOTIFYs.
         const run =
           endedHere ??
-          (await readRun(this.db, this.names, this.runId).catch((error: unknown) => {
-            throwIfClosed(); // the read failed because the engine closed its connections under it
-            throw error;
-          }));
+          (await (read === 0 ? registerResultWaiter : readRun)(this.db, this.names, this.runId).catch(
+            (error: unknown) => {
+              throwIfClosed(); // the read failed because the engine closed its connections under it
+              throw error;
+            },
+          ));
         if (!run) throw new RunNotFoundError(`run ${this.runId}`);
         if (run.status === 'completed') return run.output as O;
         if (run.status === 'failed') throw new RunFailedError(this.runId, run.error as SerializedFailure);

@@ -282,7 +282,7 @@ export async function commitTurn(
                                      ELSE (SELECT due FROM next_timer) END
        WHERE r.id = (SELECT id FROM go)
       RETURNING r.id, r.queue, r.turn_next_run_at <= (SELECT t FROM clock) AS due_now, r.status, r.output, r.error,
-                r.cancel_reason),
+                r.cancel_reason, r.result_waiters),
     turn_attempt AS (
       UPDATE ${n.attempts} SET outcome = 'completed', ended_at = (SELECT t FROM clock)
        WHERE fencing_token = ${token}::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
@@ -315,13 +315,13 @@ export async function commitTurn(
         FROM run_row WHERE ${ending}
       RETURNING 1),
     -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
-    -- next turn is due now, and the run's waiters when it ended.
+    -- next turn is due now, and the run's waiters when it ended and a handle.result() waited on it.
     ${notifyOnce(
       n,
       'notified',
       sql`SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
-          UNION ALL SELECT 'run:' || id::text FROM run_row WHERE ${ending}`,
+          UNION ALL SELECT 'run:' || id::text FROM run_row WHERE ${ending} AND result_waiters > 0`,
     )}
     SELECT EXISTS (SELECT 1 FROM fence) AS fenced, (SELECT conflict FROM gate) AS conflict,
            (SELECT count(*) FROM notified) AS notified,

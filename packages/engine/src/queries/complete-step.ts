@@ -92,7 +92,7 @@ export async function completeSteps(
       UPDATE ${n.runs} r SET status = 'completed', output = applied.output, finished_at = ${n.now}
         FROM applied
        WHERE r.id = applied.run_id AND r.kind = 'activity' AND r.status IN ('pending', 'running')
-      RETURNING r.id),
+      RETURNING r.id, r.result_waiters),
     -- Eager turns: of the workflow runs this batch wakes, those whose turns the worker runs and whose turn no one
     -- holds, as many as it can start now, judged on each run's newest version (locked in run_lock).
     eager_pick AS MATERIALIZED (
@@ -161,7 +161,9 @@ export async function completeSteps(
     ${notifyOnce(
       n,
       'notified',
-      sql`SELECT 'run:' || id::text FROM finished_run UNION ALL SELECT 'turn:' || queue FROM woken_run WHERE NOT eager`,
+      // A run's end is NOTIFYed only when a handle.result() waited on it (the run row's newest version says so).
+      sql`SELECT 'run:' || id::text FROM finished_run WHERE result_waiters > 0
+          UNION ALL SELECT 'turn:' || queue FROM woken_run WHERE NOT eager`,
     )},
     ${rejectionCtes(n, { operation: 'complete', replayWhen: sql`cur.status = 'completed' AND cur.ended_nonce = cur.stale_nonce AND cur.fencing_token = cur.stale_token` })}
     SELECT ${fencedResultColumns},

@@ -74,7 +74,7 @@ export async function expireSteps(db: Database, n: SchemaNames, limit = 100): Pr
       UPDATE ${n.runs} r SET status = e.status, error = e.error, finished_at = ${n.now}
         FROM ended e
        WHERE r.id = e.run_id AND r.kind = 'activity' AND r.status IN ('pending', 'running')
-      RETURNING r.id, r.status, r.error),
+      RETURNING r.id, r.status, r.error, r.result_waiters),
     run_events AS (
       INSERT INTO ${n.events} (run_id, type, data, terminal, at)
       SELECT id, 'run:' || status, jsonb_build_object('error', error), true, ${n.now} FROM finished_runs
@@ -84,7 +84,13 @@ export async function expireSteps(db: Database, n: SchemaNames, limit = 100): Pr
                            wake_count = r.wake_count + 1
        WHERE r.id IN (SELECT run_id FROM ended) AND r.kind = 'workflow' AND r.status IN ('pending', 'running')
       RETURNING r.id, r.queue),
-    ${notifyOnce(n, 'notified', sql`SELECT 'run:' || id::text FROM finished_runs UNION ALL SELECT 'turn:' || queue FROM woken_runs`)}
+    ${notifyOnce(
+      n,
+      'notified',
+      // A run's end is NOTIFYed only when a handle.result() waited on it.
+      sql`SELECT 'run:' || id::text FROM finished_runs WHERE result_waiters > 0
+          UNION ALL SELECT 'turn:' || queue FROM woken_runs`,
+    )}
     SELECT e.id::text, e.run_id::text, e.status,
            (SELECT count(*) FROM ended_attempts) + (SELECT count(*) FROM step_events)
              + (SELECT count(*) FROM run_events) + (SELECT count(*) FROM notified) AS effects

@@ -74,7 +74,7 @@ export async function failStep(
       UPDATE ${n.runs} r SET status = ${terminalStatus}, error = ${error}::jsonb, finished_at = ${now}
        WHERE r.id IN (SELECT run_id FROM applied WHERE status <> 'scheduled')
          AND r.kind = 'activity' AND r.status IN ('pending', 'running')
-      RETURNING r.id),
+      RETURNING r.id, r.result_waiters),
     run_event AS (
       INSERT INTO ${n.events} (run_id, type, data, terminal, at)
       SELECT id, 'run:' || ${terminalStatus}, jsonb_build_object('error', ${error}::jsonb), true, ${now} FROM finished_run
@@ -85,7 +85,13 @@ export async function failStep(
        WHERE r.id IN (SELECT run_id FROM applied WHERE status <> 'scheduled')
          AND r.kind = 'workflow' AND r.status IN ('pending', 'running')
       RETURNING r.id, r.queue),
-    ${notifyOnce(n, 'notified', sql`SELECT 'run:' || id::text FROM finished_run UNION ALL SELECT 'turn:' || queue FROM woken_run`)},
+    ${notifyOnce(
+      n,
+      'notified',
+      // A run's end is NOTIFYed only when a handle.result() waited on it.
+      sql`SELECT 'run:' || id::text FROM finished_run WHERE result_waiters > 0
+          UNION ALL SELECT 'turn:' || queue FROM woken_run`,
+    )},
     ${rejectionCtes(n, {
       operation: 'fail',
       // This attempt's own completion also leaves its nonce in ended_nonce: a failure sent after it is a

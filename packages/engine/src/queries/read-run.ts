@@ -25,6 +25,25 @@ const RUN_COLUMNS = sql`id::text, kind, name, status, input, output, error, idem
   to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS finished_at`;
 
 /** One run by id; plain read. */
+/**
+ * Register a `handle.result()` waiter on a run that has not ended (`runs.result_waiters`, so that the statement
+ * that ends it sends its `run:` NOTIFY) and return the run as that write left it; a run that has ended, or
+ * does not exist, is read as it is. The registration waits for a statement that holds the run row (one that is
+ * ending it), so either it registers before that statement decides whether to NOTIFY, or it reads the end.
+ */
+export async function registerResultWaiter(
+  db: Database,
+  n: SchemaNames,
+  runId: string,
+): Promise<RunRow | undefined> {
+  if (!/^[0-9a-f-]{36}$/i.test(runId)) return undefined;
+  const rows = await db.rows<RunRow>(sql`
+    UPDATE ${n.runs} SET result_waiters = result_waiters + 1
+     WHERE id = ${runId}::uuid AND status IN ('pending', 'running')
+    RETURNING ${RUN_COLUMNS}`);
+  return rows[0] ?? (await readRun(db, n, runId));
+}
+
 export async function readRun(db: Database, n: SchemaNames, runId: string): Promise<RunRow | undefined> {
   if (!/^[0-9a-f-]{36}$/i.test(runId)) return undefined;
   const rows = await db.rows<RunRow>(sql`SELECT ${RUN_COLUMNS} FROM ${n.runs} WHERE id = ${runId}::uuid`);

@@ -57,6 +57,11 @@ export function defineTables(schemaName: string) {
       turnLeaseExpiresAt: ts('turn_lease_expires_at'),
       /** Bumped by every wake-up (a step ended, a cancel), so a turn that committed after one keeps the run due. */
       wakeCount: integer('wake_count').notNull().default(0),
+      /**
+       * `handle.result()` calls that have waited on the run: a statement that ends the run sends its `run:` NOTIFY
+       * only when one has (PostgreSQL serializes the commits of every NOTIFY behind one lock).
+       */
+      resultWaiters: integer('result_waiters').notNull().default(0),
       createdAt: ts('created_at').notNull().defaultNow(),
       startedAt: ts('started_at'),
       finishedAt: ts('finished_at'),
