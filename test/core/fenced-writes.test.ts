@@ -9,7 +9,6 @@
  */
 import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
-import postgres from '@palisade/engine/postgres';
 import { describe, expect, it } from 'vitest';
 import { LeaseLostError, RunFailedError } from '@palisade/sdk';
 import { createEngine, type Engine, type Worker } from '@palisade/engine';
@@ -410,7 +409,6 @@ describe('fenced owner writes through a connection that drops replies', () => {
 
   it('records a completion whose reply was lost exactly once, when the worker retries it', async () => {
     const proxy = await createTcpProxy('127.0.0.1', Number(new URL(target.url()).port || 5432));
-    const listener = postgres(target.url(), { max: 1, onnotice: () => undefined });
     try {
       // Migrated and read directly; only the worker's engine goes through the proxy.
       const direct = await target.engine();
@@ -425,11 +423,11 @@ describe('fenced owner writes through a connection that drops replies', () => {
         await worker.start();
         const handle = await engine.client.enqueue(held.activity, {});
         const attempt = await held.next();
-        let onCommitted!: () => void;
-        const committed = new Promise<void>((resolve) => (onCommitted = resolve));
-        await listener.listen(engine.names.channel, (payload) => {
-          if (payload === `run:${handle.runId}`) onCommitted();
-        });
+        // Settles once the completion committed: woken by the run's NOTIFY (a waiter registered first) or, if it
+        // registered after the commit, by reading the run's end. Its engine does not go through the proxy.
+        const committed = direct.client
+          .getHandle(handle.runId)
+          .result({ timeoutMs: 20_000, pollIntervalMs: '1h' });
         // The completion statement reaches the server and commits; its reply is thrown away. The marker is in
         // the statement's parameters (the output), which are sent only to execute it — the SQL text may be sent
         // earlier, alone, to prepare the statement.
@@ -461,7 +459,6 @@ describe('fenced owner writes through a connection that drops replies', () => {
         await engine.close({ graceMs: 0 });
       }
     } finally {
-      await listener.end({ timeout: 1 });
       await proxy.close();
     }
   });
