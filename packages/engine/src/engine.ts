@@ -195,8 +195,14 @@ export async function createEngine(options: CreateEngineOptions = {}): Promise<E
     throw error;
   }
   const hub = new NotificationHub(database, names.channel);
-  const client = new Client(database, names, hub, logger);
   const workers = new Set<Worker>();
+  const client = new Client(database, names, hub, logger, (workflowName, queue) => {
+    for (const w of workers) {
+      const host = w.reserveEagerStart(workflowName, queue);
+      if (host) return host;
+    }
+    return undefined;
+  });
   let closed = false;
   return {
     client,

@@ -1,3 +1,5 @@
+import type { ClaimedTurnRow } from '../queries/claim-turns.js';
+import type { EagerTurns } from '../queries/complete-step.js';
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import {
@@ -341,6 +343,16 @@ function keyConflict(
   );
 }
 
+/**
+ * Eager start: a worker of this engine that runs turns of workflow `workflowName` on `queue` and has a turn slot
+ * free sets it aside (`reserved`) for a start's statement, which grants it the new run's first turn; `adopt`
+ * starts what the statement granted (or nothing) and frees the slot — called once, whatever the statement did.
+ */
+export type EagerStartHost = (
+  workflowName: string,
+  queue: string,
+) => { readonly reserved: EagerTurns; adopt(granted: readonly ClaimedTurnRow[]): void } | undefined;
+
 /** Starts work and looks it up. Obtain it as `engine.client`. */
 export class Client {
   constructor(
@@ -348,6 +360,8 @@ export class Client {
     private readonly names: SchemaNames,
     private readonly hub: NotificationHub,
     private readonly logger?: Logger,
+    /** The engine's workers, for eager starts (none: every first turn is claimed). */
+    private readonly eagerStart?: EagerStartHost,
   ) {}
 
   /**
@@ -448,14 +462,30 @@ export class Client {
     const o = parseOptions(startSchema, options, `start options of ${workflow.name}`);
     const items = runItems([input], [o.key], workflow.input, () => `input of workflow ${workflow.name}`);
     const params = startParams(workflow, o);
-    const [handle] = await this.insertRuns<z.output<O>>(
-      items,
-      o.onConflict,
-      (db, chunk) => insertWorkflowRuns(db, this.names, { ...params, items: chunk }),
-      { what: `start of workflow ${workflow.name}`, many: false },
-    );
-    if (!handle) throw new Error(`start of workflow ${workflow.name} returned no run`);
-    return handle;
+    // Eager start: when a worker of this engine runs this workflow's turns and has a slot free, the statement
+    // that creates the run grants it the first turn, which starts at once: no NOTIFY, no claim.
+    const host = this.eagerStart?.(workflow.name, params.queue);
+    let granted: ClaimedTurnRow[] = [];
+    try {
+      const [handle] = await this.insertRuns<z.output<O>>(
+        items,
+        o.onConflict,
+        async (db, chunk) => {
+          const inserted = await insertWorkflowRuns(db, this.names, {
+            ...params,
+            items: chunk,
+            ...(host ? { eager: host.reserved } : {}),
+          });
+          granted = inserted.eagerTurns;
+          return inserted.outcomes;
+        },
+        { what: `start of workflow ${workflow.name}`, many: false },
+      );
+      if (!handle) throw new Error(`start of workflow ${workflow.name} returned no run`);
+      return handle;
+    } finally {
+      host?.adopt(granted);
+    }
   }
 
   /**
@@ -492,7 +522,7 @@ export class Client {
     return this.insertRuns<z.output<O>>(
       items,
       o.onConflict,
-      (db, chunk) => insertWorkflowRuns(db, this.names, { ...params, items: chunk }),
+      async (db, chunk) => (await insertWorkflowRuns(db, this.names, { ...params, items: chunk })).outcomes,
       { what: `startMany of workflow ${workflow.name}`, many: true },
     );
   }

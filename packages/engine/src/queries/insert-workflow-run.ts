@@ -7,7 +7,9 @@ import {
   type RunInsertOutcome,
   type RunItem,
 } from './run-by-key.js';
-import type { SchemaNames } from './schema-names.js';
+import type { ClaimedTurnRow } from './claim-turns.js';
+import type { EagerTurns } from './complete-step.js';
+import { msInterval, type SchemaNames } from './schema-names.js';
 
 /** A batch of workflow runs: one workflow and one set of options, an id, key and input per run. */
 export interface InsertWorkflowRunsParams {
@@ -16,6 +18,17 @@ export interface InsertWorkflowRunsParams {
   readonly workflowName: string;
   readonly queue: string;
   readonly priority: number;
+  /**
+   * Eager start (Temporal's eager workflow start): a worker of this process that runs the workflow's turns, with
+   * a turn slot set aside; the first turn of each run this statement creates (at most `limit`) is granted to it.
+   */
+  readonly eager?: EagerTurns;
+}
+
+/** What a start statement did: per item, the run and whether it created it; and the turns it granted eagerly. */
+export interface WorkflowRunsInserted {
+  readonly outcomes: RunInsertOutcome[];
+  readonly eagerTurns: ClaimedTurnRow[];
 }
 
 /**
@@ -24,33 +37,82 @@ export interface InsertWorkflowRunsParams {
  * one jsonb parameter. Only the first item of each key is inserted. `ON CONFLICT DO NOTHING` on the id and on
  * (kind, name, key): the same key returns the existing run. Takes no locks beyond the inserted rows (and waits on
  * a concurrent insert of the same key).
- * @returns per item, in order, the run it names and whether this call created it (see {@link settleRunInserts}).
+ *
+ * With `eager`, the first turn of each run created (at most `eager.limit`) is granted to that worker in the same
+ * statement, as claimTurns grants a turn: a fresh token from the global sequence, a fresh nonce, turn epoch and
+ * attempt 1, a turn lease from the database clock, an attempts row; the run is `running`. No NOTIFY for those.
+ * @returns per item, in order, the run it names and whether this call created it (see {@link settleRunInserts}),
+ * and the turns granted eagerly, to start now.
  */
 export async function insertWorkflowRuns(
   db: Database,
   n: SchemaNames,
   p: InsertWorkflowRunsParams,
-): Promise<RunInsertOutcome[]> {
-  // The DB clock read once per statement (an InitPlan), not once per row: a batch shares its times.
-  const now = sql`(SELECT ${n.now})`;
+): Promise<WorkflowRunsInserted> {
+  // The DB clock read once per statement, not once per row or per use: a batch, and an eager grant, share its times.
+  const now = sql`(SELECT t FROM clock)`;
+  const eager = p.eager ?? NO_EAGER_START;
   const statement = sql`
     WITH ${runItemsCte(p.items)},
+    clock AS MATERIALIZED (SELECT ${n.now} AS t),
+    picked AS (SELECT run_id, ord <= ${eager.limit} AS eager FROM inp WHERE ord = lead),
     r AS (
-      INSERT INTO ${n.runs} (id, kind, name, status, input, idempotency_key, queue, priority, turn_next_run_at, created_at)
-      SELECT run_id, 'workflow', ${p.workflowName}, 'pending', input, idempotency_key, ${p.queue}, ${p.priority}, ${now}, ${now}
-        FROM inp WHERE ord = lead ORDER BY ord
+      INSERT INTO ${n.runs} (id, kind, name, status, input, idempotency_key, queue, priority, turn_next_run_at, created_at,
+                             started_at, turn_token, turn_nonce, turn_epoch, turn_attempt, turn_worker_id,
+                             turn_lease_expires_at)
+      SELECT i.run_id, 'workflow', ${p.workflowName}, CASE WHEN k.eager THEN 'running' ELSE 'pending' END, i.input,
+             i.idempotency_key, ${p.queue}, ${p.priority}, ${now}, ${now},
+             CASE WHEN k.eager THEN ${now} END,
+             CASE WHEN k.eager THEN ${n.nextToken} END,
+             CASE WHEN k.eager THEN gen_random_uuid() END,
+             CASE WHEN k.eager THEN 1 ELSE 0 END,
+             CASE WHEN k.eager THEN 1 ELSE 0 END,
+             CASE WHEN k.eager THEN ${eager.workerId} END,
+             CASE WHEN k.eager THEN ${now} + ${msInterval(sql`${eager.leaseMs}::int`)} END
+        FROM inp i JOIN picked k ON k.run_id = i.run_id ORDER BY i.ord
       ON CONFLICT DO NOTHING
-      RETURNING id),
+      RETURNING id, name, queue, priority, input, turn_attempt, turn_epoch, turn_token, turn_nonce, wake_count,
+                turn_lease_expires_at),
     e AS (
       INSERT INTO ${n.events} (run_id, type, data, at)
       SELECT id, 'run:started', jsonb_build_object('workflow', ${p.workflowName}::text, 'queue', ${p.queue}::text), ${now}
         FROM r
       RETURNING 1),
-    notified AS (SELECT pg_notify(${n.channel}, ${'turn:' + p.queue}) WHERE EXISTS (SELECT 1 FROM r)),
+    turn_attempts AS (
+      INSERT INTO ${n.attempts} (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at)
+      SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, ${eager.workerId}, ${now}
+        FROM r WHERE turn_token IS NOT NULL
+      RETURNING 1),
+    notified AS (
+      SELECT pg_notify(${n.channel}, ${'turn:' + p.queue}) WHERE EXISTS (SELECT 1 FROM r WHERE turn_token IS NULL)),
+    eager_turns AS (
+      SELECT jsonb_agg(jsonb_build_object(
+               'id', r.id::text, 'name', r.name, 'queue', r.queue, 'priority', r.priority, 'input', r.input,
+               'turn_attempt', r.turn_attempt, 'turn_epoch', r.turn_epoch, 'token', r.turn_token::text,
+               'nonce', r.turn_nonce::text, 'wake_count', r.wake_count, 'cancel_requested', false,
+               'cancel_reason', NULL,
+               'remaining_ms', (extract(epoch FROM (r.turn_lease_expires_at - ${n.now})) * 1000)::float8,
+               'now_ms', (extract(epoch FROM ${now}) * 1000)::float8, 'history_news', NULL)) AS turns
+        FROM r WHERE r.turn_token IS NOT NULL),
     ${runOutcomeSelect(n, {
       kind: 'workflow',
       name: p.workflowName,
-      extra: sql`(SELECT count(*) FROM e)::int AS events, (SELECT count(*) FROM notified)::int AS notified`,
+      extra: sql`(SELECT count(*) FROM e)::int AS events, (SELECT count(*) FROM notified)::int AS notified,
+                 (SELECT count(*) FROM turn_attempts)::int AS turn_attempts,
+                 CASE WHEN i.ord = 1 THEN (SELECT turns FROM eager_turns) END AS eager_turns`,
     })}`;
-  return settleRunInserts(db, p.items, statement, `start of ${p.workflowName}`);
+  let eagerTurns: ClaimedTurnRow[] = [];
+  const outcomes = await settleRunInserts(db, p.items, statement, `start of ${p.workflowName}`, (row) => {
+    eagerTurns = (row.eager_turns as ClaimedTurnRow[] | null) ?? [];
+  });
+  return { outcomes, eagerTurns };
 }
+
+const NO_EAGER_START: EagerTurns = {
+  workerId: '',
+  workflowNames: [],
+  queues: [],
+  limit: 0,
+  leaseMs: 0,
+  keepsInstances: false,
+};

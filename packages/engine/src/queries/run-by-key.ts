@@ -114,13 +114,16 @@ export async function settleRunInserts(
   items: readonly RunItem[],
   statement: SQL,
   what: string,
+  /** Given the first row of the pass whose outcomes are returned (with the statement's `extra` columns). */
+  first?: (row: Record<string, unknown>) => void,
 ): Promise<RunInsertOutcome[]> {
   for (let pass = 0; pass < 3; pass++) {
-    const rows = await db.rows<OutcomeRow>(statement);
+    const rows = await db.rows<OutcomeRow & Record<string, unknown>>(statement);
     if (rows.length !== items.length) {
       throw new Error(`${what} returned ${rows.length} outcomes for ${items.length} runs`);
     }
     if (rows.some((r) => r.run_id === null)) continue;
+    if (rows[0]) first?.(rows[0]);
     return rows.map((r) => ({
       runId: r.run_id ?? '',
       created: r.created,

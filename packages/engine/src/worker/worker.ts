@@ -1,3 +1,5 @@
+import type { EagerTurns } from '../queries/complete-step.js';
+import type { ClaimedTurnRow } from '../queries/claim-turns.js';
 import type { EndedRun } from '../db/notification-hub.js';
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
@@ -350,6 +352,21 @@ export class Worker {
     this.reservedSlots -= reserved.limit;
     this.startAttempts(granted, sentAt, 'eager');
     if (granted.length < reserved.limit) this.slotFreed();
+  }
+
+  /**
+   * Eager start: set aside a turn slot for a start of workflow `workflowName` on `queue` in this process, when this
+   * worker runs its turns and has one free (see EagerStartHost in client.ts); undefined otherwise.
+   */
+  reserveEagerStart(
+    workflowName: string,
+    queue: string,
+  ): { readonly reserved: EagerTurns; adopt(granted: readonly ClaimedTurnRow[]): void } | undefined {
+    const turns = this.turns;
+    if (!turns || this.state !== 'running') return undefined;
+    if (!this.options.workflows.has(workflowName) || !this.options.queues.includes(queue)) return undefined;
+    const reserved = turns.reserve(1);
+    return reserved && { reserved, adopt: (granted) => turns.adopt(reserved, granted) };
   }
 
   /** A slot freed: claim with it, unless the last claim found the queues drained (see {@link queueDrained}). */
