@@ -78,6 +78,14 @@ export class TurnLoop {
   private reservationsSettled: (() => void) | undefined;
   private state: 'running' | 'stopping' = 'running';
   private readonly wakeSignal = new WakeSignal();
+  /** `turn:` NOTIFYs for this loop's queues so far ({@link wake}). */
+  private turnWakes = 0;
+  /**
+   * The last claim found fewer due turns than it had slots for, nothing was due right after it, and no `turn:`
+   * NOTIFY came since it began: a turn slot that frees need not claim (eager turns and eager starts hand turns
+   * over without one). Any wake-up, and a pass of the loop that had no slot to claim with, clears it.
+   */
+  private queueDrained = false;
   private readonly done: Promise<void>;
   /** `<workflow>:<call>` pairs already warned about, so a workflow that calls Math.random() warns once. */
   private readonly warnedNondeterministic = new Set<string>();
@@ -96,7 +104,14 @@ export class TurnLoop {
 
   /** There may be a due turn (a NOTIFY): claim again now, or right after the claim in progress. */
   wake(): void {
+    this.turnWakes++;
+    this.queueDrained = false;
     this.wakeSignal.notify();
+  }
+
+  /** A turn slot freed: claim with it, unless the last claim found the queues drained ({@link queueDrained}). */
+  private slotFreed(): void {
+    if (!this.queueDrained || this.state !== 'running') this.wakeSignal.notify();
   }
 
   private async loop(): Promise<void> {
@@ -107,7 +122,9 @@ export class TurnLoop {
       this.wakeSignal.take();
       try {
         const free = this.options.concurrency - this.running.size - this.reserved;
+        this.queueDrained = false;
         if (free > 0) {
+          const wakesBefore = this.turnWakes;
           const rows = await claimTurns(this.db, this.names, {
             workerId: this.options.workerId,
             queues: this.options.queues,
@@ -125,6 +142,7 @@ export class TurnLoop {
           });
           if (dueIn !== null) waitMs = Math.min(waitMs, Math.max(0, dueIn));
           if (dueIn !== null && dueIn <= 0 && rows.length > 0) continue;
+          this.queueDrained = (dueIn === null || dueIn > 0) && this.turnWakes === wakesBefore;
         }
       } catch (error) {
         failures++;
@@ -167,7 +185,7 @@ export class TurnLoop {
       if (this.state === 'running') this.start(row, 'eager');
       else this.track(this.handBack(row), row.id);
     }
-    if (claimed.length < reserved.limit) this.wakeSignal.notify();
+    if (claimed.length < reserved.limit) this.slotFreed();
     if (this.reserved === 0) this.reservationsSettled?.();
   }
 
@@ -203,7 +221,7 @@ export class TurnLoop {
       })
       .finally(() => {
         this.running.delete(execution);
-        this.wakeSignal.notify();
+        this.slotFreed();
       });
     this.running.add(execution);
   }
