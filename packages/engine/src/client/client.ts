@@ -1,5 +1,3 @@
-import type { ClaimedTurnRow } from '../queries/claim-turns.js';
-import type { EagerTurns } from '../queries/complete-step.js';
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import {
@@ -32,6 +30,8 @@ import type { RunInsertOutcome, RunItem } from '../queries/run-by-key.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import { assertUsableOutsideTransaction } from '../worker/fenced-scope.js';
 import { RunHandle } from './run-handle.js';
+import type { ClaimedTurnRow } from '../queries/claim-turns.js';
+import type { EagerTurns } from '../queries/complete-step.js';
 
 /**
  * What a start or enqueue does when its idempotency key already started a run of the same workflow or activity

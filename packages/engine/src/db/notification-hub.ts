@@ -2,10 +2,6 @@ import { PalisadeError } from '@palisade/sdk';
 import { notificationItems } from '../queries/notify.js';
 import type { Database } from './database.js';
 
-/**
- * One LISTEN per engine, fanned out to in-process subscribers by payload (`run:<id>`, `step:<queue>`, …), so
- * many `handle.result()` calls share one connection. Subscribing before the first LISTEN starts it lazily.
- */
 /** How a run ended, as stored: read back by the statement of this process that ended it. */
 export interface EndedRun {
   readonly status: 'completed' | 'failed' | 'cancelled';
@@ -16,9 +12,13 @@ export interface EndedRun {
   readonly cancel_reason: string | null;
 }
 
-/** A subscriber: `ended` is set when the run's end comes from this process ({@link NotificationHub.runEnded}). */
+/** A subscriber: `ended` is set when the run's end comes from this process ({@link NotificationHub.endingRun}). */
 export type Subscriber = (ended?: EndedRun) => void;
 
+/**
+ * One LISTEN per engine, fanned out to in-process subscribers by payload (`run:<id>`, `step:<queue>`, …), so
+ * many `handle.result()` calls share one connection. Subscribing before the first LISTEN starts it lazily.
+ */
 export class NotificationHub {
   private readonly subscribers = new Map<string, Set<Subscriber>>();
   /** `run:<id>` of runs a statement of this process may be ending now ({@link endingRun}). */

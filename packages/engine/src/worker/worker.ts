@@ -1,6 +1,3 @@
-import type { EagerTurns } from '../queries/complete-step.js';
-import type { ClaimedTurnRow } from '../queries/claim-turns.js';
-import type { EndedRun } from '../db/notification-hub.js';
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { Logger } from 'pino';
@@ -31,6 +28,9 @@ import { RetentionSweeper } from './retention-sweeper.js';
 import { isGrantFresh, monotonicNow } from './lease-clock.js';
 import { WakeSignal, claimRetryDelayMs } from './wake-signal.js';
 import { WorkerEvents } from './worker-events.js';
+import type { EagerTurns } from '../queries/complete-step.js';
+import type { ClaimedTurnRow } from '../queries/claim-turns.js';
+import type { EndedRun } from '../db/notification-hub.js';
 
 export type { StopOptions } from '../options.js';
 

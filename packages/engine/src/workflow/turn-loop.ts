@@ -1,4 +1,3 @@
-import type { EndedRun } from '../db/notification-hub.js';
 import { storableFailure, type WorkflowDefinition } from '@palisade/sdk';
 import type { Logger } from 'pino';
 import type { Database } from '../db/database.js';
@@ -25,6 +24,7 @@ import { WakeSignal, claimRetryDelayMs } from '../worker/wake-signal.js';
 import type { WorkerEvents } from '../worker/worker-events.js';
 import { InstanceCache, canContinue } from './instance-cache.js';
 import { startTurn, type TurnParams, type TurnResult, type WorkflowInstance } from './turn-runtime.js';
+import type { EndedRun } from '../db/notification-hub.js';
 
 export interface TurnLoopOptions {
   readonly workerId: string;
