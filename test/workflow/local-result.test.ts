@@ -21,6 +21,12 @@ const held = defineActivity({
     return {};
   },
 });
+const instant = defineWorkflow({
+  name: 'instant',
+  input: z.object({}),
+  output: z.object({ ok: z.boolean() }),
+  run: () => Promise.resolve({ ok: true }),
+});
 const unordered = defineWorkflow({
   name: 'unordered',
   input: z.object({ fail: z.boolean() }),
@@ -72,6 +78,35 @@ describe('results answered by the turn that ended the run', () => {
         expect(sent).toContain('-- the run ended');
         expect(sent.slice(sent.indexOf('-- the run ended')).filter(isRunRead)).toEqual([]);
         expect(output).toEqual((await ok.describe()).run.output);
+        await worker.stop();
+      } finally {
+        await engine.close();
+      }
+    } finally {
+      await client.end({ timeout: 1 });
+    }
+  });
+
+  it('answers the waiter of a run its eager first turn ends with no statement of its own', async () => {
+    const sent: string[] = [];
+    const client = postgres(target.url(), {
+      max: 4,
+      onnotice: () => undefined,
+      debug: (_connection, query) => sent.push(query),
+    });
+    try {
+      const engine = await createEngine({ sql: client, schema: `local_${Date.now()}` });
+      try {
+        const worker = engine.worker({ workflows: [instant] });
+        await worker.start();
+        // The engine's LISTEN is up after a first wait.
+        await (await engine.client.start(instant, {})).result({ timeoutMs: 20_000 });
+        // start() granted the first turn to the worker (eager start), which runs it while result() waits for it.
+        const handle = await engine.client.start(instant, {});
+        const from = sent.length;
+        await expect(handle.result({ timeoutMs: 20_000 })).resolves.toEqual({ ok: true });
+        const own = sent.slice(from).filter((q) => isRunRead(q) || q.includes('SET result_waiters'));
+        expect(own).toEqual([]);
         await worker.stop();
       } finally {
         await engine.close();

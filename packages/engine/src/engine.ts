@@ -220,7 +220,7 @@ export async function createEngine(options: CreateEngineOptions = {}): Promise<E
           names,
           logger,
           retentionMs: resolved.retentionMs,
-          endingRun: (runId) => hub.endingRun(runId),
+          results: hub,
         },
         workerOptions,
       );

@@ -131,6 +131,10 @@ export class RunHandle<O = unknown> {
       }
     };
     try {
+      // A turn of this run in progress in this process (an eager start's, say) may end it: its end then comes from
+      // the commit, with no registration (a write on the run row, which that commit would wait for) and no read.
+      const localTurn = this.hub.localTurnsSettled(this.runId);
+      if (localTurn) await localTurn;
       for (let read = 0; ; read++) {
         throwIfClosed();
         notified = false;

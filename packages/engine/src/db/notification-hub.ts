@@ -16,11 +16,25 @@ export interface EndedRun {
 export type Subscriber = (ended?: EndedRun) => void;
 
 /**
+ * What a worker tells the `handle.result()` waiters of its process: the turns it runs ({@link turnRunning}: a
+ * waiter lets a turn of its run that is in progress here settle before it registers on the run) and the commits
+ * that may end a run ({@link endingRun}: it gets the end from the commit).
+ */
+export interface LocalResults {
+  /** A turn of run `runId` starts in this process; call the returned function once it settled, whatever it did. */
+  turnRunning(runId: string): () => void;
+  /** See {@link NotificationHub.endingRun}. */
+  endingRun(runId: string): (ended?: EndedRun) => void;
+}
+
+/**
  * One LISTEN per engine, fanned out to in-process subscribers by payload (`run:<id>`, `step:<queue>`, …), so
  * many `handle.result()` calls share one connection. Subscribing before the first LISTEN starts it lazily.
  */
-export class NotificationHub {
+export class NotificationHub implements LocalResults {
   private readonly subscribers = new Map<string, Set<Subscriber>>();
+  /** Runs with a turn in progress in this process: how many, and what settles when the last one does. */
+  private readonly turns = new Map<string, { count: number; settled: Promise<void>; settle: () => void }>();
   /** `run:<id>` of runs a statement of this process may be ending now ({@link endingRun}). */
   private readonly ending = new Map<string, { notified: boolean }>();
   private started: Promise<() => Promise<void>> | undefined;
@@ -64,6 +78,33 @@ export class NotificationHub {
       set.delete(handler);
       if (set.size === 0) this.subscribers.delete(payload);
     };
+  }
+
+  turnRunning(runId: string): () => void {
+    let entry = this.turns.get(runId);
+    if (!entry) {
+      let settle!: () => void;
+      const settled = new Promise<void>((resolve) => (settle = resolve));
+      this.turns.set(runId, (entry = { count: 0, settled, settle }));
+    }
+    entry.count++;
+    const held = entry;
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      if (--held.count > 0) return;
+      if (this.turns.get(runId) === held) this.turns.delete(runId);
+      held.settle();
+    };
+  }
+
+  /**
+   * Resolves once no turn of run `runId` is in progress in this process (at once when none is): a turn that
+   * may end the run gives its waiters the end without a registration or a read (see {@link endingRun}).
+   */
+  localTurnsSettled(runId: string): Promise<void> | undefined {
+    return this.turns.get(runId)?.settled;
   }
 
   /**

@@ -30,7 +30,7 @@ import { WakeSignal, claimRetryDelayMs } from './wake-signal.js';
 import { WorkerEvents } from './worker-events.js';
 import type { EagerTurns } from '../queries/complete-step.js';
 import type { ClaimedTurnRow } from '../queries/claim-turns.js';
-import type { EndedRun } from '../db/notification-hub.js';
+import type { LocalResults } from '../db/notification-hub.js';
 
 export type { StopOptions } from '../options.js';
 
@@ -41,8 +41,8 @@ export interface WorkerHost {
   readonly logger: Logger;
   /** The engine's retention of finished runs (ms); the worker sweeps past it. `null`: no sweeping. */
   readonly retentionMs: number | null;
-  /** See TurnLoopOptions.endingRun: the engine's `handle.result()` waiters, answered from the ending commit. */
-  readonly endingRun?: (runId: string) => (ended?: EndedRun) => void;
+  /** See TurnLoopOptions.results: the engine's `handle.result()` waiters. */
+  readonly results?: LocalResults;
 }
 
 /**
@@ -154,7 +154,7 @@ export class Worker {
             reserve: (most) => this.reserveDispatch(most),
             adopt: (reserved, granted, sentAt) => this.adoptDispatch(reserved, granted, sentAt),
           },
-          ...(this.host.endingRun ? { endingRun: this.host.endingRun } : {}),
+          ...(this.host.results ? { results: this.host.results } : {}),
         },
         this.events,
         logger,

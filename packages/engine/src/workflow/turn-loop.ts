@@ -24,7 +24,7 @@ import { WakeSignal, claimRetryDelayMs } from '../worker/wake-signal.js';
 import type { WorkerEvents } from '../worker/worker-events.js';
 import { InstanceCache, canContinue } from './instance-cache.js';
 import { startTurn, type TurnParams, type TurnResult, type WorkflowInstance } from './turn-runtime.js';
-import type { EndedRun } from '../db/notification-hub.js';
+import type { EndedRun, LocalResults } from '../db/notification-hub.js';
 
 export interface TurnLoopOptions {
   readonly workerId: string;
@@ -39,10 +39,11 @@ export interface TurnLoopOptions {
   /** The worker's activity slots, when it serves activities: a turn's commit grants it the steps it schedules. */
   readonly dispatch?: EagerDispatchHost;
   /**
-   * Called before a commit that may end run `runId`; the function it returns is called once the commit settles,
-   * with the run's end as stored when it ended the run (the `handle.result()` waiters of this process).
+   * The `handle.result()` waiters of this process: told of each turn that runs here, and, before a commit that
+   * may end a run, given a function to call once the commit settles, with the run's end as stored when it ended
+   * the run.
    */
-  readonly endingRun?: (runId: string) => (ended?: EndedRun) => void;
+  readonly results?: LocalResults;
 }
 
 /**
@@ -208,7 +209,11 @@ export class TurnLoop {
   }
 
   private start(row: ClaimedTurnRow, grant: 'claimed' | 'eager'): void {
-    this.track(this.execute(row, grant), row.id);
+    const settled = this.options.results?.turnRunning(row.id);
+    this.track(
+      this.execute(row, grant).finally(() => settled?.()),
+      row.id,
+    );
   }
 
   /** Count `work` as running until it settles; log what it throws (a conflict is expected, not an error). */
@@ -281,7 +286,7 @@ export class TurnLoop {
     let granted: readonly ClaimedStepRow[] = [];
     const sentAtMs = monotonicNow();
     // The run's result waiters in this process are answered from the commit that ends the run.
-    let endingHere = result.outcome.kind === 'blocked' ? undefined : this.options.endingRun?.(row.id);
+    let endingHere = result.outcome.kind === 'blocked' ? undefined : this.options.results?.endingRun(row.id);
     let ended: EndedRun | undefined;
     try {
       ({ eagerSteps: granted, ended } = await commitTurn(this.db, this.names, ref, result, reserved));
@@ -306,7 +311,7 @@ export class TurnLoop {
         },
       };
       this.logger.warn({ err: error, runId: row.id }, 'turn:unstorable');
-      endingHere ??= this.options.endingRun?.(row.id);
+      endingHere ??= this.options.results?.endingRun(row.id);
       ({ ended } = await commitTurn(this.db, this.names, ref, committed));
     } finally {
       endingHere?.(ended);
