@@ -100,8 +100,8 @@ export class NotificationHub implements LocalResults {
   }
 
   /**
-   * Resolves once no turn of run `runId` is in progress in this process (at once when none is): a turn that
-   * may end the run gives its waiters the end without a registration or a read (see {@link endingRun}).
+   * A promise that resolves once no turn of run `runId` is in progress in this process; undefined when none is.
+   * A turn that ends the run gives its waiters the end without a registration or a read (see {@link endingRun}).
    */
   localTurnsSettled(runId: string): Promise<void> | undefined {
     return this.turns.get(runId)?.settled;
