@@ -72,12 +72,17 @@ export class TurnConflict extends Error {}
  *    nothing is written and the turn runs again ({@link TurnConflict}) so that it sees the change;
  * 3. outcomes delivered for the first time get their delivery order; timers the turn saw fire are completed;
  * 4. the run either ends (output or error, terminal event, every live step cancelled — running ones too, whose
- *    holders are refused as `cancelled` at their next write — NOTIFY) or is given its next turn time: now if
+ *    holders are refused as `cancelled` at their next write — a NOTIFY when a `handle.result()` registered on
+ *    it) or is given its next turn time: now if
  *    anything woke it since the claim (`wake_count` moved), else its earliest timer, new ones included;
  * 5. the turn's attempt row ends; workers of the new steps' queues are NOTIFYed; with `dispatch`, new activities
  *    this worker serves are granted to it (eager dispatch) and returned, to start now.
  * The run row is written once (a statement may not update one row twice), and every write waits for the gate
  * (fence passed, no conflict).
+ * @returns the activity steps granted eagerly, and, when the turn ended the run, the run's end as stored.
+ * @throws LeaseLostError when the fence refused the commit (recorded as `attempt:stale-rejected`);
+ * TurnConflict when a cancel or a timer changed under the turn (handed back, due now); the driver's error,
+ * wrapped, when the database refused the statement (nothing was written).
  */
 export async function commitTurn(
   db: Database,
