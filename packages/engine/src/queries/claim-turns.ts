@@ -158,6 +158,21 @@ export interface HistoryStepRow {
   finished_ms: number | null;
 }
 
+/**
+ * A turn granted outside claimTurns (an eager turn, an eager start) as the jsonb object of a {@link ClaimedTurnRow}:
+ * `w` names the run row as the grant wrote it (its turn columns, cancel request and reason), `nowMs` the grant's
+ * DB time (epoch ms, float8), `historyNews` the run's news or NULL.
+ */
+export function grantedTurnJson(n: SchemaNames, w: SQL, p: { nowMs: SQL; historyNews: SQL }): SQL {
+  return sql`jsonb_build_object(
+    'id', ${w}.id::text, 'name', ${w}.name, 'queue', ${w}.queue, 'priority', ${w}.priority, 'input', ${w}.input,
+    'turn_attempt', ${w}.turn_attempt, 'turn_epoch', ${w}.turn_epoch, 'token', ${w}.turn_token::text,
+    'nonce', ${w}.turn_nonce::text, 'wake_count', ${w}.wake_count,
+    'cancel_requested', ${w}.cancel_requested_at IS NOT NULL, 'cancel_reason', ${w}.cancel_reason,
+    'remaining_ms', (extract(epoch FROM (${w}.turn_lease_expires_at - ${n.now})) * 1000)::float8,
+    'now_ms', ${p.nowMs}, 'history_news', ${p.historyNews})`;
+}
+
 /** A run's recorded steps in position order; plain read. */
 export async function loadRunHistory(db: Database, n: SchemaNames, runId: string): Promise<HistoryStepRow[]> {
   return db.rows<HistoryStepRow>(sql`

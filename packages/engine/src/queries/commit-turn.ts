@@ -4,7 +4,7 @@ import type { Database } from '../db/database.js';
 import type { EndedRun } from '../db/notification-hub.js';
 import type { ClaimedStepRow } from './claim-steps.js';
 import type { Delivery, NewStep, TurnOutcome } from '../workflow/turn-runtime.js';
-import { notifyOnce } from './notify.js';
+import { endedRunItems, notifyOnce } from './notify.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 export interface TurnRef {
@@ -326,7 +326,7 @@ export async function commitTurn(
       'notified',
       sql`SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
-          UNION ALL SELECT 'run:' || id::text FROM run_row WHERE ${ending} AND result_waiters > 0`,
+          UNION ALL ${endedRunItems(sql`(SELECT * FROM run_row WHERE ${ending}) x`)}`,
     )}
     SELECT EXISTS (SELECT 1 FROM fence) AS fenced, (SELECT conflict FROM gate) AS conflict,
            (SELECT count(*) FROM notified) AS notified,

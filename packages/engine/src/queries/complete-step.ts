@@ -10,8 +10,8 @@ import {
   type AttemptRef,
   type FencedResultRow,
 } from './fenced-outcome.js';
-import { notifyOnce } from './notify.js';
-import { historyNews, type ClaimedTurnRow } from './claim-turns.js';
+import { endedRunItems, notifyOnce } from './notify.js';
+import { grantedTurnJson, historyNews, type ClaimedTurnRow } from './claim-turns.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 export interface CompleteStepParams extends AttemptRef {
@@ -40,7 +40,8 @@ export interface CompletedBatch {
   readonly eagerTurns: ClaimedTurnRow[];
 }
 
-const NO_EAGER_TURNS: EagerTurns = {
+/** No eager turns: a limit of 0 (the completion claims no turn; a start grants none). */
+export const NO_EAGER_TURNS: EagerTurns = {
   workerId: '',
   workflowNames: [],
   queues: [],
@@ -142,28 +143,22 @@ export async function completeSteps(
         FROM woken_run WHERE eager
       RETURNING 1),
     eager_turns AS (
-      SELECT jsonb_agg(jsonb_build_object(
-               'id', w.id::text, 'name', w.name, 'queue', w.queue, 'priority', w.priority, 'input', w.input,
-               'turn_attempt', w.turn_attempt, 'turn_epoch', w.turn_epoch, 'token', w.turn_token::text,
-               'nonce', w.turn_nonce::text, 'wake_count', w.wake_count,
-               'cancel_requested', w.cancel_requested_at IS NOT NULL, 'cancel_reason', w.cancel_reason,
-               'remaining_ms', (extract(epoch FROM (w.turn_lease_expires_at - ${n.now})) * 1000)::float8,
-               'now_ms', (extract(epoch FROM ${lockNow}) * 1000)::float8,
-               'history_news', CASE WHEN w.sticky THEN jsonb_set(h.news, '{fresh}', (h.news->'fresh') || coalesce((
+      SELECT jsonb_agg(${grantedTurnJson(n, sql`w`, {
+        nowMs: sql`(extract(epoch FROM ${lockNow}) * 1000)::float8`,
+        historyNews: sql`CASE WHEN w.sticky THEN jsonb_set(h.news, '{fresh}', (h.news->'fresh') || coalesce((
                  SELECT jsonb_agg(jsonb_build_object(
                           'id', a.id::text, 'seq', a.seq, 'kind', a.kind, 'name', a.name, 'status', 'completed',
                           'output', a.output, 'error', NULL, 'delivered_seq', NULL, 'due_ms', NULL,
                           'finished_ms', (extract(epoch FROM a.finished_at) * 1000)::float8) ORDER BY a.seq)
-                   FROM applied a WHERE a.run_id = w.id), '[]'::jsonb)) END)) AS turns
+                   FROM applied a WHERE a.run_id = w.id), '[]'::jsonb)) END`,
+      })}) AS turns
         FROM woken_run w
         LEFT JOIN LATERAL (${historyNews(n, sql`w.id`, sql`(extract(epoch FROM ${lockNow}) * 1000)::float8`, sql`w.sticky`)}) h ON true
        WHERE w.eager),
     ${notifyOnce(
       n,
       'notified',
-      // A run's end is NOTIFYed only when a handle.result() waited on it (the run row's newest version says so).
-      sql`SELECT 'run:' || id::text FROM finished_run WHERE result_waiters > 0
-          UNION ALL SELECT 'turn:' || queue FROM woken_run WHERE NOT eager`,
+      sql`${endedRunItems(sql`finished_run`)} UNION ALL SELECT 'turn:' || queue FROM woken_run WHERE NOT eager`,
     )},
     ${rejectionCtes(n, { operation: 'complete', replayWhen: sql`cur.status = 'completed' AND cur.ended_nonce = cur.stale_nonce AND cur.fencing_token = cur.stale_token` })}
     SELECT ${fencedResultColumns},

@@ -1,6 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
-import { notifyOnce } from './notify.js';
+import { endedRunItems, notifyOnce } from './notify.js';
 import type { SchemaNames } from './schema-names.js';
 
 export interface ExpiredStepRow {
@@ -87,9 +87,7 @@ export async function expireSteps(db: Database, n: SchemaNames, limit = 100): Pr
     ${notifyOnce(
       n,
       'notified',
-      // A run's end is NOTIFYed only when a handle.result() waited on it.
-      sql`SELECT 'run:' || id::text FROM finished_runs WHERE result_waiters > 0
-          UNION ALL SELECT 'turn:' || queue FROM woken_runs`,
+      sql`${endedRunItems(sql`finished_runs`)} UNION ALL SELECT 'turn:' || queue FROM woken_runs`,
     )}
     SELECT e.id::text, e.run_id::text, e.status,
            (SELECT count(*) FROM ended_attempts) + (SELECT count(*) FROM step_events)

@@ -12,7 +12,7 @@ import {
   type FencedResultRow,
 } from './fenced-outcome.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
-import { notifyOnce } from './notify.js';
+import { endedRunItems, notifyOnce } from './notify.js';
 
 export interface FailStepParams extends AttemptRef {
   readonly nonce: string;
@@ -88,9 +88,7 @@ export async function failStep(
     ${notifyOnce(
       n,
       'notified',
-      // A run's end is NOTIFYed only when a handle.result() waited on it.
-      sql`SELECT 'run:' || id::text FROM finished_run WHERE result_waiters > 0
-          UNION ALL SELECT 'turn:' || queue FROM woken_run`,
+      sql`${endedRunItems(sql`finished_run`)} UNION ALL SELECT 'turn:' || queue FROM woken_run`,
     )},
     ${rejectionCtes(n, {
       operation: 'fail',

@@ -7,8 +7,8 @@ import {
   type RunInsertOutcome,
   type RunItem,
 } from './run-by-key.js';
-import type { ClaimedTurnRow } from './claim-turns.js';
-import type { EagerTurns } from './complete-step.js';
+import { grantedTurnJson, type ClaimedTurnRow } from './claim-turns.js';
+import { NO_EAGER_TURNS, type EagerTurns } from './complete-step.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 /** A batch of workflow runs: one workflow and one set of options, an id, key and input per run. */
@@ -51,7 +51,7 @@ export async function insertWorkflowRuns(
 ): Promise<WorkflowRunsInserted> {
   // The DB clock read once per statement, not once per row or per use: a batch, and an eager grant, share its times.
   const now = sql`(SELECT t FROM clock)`;
-  const eager = p.eager ?? NO_EAGER_START;
+  const eager = p.eager ?? NO_EAGER_TURNS;
   const statement = sql`
     WITH ${runItemsCte(p.items)},
     clock AS MATERIALIZED (SELECT ${n.now} AS t),
@@ -72,7 +72,7 @@ export async function insertWorkflowRuns(
         FROM inp i JOIN picked k ON k.run_id = i.run_id ORDER BY i.ord
       ON CONFLICT DO NOTHING
       RETURNING id, name, queue, priority, input, turn_attempt, turn_epoch, turn_token, turn_nonce, wake_count,
-                turn_lease_expires_at),
+                turn_lease_expires_at, cancel_requested_at, cancel_reason),
     e AS (
       INSERT INTO ${n.events} (run_id, type, data, at)
       SELECT id, 'run:started', jsonb_build_object('workflow', ${p.workflowName}::text, 'queue', ${p.queue}::text), ${now}
@@ -86,13 +86,10 @@ export async function insertWorkflowRuns(
     notified AS (
       SELECT pg_notify(${n.channel}, ${'turn:' + p.queue}) WHERE EXISTS (SELECT 1 FROM r WHERE turn_token IS NULL)),
     eager_turns AS (
-      SELECT jsonb_agg(jsonb_build_object(
-               'id', r.id::text, 'name', r.name, 'queue', r.queue, 'priority', r.priority, 'input', r.input,
-               'turn_attempt', r.turn_attempt, 'turn_epoch', r.turn_epoch, 'token', r.turn_token::text,
-               'nonce', r.turn_nonce::text, 'wake_count', r.wake_count, 'cancel_requested', false,
-               'cancel_reason', NULL,
-               'remaining_ms', (extract(epoch FROM (r.turn_lease_expires_at - ${n.now})) * 1000)::float8,
-               'now_ms', (extract(epoch FROM ${now}) * 1000)::float8, 'history_news', NULL)) AS turns
+      SELECT jsonb_agg(${grantedTurnJson(n, sql`r`, {
+        nowMs: sql`(extract(epoch FROM ${now}) * 1000)::float8`,
+        historyNews: sql`NULL::jsonb`,
+      })}) AS turns
         FROM r WHERE r.turn_token IS NOT NULL),
     ${runOutcomeSelect(n, {
       kind: 'workflow',
@@ -107,12 +104,3 @@ export async function insertWorkflowRuns(
   });
   return { outcomes, eagerTurns };
 }
-
-const NO_EAGER_START: EagerTurns = {
-  workerId: '',
-  workflowNames: [],
-  queues: [],
-  limit: 0,
-  leaseMs: 0,
-  keepsInstances: false,
-};

@@ -32,3 +32,11 @@ export function notifyOnce(n: SchemaNames, name: string, items: SQL): SQL {
               FROM (SELECT DISTINCT item FROM (${items}) x(item) WHERE item IS NOT NULL) d) p
      WHERE p.all_items IS NOT NULL)`;
 }
+
+/**
+ * The `run:<id>` items of the runs that `endedRuns` (a CTE returning `id` and `result_waiters` of the run rows a
+ * statement ended, as it wrote them) ended: only those a `handle.result()` registered on (registerResultWaiter).
+ */
+export function endedRunItems(endedRuns: SQL): SQL {
+  return sql`SELECT 'run:' || id::text FROM ${endedRuns} WHERE result_waiters > 0`;
+}

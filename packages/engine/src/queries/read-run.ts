@@ -24,7 +24,6 @@ const RUN_COLUMNS = sql`id::text, kind, name, status, input, output, error, idem
   to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS started_at,
   to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS finished_at`;
 
-/** One run by id; plain read. */
 /**
  * Register a `handle.result()` waiter on a run that has not ended (`runs.result_waiters`, so that the statement
  * that ends it sends its `run:` NOTIFY) and return the run as that write left it; a run that has ended, or
@@ -44,6 +43,7 @@ export async function registerResultWaiter(
   return rows[0] ?? (await readRun(db, n, runId));
 }
 
+/** One run by id; plain read. */
 export async function readRun(db: Database, n: SchemaNames, runId: string): Promise<RunRow | undefined> {
   if (!/^[0-9a-f-]{36}$/i.test(runId)) return undefined;
   const rows = await db.rows<RunRow>(sql`SELECT ${RUN_COLUMNS} FROM ${n.runs} WHERE id = ${runId}::uuid`);
