@@ -12,19 +12,25 @@ export interface EndedRun {
   readonly cancel_reason: string | null;
 }
 
-/** A subscriber: `ended` is set when the run's end comes from this process ({@link NotificationHub.endingRun}). */
+/** A subscriber: `ended` is set when the run's end comes from this process ({@link NotificationHub.turnRunning}). */
 export type Subscriber = (ended?: EndedRun) => void;
 
 /**
- * What a worker tells the `handle.result()` waiters of its process: the turns it runs ({@link turnRunning}: a
- * waiter lets a turn of its run that is in progress here settle before it registers on the run) and the commits
- * that may end a run ({@link endingRun}: it gets the end from the commit).
+ * What a worker tells the `handle.result()` waiters of its process: each turn it runs, from its start until it
+ * settled, with the run's end as stored when the turn ended the run (see {@link NotificationHub.turnRunning}).
  */
 export interface LocalResults {
-  /** A turn of run `runId` starts in this process; call the returned function once it settled, whatever it did. */
-  turnRunning(runId: string): () => void;
-  /** See {@link NotificationHub.endingRun}. */
-  endingRun(runId: string): (ended?: EndedRun) => void;
+  turnRunning(runId: string): (ended?: EndedRun) => void;
+}
+
+/** The turns of one run in progress in this process, and what their waiters are owed when the last settles. */
+interface LocalTurns {
+  count: number;
+  /** A NOTIFY for the run came meanwhile (held back). */
+  notified: boolean;
+  ended: EndedRun | undefined;
+  readonly settled: Promise<void>;
+  readonly settle: () => void;
 }
 
 /**
@@ -33,10 +39,8 @@ export interface LocalResults {
  */
 export class NotificationHub implements LocalResults {
   private readonly subscribers = new Map<string, Set<Subscriber>>();
-  /** Runs with a turn in progress in this process: how many, and what settles when the last one does. */
-  private readonly turns = new Map<string, { count: number; settled: Promise<void>; settle: () => void }>();
-  /** `run:<id>` of runs a statement of this process may be ending now ({@link endingRun}). */
-  private readonly ending = new Map<string, { notified: boolean }>();
+  /** By `run:<id>`: runs with a turn in progress in this process ({@link turnRunning}). */
+  private readonly turns = new Map<string, LocalTurns>();
   private started: Promise<() => Promise<void>> | undefined;
   /** Set by {@link close}: subscribers were woken one last time and must stop waiting. */
   closed = false;
@@ -62,12 +66,12 @@ export class NotificationHub implements LocalResults {
         if (item === 'run:*') {
           for (const [key, set] of this.subscribers) {
             if (!key.startsWith('run:')) continue;
-            const held = this.ending.get(key);
+            const held = this.turns.get(key);
             if (held) held.notified = true;
             else for (const h of set) h();
           }
         } else {
-          const held = this.ending.get(item);
+          const held = this.turns.get(item);
           if (held) held.notified = true;
           else for (const h of this.subscribers.get(item) ?? []) h();
         }
@@ -80,47 +84,40 @@ export class NotificationHub implements LocalResults {
     };
   }
 
-  turnRunning(runId: string): () => void {
-    let entry = this.turns.get(runId);
+  /**
+   * A turn of run `runId` starts in this process; call the returned function once it settled, with the run's end
+   * as stored when the turn's commit ended the run. Meanwhile a NOTIFY for the run is held back (it can arrive
+   * before the commit's own answer). When the run's last turn here settles, its subscribers get the end — they
+   * need neither the NOTIFY nor a read of the run — or else the NOTIFY held back, if one came.
+   */
+  turnRunning(runId: string): (ended?: EndedRun) => void {
+    const key = `run:${runId}`;
+    let entry = this.turns.get(key);
     if (!entry) {
       let settle!: () => void;
       const settled = new Promise<void>((resolve) => (settle = resolve));
-      this.turns.set(runId, (entry = { count: 0, settled, settle }));
+      this.turns.set(key, (entry = { count: 0, notified: false, ended: undefined, settled, settle }));
     }
     entry.count++;
     const held = entry;
     let done = false;
-    return () => {
+    return (ended) => {
       if (done) return;
       done = true;
+      held.ended ??= ended;
       if (--held.count > 0) return;
-      if (this.turns.get(runId) === held) this.turns.delete(runId);
+      if (this.turns.get(key) === held) this.turns.delete(key);
+      if (held.ended || held.notified) for (const h of this.subscribers.get(key) ?? []) h(held.ended);
       held.settle();
     };
   }
 
   /**
    * A promise that resolves once no turn of run `runId` is in progress in this process; undefined when none is.
-   * A turn that ends the run gives its waiters the end without a registration or a read (see {@link endingRun}).
+   * A turn that ends the run gives its waiters the end without a registration or a read (see {@link turnRunning}).
    */
   localTurnsSettled(runId: string): Promise<void> | undefined {
-    return this.turns.get(runId)?.settled;
-  }
-
-  /**
-   * A statement of this process that may end run `runId` is about to be sent (a workflow's last turn). Until the
-   * returned function is called, a NOTIFY for the run is held back (it can arrive before the statement's own
-   * answer); then the run's subscribers get the end as stored, when the statement ended the run — they need
-   * neither the NOTIFY nor a read of the run — or else the NOTIFY held back, if one came.
-   */
-  endingRun(runId: string): (ended?: EndedRun) => void {
-    const key = `run:${runId}`;
-    const entry = { notified: false };
-    this.ending.set(key, entry);
-    return (ended) => {
-      if (this.ending.get(key) === entry) this.ending.delete(key);
-      if (ended || entry.notified) for (const h of this.subscribers.get(key) ?? []) h(ended);
-    };
+    return this.turns.get(`run:${runId}`)?.settled;
   }
 
   /** Stop listening and wake every subscriber so that waiters see {@link closed} instead of hanging. */

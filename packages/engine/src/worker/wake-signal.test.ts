@@ -50,6 +50,41 @@ describe('WakeSignal', () => {
     await vi.advanceTimersByTimeAsync(1_000);
     expect(await settled(sleeping)).toBe(true);
   });
+
+  it('wakes on a freed slot until a claim finds the queues drained, and again after a notify', async () => {
+    const wake = new WakeSignal();
+    wake.take();
+    wake.slotFreed(); // before any claim: the queues may hold work
+    expect(await settled(wake.sleep(60_000))).toBe(true);
+
+    wake.take();
+    wake.drainedSince(wake.claimStarted()); // a claim found fewer due items than slots
+    wake.slotFreed();
+    expect(await settled(wake.sleep(60_000))).toBe(false);
+    wake.notify(); // a NOTIFY: new work, the sleep ends and freed slots count again
+    wake.take();
+    wake.slotFreed();
+    expect(await settled(wake.sleep(60_000))).toBe(true);
+  });
+
+  it('does not take the queues for drained when a notify came while the claim ran', async () => {
+    const wake = new WakeSignal();
+    const mark = wake.claimStarted();
+    wake.notify(); // its work may have committed after the claim's snapshot
+    wake.drainedSince(mark);
+    wake.take();
+    wake.slotFreed();
+    expect(await settled(wake.sleep(60_000))).toBe(true);
+  });
+
+  it('counts freed slots again from the next pass of the loop, claim or not', async () => {
+    const wake = new WakeSignal();
+    wake.drainedSince(wake.claimStarted());
+    wake.claimStarted(); // a pass with no free slot: it could not look, so the queues may hold work
+    wake.take();
+    wake.slotFreed();
+    expect(await settled(wake.sleep(60_000))).toBe(true);
+  });
 });
 
 describe('claimRetryDelayMs', () => {

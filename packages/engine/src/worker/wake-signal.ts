@@ -5,15 +5,47 @@
  *
  *   const wake = new WakeSignal();
  *   for (;;) { wake.take(); await claim(); await wake.sleep(pollMs); }   // elsewhere: wake.notify()
+ *
+ * A freed slot is a wake-up only while the queues may hold work ({@link slotFreed}): a claim that found them
+ * drained ({@link drainedSince}) silences freed slots until the next {@link notify} or claim.
  */
 export class WakeSignal {
   private pending = false;
   private resolve: (() => void) | undefined;
+  /** {@link notify} calls so far: a claim that began before the last one may have missed its work. */
+  private wakes = 0;
+  private drained = false;
 
-  /** Note that there may be work; ends a sleep in progress, or the next one before it starts. */
+  /** Note that there may be work (a NOTIFY, stop()); ends a sleep in progress, or the next one before it starts. */
   notify(): void {
+    this.wakes++;
+    this.drained = false;
     this.pending = true;
     this.resolve?.();
+  }
+
+  /** A slot freed: a wake-up, unless the last claim found the queues drained and nothing notified since. */
+  slotFreed(): void {
+    if (this.drained) return;
+    this.pending = true;
+    this.resolve?.();
+  }
+
+  /**
+   * A pass of the loop begins (with a claim or without a free slot): freed slots wake it again until
+   * {@link drainedSince}. @returns the mark to give drainedSince.
+   */
+  claimStarted(): number {
+    this.drained = false;
+    return this.wakes;
+  }
+
+  /**
+   * The claim begun at `mark` found fewer due items than slots and nothing due after it: the queues are drained,
+   * unless a {@link notify} came since the mark (its work may have committed after the claim's snapshot).
+   */
+  drainedSince(mark: number): void {
+    this.drained = this.wakes === mark;
   }
 
   /** Forget earlier wake-ups; call it just before looking for work, so later ones are kept. */

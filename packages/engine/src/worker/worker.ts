@@ -70,14 +70,6 @@ export class Worker {
   private unlisten: (() => Promise<void>) | undefined;
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private readonly wakeSignal = new WakeSignal();
-  /** `step:` NOTIFYs for this worker's queues so far. */
-  private stepWakes = 0;
-  /**
-   * The last claim found fewer due steps than it had slots for, nothing was due right after it, and no `step:`
-   * NOTIFY came since it began: a slot that frees need not claim (eager dispatch hands workflow steps over
-   * without one). Any wake-up, and a pass of the loop that had no slot to claim with, clears it.
-   */
-  private queueDrained = false;
   private loop: Promise<void> | undefined;
   private lastMaintenanceMs = 0;
   private readonly unsettledClaims: string[] = [];
@@ -130,11 +122,8 @@ export class Worker {
       for (const item of notificationItems(payload)) {
         const [kind, queue] = [item.slice(0, item.indexOf(':')), item.slice(item.indexOf(':') + 1)];
         if (!this.options.queues.includes(queue)) continue;
-        if (kind === 'step') {
-          this.stepWakes++;
-          this.queueDrained = false;
-          this.wakeSignal.notify();
-        } else if (kind === 'turn') this.turns?.wake();
+        if (kind === 'step') this.wakeSignal.notify();
+        else if (kind === 'turn') this.turns?.wake();
       }
     });
     if (this.options.activities.size > 0) this.loop = this.claimLoop();
@@ -184,9 +173,8 @@ export class Worker {
         await this.maintain();
         if (this.state !== 'running') break; // stop() began meanwhile: claim nothing more
         const free = this.freeSlots();
-        this.queueDrained = false;
+        const mark = this.wakeSignal.claimStarted();
         if (free > 0) {
-          const wakesBefore = this.stepWakes;
           const { claimed, nextDueMs } = await this.claim(free);
           failures = 0;
           if (claimed === free) continue; // more may be waiting
@@ -200,7 +188,8 @@ export class Worker {
                 });
           if (dueIn !== null) waitMs = Math.min(waitMs, Math.max(0, dueIn));
           if (dueIn !== null && dueIn <= 0 && claimed > 0) continue;
-          this.queueDrained = (dueIn === null || dueIn > 0) && this.stepWakes === wakesBefore;
+          // Eager dispatch hands workflow steps over without a claim: freed slots need not claim once drained.
+          if (dueIn === null || dueIn > 0) this.wakeSignal.drainedSince(mark);
         }
       } catch (error) {
         failures++;
@@ -293,7 +282,7 @@ export class Worker {
         completions: this.completions,
         requestHeartbeat: () => this.heartbeats?.requestFlush(),
         codeSettled: () => {
-          if (this.busy.delete(attempt)) this.slotFreed();
+          if (this.busy.delete(attempt)) this.wakeSignal.slotFreed();
         },
       });
       this.events.emit('attempt:claimed', {
@@ -325,7 +314,7 @@ export class Worker {
           this.busy.delete(attempt);
           this.heartbeats?.delete(attempt);
           this.executions.delete(execution);
-          this.slotFreed();
+          this.wakeSignal.slotFreed();
         });
       this.executions.add(execution);
     }
@@ -351,7 +340,7 @@ export class Worker {
   private adoptDispatch(reserved: EagerDispatch, granted: readonly ClaimedStepRow[], sentAt: number): void {
     this.reservedSlots -= reserved.limit;
     this.startAttempts(granted, sentAt, 'eager');
-    if (granted.length < reserved.limit) this.slotFreed();
+    if (granted.length < reserved.limit) this.wakeSignal.slotFreed();
   }
 
   /**
@@ -367,11 +356,6 @@ export class Worker {
     if (!this.options.workflows.has(workflowName) || !this.options.queues.includes(queue)) return undefined;
     const reserved = turns.reserve(1);
     return reserved && { reserved, adopt: (granted) => turns.adopt(reserved, granted) };
-  }
-
-  /** A slot freed: claim with it, unless the last claim found the queues drained (see {@link queueDrained}). */
-  private slotFreed(): void {
-    if (!this.queueDrained || this.state !== 'running') this.wakeSignal.notify();
   }
 
   /**

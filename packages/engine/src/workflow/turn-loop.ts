@@ -39,9 +39,8 @@ export interface TurnLoopOptions {
   /** The worker's activity slots, when it serves activities: a turn's commit grants it the steps it schedules. */
   readonly dispatch?: EagerDispatchHost;
   /**
-   * The `handle.result()` waiters of this process: told of each turn that runs here, and, before a commit that
-   * may end a run, given a function to call once the commit settles, with the run's end as stored when it ended
-   * the run.
+   * The `handle.result()` waiters of this process: told of each turn that runs here, and, once it settled, of
+   * the run's end as stored when its commit ended the run.
    */
   readonly results?: LocalResults;
 }
@@ -79,14 +78,6 @@ export class TurnLoop {
   private reservationsSettled: (() => void) | undefined;
   private state: 'running' | 'stopping' = 'running';
   private readonly wakeSignal = new WakeSignal();
-  /** `turn:` NOTIFYs for this loop's queues so far ({@link wake}). */
-  private turnWakes = 0;
-  /**
-   * The last claim found fewer due turns than it had slots for, nothing was due right after it, and no `turn:`
-   * NOTIFY came since it began: a turn slot that frees need not claim (eager turns and eager starts hand turns
-   * over without one). Any wake-up, and a pass of the loop that had no slot to claim with, clears it.
-   */
-  private queueDrained = false;
   private readonly done: Promise<void>;
   /** `<workflow>:<call>` pairs already warned about, so a workflow that calls Math.random() warns once. */
   private readonly warnedNondeterministic = new Set<string>();
@@ -105,14 +96,7 @@ export class TurnLoop {
 
   /** There may be a due turn (a NOTIFY): claim again now, or right after the claim in progress. */
   wake(): void {
-    this.turnWakes++;
-    this.queueDrained = false;
     this.wakeSignal.notify();
-  }
-
-  /** A turn slot freed: claim with it, unless the last claim found the queues drained ({@link queueDrained}). */
-  private slotFreed(): void {
-    if (!this.queueDrained || this.state !== 'running') this.wakeSignal.notify();
   }
 
   private async loop(): Promise<void> {
@@ -123,9 +107,8 @@ export class TurnLoop {
       this.wakeSignal.take();
       try {
         const free = this.options.concurrency - this.running.size - this.reserved;
-        this.queueDrained = false;
+        const mark = this.wakeSignal.claimStarted();
         if (free > 0) {
-          const wakesBefore = this.turnWakes;
           const rows = await claimTurns(this.db, this.names, {
             workerId: this.options.workerId,
             queues: this.options.queues,
@@ -143,7 +126,8 @@ export class TurnLoop {
           });
           if (dueIn !== null) waitMs = Math.min(waitMs, Math.max(0, dueIn));
           if (dueIn !== null && dueIn <= 0 && rows.length > 0) continue;
-          this.queueDrained = (dueIn === null || dueIn > 0) && this.turnWakes === wakesBefore;
+          // Eager turns and eager starts hand turns over without a claim: finished turns need not claim once drained.
+          if (dueIn === null || dueIn > 0) this.wakeSignal.drainedSince(mark);
         }
       } catch (error) {
         failures++;
@@ -186,7 +170,7 @@ export class TurnLoop {
       if (this.state === 'running') this.start(row, 'eager');
       else this.track(this.handBack(row), row.id);
     }
-    if (claimed.length < reserved.limit) this.slotFreed();
+    if (claimed.length < reserved.limit) this.wakeSignal.slotFreed();
     if (this.reserved === 0) this.reservationsSettled?.();
   }
 
@@ -211,7 +195,13 @@ export class TurnLoop {
   private start(row: ClaimedTurnRow, grant: 'claimed' | 'eager'): void {
     const settled = this.options.results?.turnRunning(row.id);
     this.track(
-      this.execute(row, grant).finally(() => settled?.()),
+      this.execute(row, grant).then(
+        (ended) => settled?.(ended),
+        (error: unknown) => {
+          settled?.();
+          throw error;
+        },
+      ),
       row.id,
     );
   }
@@ -226,14 +216,15 @@ export class TurnLoop {
       })
       .finally(() => {
         this.running.delete(execution);
-        this.slotFreed();
+        this.wakeSignal.slotFreed();
       });
     this.running.add(execution);
   }
 
-  private async execute(row: ClaimedTurnRow, grant: 'claimed' | 'eager'): Promise<void> {
+  /** Run and commit one turn. @returns the run's end as stored, when this turn ended it. */
+  private async execute(row: ClaimedTurnRow, grant: 'claimed' | 'eager'): Promise<EndedRun | undefined> {
     const workflow = this.options.workflows.get(row.name);
-    if (!workflow) return; // unreachable: the claim filters by our workflow names
+    if (!workflow) return undefined; // unreachable: the claim filters by our workflow names
     const beforeRun = faultHooks['turn:before-run'];
     if (beforeRun) await beforeRun(turnFaultOf(row, grant));
     const params: TurnParams = {
@@ -285,8 +276,7 @@ export class TurnLoop {
     let reserved = dispatch?.reserve(scheduled);
     let granted: readonly ClaimedStepRow[] = [];
     const sentAtMs = monotonicNow();
-    // The run's result waiters in this process are answered from the commit that ends the run.
-    let endingHere = result.outcome.kind === 'blocked' ? undefined : this.options.results?.endingRun(row.id);
+    // The run's end as stored, when this commit ends it: the result waiters of this process are answered from it.
     let ended: EndedRun | undefined;
     try {
       ({ eagerSteps: granted, ended } = await commitTurn(this.db, this.names, ref, result, reserved));
@@ -311,10 +301,7 @@ export class TurnLoop {
         },
       };
       this.logger.warn({ err: error, runId: row.id }, 'turn:unstorable');
-      endingHere ??= this.options.results?.endingRun(row.id);
       ({ ended } = await commitTurn(this.db, this.names, ref, committed));
-    } finally {
-      endingHere?.(ended);
     }
     try {
       const beforeStart = faultHooks['dispatch:before-start'];
@@ -343,6 +330,7 @@ export class TurnLoop {
       replay,
       grant,
     });
+    return ended;
   }
 
   /**
