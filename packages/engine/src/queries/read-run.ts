@@ -40,6 +40,8 @@ export async function registerResultWaiter(
     UPDATE ${n.runs} SET result_waiters = result_waiters + 1
      WHERE id = ${runId}::uuid AND status IN ('pending', 'running')
     RETURNING ${RUN_COLUMNS}`);
+  // A second statement, not a fallback SELECT in the same one: that one would read with the snapshot taken before
+  // the UPDATE waited, and could show a run as running that the statement it waited for had just ended.
   return rows[0] ?? (await readRun(db, n, runId));
 }
 
