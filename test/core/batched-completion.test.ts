@@ -1,8 +1,8 @@
 /**
- * Completions go in batches (issue 12): one statement fences every row on its own and answers per row, so a
- * stale row is rejected and recorded alone, a replayed row is reported as replayed, and a row whose content the
- * database refuses fails alone — never its neighbours. The worker's CompletionBatcher sends what completed
- * while a statement was in flight as the next statement, at most one row per step.
+ * Completions and failures go in batches (issue 12): one statement fences every row on its own and answers per
+ * row, so a stale row is rejected and recorded alone, a replayed row is reported as replayed, and a row whose
+ * content the database refuses fails alone — never its neighbours. The worker's CompletionBatcher sends what
+ * ended while a statement was in flight as the next statement of its kind, at most one row per step.
  */
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
@@ -11,6 +11,7 @@ import { LeaseLostError, defineActivity } from '@palisade/sdk';
 import type { Engine } from '@palisade/engine';
 import { claimSteps } from '../../packages/engine/src/queries/claim-steps.js';
 import { completeStep, completeSteps } from '../../packages/engine/src/queries/complete-step.js';
+import { failStep, failSteps } from '../../packages/engine/src/queries/fail-step.js';
 import { CompletionBatcher } from '../../packages/engine/src/worker/completion-batcher.js';
 import { useEngineTarget } from '../support/engine.js';
 import { attemptsOfStep, eventsOfRun, stepOfRun } from './engine-rows.js';
@@ -22,6 +23,8 @@ const job = defineActivity({
   leaseMs: '5m',
   run: () => Promise.resolve(null),
 });
+
+const failure = (message: string, nonRetryable = false) => ({ type: 'Error', message, nonRetryable });
 
 /** `count` runs of `job`, claimed by this test as worker `w1` (no worker runs them). */
 async function claimed(engine: Engine, count: number) {
@@ -122,6 +125,79 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(outcomes[3]?.status).toBe('rejected');
       expect((outcomes[3] as PromiseRejectedResult).reason).not.toBeInstanceOf(LeaseLostError);
       expect(await a.handle.result({ timeoutMs: 5_000 })).toBe('a');
+      expect(await b.handle.result({ timeoutMs: 5_000 })).toBe('b');
+      expect((await stepOfRun(engine, c.handle.runId)).status).toBe('running');
+    });
+    it('records a batch of failures in one statement, each row on its own: retried, ended, replayed, rejected', async () => {
+      const engine = await target.engine();
+      const [a, b, c, d] = await claimed(engine, 4);
+      if (!a || !b || !c || !d) throw new Error('unreachable');
+      // c's failure already committed (its reply was lost, say); d's run was cancelled under it.
+      expect(
+        await failStep(engine.database, engine.names, { ...c.ref, error: failure('c'), retry: false }),
+      ).toBe('applied');
+      await engine.client.getHandle(d.handle.runId).cancel('operator');
+
+      const rows = await failSteps(engine.database, engine.names, [
+        { ...a.ref, error: failure('a'), retry: true },
+        { ...b.ref, error: failure('b', true), retry: false, outcome: 'timed_out' },
+        { ...c.ref, error: failure('c'), retry: false },
+        { ...d.ref, error: failure('d'), retry: true },
+      ]);
+      expect(rows.map((r) => [Number(r.ord), r.applied, r.replayed, r.reason])).toEqual([
+        [1, true, false, null],
+        [2, true, false, null],
+        [3, false, true, null],
+        [4, false, false, 'cancelled'],
+      ]);
+      // a goes back to scheduled with its own error and a persisted retry time; its attempt ended failed.
+      const stepA = await stepOfRun(engine, a.handle.runId);
+      expect([stepA.status, stepA.error]).toEqual(['scheduled', failure('a')]);
+      expect((await attemptsOfStep(engine, a.ref.stepId)).map((x) => x.outcome)).toEqual(['failed']);
+      const retried = await eventsOfRun(engine, a.handle.runId, 'attempt:failed');
+      expect(retried.map((e) => [e.data?.error, typeof e.data?.retryAt])).toEqual([[failure('a'), 'string']]);
+      // b ends, and its standalone run with it, with b's error and b's attempt outcome.
+      expect((await stepOfRun(engine, b.handle.runId)).status).toBe('failed');
+      expect((await attemptsOfStep(engine, b.ref.stepId)).map((x) => x.outcome)).toEqual(['timed_out']);
+      await expect(b.handle.result({ timeoutMs: 5_000 })).rejects.toMatchObject({
+        failure: { message: 'b' },
+      });
+      // c's replay wrote nothing more; d's stale failure is recorded on its own.
+      expect(
+        (await eventsOfRun(engine, c.handle.runId)).filter((e) => e.terminal).map((e) => e.type),
+      ).toEqual(['step:failed', 'run:failed']);
+      expect((await stepOfRun(engine, d.handle.runId)).status).toBe('cancelled');
+      const rejected = await eventsOfRun(engine, d.handle.runId, 'attempt:stale-rejected');
+      expect(rejected.map((e) => [e.data?.operation, e.data?.reason])).toEqual([['fail', 'cancelled']]);
+      for (const x of [a, b, c]) {
+        expect(await eventsOfRun(engine, x.handle.runId, 'attempt:stale-rejected')).toEqual([]);
+      }
+    });
+
+    it('the batcher sends failures in statements of their own, and fails only the failure the database refuses', async () => {
+      const engine = await target.engine();
+      const [a, b, c] = await claimed(engine, 3);
+      if (!a || !b || !c) throw new Error('unreachable');
+      const batcher = new CompletionBatcher(engine.database, engine.names);
+      const outcomes = await Promise.allSettled([
+        batcher.fail({ ...a.ref, error: failure('a', true), retry: false }),
+        batcher.complete({ ...b.ref, output: 'b' }),
+        // jsonb cannot hold NUL: the database refuses the whole statement; retried row by row, only c fails.
+        batcher.fail({ ...c.ref, error: failure('c\u0000'), retry: true }),
+        // The same attempt's failure sent again: it comes back replayed.
+        batcher.fail({ ...a.ref, error: failure('a', true), retry: false }),
+      ]);
+      expect(outcomes.map((o) => o.status)).toEqual(['fulfilled', 'fulfilled', 'rejected', 'fulfilled']);
+      expect(outcomes.map((o) => (o.status === 'fulfilled' ? o.value : null))).toEqual([
+        'applied',
+        'applied',
+        null,
+        'replayed',
+      ]);
+      expect((outcomes[2] as PromiseRejectedResult).reason).not.toBeInstanceOf(LeaseLostError);
+      await expect(a.handle.result({ timeoutMs: 5_000 })).rejects.toMatchObject({
+        failure: { message: 'a' },
+      });
       expect(await b.handle.result({ timeoutMs: 5_000 })).toBe('b');
       expect((await stepOfRun(engine, c.handle.runId)).status).toBe('running');
     });

@@ -24,42 +24,52 @@ export interface FailStepParams extends AttemptRef {
 }
 
 /**
- * Record a failed attempt (I3, I7). Only if the fence holds: with `retry`, the step goes back to `scheduled`
- * and `next_run_at = now + retry_delay_ms(policy, attempt)` — the backoff is persisted, so it survives worker
- * restarts — and workers are NOTIFYed when it falls due; without, the step ends `failed` (or `cancelled`) with
- * its terminal event, and a standalone run ends with it (NOTIFY for result waiters) or a workflow's next turn
- * is woken. Idempotent on retry after an unknown outcome (this attempt's nonce is the step's `ended_nonce` and the
- * step is not `completed`).
- * Otherwise the rejection is recorded in the same statement and {@link LeaseLostError} is thrown.
- * Locks, in the one order (invariant 14): the run row (`run_lock`), then the step row (`step_lock`).
+ * Record the failures of a batch of attempts (I3, I7) in one statement that fences every row on its own, as
+ * {@link completeSteps} does for completions. For each attempt whose fence holds: with `retry`, the step goes back
+ * to `scheduled` and `next_run_at = now + retry_delay_ms(policy, attempt)` — the backoff is persisted, so it
+ * survives worker restarts, and workers find it due by their poll or the next due time a claim returns; without,
+ * the step ends `failed` (or `cancelled`) with its terminal event, and a standalone run ends with it (NOTIFY for
+ * result waiters) or a workflow's next turn is woken. A row is idempotent on retry after an unknown outcome (this
+ * attempt's nonce is the step's `ended_nonce` and the step is not `completed`: `replayed`); any other row whose
+ * fence fails is rejected and recorded in the same statement, without touching its neighbours. The batch is one
+ * jsonb parameter, so one prepared statement serves every batch size. Locks, in the one order (invariant 14): the
+ * runs (`run_lock`, by id), then the steps (`step_lock`, by id).
+ * @param batch at most one attempt per step.
+ * @returns one row per attempt, in the order given.
  */
-export async function failStep(
+export async function failSteps(
   db: Database,
   n: SchemaNames,
-  p: FailStepParams,
-): Promise<'applied' | 'replayed'> {
-  const error = JSON.stringify(p.error);
-  const terminalStatus = p.outcome === 'cancelled' ? 'cancelled' : 'failed';
+  batch: readonly FailStepParams[],
+): Promise<FencedResultRow[]> {
   // One time for the whole decision: the persisted retry time and the event that reports it (retryAt − at is
   // exactly the backoff), the step's and the attempt's end.
   const now = sql`(SELECT t FROM clock)`;
-  const rows = await db.rows<FencedResultRow>(sql`
-    WITH ${fencedInputCte([p])},
+  const retry = sql`(i.payload->>'retry')::boolean`;
+  const terminalStatus = sql`CASE WHEN i.payload->>'outcome' = 'cancelled' THEN 'cancelled' ELSE 'failed' END`;
+  return db.rows<FencedResultRow>(sql`
+    WITH ${fencedInputCte(
+      batch.map((p) => ({
+        ...p,
+        payload: { error: p.error, retry: p.retry, outcome: p.outcome ?? 'failed' },
+      })),
+    )},
     ${runLockCte(n)},
-    -- read once the step is locked (not before a lock wait)
+    -- read once the steps are locked (not before a lock wait)
     clock AS MATERIALIZED (SELECT ${n.now} AS t FROM (SELECT count(*) FROM step_lock) locked),
     applied AS (
       UPDATE ${n.steps} s
-         SET status = CASE WHEN ${p.retry} THEN 'scheduled' ELSE ${terminalStatus} END,
-             error = ${error}::jsonb, ended_nonce = s.nonce,
-             next_run_at = CASE WHEN ${p.retry}
+         SET status = CASE WHEN ${retry} THEN 'scheduled' ELSE ${terminalStatus} END,
+             error = i.payload->'error', ended_nonce = s.nonce,
+             next_run_at = CASE WHEN ${retry}
                                 THEN ${now} + ${msInterval(sql`${n.retryDelayMs}(s.retry_policy, s.attempt)`)} END,
-             finished_at = CASE WHEN ${p.retry} THEN NULL ELSE ${now} END
+             finished_at = CASE WHEN ${retry} THEN NULL ELSE ${now} END
         FROM inp i
        WHERE ${stepFenceOnInput(n, 's')} AND s.id IN (SELECT id FROM step_lock)
-      RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, s.worker_id, s.status, s.next_run_at, s.queue),
+      RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, s.worker_id, s.status, s.next_run_at, s.queue,
+                s.error, i.payload->>'outcome' AS outcome),
     ended AS (
-      UPDATE ${n.attempts} a SET outcome = ${p.outcome ?? 'failed'}, ended_at = ${now}, error = ${error}::jsonb
+      UPDATE ${n.attempts} a SET outcome = applied.outcome, ended_at = ${now}, error = applied.error
         FROM applied WHERE a.fencing_token = applied.fencing_token
       RETURNING 1),
     step_event AS (
@@ -67,17 +77,18 @@ export async function failStep(
       SELECT run_id, id,
              CASE WHEN status = 'scheduled' THEN 'attempt:failed' ELSE 'step:' || status END,
              attempt, epoch, fencing_token, worker_id,
-             jsonb_build_object('error', ${error}::jsonb, 'retryAt', next_run_at), status <> 'scheduled', ${now}
+             jsonb_build_object('error', error, 'retryAt', next_run_at), status <> 'scheduled', ${now}
         FROM applied
       RETURNING 1),
     finished_run AS (
-      UPDATE ${n.runs} r SET status = ${terminalStatus}, error = ${error}::jsonb, finished_at = ${now}
-       WHERE r.id IN (SELECT run_id FROM applied WHERE status <> 'scheduled')
+      UPDATE ${n.runs} r SET status = a.status, error = a.error, finished_at = ${now}
+        FROM applied a
+       WHERE r.id = a.run_id AND a.status <> 'scheduled'
          AND r.kind = 'activity' AND r.status IN ('pending', 'running')
-      RETURNING r.id, r.result_waiters),
+      RETURNING r.id, r.status, r.error, r.result_waiters),
     run_event AS (
       INSERT INTO ${n.events} (run_id, type, data, terminal, at)
-      SELECT id, 'run:' || ${terminalStatus}, jsonb_build_object('error', ${error}::jsonb), true, ${now} FROM finished_run
+      SELECT id, 'run:' || status, jsonb_build_object('error', error), true, ${now} FROM finished_run
       RETURNING 1),
     woken_run AS (
       UPDATE ${n.runs} r SET turn_next_run_at = least(coalesce(r.turn_next_run_at, ${now}), ${now}),
@@ -99,6 +110,19 @@ export async function failStep(
     SELECT ${fencedResultColumns},
            (SELECT count(*) FROM ended) + (SELECT count(*) FROM step_event) + (SELECT count(*) FROM run_event)
              + (SELECT count(*) FROM notified) AS effects
-      FROM inp i`);
-  return settleFencedResult(rows[0], p, 'fail');
+      FROM inp i ORDER BY i.ord`);
+}
+
+/**
+ * Record one failed attempt: {@link failSteps} with a batch of one.
+ * @returns `'applied'`, or `'replayed'` when this attempt's failure had already committed.
+ * @throws LeaseLostError when the attempt no longer holds the step (recorded as `attempt:stale-rejected`).
+ */
+export async function failStep(
+  db: Database,
+  n: SchemaNames,
+  p: FailStepParams,
+): Promise<'applied' | 'replayed'> {
+  const [row] = await failSteps(db, n, [p]);
+  return settleFencedResult(row, p, 'fail');
 }

@@ -25,7 +25,6 @@ import { faultHooks } from '../internal/fault-points.js';
 import { classifyDatabaseError, isContentRefusal, sqlstateOf, withInfraRetry } from '../infra-retry.js';
 import type { ActivityTiming } from '../options.js';
 import type { ClaimedStepRow } from '../queries/claim-steps.js';
-import { failStep } from '../queries/fail-step.js';
 import type { CompletionBatcher } from './completion-batcher.js';
 import { fenceStep, recordStaleRejection } from '../queries/fence-step.js';
 import { releaseStep } from '../queries/release-step.js';
@@ -48,7 +47,7 @@ export interface AttemptServices {
   readonly clockRateError: number;
   readonly logger: Logger;
   readonly events: WorkerEvents;
-  /** Where completions go: batched with the worker's other completions. */
+  /** Where completions and failures go: batched with the worker's other outcomes of the same kind. */
   readonly completions: CompletionBatcher;
   /** Ask the heartbeat loop to renew now (coalesced; at most one heartbeat in flight). */
   requestHeartbeat(): void;
@@ -508,7 +507,7 @@ export class ActivityAttempt {
       retryDecision(policy, failure, this.row.attempt).retry;
     const fail = (error: SerializedFailure) =>
       this.fencedWrite('fail', () =>
-        failStep(this.services.db, this.services.names, {
+        this.services.completions.fail({
           ...this.ref,
           error,
           retry,
