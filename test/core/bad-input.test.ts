@@ -282,6 +282,12 @@ const doorCases: DoorCase[] = [
     names: 'concurrency: must be ≤ 1000',
   },
   {
+    name: 'a worker prefetch below zero',
+    call: (e) => e.worker({ activities: [echo], prefetch: -1 }),
+    code: 'INVALID_OPTIONS',
+    names: 'prefetch: must be ≥ 0 (0 claims only for free slots)',
+  },
+  {
     name: 'a worker heartbeatIntervalMs out of range',
     call: (e) => e.worker({ activities: [echo], heartbeatIntervalMs: 1e12 }),
     code: 'INVALID_OPTIONS',

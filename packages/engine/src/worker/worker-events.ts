@@ -4,8 +4,13 @@ import type { AttemptRef } from '../queries/fenced-outcome.js';
 
 /** Events a worker emits (colon-namespaced, STYLE.md); tests and the demo wait on these instead of sleeping. */
 export interface WorkerEventMap {
-  /** `grant`: `'claimed'` by the worker's claim, `'eager'` by the commit of the turn that scheduled the step. */
-  'attempt:claimed': [{ attempt: AttemptRef; epoch: number; activity: string; grant: 'claimed' | 'eager' }];
+  /**
+   * `grant`: `'claimed'` by the worker's claim, `'prefetched'` by a claim ahead of a free slot, started once one
+   * freed (see `prefetch`), `'eager'` by the commit of the turn that scheduled the step.
+   */
+  'attempt:claimed': [
+    { attempt: AttemptRef; epoch: number; activity: string; grant: 'claimed' | 'prefetched' | 'eager' },
+  ];
   'attempt:started': [{ attempt: AttemptRef }];
   'attempt:completed': [{ attempt: AttemptRef; output: unknown }];
   'attempt:failed': [{ attempt: AttemptRef; failure: SerializedFailure; retry: boolean }];

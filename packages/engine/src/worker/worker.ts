@@ -14,7 +14,7 @@ import {
 } from '../options.js';
 import { claimSteps, type ClaimedStepRow } from '../queries/claim-steps.js';
 import type { EagerDispatch } from '../queries/commit-turn.js';
-import { CompletionBatcher } from './completion-batcher.js';
+import { CompletionBatcher, MAX_COMPLETION_BATCH } from './completion-batcher.js';
 import { expireSteps } from '../queries/expire-steps.js';
 import { findClaimedByRequest } from '../queries/find-claimed-by-request.js';
 import { msUntilNextDueStep } from '../queries/next-due-step.js';
@@ -25,7 +25,7 @@ import { TurnLoop } from '../workflow/turn-loop.js';
 import { ActivityAttempt } from './activity-attempt.js';
 import { HeartbeatLoop } from './heartbeat-loop.js';
 import { RetentionSweeper } from './retention-sweeper.js';
-import { isGrantFresh, monotonicNow } from './lease-clock.js';
+import { isGrantFresh, localLeaseDeadline, monotonicNow } from './lease-clock.js';
 import { WakeSignal, claimRetryDelayMs } from './wake-signal.js';
 import { WorkerEvents } from './worker-events.js';
 import type { EagerTurns } from '../queries/complete-step.js';
@@ -33,6 +33,9 @@ import type { ClaimedTurnRow } from '../queries/claim-turns.js';
 import type { LocalResults } from '../db/notification-hub.js';
 
 export type { StopOptions } from '../options.js';
+
+/** Prefetch claims ahead one grant per recent attempt whose code ran shorter than this (ms): see WorkerOptions.prefetch. */
+const PREFETCH_SHORT_MS = 200;
 
 /** What a worker needs from its engine. */
 export interface WorkerHost {
@@ -74,6 +77,10 @@ export class Worker {
   private lastMaintenanceMs = 0;
   private readonly unsettledClaims: string[] = [];
   private readonly completions: CompletionBatcher;
+  /** Grants claimed ahead of a free slot, oldest first, each with the time its claim was sent (prefetch). */
+  private readonly prefetched: { readonly row: ClaimedStepRow; readonly sentAt: number }[] = [];
+  /** Whether the code of each of the worker's last `prefetch` attempts ran short, oldest first. */
+  private readonly recentRuns: boolean[] = [];
 
   constructor(
     private readonly host: WorkerHost,
@@ -172,12 +179,15 @@ export class Worker {
       try {
         await this.maintain();
         if (this.state !== 'running') break; // stop() began meanwhile: claim nothing more
+        this.releaseStalePrefetched();
+        this.startPrefetched();
         const free = this.freeSlots();
         const mark = this.wakeSignal.claimStarted();
         if (free > 0) {
-          const { claimed, nextDueMs } = await this.claim(free);
+          const want = free + Math.max(0, this.prefetchLimit() - this.prefetched.length);
+          const { claimed, nextDueMs } = await this.claim(want);
           failures = 0;
-          if (claimed === free) continue; // more may be waiting
+          if (claimed === want) continue; // more may be waiting
           // A claim that took something says when the next step falls due; one that took nothing does not.
           const dueIn =
             claimed > 0
@@ -259,7 +269,8 @@ export class Worker {
       if (classifyDatabaseError(error) === 'transient') this.unsettledClaims.push(claimRequestId);
       throw error;
     }
-    this.startAttempts(rows, sentAt, 'claimed');
+    for (const row of rows) this.prefetched.push({ row, sentAt });
+    this.startPrefetched('claimed');
     return { claimed: rows.length, nextDueMs: rows[0]?.next_due_ms ?? null };
   }
 
@@ -267,11 +278,16 @@ export class Worker {
    * Run claimed steps, each in a slot; release one unstarted when its grant arrived too stale (I12) or after
    * stop() began.
    */
-  private startAttempts(rows: readonly ClaimedStepRow[], sentAt: number, grant: 'claimed' | 'eager'): void {
+  private startAttempts(
+    rows: readonly ClaimedStepRow[],
+    sentAt: number,
+    grant: 'claimed' | 'eager' | 'prefetched',
+  ): void {
     for (const row of rows) {
       const definition = this.options.activities.get(row.name);
       const timing = this.options.timings.get(row.name);
       if (!definition || !timing) continue; // unreachable: the claim filters by our activity names
+      const startedAt = monotonicNow();
       const attempt = new ActivityAttempt(row, definition, timing, sentAt, {
         db: this.host.db,
         names: this.host.names,
@@ -282,7 +298,7 @@ export class Worker {
         completions: this.completions,
         requestHeartbeat: () => this.heartbeats?.requestFlush(),
         codeSettled: () => {
-          if (this.busy.delete(attempt)) this.wakeSignal.slotFreed();
+          if (this.busy.delete(attempt)) this.slotFreed(monotonicNow() - startedAt);
         },
       });
       this.events.emit('attempt:claimed', {
@@ -294,13 +310,7 @@ export class Worker {
       this.active.add(attempt);
       this.busy.add(attempt);
       this.heartbeats?.add(attempt);
-      const fresh = isGrantFresh(
-        attempt.localDeadlineMs,
-        monotonicNow(),
-        Math.min(row.lease_ms, row.start_to_close_timeout_ms),
-        this.options.minGrantFreshness,
-        { clockRateError: this.options.clockRateError, safetyMarginMs: timing.safetyMarginMs },
-      );
+      const fresh = this.isFresh(row, sentAt);
       // A grant that arrives once stop() began (a claim or a turn's commit already in flight) is not run: it is
       // released at once, uncharged, for a worker that is not stopping.
       const unstarted = this.state !== 'running' ? 'shutdown' : fresh ? undefined : 'stale-grant';
@@ -311,13 +321,74 @@ export class Worker {
         })
         .finally(() => {
           this.active.delete(attempt);
-          this.busy.delete(attempt);
+          const ranMs = this.busy.delete(attempt) ? monotonicNow() - startedAt : undefined;
           this.heartbeats?.delete(attempt);
           this.executions.delete(execution);
-          this.wakeSignal.slotFreed();
+          this.slotFreed(ranMs);
         });
       this.executions.add(execution);
     }
+  }
+
+  /**
+   * Start grants waiting for a slot in the slots free now (after stop() began: release them, unstarted); `grant`
+   * is how `attempt:claimed` names them: `'claimed'` right after their claim, `'prefetched'` once they waited.
+   */
+  private startPrefetched(grant: 'claimed' | 'prefetched' = 'prefetched'): void {
+    while (this.prefetched.length > 0 && (this.slotsFree() > 0 || this.state !== 'running')) {
+      const { row, sentAt } = this.prefetched.shift() as { row: ClaimedStepRow; sentAt: number };
+      this.startAttempts([row], sentAt, grant);
+    }
+  }
+
+  /**
+   * Release the grants waiting for a slot that are no longer fresh enough to start (I12), at once rather than when
+   * a slot frees: activities that ran short may have turned long, and a grant must not sit until its lease runs
+   * out, holding its step back from other workers.
+   */
+  private releaseStalePrefetched(): void {
+    for (const waiting of [...this.prefetched]) {
+      if (this.isFresh(waiting.row, waiting.sentAt)) continue;
+      this.prefetched.splice(this.prefetched.indexOf(waiting), 1);
+      this.startAttempts([waiting.row], waiting.sentAt, 'prefetched'); // released unstarted: not fresh
+    }
+  }
+
+  /** Whether a grant whose claim was sent at `sentAt` is fresh enough to start now (I12; see isGrantFresh). */
+  private isFresh(row: ClaimedStepRow, sentAt: number): boolean {
+    const timing = this.options.timings.get(row.name);
+    if (!timing) return false; // unreachable: the claim filters by our activity names
+    const settings = { clockRateError: this.options.clockRateError, safetyMarginMs: timing.safetyMarginMs };
+    return isGrantFresh(
+      localLeaseDeadline(sentAt, row.remaining_ms, settings),
+      monotonicNow(),
+      Math.min(row.lease_ms, row.start_to_close_timeout_ms),
+      this.options.minGrantFreshness,
+      settings,
+    );
+  }
+
+  /**
+   * How many grants to hold ahead of free slots now: one for each of the last `prefetch` attempts whose code ran
+   * shorter than {@link PREFETCH_SHORT_MS}, so that a grant claimed ahead waits about that long at most, and a
+   * worker whose activities run long claims only for its free slots.
+   */
+  private prefetchLimit(): number {
+    return this.recentRuns.filter((short) => short).length;
+  }
+
+  /**
+   * A slot freed — the code of an attempt ended after `ranMs`, or (undefined) an attempt's outcome was recorded,
+   * which may free one too: note how long the code ran (for {@link prefetchLimit}), start a prefetched grant in
+   * the slot, wake the loop.
+   */
+  private slotFreed(ranMs: number | undefined): void {
+    if (ranMs !== undefined && this.options.prefetch > 0) {
+      this.recentRuns.push(ranMs < PREFETCH_SHORT_MS);
+      if (this.recentRuns.length > this.options.prefetch) this.recentRuns.shift();
+    }
+    this.startPrefetched();
+    this.wakeSignal.slotFreed();
   }
 
   /**
@@ -359,14 +430,26 @@ export class Worker {
   }
 
   /**
-   * Slots free for new attempts: a slot frees when an attempt's code ends; its outcome is then recorded while the
-   * slot runs the next one, so claims and completions overlap instead of taking turns. Outcomes being recorded
-   * are bounded too, and slots set aside for a turn's commit (eager dispatch) are not free.
+   * Slots free for new attempts and not promised to a grant waiting for one (prefetch): see {@link slotsFree}.
    */
   private freeSlots(): number {
+    return this.slotsFree() - this.prefetched.length;
+  }
+
+  /**
+   * Slots free for new attempts: a slot frees when an attempt's code ends; its outcome is then recorded while the
+   * slot runs the next one, so claims and completions overlap instead of taking turns, and the outcomes that end
+   * while one statement records others go together in the next (up to {@link MAX_COMPLETION_BATCH} a statement).
+   * Outcomes being recorded are bounded too, by `max(concurrency, MAX_COMPLETION_BATCH)`, and slots set aside for
+   * a turn's commit (eager dispatch) are not free.
+   */
+  private slotsFree(): number {
+    const recording = Math.max(this.options.concurrency, MAX_COMPLETION_BATCH);
     return (
-      Math.min(this.options.concurrency - this.busy.size, 2 * this.options.concurrency - this.active.size) -
-      this.reservedSlots
+      Math.min(
+        this.options.concurrency - this.busy.size,
+        this.options.concurrency + recording - this.active.size,
+      ) - this.reservedSlots
     );
   }
 
@@ -389,6 +472,7 @@ export class Worker {
     this.host.logger.info({ workerId: this.workerId }, 'worker:stopping');
     this.wakeSignal.notify();
     await this.loop;
+    this.startPrefetched();
     await this.turns?.stop();
     await this.retention?.stop();
     const graceMs = stop.graceMs ?? this.options.shutdownGraceMs;
