@@ -1,4 +1,3 @@
-import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import {
@@ -8,7 +7,6 @@ import {
   type ActivityContext,
   type ActivityInfo,
 } from '@palisade/sdk';
-import type { Engine } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
 import {
@@ -16,38 +14,13 @@ import {
   attemptsOf,
   eventsOf,
   gate,
+  makeFirstGrantsStale,
   settle,
   stepOf,
   warmUp,
   workerEvent,
   type Gate,
 } from './helpers.js';
-
-/**
- * Make the first claim of every step arrive stale, deterministically: a trigger moves the DB clock forward by
- * `jumpMs` inside the claiming statement, after the lease was set from the statement's clock reading and before
- * the lease left is measured (the same statement reads `now()` again). The grant then reports `leaseMs - jumpMs`
- * left, as if its reply had been that late. Later claims (epoch > 1) are untouched.
- */
-async function makeFirstGrantsStale(engine: Engine, jumpMs: number): Promise<void> {
-  const schema = engine.names.schema;
-  await engine.database.rows(
-    sql.raw(`
-    CREATE FUNCTION "${schema}".test_stale_first_grant() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-      IF OLD.status = 'scheduled' AND NEW.status = 'running' AND NEW.epoch = 1 THEN
-        INSERT INTO "${schema}".clock_offset (id, offset_ms) VALUES (true, ${jumpMs})
-        ON CONFLICT (id) DO UPDATE SET offset_ms = "${schema}".clock_offset.offset_ms + ${jumpMs};
-      END IF;
-      RETURN NEW;
-    END $$`),
-  );
-  await engine.database.rows(
-    sql.raw(`
-    CREATE TRIGGER test_stale_first_grant BEFORE UPDATE ON "${schema}".steps
-      FOR EACH ROW EXECUTE FUNCTION "${schema}".test_stale_first_grant()`),
-  );
-}
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`abort signal, local deadline and activity context on ${driver}`, () => {

@@ -193,3 +193,35 @@ export async function until<T>(
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
 }
+
+/**
+ * Make the first claim of steps arrive stale, deterministically: a trigger moves the DB clock forward by `jumpMs`
+ * inside the claiming statement, after the lease was set from the statement's clock reading and before the lease
+ * left is measured (the same statement reads `now()` again). The grant then reports `leaseMs - jumpMs` left, as if
+ * its reply had been that late; every grant of that statement reports the same. Later claims (epoch > 1) are
+ * untouched. `onlyFlagged`: only the claim of a step whose input has `stale: true` moves the clock (once).
+ */
+export async function makeFirstGrantsStale(
+  engine: Engine,
+  jumpMs: number,
+  options: { onlyFlagged?: boolean } = {},
+): Promise<void> {
+  const schema = engine.names.schema;
+  const flagged = options.onlyFlagged ? ` AND (NEW.input->>'stale')::boolean` : '';
+  await engine.database.rows(
+    sql.raw(`
+    CREATE FUNCTION "${schema}".test_stale_first_grant() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF OLD.status = 'scheduled' AND NEW.status = 'running' AND NEW.epoch = 1${flagged} THEN
+        INSERT INTO "${schema}".clock_offset (id, offset_ms) VALUES (true, ${jumpMs})
+        ON CONFLICT (id) DO UPDATE SET offset_ms = "${schema}".clock_offset.offset_ms + ${jumpMs};
+      END IF;
+      RETURN NEW;
+    END $$`),
+  );
+  await engine.database.rows(
+    sql.raw(`
+    CREATE TRIGGER test_stale_first_grant BEFORE UPDATE ON "${schema}".steps
+      FOR EACH ROW EXECUTE FUNCTION "${schema}".test_stale_first_grant()`),
+  );
+}

@@ -5,13 +5,12 @@
  * uncharged (I12) without waiting for a slot, and `stop()` releases those still waiting. A worker whose attempts run long claims only
  * for its free slots.
  */
-import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineActivity } from '@palisade/sdk';
-import type { Engine, Worker } from '@palisade/engine';
+import type { Worker } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, gate, stepOf, warmUp, workerEvent, type Gate } from './helpers.js';
+import { attemptsOf, gate, makeFirstGrantsStale, stepOf, warmUp, workerEvent, type Gate } from './helpers.js';
 
 /** Jobs of this test: `hold` waits for the test's gate, `runMs` runs that long; the rest return at once. */
 function jobs(holds: Map<number, Gate>) {
@@ -33,31 +32,6 @@ function grantsOf(worker: Worker): { runId: string; grant: string }[] {
   const grants: { runId: string; grant: string }[] = [];
   worker.events.on('attempt:claimed', ({ attempt, grant }) => grants.push({ runId: attempt.runId, grant }));
   return grants;
-}
-
-/**
- * Make the first claim of the step whose input has `stale: true` report `jumpMs` less lease left than it
- * granted, as if its reply had been that late: a trigger moves the DB clock forward inside the claiming
- * statement (see abort-signal.test.ts). Every grant of that statement reports the same lease left.
- */
-async function ageClaimOfMarkedStep(engine: Engine, jumpMs: number): Promise<void> {
-  const schema = engine.names.schema;
-  await engine.database.rows(
-    sql.raw(`
-    CREATE FUNCTION "${schema}".test_age_marked_claim() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-      IF OLD.status = 'scheduled' AND NEW.status = 'running' AND NEW.epoch = 1 AND (NEW.input->>'stale')::boolean THEN
-        INSERT INTO "${schema}".clock_offset (id, offset_ms) VALUES (true, ${jumpMs})
-        ON CONFLICT (id) DO UPDATE SET offset_ms = "${schema}".clock_offset.offset_ms + ${jumpMs};
-      END IF;
-      RETURN NEW;
-    END $$`),
-  );
-  await engine.database.rows(
-    sql.raw(`
-    CREATE TRIGGER test_age_marked_claim BEFORE UPDATE ON "${schema}".steps
-      FOR EACH ROW EXECUTE FUNCTION "${schema}".test_age_marked_claim()`),
-  );
 }
 
 for (const driver of ['postgres', 'pglite'] as const) {
@@ -112,7 +86,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const engine = await target.engine();
       // The claim of `late` (with `blocker`) reports 16.5 s of its 30 s lease left: fresh for 1.5 s, then stale
       // (below the default half) while the blocker holds the one slot.
-      await ageClaimOfMarkedStep(engine, 13_500);
+      await makeFirstGrantsStale(engine, 13_500, { onlyFlagged: true });
       const blocked = gate();
       const job = jobs(new Map([[1, blocked]]));
       // Claimed in priority order: the short job alone (the worker has run nothing yet), then blocker and late
