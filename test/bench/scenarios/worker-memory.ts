@@ -84,11 +84,26 @@ export async function workerMemory(
     );
     worker.events.on('worker:error', () => workerErrors++);
 
+    // A server with autovacuum off (this machine's is) lets a run of 10^6 steps bloat its tables until every
+    // claim and completion crawls over dead rows (seen: 1,300 steps/s falling to 200). Vacuum them here instead,
+    // once per sample interval, as autovacuum would.
+    const [{ autovacuum } = { autovacuum: 'on' }] =
+      await ctx.server.admin.unsafe<{ autovacuum: string }[]>('show autovacuum');
+    let vacuumedAt = 0;
+    const vacuumIfDue = async (): Promise<void> => {
+      if (autovacuum === 'on' || completed.count - vacuumedAt < every) return;
+      vacuumedAt = completed.count;
+      await ctx.server.admin.unsafe(
+        `vacuum ${['runs', 'steps', 'attempts', 'events'].map((t) => `"${run.schema}"."${t}"`).join(', ')}`,
+      );
+    };
+
     const phase = await run.phase('run');
     await worker.start();
     let enqueued = 0;
     const feed = async (): Promise<void> => {
       while (enqueued < total) {
+        await vacuumIfDue();
         if (enqueued - completed.count >= backlog) {
           // Wait for the worker to eat into the backlog (woken by a completion, or the run ending in error).
           await Promise.race([new Promise<void>((resolve) => (wakeFeeder = resolve)), completed.done]);
@@ -98,7 +113,10 @@ export async function workerMemory(
         // One bulk statement per chunk: single enqueues made the feeder, not the worker, the bottleneck of a
         // run of 10^6 steps (~200 steps/s).
         const chunk = Math.min(backlog / 2, total - enqueued);
-        await run.engine.client.enqueueMany(noop, Array.from({ length: chunk }, () => ({})));
+        await run.engine.client.enqueueMany(
+          noop,
+          Array.from({ length: chunk }, () => ({})),
+        );
         enqueued += chunk;
       }
     };
