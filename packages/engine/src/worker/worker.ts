@@ -321,10 +321,13 @@ export class Worker {
         })
         .finally(() => {
           this.active.delete(attempt);
-          const ranMs = this.busy.delete(attempt) ? monotonicNow() - startedAt : undefined;
+          // Only code that ran and settled (codeSettled) tells how long attempts run: a grant released unstarted
+          // (stale, ambiguous, or at stop) frees its slot at once, and counting it as a short run would make the
+          // worker claim ahead of its slots just when it should not, taking steps from workers with free ones.
+          this.busy.delete(attempt);
           this.heartbeats?.delete(attempt);
           this.executions.delete(execution);
-          this.slotFreed(ranMs);
+          this.slotFreed(undefined);
         });
       this.executions.add(execution);
     }
@@ -378,9 +381,9 @@ export class Worker {
   }
 
   /**
-   * A slot freed — the code of an attempt ended after `ranMs`, or (undefined) an attempt's outcome was recorded,
-   * which may free one too: note how long the code ran (for {@link prefetchLimit}), start a prefetched grant in
-   * the slot, wake the loop.
+   * A slot freed — the code of an attempt ended after `ranMs`, or (undefined) an attempt ended otherwise (its
+   * outcome recorded, or released unstarted), which may free one too: note how long the code ran (for
+   * {@link prefetchLimit}), start a prefetched grant in the slot, wake the loop.
    */
   private slotFreed(ranMs: number | undefined): void {
     if (ranMs !== undefined && this.options.prefetch > 0) {
