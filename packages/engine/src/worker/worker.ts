@@ -338,7 +338,7 @@ export class Worker {
    * is how `attempt:claimed` names them: `'claimed'` right after their claim, `'prefetched'` once they waited.
    */
   private startPrefetched(grant: 'claimed' | 'prefetched' = 'prefetched'): void {
-    while (this.prefetched.length > 0 && (this.slotsFree() > 0 || this.state !== 'running')) {
+    while (this.prefetched.length > 0 && (this.openSlots() > 0 || this.state !== 'running')) {
       const { row, sentAt } = this.prefetched.shift() as { row: ClaimedStepRow; sentAt: number };
       this.startAttempts([row], sentAt, grant);
     }
@@ -414,7 +414,7 @@ export class Worker {
   private adoptDispatch(reserved: EagerDispatch, granted: readonly ClaimedStepRow[], sentAt: number): void {
     this.reservedSlots -= reserved.limit;
     this.startAttempts(granted, sentAt, 'eager');
-    if (granted.length < reserved.limit) this.wakeSignal.slotFreed();
+    if (granted.length < reserved.limit) this.slotFreed(undefined); // a grant waiting for a slot may take it
   }
 
   /**
@@ -433,10 +433,10 @@ export class Worker {
   }
 
   /**
-   * Slots free for new attempts and not promised to a grant waiting for one (prefetch): see {@link slotsFree}.
+   * Slots free for new attempts and not promised to a grant waiting for one (prefetch): see {@link openSlots}.
    */
   private freeSlots(): number {
-    return this.slotsFree() - this.prefetched.length;
+    return this.openSlots() - this.prefetched.length;
   }
 
   /**
@@ -446,7 +446,7 @@ export class Worker {
    * Outcomes being recorded are bounded too, by `max(concurrency, MAX_COMPLETION_BATCH)`, and slots set aside for
    * a turn's commit (eager dispatch) are not free.
    */
-  private slotsFree(): number {
+  private openSlots(): number {
     const recording = Math.max(this.options.concurrency, MAX_COMPLETION_BATCH);
     return (
       Math.min(
