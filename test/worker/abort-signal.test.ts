@@ -1,3 +1,4 @@
+import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import {
@@ -142,6 +143,58 @@ for (const driver of ['postgres', 'pglite'] as const) {
         operation: 'heartbeat',
         reason: 'expired',
       });
+    });
+
+    it('acts on the late reply of a timed-out heartbeat: the entry it rejected is not sent again and rejected twice', async () => {
+      const reasons: unknown[] = [];
+      const job = defineActivity({
+        name: 'job',
+        input: z.object({}),
+        output: z.object({ attempt: z.number() }),
+        async run(_input, ctx) {
+          if (ctx.info.attempt === 1) {
+            reasons.push(await aborted(ctx.signal));
+            throw new Error('stopped');
+          }
+          return { attempt: ctx.info.attempt };
+        },
+      });
+      const engine = await target.engine();
+      const n = engine.names;
+      const worker = engine.worker({
+        activities: [job],
+        concurrency: 1,
+        pollIntervalMs: 20,
+        heartbeatIntervalMs: 200,
+        heartbeatTimeoutMs: 50,
+      });
+      await worker.start();
+      const started = workerEvent(worker, 'attempt:started');
+      const handle = await engine.client.enqueue(job, {});
+      const { attempt: ref } = await started;
+      await workerEvent(worker, 'heartbeat:sent', (e) => e.renewed === 1);
+
+      const rejections: unknown[] = [];
+      worker.events.on('attempt:stale-rejected', ({ error }) => rejections.push(error));
+      const timedOut = workerEvent(worker, 'heartbeat:failed');
+      // Hold the step (on PGlite: the one connection) in a transaction until a heartbeat waiting behind it has
+      // timed out at the client, then move the DB clock past the lease in that transaction: the waiting
+      // heartbeat runs once it commits, is rejected (expired) and records the rejection, after its client gave up.
+      await engine.database.transaction(async (tx) => {
+        await tx.rows(sql`SELECT 1 FROM ${n.steps} WHERE id = ${ref.stepId}::uuid FOR UPDATE`);
+        await timedOut;
+        await tx.rows(sql`
+          INSERT INTO ${n.clockOffset} (id, offset_ms) VALUES (true, 31000)
+          ON CONFLICT (id) DO UPDATE SET offset_ms = ${n.clockOffset}.offset_ms + EXCLUDED.offset_ms`);
+      });
+      await expect(handle.result({ timeoutMs: 10_000 })).resolves.toEqual({ attempt: 2 });
+      expect(reasons).toHaveLength(1);
+      expect(reasons[0]).toMatchObject({ reason: 'lease-lost', cause: { reason: 'expired' } });
+      expect(rejections).toHaveLength(1);
+      const events = await eventsOf(engine, handle.runId);
+      expect(events.filter((e) => e.type === 'attempt:stale-rejected').map((e) => e.data)).toEqual([
+        expect.objectContaining({ operation: 'heartbeat', reason: 'expired' }),
+      ]);
     });
 
     it('fires deadline at the start-to-close timeout, records the attempt timed_out and retries it', async () => {

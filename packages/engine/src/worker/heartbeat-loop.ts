@@ -1,7 +1,7 @@
 import { leaseLostFromRow } from '../queries/fenced-outcome.js';
 import type { Logger } from 'pino';
 import type { Database } from '../db/database.js';
-import { heartbeatSteps } from '../queries/heartbeat-steps.js';
+import { heartbeatSteps, type HeartbeatResultRow } from '../queries/heartbeat-steps.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import type { ActivityAttempt } from './activity-attempt.js';
 import { monotonicNow } from './lease-clock.js';
@@ -12,7 +12,8 @@ import type { WorkerEvents } from './worker-events.js';
  * (invariant 7; I10). At most one heartbeat is in flight; each has a client timeout ≤ the interval (the server
  * side is bounded by the connection's statement_timeout). A failed or timed-out heartbeat never moves a local
  * deadline; the next one is tried after a quarter interval, so two can still fail before the lease runs out.
- * Rejections fire the attempt's signal with `lease-lost`; cancel requests fire it with `cancelled`.
+ * A timed-out heartbeat's late reply is still applied for its final verdicts (rejections, cancel requests), so
+ * an entry the database rejected is never sent again to be rejected twice. Rejections fire the attempt's signal with `lease-lost`; cancel requests fire it with `cancelled`.
  */
 export class HeartbeatLoop {
   private readonly attempts = new Set<ActivityAttempt>();
@@ -96,38 +97,20 @@ export class HeartbeatLoop {
       })),
     );
     let timeout: NodeJS.Timeout | undefined;
+    let timedOut = false;
     let ok = false;
     try {
       const rows = await Promise.race([
         request,
         new Promise<never>((_, reject) => {
-          timeout = setTimeout(
-            () => reject(new Error(`heartbeat timed out after ${this.timeoutMs} ms`)),
-            this.timeoutMs,
-          );
+          timeout = setTimeout(() => {
+            timedOut = true;
+            reject(new Error(`heartbeat timed out after ${this.timeoutMs} ms`));
+          }, this.timeoutMs);
         }),
       ]);
       ok = true;
-      // By step and token: a zombie attempt and its successor of one step may share this batch.
-      const byAttempt = new Map(rows.map((r) => [`${r.id}:${r.token}`, r]));
-      let renewed = 0;
-      let lost = 0;
-      for (const [i, attempt] of batch.entries()) {
-        const row = byAttempt.get(`${attempt.ref.stepId}:${attempt.ref.token}`);
-        if (!row) continue;
-        if (row.renewed && row.remaining_ms !== null) {
-          renewed++;
-          if (attempt.pendingDetails === details[i]) attempt.pendingDetails = undefined;
-          attempt.leaseRenewed(sentAt, row.remaining_ms, row.lease_capped === true);
-          if (row.cancel_requested) attempt.abort('cancelled', 'the run or step was cancelled');
-        } else if (row.reason === 'ended') {
-          // This attempt's own outcome (completion, failure, release) committed while the heartbeat was in
-          // flight: nothing was lost, and the attempt is finishing on its own.
-        } else {
-          lost++;
-          attempt.leaseLost(leaseLostFromRow(row, attempt.ref, 'heartbeat'));
-        }
-      }
+      const { renewed, lost } = this.applyReply(batch, details, rows, sentAt, true);
       this.events.emit('heartbeat:sent', { attempts: batch.length, renewed, lost });
     } catch (error) {
       this.logger.warn({ err: error, attempts: batch.length }, 'heartbeat:failed');
@@ -135,8 +118,15 @@ export class HeartbeatLoop {
     } finally {
       clearTimeout(timeout);
       // A timed-out statement may still be running on the connection: do not send another until it settles.
+      // Its late reply still carries the database's verdicts, which are final: an entry it rejected (and recorded
+      // as a stale write) is lost now, and must not be sent again to be rejected and recorded a second time.
       void request
-        .catch(() => undefined)
+        .then(
+          (rows) => {
+            if (timedOut) this.applyReply(batch, details, rows, sentAt, false);
+          },
+          () => undefined,
+        )
         .finally(() => {
           this.inFlight = false;
           release();
@@ -144,5 +134,42 @@ export class HeartbeatLoop {
         });
       this.schedule(ok ? this.intervalMs : Math.max(1, Math.floor(this.intervalMs / 4)));
     }
+  }
+
+  /**
+   * Apply one heartbeat reply to the attempts of its batch: rejections poison the attempt and fire its signal,
+   * cancel requests fire it with `cancelled`. Renewals move local deadlines only when `renew` (a reply that came
+   * before the client timeout); a late reply's renewals are dropped, as its statement was given up for lost.
+   */
+  private applyReply(
+    batch: readonly ActivityAttempt[],
+    details: readonly ActivityAttempt['pendingDetails'][],
+    rows: readonly HeartbeatResultRow[],
+    sentAt: number,
+    renew: boolean,
+  ): { renewed: number; lost: number } {
+    // By step and token: a zombie attempt and its successor of one step may share this batch.
+    const byAttempt = new Map(rows.map((r) => [`${r.id}:${r.token}`, r]));
+    let renewed = 0;
+    let lost = 0;
+    for (const [i, attempt] of batch.entries()) {
+      const row = byAttempt.get(`${attempt.ref.stepId}:${attempt.ref.token}`);
+      if (!row) continue;
+      if (row.renewed && row.remaining_ms !== null) {
+        renewed++;
+        if (renew) {
+          if (attempt.pendingDetails === details[i]) attempt.pendingDetails = undefined;
+          attempt.leaseRenewed(sentAt, row.remaining_ms, row.lease_capped === true);
+        }
+        if (row.cancel_requested) attempt.abort('cancelled', 'the run or step was cancelled');
+      } else if (row.reason === 'ended') {
+        // This attempt's own outcome (completion, failure, release) committed while the heartbeat was in
+        // flight: nothing was lost, and the attempt is finishing on its own.
+      } else {
+        lost++;
+        attempt.leaseLost(leaseLostFromRow(row, attempt.ref, 'heartbeat'));
+      }
+    }
+    return { renewed, lost };
   }
 }
