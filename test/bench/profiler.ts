@@ -29,11 +29,11 @@ export interface ProfileSnapshot {
 
 /** Statement kinds, first match wins; the patterns are distinctive fragments of each engine query. */
 const KINDS: readonly (readonly [string, RegExp])[] = [
-  ['enqueue', /'step:scheduled', jsonb_build_object\('activity'/],
+  ['enqueue', /SELECT run_id, 'activity', \$, 'pending'/],
   ['start-workflow', /'run:started'/],
   ['claim-steps', /prev_deadline_at/],
   // Before claim-turns: a completion that may claim the woken turn (an eager turn) also ends a turn attempt.
-  ['complete-step', /'step:completed'/],
+  ['complete-step', /SET status = 'completed', output = i\.payload/],
   ['claim-turns', /ended_turns AS/],
   ['next-due-step', /min\((x\.)?next_run_at\) - [\s\S]*AS wait_ms/],
   ['next-due-turn', /min\(greatest\(turn_next_run_at/],

@@ -64,7 +64,7 @@ describe('prepared statements on postgres.js', () => {
         );
         const texts = prepared.flat().map((r) => r.statement);
         expect(texts.some((t) => t.includes('reclaimed_from_token'))).toBe(true); // the claim
-        expect(texts.some((t) => t.includes("'step:completed'"))).toBe(true); // the completion
+        expect(texts.some((t) => t.includes("SET status = 'completed', output = "))).toBe(true); // the completion
       } finally {
         await engine.close();
       }

@@ -131,7 +131,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(before.runs).toBe(4);
       expect(before.steps).toBe(4);
       expect(before.attempts).toBe(3); // the cancelled run's step was never claimed
-      expect(before.events).toBeGreaterThan(8);
+      expect(before.events).toBeGreaterThan(0); // stored events (the run_events view derives the others)
 
       await advanceClock(engine, 2 * HOUR_MS);
       const young = await finishedRuns(engine);

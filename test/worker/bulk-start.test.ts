@@ -43,7 +43,7 @@ async function storedRuns(engine: Engine): Promise<Map<string, StoredRun>> {
   return new Map(rows.map((r) => [r.id, r]));
 }
 
-async function countOf(engine: Engine, table: 'runs' | 'steps' | 'events' | 'attempts'): Promise<number> {
+async function countOf(engine: Engine, table: 'runs' | 'steps' | 'runEvents' | 'attempts'): Promise<number> {
   const rows = await engine.database.rows<{ c: number }>(
     sql`SELECT count(*)::int AS c FROM ${engine.names[table]}`,
   );
@@ -227,7 +227,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       // Neither batch left a run, a step or an event behind: only the first enqueue's.
       expect(await countOf(engine, 'runs')).toBe(1);
       expect(await countOf(engine, 'steps')).toBe(1);
-      expect(await countOf(engine, 'events')).toBe(1);
+      expect(await countOf(engine, 'runEvents')).toBe(1);
 
       // With onConflict: 'use-existing' both name the run the key already names.
       const attached = await engine.client.enqueueMany(double, [{ n: 9 }, { n: 10 }, { n: 11 }], {
@@ -290,7 +290,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(notArray.message).toContain('inputs: must be an array');
 
       expect(await countOf(engine, 'runs')).toBe(0);
-      expect(await countOf(engine, 'events')).toBe(0);
+      expect(await countOf(engine, 'runEvents')).toBe(0);
       expect(await engine.client.enqueueMany(double, [])).toEqual([]);
     });
 
@@ -311,7 +311,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         expect(handles.map((h) => h.created)).toEqual([true, true, false]);
         expect(handles[2]?.runId).toBe(handles[1]?.runId);
         expect(await countOf(engine, 'runs')).toBe(2);
-        expect(await countOf(engine, 'events')).toBe(2);
+        expect(await countOf(engine, 'runEvents')).toBe(2);
       } finally {
         setFaultHook('client:after-insert-run', undefined);
       }

@@ -277,3 +277,84 @@ describe('eager turns when the worker stops, on postgres', () => {
     await second.stop();
   });
 });
+
+describe('eager turns and result waiters, on postgres', () => {
+  const target = useEngineTarget('postgres');
+
+  // PostgreSQL only: two statements are queued on the run row behind another transaction, which PGlite (one
+  // transaction at a time) cannot have.
+  it('continues the kept instance when a result() registration commits between a completion’s snapshot and its lock', async () => {
+    const engine = await target.engine();
+    const admin = target.sql();
+    const started = deferred();
+    const finish = deferred();
+    const step = defineActivity({
+      name: 'step',
+      input: z.object({ n: z.number() }),
+      output: z.object({ n: z.number() }),
+      async run({ n }) {
+        if (n === 0) {
+          started.resolve();
+          await finish.promise;
+        }
+        return { n: n + 1 };
+      },
+    });
+    const pair = defineWorkflow({
+      name: 'pair',
+      input: z.object({}),
+      output: z.object({ n: z.number() }),
+      async run(_input, ctx) {
+        const { n } = await ctx.run(step, { n: 0 });
+        return ctx.run(step, { n });
+      },
+    });
+    const worker = engine.worker({ workflows: [pair], activities: [step], pollIntervalMs: 60_000 });
+    const turns = turnLog(worker);
+    await worker.start();
+    const handle = await engine.client.start(pair, {});
+    await started.promise;
+
+    // Hold the run row; queue on it first a result() registration, then the completion of step 0 (whose
+    // snapshot is taken before the registration commits, and which claims the next turn for this worker).
+    const pid = deferred<number>();
+    const release = deferred();
+    const holder = admin.begin(async (tx) => {
+      const [row] = await tx<{ pid: number }[]>`
+        SELECT pg_backend_pid() AS pid FROM ${tx(engine.schema)}.runs WHERE id = ${handle.runId} FOR NO KEY UPDATE`;
+      pid.resolve(row!.pid);
+      await release.promise;
+    });
+    await pid.promise;
+    // Lock waits in this test's database (the second statement waits behind the first, not the holder).
+    const waiting = async (n: number) =>
+      poll(`${n} statements to wait on the run row`, async () => {
+        const [row] = await admin<{ n: number }[]>`
+          SELECT count(*)::int AS n FROM pg_stat_activity
+           WHERE datname = current_database() AND cardinality(pg_blocking_pids(pid)) > 0`;
+        return row?.n === n ? true : undefined;
+      });
+    const result = handle.result({ timeoutMs: 60_000 });
+    await waiting(1);
+    finish.resolve();
+    await waiting(2);
+    release.resolve();
+    await holder;
+    await expect(result).resolves.toEqual({ n: 2 });
+    await until(
+      [worker],
+      () => turns.some((t) => t.runId === handle.runId && t.outcome === 'completed'),
+      'end',
+    );
+
+    // The registration wrote the run row but no history: the turn the completion claimed continued the kept
+    // instance, as did the last one.
+    const mine = turns.filter((t) => t.runId === handle.runId);
+    expect(mine.map((t) => [t.grant, t.replay])).toEqual([
+      ['eager', 'full'],
+      ['eager', 'continued'],
+      ['eager', 'continued'],
+    ]);
+    await worker.stop();
+  });
+});

@@ -77,10 +77,10 @@ export const lostEagerReply: Scenario = {
               { status: string; turn_token: string | null; turn_worker_id: string | null; same_tx: boolean }[]
             >(
               `SELECT s.status, r.turn_token::text, r.turn_worker_id,
-                      EXISTS (SELECT 1 FROM "${ctx.schema}".attempts t JOIN "${ctx.schema}".events e
-                                  ON e.xmin::text = t.xmin::text
+                      EXISTS (SELECT 1 FROM "${ctx.schema}".attempts t JOIN "${ctx.schema}".attempts c
+                                  ON c.xmin::text = t.xmin::text
                                WHERE t.fencing_token = r.turn_token AND t.kind = 'turn' AND t.outcome IS NULL
-                                 AND e.step_id = s.id AND e.type = 'step:completed') AS same_tx
+                                 AND c.step_id = s.id AND c.outcome = 'completed') AS same_tx
                  FROM "${ctx.schema}".steps s JOIN "${ctx.schema}".runs r ON r.id = s.run_id WHERE s.id = $1`,
               [stepId],
             );

@@ -1,5 +1,6 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
+import { historyXmin } from './fenced-outcome.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 export interface ClaimTurnsParams {
@@ -62,7 +63,7 @@ export interface RunHistoryNews {
  * (`history_news`), so a worker that kept the run's workflow instance replays only that. The steps are read in the
  * statement's snapshot, while the run row is locked in its newest version: a writer that committed in between
  * (a completion, a cancel, a turn's commit) is in the row but not in the steps read. So the news is returned only
- * when the row version the snapshot sees is the one locked (same `xmin`); every writer of a workflow run's history
+ * when the row version the snapshot sees is the one locked (same {@link historyXmin}); every writer of a workflow run's history
  * also writes its run row, in the same transaction. Otherwise null, and the worker reads the whole history.
  */
 export async function claimTurns(
@@ -76,7 +77,7 @@ export async function claimTurns(
     picked AS (
       SELECT r.id, r.turn_token AS prev_token,
              ${p.keepsInstances}::boolean AND r.turn_worker_id IS NOT DISTINCT FROM ${p.workerId} AS ran_last_turn,
-             r.xmin::text AS locked_xmin
+             ${historyXmin('r')} AS locked_xmin
         FROM ${n.runs} r
        WHERE r.kind = 'workflow' AND r.queue IN ${p.queues} AND r.name IN ${p.workflowNames}
          AND r.status IN ('pending', 'running')
@@ -98,7 +99,7 @@ export async function claimTurns(
        WHERE r.id = p.id AND (r.turn_lease_expires_at IS NULL OR r.turn_lease_expires_at <= (SELECT t FROM grant_clock))
       RETURNING r.id, r.name, r.queue, r.priority, r.input, r.turn_attempt, r.turn_epoch, r.turn_token, r.turn_nonce,
                 r.wake_count, r.cancel_requested_at, r.cancel_reason, r.turn_lease_expires_at, p.prev_token, (SELECT t FROM grant_clock) AS t,
-                p.ran_last_turn AND p.locked_xmin = (SELECT s.xmin::text FROM ${n.runs} s WHERE s.id = p.id) AS sticky),
+                p.ran_last_turn AND p.locked_xmin = (SELECT ${historyXmin('s')} FROM ${n.runs} s WHERE s.id = p.id) AS sticky),
     ended_turns AS (
       UPDATE ${n.attempts} a SET outcome = 'lease_expired', ended_at = (SELECT t FROM grant_clock)
         FROM claimed c WHERE a.fencing_token = c.prev_token AND a.outcome IS NULL

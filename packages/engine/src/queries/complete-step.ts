@@ -2,6 +2,7 @@ import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import {
   fencedInputCte,
+  historyXmin,
   fencedResultColumns,
   rejectionCtes,
   runLockCte,
@@ -52,10 +53,11 @@ export const NO_EAGER_TURNS: EagerTurns = {
 
 /**
  * Record the results of a batch of attempts (invariant 4; I3, I7) in one statement that fences every row on its
- * own: for each attempt whose fence holds, set its step `completed` with its output, end its attempt row, append
- * the step's single terminal event (a unique index allows one per step), complete a standalone run (its
- * `run:completed` is read off the run row: see the `run_events` view) or wake a workflow run's next turn, and
- * send one NOTIFY for the whole batch (result waiters, turn queues: {@link notifyOnce}). A row whose fence fails
+ * own: for each attempt whose fence holds, set its step `completed` with its output, end its attempt row, complete
+ * a standalone run or wake a workflow run's next turn, and
+ * send one NOTIFY for the whole batch (result waiters, turn queues: {@link notifyOnce}). The step's terminal
+ * `step:completed` event and a job's `run:completed` are not stored: the `run_events` view reads them off the
+ * step and run rows (migrations 0008 and 0010). A row whose fence fails
  * because this very attempt's completion already committed (`ended_nonce` is its own and the step is
  * `completed`) is `replayed`; any other such row is rejected and recorded in the same statement, without
  * touching its neighbours. The input is one jsonb parameter, so one prepared statement serves every batch size.
@@ -84,10 +86,6 @@ export async function completeSteps(
     ended AS (
       UPDATE ${n.attempts} a SET outcome = 'completed', ended_at = ${n.now}
         FROM applied WHERE a.fencing_token = applied.fencing_token
-      RETURNING 1),
-    step_event AS (
-      INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, worker_id, terminal, at)
-      SELECT run_id, id, 'step:completed', attempt, epoch, fencing_token, worker_id, true, ${n.now} FROM applied
       RETURNING 1),
     finished_run AS (
       UPDATE ${n.runs} r SET status = 'completed', output = applied.output, finished_at = ${n.now}
@@ -131,7 +129,7 @@ export async function completeSteps(
                 r.turn_lease_expires_at, e.prev_token,
                 -- What is new in the run's history (see claimTurns): only when the snapshot's run row is the
                 -- version locked, so the snapshot's steps are complete; this batch's own completions are added.
-                coalesce(e.ran_last_turn AND e.locked_xmin = (SELECT x.xmin::text FROM ${n.runs} x WHERE x.id = r.id), false)
+                coalesce(e.ran_last_turn AND e.locked_xmin = (SELECT ${historyXmin('x')} FROM ${n.runs} x WHERE x.id = r.id), false)
                   AS sticky),
     ended_turns AS (
       UPDATE ${n.attempts} a SET outcome = 'lease_expired', ended_at = ${lockNow}
@@ -163,7 +161,7 @@ export async function completeSteps(
     ${rejectionCtes(n, { operation: 'complete', replayWhen: sql`cur.status = 'completed' AND cur.ended_nonce = cur.stale_nonce AND cur.fencing_token = cur.stale_token` })}
     SELECT ${fencedResultColumns},
            CASE WHEN i.ord = 1 THEN (SELECT turns FROM eager_turns) END AS eager_turns,
-           (SELECT count(*) FROM ended) + (SELECT count(*) FROM step_event) + (SELECT count(*) FROM ended_turns)
+           (SELECT count(*) FROM ended) + (SELECT count(*) FROM ended_turns)
              + (SELECT count(*) FROM turn_attempts) + (SELECT count(*) FROM notified) AS effects
       FROM inp i ORDER BY i.ord`);
   return { rows, eagerTurns: rows[0]?.eager_turns ?? [] };

@@ -25,7 +25,7 @@ export interface InsertStandaloneRunsParams {
 
 /**
  * Create standalone-activity runs, each with its one step (seq 0) `scheduled` and due after `delayMs` by the DB
- * clock and a `step:scheduled` event, and NOTIFY workers of the queue once (not once per run) — one statement
+ * clock (its `step:scheduled` event is read off the step row: see the `run_events` view), and NOTIFY workers of the queue once (not once per run) — one statement
  * for the whole batch, whose items are one jsonb parameter. Only the first item of each key is inserted.
  * Predicate: `ON CONFLICT DO NOTHING` on the run id and on (kind, name, key), so the same key returns the
  * existing run; takes no locks beyond the inserted rows (and waits on a concurrent insert of the same key).
@@ -55,16 +55,11 @@ export async function insertStandaloneRuns(
         FROM r JOIN inp i ON i.run_id = r.id
        ORDER BY i.ord
       RETURNING id, run_id),
-    e AS (
-      INSERT INTO ${n.events} (run_id, step_id, type, data, at)
-      SELECT s.run_id, s.id, 'step:scheduled', jsonb_build_object('activity', ${p.activityName}::text, 'queue', ${p.queue}::text), ${now}
-        FROM s
-      RETURNING 1),
     notified AS (SELECT pg_notify(${n.channel}, ${'step:' + p.queue}) WHERE ${p.delayMs}::int = 0 AND EXISTS (SELECT 1 FROM s)),
     ${runOutcomeSelect(n, {
       kind: 'activity',
       name: p.activityName,
-      extra: sql`(SELECT count(*) FROM e)::int AS events, (SELECT count(*) FROM notified)::int AS notified`,
+      extra: sql`(SELECT count(*) FROM notified)::int AS notified`,
     })}`;
   return settleRunInserts(db, p.items, statement, `enqueue of ${p.activityName}`);
 }
