@@ -322,6 +322,10 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
       [['runs', 'frobnicate'], /error: unknown command 'frobnicate'/],
       [['worker'], /error: missing required argument 'module'[\s\S]*Usage: palisade worker/],
       [
+        ['worker', 'cli/fixtures/greeter.ts', '--prefetch', '-1'],
+        /--prefetch <n>' argument '-1' is invalid\. must be a whole number from 0 to 1000[\s\S]*Usage: palisade worker/,
+      ],
+      [
         ['--data-dir', '/tmp/x', '--database-url', 'postgres://h/d', 'runs', 'list'],
         /either --database-url or --data-dir/,
       ],

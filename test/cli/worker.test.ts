@@ -40,7 +40,7 @@ describe('palisade worker <module>', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
     const out = result.stdout;
     expect(out).toMatch(/^ {2}workflows {3}greet$/m);
     expect(out).toMatch(/^ {2}activities {2}greeting-for$/m); // GREETING and notADefinition are not served
-    expect(out).toMatch(/^ {2}queues {6}default · concurrency 10$/m);
+    expect(out).toMatch(/^ {2}queues {6}default · concurrency 10 · prefetch 10$/m);
     const run = handle.runId;
     expect(out).toMatch(new RegExp(`claimed\\s+greeting-for#\\d+\\s+run ${run}\\s+epoch 1 · token \\d+`));
     expect(out).toMatch(new RegExp(`completed\\s+greeting-for#\\d+\\s+run ${run}\\s+token \\d+`));
@@ -59,7 +59,7 @@ describe('palisade worker <module>', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
   it('prints one JSON object per line with --json and stops on SIGINT', async () => {
     const handle = await engine.client.start(greet, { name: 'Grace' });
     const worker = startCli(
-      ['worker', 'cli/fixtures/greeter.ts', '--json', '--concurrency', '2', ...target()],
+      ['worker', 'cli/fixtures/greeter.ts', '--json', '--concurrency', '2', '--prefetch', '0', ...target()],
       {
         cwd: TEST_ROOT,
         timeoutMs: 120_000,
@@ -79,6 +79,7 @@ describe('palisade worker <module>', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
       activities: ['greeting-for'],
       queues: ['default'],
       concurrency: 2,
+      prefetch: 0,
     });
     expect(events).toContainEqual(
       expect.objectContaining({ event: 'attempt:claimed', runId: handle.runId, epoch: 1, attempt: 1 }),

@@ -137,6 +137,7 @@ function stopSignals(output: Output): { first: Promise<NodeJS.Signals>; dispose(
 interface WorkerCommandOptions {
   readonly queue?: string[];
   readonly concurrency?: number;
+  readonly prefetch?: number;
   readonly workerId?: string;
   readonly graceMs?: number;
 }
@@ -152,6 +153,11 @@ export function workerCommand(output: Output): Command {
     .argument('<module>', 'path of a module exporting defineWorkflow()/defineActivity() values')
     .option('--queue <name>', 'queue to claim from; repeat for several (default: default)', collect)
     .option('--concurrency <n>', 'activity attempts run at once (default: 10)', wholeNumber(1, 1000))
+    .option(
+      '--prefetch <n>',
+      'grants claimed ahead of free slots while attempts run short (default: the concurrency; 0: none)',
+      wholeNumber(0, 1000),
+    )
     .option('--worker-id <id>', 'name of this worker in attempts and events (default: host:pid:random)')
     .option(
       '--grace-ms <ms>',
@@ -177,6 +183,7 @@ export function workerCommand(output: Output): Command {
           activities: definitions.activities,
           ...(options.queue ? { queues: options.queue } : {}),
           ...(options.concurrency !== undefined ? { concurrency: options.concurrency } : {}),
+          ...(options.prefetch !== undefined ? { prefetch: options.prefetch } : {}),
           ...(options.workerId !== undefined ? { workerId: options.workerId } : {}),
         });
         reportEvents(worker, output, g.json);
@@ -199,6 +206,7 @@ export function workerCommand(output: Output): Command {
             activities: [...o.activities.keys()],
             queues: o.queues,
             concurrency: o.concurrency,
+            prefetch: o.prefetch,
           },
           true,
         );
@@ -209,7 +217,9 @@ export function workerCommand(output: Output): Command {
         output.line(`  database    ${fit(`${describeDatabase(target)} · schema ${target.schema}`)}`);
         output.line(`  workflows   ${fit(names(o.workflows))}`);
         output.line(`  activities  ${fit(names(o.activities))}`);
-        output.line(`  queues      ${fit(`${o.queues.join(', ')} · concurrency ${o.concurrency}`)}`);
+        output.line(
+          `  queues      ${fit(`${o.queues.join(', ')} · concurrency ${o.concurrency} · prefetch ${o.prefetch}`)}`,
+        );
         output.line(paint(t, 'dim', '  Ctrl-C or SIGTERM stops it gracefully'));
       }
 
