@@ -25,7 +25,12 @@ import {
 import { z } from 'zod';
 import { shorterLeaseMessage } from '../lease-override.js';
 import type { HistoryStepRow } from '../queries/claim-turns.js';
-import { originalRandom, trackNonDurable, type NonDurableSink } from './non-durable-await.js';
+import {
+  originalRandom,
+  settleMicrotasks,
+  trackNonDurable,
+  type NonDurableSink,
+} from './non-durable-await.js';
 
 /** A durable call that has no recorded step yet. Durations in ms; due times are fixed by the DB clock at commit. */
 type StepCall =
@@ -191,8 +196,9 @@ function never<T>(): Promise<T> {
  * - each durable call takes the next position; a recorded step at that position must have the same kind and
  *   name, or the turn fails the run with {@link NonDeterminismError} — a recorded result is never handed to a
  *   different step;
- * - recorded outcomes are delivered one at a time, draining the workflow's microtasks in between, in the order
- *   earlier turns delivered them (`delivered_seq`), then new outcomes in the order they happened; so
+ * - recorded outcomes are delivered one at a time, draining the workflow's microtasks in between (without an
+ *   event-loop turn unless the code uses `process.nextTick` or `queueMicrotask`: see `settleMicrotasks`), in the
+ *   order earlier turns delivered them (`delivered_seq`), then new outcomes in the order they happened; so
  *   `Promise.race` and friends see the same winner on every replay;
  * - a call with no recorded step schedules a new one; the turn ends when the code blocks on pending steps;
  * - a cancel request the code has not seen through a cancelled step reaches it at the steps it is blocked on
@@ -288,7 +294,22 @@ class Replay implements WorkflowInstance {
     reportNondeterministic: (call) => {
       this.nondeterministicCalls.add(call);
     },
+    reportOtherQueue: () => {
+      this.usesOtherQueues = true;
+    },
   };
+  /** The code has used `process.nextTick` or `queueMicrotask`: its drains also take an event-loop turn. */
+  private usesOtherQueues = false;
+
+  /**
+   * Let the code run until it blocks again (after its start, a delivered outcome, a rejected await): the microtask
+   * queue drained of its work ({@link settleMicrotasks}), and when the code queues work elsewhere, an event-loop
+   * turn. n outcomes are delivered in n drains, not n event-loop turns.
+   */
+  private async drain(): Promise<void> {
+    await settleMicrotasks();
+    if (this.usesOtherQueues) await macrotask();
+  }
 
   constructor(
     // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -340,7 +361,7 @@ class Replay implements WorkflowInstance {
         );
     });
     try {
-      await macrotask();
+      await this.drain();
       // Deliver recorded outcomes: first in the order earlier turns delivered them, then new ones as they happened.
       const delivered = turn.history
         .filter((h) => h.delivered_seq !== null)
@@ -361,7 +382,7 @@ class Replay implements WorkflowInstance {
         }
         this.seenDeliveredSeq = h.delivered_seq as number;
         this.deliver(h);
-        await macrotask();
+        await this.drain();
       }
       await this.deliverFresh(turn.history);
     } finally {
@@ -598,7 +619,7 @@ class Replay implements WorkflowInstance {
           deliveredSeq: this.nextDeliveredSeq++,
           firesTimer: h.kind === 'timer' && h.status === 'scheduled',
         });
-        await macrotask();
+        await this.drain();
         continue;
       }
       // Blocked. A cancel requested before any step it could end existed (before the first turn, or while a
@@ -623,7 +644,7 @@ class Replay implements WorkflowInstance {
           deliveredSeq: this.nextDeliveredSeq++,
         } as NewStep;
         d.reject(new CancelledFailure(`step ${s.name}#${s.seq} was cancelled`, { runId: this.runId }));
-        await macrotask();
+        await this.drain();
       }
     }
   }
