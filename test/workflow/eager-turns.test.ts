@@ -358,3 +358,99 @@ describe('eager turns and result waiters, on postgres', () => {
     await worker.stop();
   });
 });
+
+describe('eager turns whose snapshot missed a writer, on postgres', () => {
+  const target = useEngineTarget('postgres');
+
+  // PostgreSQL only: two completions are queued on the run row behind another transaction.
+  it('continues the kept instance from news read on its own when a completion’s snapshot missed another one', async () => {
+    const engine = await target.engine();
+    const admin = target.sql();
+    const started = { left: deferred(), right: deferred() };
+    const finish = { left: deferred(), right: deferred() };
+    const left = defineActivity({
+      name: 'left',
+      input: z.object({ again: z.boolean() }),
+      output: z.number(),
+      async run({ again }) {
+        if (!again) {
+          started.left.resolve();
+          await finish.left.promise;
+        }
+        return 1;
+      },
+    });
+    const right = defineActivity({
+      name: 'right',
+      input: z.object({}),
+      output: z.number(),
+      async run() {
+        started.right.resolve();
+        await finish.right.promise;
+        return 2;
+      },
+    });
+    const fork = defineWorkflow({
+      name: 'fork',
+      input: z.object({}),
+      output: z.number(),
+      async run(_input, ctx) {
+        const [a, b] = await Promise.all([ctx.run(left, { again: false }), ctx.run(right, {})]);
+        return a + b + (await ctx.run(left, { again: true }));
+      },
+    });
+    // `main` runs the workflow and `left`; `other` runs only `right`, so its completion claims no turn.
+    const main = engine.worker({
+      workflows: [fork],
+      activities: [left],
+      pollIntervalMs: 60_000,
+      workerId: 'main',
+    });
+    const other = engine.worker({ activities: [right], pollIntervalMs: 50, workerId: 'other' });
+    const turns = turnLog(main);
+    await main.start();
+    await other.start();
+    const handle = await engine.client.start(fork, {});
+    await Promise.all([started.left.promise, started.right.promise]);
+
+    // Hold the run row; queue on it first `right`'s completion, then `left`'s, whose snapshot is taken before
+    // `right`'s commits and which claims the next turn for `main` (its grant cannot carry the news).
+    const pid = deferred<number>();
+    const release = deferred();
+    const holder = admin.begin(async (tx) => {
+      const [row] = await tx<{ pid: number }[]>`
+        SELECT pg_backend_pid() AS pid FROM ${tx(engine.schema)}.runs WHERE id = ${handle.runId} FOR NO KEY UPDATE`;
+      pid.resolve(row!.pid);
+      await release.promise;
+    });
+    await pid.promise;
+    const waiting = async (n: number) =>
+      poll(`${n} statements to wait on the run row`, async () => {
+        const [row] = await admin<{ n: number }[]>`
+          SELECT count(*)::int AS n FROM pg_stat_activity
+           WHERE datname = current_database() AND cardinality(pg_blocking_pids(pid)) > 0`;
+        return row?.n === n ? true : undefined;
+      });
+    finish.right.resolve();
+    await waiting(1);
+    finish.left.resolve();
+    await waiting(2);
+    release.resolve();
+    await holder;
+    await expect(handle.result({ timeoutMs: 60_000 })).resolves.toBe(4);
+    await until(
+      [main],
+      () => turns.some((t) => t.runId === handle.runId && t.outcome === 'completed'),
+      'end',
+    );
+
+    // Every turn after the first continued the instance `main` kept; none read the whole history. (The second
+    // turn is the eager one `left`'s completion claimed, unless a loaded machine had it handed back and claimed
+    // anew: then its claim saw both completions and carried the news itself.)
+    const mine = turns.filter((t) => t.runId === handle.runId);
+    expect(mine[0]).toMatchObject({ grant: 'eager', replay: 'full' });
+    expect(mine.length).toBeGreaterThanOrEqual(3);
+    expect(mine.slice(1).map((t) => t.replay)).toEqual(mine.slice(1).map(() => 'continued'));
+    await Promise.all([main.stop(), other.stop()]);
+  });
+});

@@ -37,6 +37,12 @@ export interface ClaimedTurnRow {
    * not show everything the run row it locked had seen (then only a full read of the history is right).
    */
   history_news: RunHistoryNews | null;
+  /**
+   * This worker ran the run's previous turn (and keeps instances): its kept instance, if it still has one, may
+   * be continued. When `history_news` is null nonetheless (the snapshot missed a writer), the worker reads the news
+   * with {@link readHistoryNews} instead of the whole history.
+   */
+  ran_last_turn: boolean;
 }
 
 /**
@@ -99,6 +105,7 @@ export async function claimTurns(
        WHERE r.id = p.id AND (r.turn_lease_expires_at IS NULL OR r.turn_lease_expires_at <= (SELECT t FROM grant_clock))
       RETURNING r.id, r.name, r.queue, r.priority, r.input, r.turn_attempt, r.turn_epoch, r.turn_token, r.turn_nonce,
                 r.wake_count, r.cancel_requested_at, r.cancel_reason, r.turn_lease_expires_at, p.prev_token, (SELECT t FROM grant_clock) AS t,
+                p.ran_last_turn,
                 p.ran_last_turn AND p.locked_xmin = (SELECT ${historyXmin('s')} FROM ${n.runs} s WHERE s.id = p.id) AS sticky),
     ended_turns AS (
       UPDATE ${n.attempts} a SET outcome = 'lease_expired', ended_at = (SELECT t FROM grant_clock)
@@ -113,7 +120,7 @@ export async function claimTurns(
            c.cancel_reason,
            (extract(epoch FROM (c.turn_lease_expires_at - ${n.now})) * 1000)::float8 AS remaining_ms,
            (extract(epoch FROM c.t) * 1000)::float8 AS now_ms,
-           CASE WHEN c.sticky THEN h.news END AS history_news,
+           CASE WHEN c.sticky THEN h.news END AS history_news, c.ran_last_turn,
            (SELECT count(*) FROM ended_turns) + (SELECT count(*) FROM new_attempts) AS effects
       FROM claimed c
       LEFT JOIN LATERAL (${historyNews(n, sql`c.id`, sql`(extract(epoch FROM c.t) * 1000)::float8`, sql`c.sticky`)}) h ON true`);
@@ -164,14 +171,37 @@ export interface HistoryStepRow {
  * `w` names the run row as the grant wrote it (its turn columns, cancel request and reason), `nowMs` the grant's
  * DB time (epoch ms, float8), `historyNews` the run's news or NULL.
  */
-export function grantedTurnJson(n: SchemaNames, w: SQL, p: { nowMs: SQL; historyNews: SQL }): SQL {
+export function grantedTurnJson(
+  n: SchemaNames,
+  w: SQL,
+  p: { nowMs: SQL; historyNews: SQL; ranLastTurn?: SQL },
+): SQL {
   return sql`jsonb_build_object(
     'id', ${w}.id::text, 'name', ${w}.name, 'queue', ${w}.queue, 'priority', ${w}.priority, 'input', ${w}.input,
     'turn_attempt', ${w}.turn_attempt, 'turn_epoch', ${w}.turn_epoch, 'token', ${w}.turn_token::text,
     'nonce', ${w}.turn_nonce::text, 'wake_count', ${w}.wake_count,
     'cancel_requested', ${w}.cancel_requested_at IS NOT NULL, 'cancel_reason', ${w}.cancel_reason,
     'remaining_ms', (extract(epoch FROM (${w}.turn_lease_expires_at - ${n.now})) * 1000)::float8,
-    'now_ms', ${p.nowMs}, 'history_news', ${p.historyNews})`;
+    'now_ms', ${p.nowMs}, 'history_news', ${p.historyNews}, 'ran_last_turn', ${p.ranLastTurn ?? sql`false`})`;
+}
+
+/**
+ * The {@link RunHistoryNews} of run `runId` for its turn granted at DB time `nowMs` (epoch ms), read in a
+ * snapshot of its own: for the worker that holds the turn and ran the previous one, when the grant could not
+ * tell it the news (see {@link ClaimedTurnRow.history_news}). Like {@link loadRunHistory} (a plain read of what
+ * has committed by now), but sends only the fresh steps. The worker's kept instance is continued only if the
+ * counts match what it expects (canContinue).
+ */
+export async function readHistoryNews(
+  db: Database,
+  n: SchemaNames,
+  runId: string,
+  nowMs: number,
+): Promise<RunHistoryNews | null> {
+  const rows = await db.rows<{ news: RunHistoryNews }>(
+    historyNews(n, sql`${runId}::uuid`, sql`${nowMs}::float8`, sql`true`),
+  );
+  return rows[0]?.news ?? null;
 }
 
 /** A run's recorded steps in position order; plain read. */

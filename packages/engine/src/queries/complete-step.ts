@@ -126,7 +126,7 @@ export async function completeSteps(
          AND r.status IN ('pending', 'running')
       RETURNING r.id, r.queue, e.id IS NOT NULL AS eager, r.name, r.priority, r.input, r.turn_attempt, r.turn_epoch,
                 r.turn_token, r.turn_nonce, r.wake_count, r.cancel_requested_at, r.cancel_reason,
-                r.turn_lease_expires_at, e.prev_token,
+                r.turn_lease_expires_at, e.prev_token, coalesce(e.ran_last_turn, false) AS ran_last_turn,
                 -- What is new in the run's history (see claimTurns): only when the snapshot's run row is the
                 -- version locked, so the snapshot's steps are complete; this batch's own completions are added.
                 coalesce(e.ran_last_turn AND e.locked_xmin = (SELECT ${historyXmin('x')} FROM ${n.runs} x WHERE x.id = r.id), false)
@@ -143,6 +143,7 @@ export async function completeSteps(
     eager_turns AS (
       SELECT jsonb_agg(${grantedTurnJson(n, sql`w`, {
         nowMs: sql`(extract(epoch FROM ${lockNow}) * 1000)::float8`,
+        ranLastTurn: sql`w.ran_last_turn`,
         historyNews: sql`CASE WHEN w.sticky THEN jsonb_set(h.news, '{fresh}', (h.news->'fresh') || coalesce((
                  SELECT jsonb_agg(jsonb_build_object(
                           'id', a.id::text, 'seq', a.seq, 'kind', a.kind, 'name', a.name, 'status', 'completed',

@@ -5,6 +5,7 @@ import { classifyDatabaseError, isContentRefusal } from '../infra-retry.js';
 import {
   claimTurns,
   loadRunHistory,
+  readHistoryNews,
   msUntilNextDueTurn,
   type ClaimedTurnRow,
 } from '../queries/claim-turns.js';
@@ -242,13 +243,17 @@ export class TurnLoop {
     const kept = this.instances.take(row.id);
     let instance: WorkflowInstance | undefined;
     let result: TurnResult | undefined;
-    if (
-      kept &&
-      row.history_news &&
-      canContinue(kept, { turnEpoch: row.turn_epoch, news: row.history_news })
-    ) {
+    // The grant carries the news unless its snapshot may have missed a writer of the history that committed
+    // before it locked the run. Then, if this worker ran the previous turn and kept its instance, the news is
+    // read on its own (a snapshot taken now, as a full replay's read is), not the whole history.
+    const news =
+      row.history_news ??
+      (kept && row.ran_last_turn && row.turn_epoch === kept.turnEpoch + 1
+        ? await readHistoryNews(this.db, this.names, row.id, row.now_ms)
+        : null);
+    if (kept && news && canContinue(kept, { turnEpoch: row.turn_epoch, news })) {
       instance = kept.instance;
-      result = await instance.continueTurn({ ...params, fresh: row.history_news.fresh });
+      result = await instance.continueTurn({ ...params, fresh: news.fresh });
     }
     const replay = result ? 'continued' : 'full';
     if (!result) {
