@@ -123,7 +123,13 @@ export class HeartbeatLoop {
       void request
         .then(
           (rows) => {
-            if (timedOut) this.applyReply(batch, details, rows, sentAt, false);
+            if (!timedOut) return;
+            try {
+              this.applyReply(batch, details, rows, sentAt, false);
+            } catch (error) {
+              // A listener of the attempt's events threw: log it, as the on-time path does, never crash.
+              this.logger.warn({ err: error, attempts: batch.length }, 'heartbeat:late-reply-failed');
+            }
           },
           () => undefined,
         )
