@@ -6,7 +6,12 @@ import { defineActivity, defineWorkflow, RunFailedError } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
 import { runOf, stepsOf, warmUp } from './workflow-rows.js';
 
-const server = createServer((_req, res) => res.end('pong'));
+// Every response closes its connection: a fetch that reused a pooled one (left by the test before) would start a
+// Timeout before any socket, and the failure would name that instead of the TCPWRAP of a new connection.
+const server = createServer((_req, res) => {
+  res.setHeader('connection', 'close');
+  res.end('pong');
+});
 let baseUrl = '';
 beforeAll(async () => {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));

@@ -180,6 +180,9 @@ const runActivityOptionsSchema = z
   })
   .strict();
 
+/** Longest a turn holds the event loop between two drains before letting it turn (ms). */
+const REPLAY_SLICE_MS = 20;
+
 function macrotask(): Promise<void> {
   return new Promise((resolve) => setImmediate(resolve));
 }
@@ -304,12 +307,20 @@ class Replay implements WorkflowInstance {
   /**
    * Let the code run until it blocks again (after its start, a delivered outcome, a rejected await): the microtask
    * queue drained of its work ({@link settleMicrotasks}), and when the code queues work elsewhere, an event-loop
-   * turn. n outcomes are delivered in n drains, not n event-loop turns.
+   * turn. n outcomes are delivered in n drains, not n event-loop turns; a replay that has held the event loop for
+   * {@link REPLAY_SLICE_MS} lets it turn once (the code is blocked then, as after any drain), so timers and replies
+   * of the rest of the worker (heartbeats) are not held up by a long history.
    */
   private async drain(): Promise<void> {
     await settleMicrotasks();
-    if (this.usesOtherQueues) await macrotask();
+    if (this.usesOtherQueues || performance.now() - this.sliceStartedAt >= REPLAY_SLICE_MS) {
+      await macrotask();
+      this.sliceStartedAt = performance.now();
+    }
   }
+
+  /** When the code last let the event loop turn (see {@link REPLAY_SLICE_MS}). */
+  private sliceStartedAt = 0;
 
   constructor(
     // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -409,6 +420,7 @@ class Replay implements WorkflowInstance {
 
   private open(turn: TurnParams): void {
     this.busy = true;
+    this.sliceStartedAt = performance.now();
     // The turn's parameters only: a full replay's `TurnInput` also carries the whole history and the input, which
     // a parked instance must not keep alive.
     this.turn = {
