@@ -12,7 +12,7 @@ import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineActivity, defineWorkflow } from '@palisade/sdk';
-import { useEngineTarget } from '../support/engine.js';
+import { useEngineTarget, type EngineTarget } from '../support/engine.js';
 import { until as poll } from '../worker/helpers.js';
 import { attemptsOf, deferred, turnLog, until } from './workflow-rows.js';
 
@@ -195,6 +195,36 @@ for (const driver of ['postgres', 'pglite'] as const) {
   });
 }
 
+/**
+ * Hold run `runId`'s row in a transaction of `admin` (FOR NO KEY UPDATE), so the engine's statements that lock it
+ * queue behind (PostgreSQL only: PGlite runs one transaction at a time). `waiting(n)` resolves once n statements
+ * of this database wait on a lock (the second queued statement waits behind the first, not the holder);
+ * `release()` commits the holder.
+ */
+async function holdRunRow(admin: ReturnType<EngineTarget['sql']>, schema: string, runId: string) {
+  const locked = deferred();
+  const release = deferred();
+  const holder = admin.begin(async (tx) => {
+    await tx`SELECT 1 FROM ${tx(schema)}.runs WHERE id = ${runId} FOR NO KEY UPDATE`;
+    locked.resolve();
+    await release.promise;
+  });
+  await locked.promise;
+  return {
+    waiting: (n: number) =>
+      poll(`${n} statements to wait on the run row`, async () => {
+        const [row] = await admin<{ n: number }[]>`
+          SELECT count(*)::int AS n FROM pg_stat_activity
+           WHERE datname = current_database() AND cardinality(pg_blocking_pids(pid)) > 0`;
+        return row?.n === n ? true : undefined;
+      }),
+    release: async () => {
+      release.resolve();
+      await holder;
+    },
+  };
+}
+
 describe('eager turns when the worker stops, on postgres', () => {
   const target = useEngineTarget('postgres');
 
@@ -235,26 +265,13 @@ describe('eager turns when the worker stops, on postgres', () => {
     await started;
 
     // Hold the run row, so the completion statement (which claims the woken turn for `first`) waits on it.
-    const pid = deferred<number>();
-    const release = deferred();
-    const holder = admin.begin(async (tx) => {
-      const [row] = await tx<{ pid: number }[]>`
-        SELECT pg_backend_pid() AS pid FROM ${tx(engine.schema)}.runs WHERE id = ${handle.runId} FOR NO KEY UPDATE`;
-      pid.resolve(row!.pid);
-      await release.promise;
-    });
-    const holderPid = await pid.promise;
+    const lock = await holdRunRow(admin, engine.schema, handle.runId);
     finish.resolve();
-    await poll('the completion to wait for the run row', async () => {
-      const [row] = await admin<{ n: number }[]>`
-        SELECT count(*)::int AS n FROM pg_stat_activity WHERE ${holderPid} = ANY(pg_blocking_pids(pid))`;
-      return row?.n === 1 ? true : undefined;
-    });
+    await lock.waiting(1);
 
     const stopping = first.stop({ graceMs: 10_000 });
     const committedBeforeStop = turns.length;
-    release.resolve();
-    await holder;
+    await lock.release();
     await stopping;
 
     // The completion claimed the next turn for `first` (it was running when the statement was sent), and `first`
@@ -278,7 +295,7 @@ describe('eager turns when the worker stops, on postgres', () => {
   });
 });
 
-describe('eager turns and result waiters, on postgres', () => {
+describe('eager turns whose grant missed a writer of the run row, on postgres', () => {
   const target = useEngineTarget('postgres');
 
   // PostgreSQL only: two statements are queued on the run row behind another transaction, which PGlite (one
@@ -317,29 +334,12 @@ describe('eager turns and result waiters, on postgres', () => {
 
     // Hold the run row; queue on it first a result() registration, then the completion of step 0 (whose
     // snapshot is taken before the registration commits, and which claims the next turn for this worker).
-    const pid = deferred<number>();
-    const release = deferred();
-    const holder = admin.begin(async (tx) => {
-      const [row] = await tx<{ pid: number }[]>`
-        SELECT pg_backend_pid() AS pid FROM ${tx(engine.schema)}.runs WHERE id = ${handle.runId} FOR NO KEY UPDATE`;
-      pid.resolve(row!.pid);
-      await release.promise;
-    });
-    await pid.promise;
-    // Lock waits in this test's database (the second statement waits behind the first, not the holder).
-    const waiting = async (n: number) =>
-      poll(`${n} statements to wait on the run row`, async () => {
-        const [row] = await admin<{ n: number }[]>`
-          SELECT count(*)::int AS n FROM pg_stat_activity
-           WHERE datname = current_database() AND cardinality(pg_blocking_pids(pid)) > 0`;
-        return row?.n === n ? true : undefined;
-      });
+    const lock = await holdRunRow(admin, engine.schema, handle.runId);
     const result = handle.result({ timeoutMs: 60_000 });
-    await waiting(1);
+    await lock.waiting(1);
     finish.resolve();
-    await waiting(2);
-    release.resolve();
-    await holder;
+    await lock.waiting(2);
+    await lock.release();
     await expect(result).resolves.toEqual({ n: 2 });
     await until(
       [worker],
@@ -347,8 +347,8 @@ describe('eager turns and result waiters, on postgres', () => {
       'end',
     );
 
-    // The registration wrote the run row but no history: the turn the completion claimed continued the kept
-    // instance, as did the last one.
+    // The completion's grant could not carry the news (its snapshot predates the registration's write of the run
+    // row); the worker read the news on its own and continued the kept instance, as it did on the last turn.
     const mine = turns.filter((t) => t.runId === handle.runId);
     expect(mine.map((t) => [t.grant, t.replay])).toEqual([
       ['eager', 'full'],
@@ -357,12 +357,8 @@ describe('eager turns and result waiters, on postgres', () => {
     ]);
     await worker.stop();
   });
-});
 
-describe('eager turns whose snapshot missed a writer, on postgres', () => {
-  const target = useEngineTarget('postgres');
-
-  // PostgreSQL only: two completions are queued on the run row behind another transaction.
+  // PostgreSQL only, as above.
   it('continues the kept instance from news read on its own when a completion’s snapshot missed another one', async () => {
     const engine = await target.engine();
     const admin = target.sql();
@@ -415,28 +411,12 @@ describe('eager turns whose snapshot missed a writer, on postgres', () => {
 
     // Hold the run row; queue on it first `right`'s completion, then `left`'s, whose snapshot is taken before
     // `right`'s commits and which claims the next turn for `main` (its grant cannot carry the news).
-    const pid = deferred<number>();
-    const release = deferred();
-    const holder = admin.begin(async (tx) => {
-      const [row] = await tx<{ pid: number }[]>`
-        SELECT pg_backend_pid() AS pid FROM ${tx(engine.schema)}.runs WHERE id = ${handle.runId} FOR NO KEY UPDATE`;
-      pid.resolve(row!.pid);
-      await release.promise;
-    });
-    await pid.promise;
-    const waiting = async (n: number) =>
-      poll(`${n} statements to wait on the run row`, async () => {
-        const [row] = await admin<{ n: number }[]>`
-          SELECT count(*)::int AS n FROM pg_stat_activity
-           WHERE datname = current_database() AND cardinality(pg_blocking_pids(pid)) > 0`;
-        return row?.n === n ? true : undefined;
-      });
+    const lock = await holdRunRow(admin, engine.schema, handle.runId);
     finish.right.resolve();
-    await waiting(1);
+    await lock.waiting(1);
     finish.left.resolve();
-    await waiting(2);
-    release.resolve();
-    await holder;
+    await lock.waiting(2);
+    await lock.release();
     await expect(handle.result({ timeoutMs: 60_000 })).resolves.toBe(4);
     await until(
       [main],

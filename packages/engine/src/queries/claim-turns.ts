@@ -1,6 +1,5 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
-import { historyXmin } from './fenced-outcome.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 export interface ClaimTurnsParams {
@@ -34,7 +33,7 @@ export interface ClaimedTurnRow {
   /**
    * What is new in the run's history, for the worker that ran its previous turn and may still hold its workflow
    * instance (see {@link RunHistoryNews}); null when another worker ran that turn, or when the claim's snapshot may
-   * not show everything the run row it locked had seen (then only a full read of the history is right).
+   * not show everything the run row it locked had seen (see `ran_last_turn`).
    */
   history_news: RunHistoryNews | null;
   /**
@@ -69,8 +68,9 @@ export interface RunHistoryNews {
  * (`history_news`), so a worker that kept the run's workflow instance replays only that. The steps are read in the
  * statement's snapshot, while the run row is locked in its newest version: a writer that committed in between
  * (a completion, a cancel, a turn's commit) is in the row but not in the steps read. So the news is returned only
- * when the row version the snapshot sees is the one locked (same {@link historyXmin}); every writer of a workflow run's history
- * also writes its run row, in the same transaction. Otherwise null, and the worker reads the whole history.
+ * when the row version the snapshot sees is the one locked (same `xmin`); every writer of a workflow run's history
+ * also writes its run row, in the same transaction. Otherwise null: the worker that ran the previous turn reads
+ * the news with {@link readHistoryNews}, any other the whole history.
  */
 export async function claimTurns(
   db: Database,
@@ -83,7 +83,7 @@ export async function claimTurns(
     picked AS (
       SELECT r.id, r.turn_token AS prev_token,
              ${p.keepsInstances}::boolean AND r.turn_worker_id IS NOT DISTINCT FROM ${p.workerId} AS ran_last_turn,
-             ${historyXmin('r')} AS locked_xmin
+             r.xmin::text AS locked_xmin
         FROM ${n.runs} r
        WHERE r.kind = 'workflow' AND r.queue IN ${p.queues} AND r.name IN ${p.workflowNames}
          AND r.status IN ('pending', 'running')
@@ -106,7 +106,7 @@ export async function claimTurns(
       RETURNING r.id, r.name, r.queue, r.priority, r.input, r.turn_attempt, r.turn_epoch, r.turn_token, r.turn_nonce,
                 r.wake_count, r.cancel_requested_at, r.cancel_reason, r.turn_lease_expires_at, p.prev_token, (SELECT t FROM grant_clock) AS t,
                 p.ran_last_turn,
-                p.ran_last_turn AND p.locked_xmin = (SELECT ${historyXmin('s')} FROM ${n.runs} s WHERE s.id = p.id) AS sticky),
+                p.ran_last_turn AND p.locked_xmin = (SELECT s.xmin::text FROM ${n.runs} s WHERE s.id = p.id) AS sticky),
     ended_turns AS (
       UPDATE ${n.attempts} a SET outcome = 'lease_expired', ended_at = (SELECT t FROM grant_clock)
         FROM claimed c WHERE a.fencing_token = c.prev_token AND a.outcome IS NULL

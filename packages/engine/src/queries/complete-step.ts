@@ -2,7 +2,6 @@ import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import {
   fencedInputCte,
-  historyXmin,
   fencedResultColumns,
   rejectionCtes,
   runLockCte,
@@ -129,7 +128,7 @@ export async function completeSteps(
                 r.turn_lease_expires_at, e.prev_token, coalesce(e.ran_last_turn, false) AS ran_last_turn,
                 -- What is new in the run's history (see claimTurns): only when the snapshot's run row is the
                 -- version locked, so the snapshot's steps are complete; this batch's own completions are added.
-                coalesce(e.ran_last_turn AND e.locked_xmin = (SELECT ${historyXmin('x')} FROM ${n.runs} x WHERE x.id = r.id), false)
+                coalesce(e.ran_last_turn AND e.locked_xmin = (SELECT x.xmin::text FROM ${n.runs} x WHERE x.id = r.id), false)
                   AS sticky),
     ended_turns AS (
       UPDATE ${n.attempts} a SET outcome = 'lease_expired', ended_at = ${lockNow}

@@ -79,21 +79,8 @@ export function stepFenceOnInput(_n: SchemaNames, alias: string): SQL {
 }
 
 /**
- * The history version of a version of a run row, as text: its `xmin`, unless that version was written by a
- * result waiter's registration (`registerResultWaiter`), which changes no history and carries the history version
- * of the row it replaced. A statement that reads a run's steps in its snapshot and locks the run row compares
- * this on the snapshot's version and the locked one: equal, no writer of the history committed in between
- * (every one writes the run row in the same transaction), so the steps it read are complete. A registration made
- * in a subtransaction is not recognised as one and counts as news: a needless full replay, never a missed one.
- */
-export const historyXmin = (alias: string): SQL => {
-  const a = sql.raw(alias);
-  return sql`(CASE WHEN ${a}.xmin::text = ${a}.registered_xmin THEN ${a}.history_xmin ELSE ${a}.xmin::text END)`;
-};
-
-/**
  * CTEs named `run_lock` and `step_lock` that lock the runs of the steps in `inp` (`FOR NO KEY UPDATE`, in run id
- * order; `run_lock` holds each run's newest version, as a locking read returns it, with its {@link historyXmin}) and then those
+ * order; `run_lock` holds each run's newest version, as a locking read returns it, with its `xmin`) and then those
  * steps (in step id order) — the first locks of every owner write that ends or changes a
  * step, so that all statements lock a run's rows in one order: the run rows first, then their steps by id
  * (DESIGN.md §4 invariant 14). A batch's steps must be locked here, in id order, before its UPDATE touches them:
@@ -112,7 +99,7 @@ export const historyXmin = (alias: string): SQL => {
  */
 export const runLockCte = (n: SchemaNames): SQL => sql`run_lock AS MATERIALIZED (
     SELECT r.id, r.kind, r.status, r.name, r.queue, r.turn_lease_expires_at, r.turn_token, r.turn_worker_id,
-           ${historyXmin('r')} AS locked_xmin
+           r.xmin::text AS locked_xmin
       FROM ${n.runs} r
      WHERE r.id IN (SELECT s.run_id FROM ${n.steps} s WHERE s.id IN (SELECT step_id FROM inp))
      ORDER BY r.id

@@ -1,6 +1,5 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
-import { historyXmin } from './fenced-outcome.js';
 import type { SchemaNames } from './schema-names.js';
 
 export interface RunRow {
@@ -29,9 +28,7 @@ const RUN_COLUMNS = sql`id::text, kind, name, status, input, output, error, idem
  * Register a `handle.result()` waiter on a run that has not ended (`runs.result_waiters`, so that the statement
  * that ends it sends its `run:` NOTIFY) and return the run as that write left it; a run that has ended, or
  * does not exist, is read as it is. The registration waits for a statement that holds the run row (one that is
- * ending it), so either it registers before that statement decides whether to NOTIFY, or it reads the end. It
- * changes no history, and says so: it records its transaction id and the history version it replaced
- * ({@link historyXmin}), so a worker's kept workflow instance is not replayed in full because of it.
+ * ending it), so either it registers before that statement decides whether to NOTIFY, or it reads the end.
  */
 export async function registerResultWaiter(
   db: Database,
@@ -40,10 +37,8 @@ export async function registerResultWaiter(
 ): Promise<RunRow | undefined> {
   if (!/^[0-9a-f-]{36}$/i.test(runId)) return undefined;
   const rows = await db.rows<RunRow>(sql`
-    UPDATE ${n.runs} r SET result_waiters = r.result_waiters + 1,
-                           history_xmin = ${historyXmin('r')},
-                           registered_xmin = (txid_current() % 4294967296)::text
-     WHERE r.id = ${runId}::uuid AND r.status IN ('pending', 'running')
+    UPDATE ${n.runs} SET result_waiters = result_waiters + 1
+     WHERE id = ${runId}::uuid AND status IN ('pending', 'running')
     RETURNING ${RUN_COLUMNS}`);
   // A second statement, not a fallback SELECT in the same one: that one would read with the snapshot taken before
   // the UPDATE waited, and could show a run as running that the statement it waited for had just ended.

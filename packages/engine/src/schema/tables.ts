@@ -62,14 +62,6 @@ export function defineTables(schemaName: string) {
        * only when one has (PostgreSQL serializes the commits of every NOTIFY behind one lock).
        */
       resultWaiters: integer('result_waiters').notNull().default(0),
-      /**
-       * Set by a waiter's registration, which writes the row but not the run's history: the transaction id
-       * (32-bit, as `xmin`) of the registration, and the `xmin` of the newest version a writer of the history
-       * wrote before it. A version whose `xmin` is `registered_xmin` is the registration's; its history version
-       * is `history_xmin` (see `historyXmin` in queries/fenced-outcome.ts).
-       */
-      registeredXmin: text('registered_xmin'),
-      historyXmin: text('history_xmin'),
       createdAt: ts('created_at').notNull().defaultNow(),
       startedAt: ts('started_at'),
       finishedAt: ts('finished_at'),
