@@ -23,6 +23,27 @@ import {
   type Gate,
 } from './helpers.js';
 
+/**
+ * An activity whose first attempt waits for its signal, records the reason and throws; later attempts return
+ * their attempt number.
+ */
+function firstAttemptAwaitsAbort() {
+  const reasons: unknown[] = [];
+  const job = defineActivity({
+    name: 'job',
+    input: z.object({}),
+    output: z.object({ attempt: z.number() }),
+    async run(_input, ctx) {
+      if (ctx.info.attempt === 1) {
+        reasons.push(await aborted(ctx.signal));
+        throw new Error('stopped');
+      }
+      return { attempt: ctx.info.attempt };
+    },
+  });
+  return { job, reasons };
+}
+
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`abort signal, local deadline and activity context on ${driver}`, () => {
     const target = useEngineTarget(driver);
@@ -100,19 +121,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
     });
 
     it('fires lease-lost from a background heartbeat once the lease expired by DB time, even with no new owner', async () => {
-      const reasons: unknown[] = [];
-      const job = defineActivity({
-        name: 'job',
-        input: z.object({}),
-        output: z.object({ attempt: z.number() }),
-        async run(_input, ctx) {
-          if (ctx.info.attempt === 1) {
-            reasons.push(await aborted(ctx.signal));
-            throw new Error('stopped');
-          }
-          return { attempt: ctx.info.attempt };
-        },
-      });
+      const { job, reasons } = firstAttemptAwaitsAbort();
       const engine = await target.engine();
       const worker = engine.worker({
         activities: [job],
@@ -146,19 +155,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
     });
 
     it('acts on the late reply of a timed-out heartbeat: the entry it rejected is not sent again and rejected twice', async () => {
-      const reasons: unknown[] = [];
-      const job = defineActivity({
-        name: 'job',
-        input: z.object({}),
-        output: z.object({ attempt: z.number() }),
-        async run(_input, ctx) {
-          if (ctx.info.attempt === 1) {
-            reasons.push(await aborted(ctx.signal));
-            throw new Error('stopped');
-          }
-          return { attempt: ctx.info.attempt };
-        },
-      });
+      const { job, reasons } = firstAttemptAwaitsAbort();
       const engine = await target.engine();
       const n = engine.names;
       const worker = engine.worker({
@@ -183,9 +180,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await engine.database.transaction(async (tx) => {
         await tx.rows(sql`SELECT 1 FROM ${n.steps} WHERE id = ${ref.stepId}::uuid FOR UPDATE`);
         await timedOut;
-        await tx.rows(sql`
-          INSERT INTO ${n.clockOffset} (id, offset_ms) VALUES (true, 31000)
-          ON CONFLICT (id) DO UPDATE SET offset_ms = ${n.clockOffset}.offset_ms + EXCLUDED.offset_ms`);
+        await advanceClock({ names: n, database: tx }, 31_000);
       });
       await expect(handle.result({ timeoutMs: 10_000 })).resolves.toEqual({ attempt: 2 });
       expect(reasons).toHaveLength(1);

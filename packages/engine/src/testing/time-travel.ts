@@ -13,8 +13,11 @@ export async function setClockOffset(engine: Engine, offsetMs: number): Promise<
     ON CONFLICT (id) DO UPDATE SET offset_ms = EXCLUDED.offset_ms`);
 }
 
-/** Move the engine's database clock forward by `ms` (test-only). @returns the new offset in ms. */
-export async function advanceClock(engine: Engine, ms: number): Promise<number> {
+/**
+ * Move the engine's database clock forward by `ms` (test-only). `engine` may also be `{ names, database }` with a
+ * transaction as `database`: the move then commits with it. @returns the new offset in ms.
+ */
+export async function advanceClock(engine: Pick<Engine, 'names' | 'database'>, ms: number): Promise<number> {
   const n = engine.names;
   const rows = await engine.database.rows<{ offset_ms: number }>(sql`
     INSERT INTO ${n.clockOffset} (id, offset_ms) VALUES (true, ${Math.round(ms)})
