@@ -181,6 +181,13 @@ describe('draining the microtask queue between deliveries', () => {
     expect(differsWithFixedHops).toBeGreaterThan(100);
   });
 
+  it('waits for an event-loop turn when no turn is tracked (nothing counts reactions then)', async () => {
+    let loopTurned = false;
+    setImmediate(() => (loopTurned = true));
+    await settleMicrotasks();
+    expect(loopTurned).toBe(true);
+  });
+
   it('lets turns drain at the same time: each sees its own order, and none waits for an event-loop turn', async () => {
     const alone = await Promise.all([11, 12, 13].map((seed) => runProgram(seed, macrotask)));
     let loopTurned = false;

@@ -95,10 +95,12 @@ let drainHops = 0;
  * not one. Work queued by `process.nextTick` or `queueMicrotask` is not seen here: a turn whose code used them
  * (reported through `reportOtherQueue`) also waits for an event-loop turn. The code's own jobs run in the order a
  * drain by `setImmediate` gives (the hops only interleave with them): microtask-drain.test.ts beside this file
- * compares the two on generated programs. Only while a turn is tracked ({@link trackNonDurable}); after
- * {@link MAX_HOPS} hops it waits for an event-loop turn instead.
+ * compares the two on generated programs. Outside a tracked turn ({@link trackNonDurable}), and after
+ * {@link MAX_HOPS} hops, it waits for an event-loop turn instead.
  */
 export async function settleMicrotasks(): Promise<void> {
+  // Nothing counts reactions outside a tracked turn: only an event-loop turn is sure to drain the queue.
+  if (activeTurns === 0) return new Promise((resolve) => setImmediate(resolve));
   let last = promiseActivity;
   let lastHops = drainHops;
   let quiet = 0;
