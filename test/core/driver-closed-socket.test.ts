@@ -68,4 +68,46 @@ describe('postgres.js on a connection the server ended', () => {
       await Promise.all([admin.end({ timeout: 1 }), sql.end({ timeout: 1 })]);
     }
   });
+
+  it('keeps a terminated transaction off the session the pool opens next for another query', async () => {
+    // The server ends a transaction's connection; the pool opens it again at once for a query waiting for a
+    // connection. Unpatched, the transaction's ROLLBACK was written into that new session before its startup:
+    // the waiting query failed with CONNECTION_CLOSED, or (when a cancelled flush timer was left behind) the
+    // StartupMessage never went out and the reconnect hung until connect_timeout — a worker's claim loop stalled
+    // for 30 s after a database restart (chaos T11), and a fast shutdown of the server waited on the backend.
+    const admin = postgres(url(), { max: 1, onnotice: () => undefined });
+    const sql = postgres(url(), { max: 1, onnotice: () => undefined, connect_timeout: 5 });
+    try {
+      let pid = 0;
+      const inTransaction = sql
+        .begin(async (tx) => {
+          const [row] = await tx<{ pid: number }[]>`SELECT pg_backend_pid() AS pid`;
+          pid = row?.pid ?? 0;
+          await tx`SELECT pg_sleep(5)`;
+        })
+        .then(
+          () => 'committed',
+          (error: { code?: string }) => error.code,
+        );
+      while (pid === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+      // Waits for the only connection, which the transaction holds.
+      const waiting = sql`SELECT 3 AS three`.then(
+        (rows) => `ok:${String(rows[0]?.three)}`,
+        (error: { code?: string }) => error.code,
+      );
+      for (let i = 0; i < 200; i++) {
+        const [active] =
+          await admin`SELECT 1 AS one FROM pg_stat_activity WHERE pid = ${pid} AND query LIKE '%pg_sleep%'`;
+        if (active) break;
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      await admin`SELECT pg_terminate_backend(${pid})`;
+      expect(await inTransaction).toBe('CONNECTION_CLOSED');
+      expect(await waiting).toBe('ok:3');
+      const [after] = await sql<{ one: number }[]>`SELECT 1 AS one`;
+      expect(after?.one).toBe(1);
+    } finally {
+      await Promise.all([admin.end({ timeout: 1 }), sql.end({ timeout: 1 })]);
+    }
+  });
 });

@@ -441,6 +441,8 @@ function Connection(options, queues = {}, { onopen = noop, onend = noop, onclose
       error(Errors.connection('CONNECTION_DESTROYED', options))
 
     clearImmediate(nextWriteTimer)
+    // Palisade patch: see closed(); bytes not yet written belong to the session that is ending.
+    chunk = nextWriteTimer = null
     if (socket) {
       socket.removeListener('data', data)
       socket.removeListener('connect', connected)
@@ -454,6 +456,11 @@ function Connection(options, queues = {}, { onopen = noop, onend = noop, onclose
     remaining = 0
     incomings = null
     clearImmediate(nextWriteTimer)
+    // Palisade patch: drop what the closed session had not written yet, and the cancelled flush with it. Left
+    // set, the next connect appended its StartupMessage to the dead session's bytes and, seeing a flush timer
+    // (already cleared), never scheduled one: nothing was sent, the new backend waited for a startup packet and
+    // the query for connect_timeout (30 s by default); a fast shutdown of the server waited on that backend too.
+    chunk = nextWriteTimer = null
     socket.removeListener('data', data)
     socket.removeListener('connect', connected)
     idleTimer.cancel()
@@ -463,8 +470,16 @@ function Connection(options, queues = {}, { onopen = noop, onend = noop, onclose
     socket.removeAllListeners()
     socket = null
 
-    if (initial)
+    if (initial) {
+      // Palisade patch: queries of the closed session (written to it while this connection was being opened for
+      // `initial`) can never be answered: reject them rather than let the new session's first ReadyForQuery
+      // resolve one as if it had run.
+      const err = Errors.connection('CONNECTION_CLOSED', options, socket)
+      query && (queryError(query, err), query = null)
+      while (sent.length)
+        queryError(sent.shift(), err)
       return reconnect()
+    }
 
     !hadError && (query || sent.length) && error(Errors.connection('CONNECTION_CLOSED', options, socket))
     // Palisade patch: an ErrorResponse of the closed session (57P01 after pg_terminate_backend, sent before the

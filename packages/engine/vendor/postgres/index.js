@@ -215,6 +215,10 @@ function Postgres(a, b) {
       ? c.execute(queue.shift())
       : move(c, reserved)
     c.reserved.release = true
+    // Palisade patch: see begin(); once the server ended this connection, the pool may open it again for other
+    // queries, and this handle's queries must not be written into that session.
+    let gone = null
+    c.onclose = e => gone = e
 
     const sql = Sql(handler)
     sql.release = () => {
@@ -227,6 +231,8 @@ function Postgres(a, b) {
     return sql
 
     function handler(q) {
+      if (gone)
+        return q.reject(gone)
       c.queue === full
         ? queue.push(q)
         : c.execute(q) || move(c, full)
@@ -239,12 +245,13 @@ function Postgres(a, b) {
     let savepoints = 0
       , connection
       , prepare = null
+      , gone = null
 
     try {
       await sql.unsafe('begin ' + options.replace(/[^a-z ]/ig, ''), [], { onexecute }).execute()
       return await Promise.race([
         scope(connection, fn),
-        new Promise((_, reject) => connection.onclose = reject)
+        new Promise((_, reject) => connection.onclose = e => (gone = e, reject(e)))
       ])
     } catch (error) {
       throw error
@@ -292,6 +299,11 @@ function Postgres(a, b) {
 
       function handler(q) {
         q.catch(e => uncaughtError || (uncaughtError = e))
+        // Palisade patch: the server ended this transaction's connection, and the pool may already be opening it
+        // again for another query. A later statement of this scope (its ROLLBACK, say) written there went ahead
+        // of that session's startup: it failed the other query, or its bytes stalled the reconnect.
+        if (gone)
+          return q.reject(gone)
         c.queue === full
           ? queries.push(q)
           : c.execute(q) || move(c, full)
