@@ -154,6 +154,34 @@ for (const driver of ['postgres', 'pglite'] as const) {
       });
     });
 
+    it('fires the signal although a listener of the worker events throws', async () => {
+      // Worker events are emitted in the middle of the engine's own work: `attempt:stale-rejected` and
+      // `attempt:aborted` just before the AbortSignal fires. A listener's bug must not keep the zombie running.
+      const { job, reasons } = firstAttemptAwaitsAbort();
+      const engine = await target.engine();
+      const worker = engine.worker({
+        activities: [job],
+        concurrency: 1,
+        pollIntervalMs: 20,
+        heartbeatIntervalMs: 100,
+      });
+      for (const event of ['attempt:stale-rejected', 'attempt:aborted', 'heartbeat:sent'] as const) {
+        worker.events.on(event, () => {
+          throw new Error(`listener of ${event} fails`);
+        });
+      }
+      await worker.start();
+      const started = workerEvent(worker, 'attempt:started');
+      const handle = await engine.client.enqueue(job, {});
+      await started;
+      await workerEvent(worker, 'heartbeat:sent', (e) => e.renewed === 1);
+      const rejected = workerEvent(worker, 'attempt:stale-rejected');
+      await advanceClock(engine, 31_000);
+      const { error } = await rejected;
+      await expect(handle.result({ timeoutMs: 10_000 })).resolves.toEqual({ attempt: 2 });
+      expect(reasons).toEqual([expect.objectContaining({ reason: 'lease-lost', cause: error })]);
+    });
+
     it('acts on the late reply of a timed-out heartbeat: the entry it rejected is not sent again and rejected twice', async () => {
       const { job, reasons } = firstAttemptAwaitsAbort();
       const engine = await target.engine();

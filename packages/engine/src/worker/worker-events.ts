@@ -45,5 +45,31 @@ export interface WorkerEventMap {
   'worker:error': [{ error: unknown }];
 }
 
-/** A typed event emitter for {@link WorkerEventMap}. */
-export class WorkerEvents extends EventEmitter<WorkerEventMap> {}
+/**
+ * A typed event emitter for {@link WorkerEventMap}. Unlike a plain EventEmitter, a listener that throws does not
+ * throw out of `emit()`: the engine emits in the middle of its own work (an attempt's abort emits
+ * `attempt:aborted` just before it fires the activity's AbortSignal), and a listener's bug must not stop that
+ * work. The error goes to {@link WorkerEvents.listenerFailed} (the worker logs it as `worker:listener-failed`)
+ * and the remaining listeners still run.
+ */
+export class WorkerEvents extends EventEmitter<WorkerEventMap> {
+  /** Called with the event's name and what a listener threw; set by the worker. Default: ignore. */
+  listenerFailed: (event: string, error: unknown) => void = () => undefined;
+
+  override emit<K extends keyof WorkerEventMap>(event: K, ...args: WorkerEventMap[K]): boolean {
+    // rawListeners: a `once` listener's wrapper, which removes it before calling it.
+    const listeners = this.rawListeners(event) as ((...a: unknown[]) => unknown)[];
+    for (const listener of listeners) {
+      try {
+        listener.apply(this, args);
+      } catch (error) {
+        try {
+          this.listenerFailed(event, error);
+        } catch {
+          // the reporter failed too: nothing left to tell
+        }
+      }
+    }
+    return listeners.length > 0;
+  }
+}

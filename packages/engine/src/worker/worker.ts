@@ -88,6 +88,8 @@ export class Worker {
   ) {
     const defaultId = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
     this.options = resolveWorkerOptions(options, defaultId);
+    this.events.listenerFailed = (event, error) =>
+      host.logger.error({ err: error, event, workerId: this.options.workerId }, 'worker:listener-failed');
     this.completions = new CompletionBatcher(host.db, host.names, {
       reserve: (most) => this.turns?.reserve(most),
       adopt: (reserved, claimed) => this.turns?.adopt(reserved, claimed),
