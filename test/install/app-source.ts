@@ -64,7 +64,7 @@ export const settle = defineWorkflow({
 `;
 
 /** The application: README API on createEngine() with no options (DATABASE_URL, else the embedded database). */
-export const APP_MAIN = `import { createEngine, type RunHandle } from '@palisade/engine';
+export const APP_MAIN = `import { createEngine, isPalisadeError, type RunHandle } from '@palisade/engine';
 import { charge, settle } from './defs.js';
 
 const engine = await createEngine();
@@ -77,12 +77,17 @@ const handle: RunHandle<{ charged: number }> = await engine.client.start(
 );
 const output = await handle.result({ timeoutMs: 60_000 });
 const description = await handle.describe();
+const retryUnknown = await engine.client.retry('00000000-0000-4000-8000-000000000000').then(
+  () => 'retried',
+  (error: unknown) => (isPalisadeError(error, 'RUN_NOT_FOUND') ? 'RUN_NOT_FOUND' : String(error)),
+);
 console.log(
   JSON.stringify({
     driver: engine.database.driver,
     output,
     handle,
     steps: description.steps.map((s) => s.status),
+    retryUnknown,
   }),
 );
 await worker.stop({ graceMs: 10_000 });

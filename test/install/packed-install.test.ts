@@ -141,6 +141,7 @@ describe('the packed packages installed with npm in a fresh application', () => 
       output: { charged: 2 },
       handle: { created: true },
       steps: ['completed', 'completed'],
+      retryUnknown: 'RUN_NOT_FOUND',
     });
     const listed = await run(join(app, 'node_modules/.bin/palisade'), ['runs', 'list', '--json'], app);
     const runs = JSON.parse(listed.stdout) as { name: string; status: string; idempotencyKey?: string }[];
