@@ -216,6 +216,12 @@ function results(r: BenchResults): string {
       `target ≤ 1.2${missed(h.completionRatio)}; enqueue→completed ${ms(h.full.completion.p50Ms)} vs` +
         ` ${ms(h.empty.completion.p50Ms)}; fill took ${secs(h.fillMs)}`,
     ]);
+    rows.push([
+      '7',
+      `WAL per job, full / empty`,
+      `${dec2(h.full.walBytesPerJob / Math.max(1, h.empty.walBytesPerJob))}×`,
+      `${int(h.full.walBytesPerJob)} B vs ${int(h.empty.walBytesPerJob)} B (whole server, around each timed job)`,
+    ]);
   }
   if (r.workerMemory) {
     const m = r.workerMemory;

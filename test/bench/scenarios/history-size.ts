@@ -6,8 +6,11 @@
  * start of `run` (NOTIFY and claim) and enqueue call → the worker's `attempt:completed` (plus the completing
  * statement). Target: p50 full / p50 empty ≤ 1.2.
  *
- * No cost per unit is reported for this run: the fill's rows and WAL would swamp it. The fill's WAL may bring a
- * checkpoint forward into the measurement (both databases share it, as they share the alternation).
+ * No cost per unit over the engine's lifetime is reported for this run: the fill's rows and WAL would swamp it.
+ * Instead each timed job's WAL is read off the server's insert position around it (`pg_current_wal_lsn()`, whole
+ * server; the other side's worker is idle meanwhile): WAL that grows with the tables' size is what a page written
+ * for the first time since the last checkpoint costs (a full-page image). The fill's WAL may bring a checkpoint
+ * forward into the measurement (both databases share it, as they share the alternation).
  */
 import { noopActivity, probeNowMs, startProbeActivity } from '../definitions.js';
 import { fillHistory } from '../history-fill.js';
@@ -21,6 +24,8 @@ export interface HistorySide {
   readonly claim: LatencySummary;
   /** Enqueue call → `attempt:completed` on the worker. */
   readonly completion: LatencySummary;
+  /** Mean WAL bytes (whole server) from before each timed job's enqueue to its completion. */
+  readonly walBytesPerJob: number;
 }
 
 export interface HistorySizeResult {
@@ -38,7 +43,7 @@ export interface HistorySizeResult {
 
 interface Side {
   readonly run: EngineRun;
-  time(): Promise<{ claimMs: number; completionMs: number }>;
+  time(): Promise<{ claimMs: number; completionMs: number; walBytes: number }>;
   stop(): Promise<void>;
 }
 
@@ -56,6 +61,19 @@ function deferred(timeoutMs: number, what: string) {
     () => undefined,
   );
   return { promise, resolve };
+}
+
+async function walPosition(ctx: ScenarioContext): Promise<string> {
+  const [row] = await ctx.server.admin.unsafe<{ lsn: string }[]>('select pg_current_wal_lsn()::text as lsn');
+  return row?.lsn ?? '0/0';
+}
+
+async function walSince(ctx: ScenarioContext, lsn: string): Promise<number> {
+  const [row] = await ctx.server.admin.unsafe<{ bytes: string }[]>(
+    'select pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::text as bytes',
+    [lsn],
+  );
+  return Number(row?.bytes ?? 0);
 }
 
 async function side(ctx: ScenarioContext, run: EngineRun, label: string): Promise<Side> {
@@ -76,15 +94,19 @@ async function side(ctx: ScenarioContext, run: EngineRun, label: string): Promis
     async time() {
       started = deferred(config.phaseTimeoutMs, `${label}: job start`);
       completed = deferred(config.phaseTimeoutMs, `${label}: job completion`);
+      const walBefore = await walPosition(ctx);
       const enqueuedAtMs = probeNowMs();
       await run.engine.client.enqueue(probe, { enqueuedAtMs });
       const [startMs, completeMs] = await Promise.all([started.promise, completed.promise]);
       started = completed = undefined;
-      return { claimMs: startMs - enqueuedAtMs, completionMs: completeMs - enqueuedAtMs };
+      const walBytes = await walSince(ctx, walBefore);
+      return { claimMs: startMs - enqueuedAtMs, completionMs: completeMs - enqueuedAtMs, walBytes };
     },
     stop: () => worker.stop({ graceMs: 0 }),
   };
 }
+
+const mean = (xs: readonly number[]): number => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
 
 export async function historySize(
   ctx: ScenarioContext,
@@ -116,8 +138,8 @@ export async function historySize(
           await full.time();
         }
         const samples = {
-          empty: { claim: [] as number[], completion: [] as number[] },
-          full: { claim: [] as number[], completion: [] as number[] },
+          empty: { claim: [] as number[], completion: [] as number[], wal: [] as number[] },
+          full: { claim: [] as number[], completion: [] as number[], wal: [] as number[] },
         };
         for (let i = 0; i < config.historyJobs; i++) {
           // Alternate which goes first, so neither always runs right after the other's completion.
@@ -126,6 +148,7 @@ export async function historySize(
             const t = await (which === 'empty' ? empty : full).time();
             samples[which].claim.push(t.claimMs);
             samples[which].completion.push(t.completionMs);
+            samples[which].wal.push(t.walBytes);
           }
         }
         return { samples, fillMs, finishedFull };
@@ -140,11 +163,13 @@ export async function historySize(
     finishedJobs: 0,
     claim: summarize(inner.samples.empty.claim),
     completion: summarize(inner.samples.empty.completion),
+    walBytesPerJob: round(mean(inner.samples.empty.wal), 0),
   };
   const fullSide: HistorySide = {
     finishedJobs: inner.finishedFull,
     claim: summarize(inner.samples.full.claim),
     completion: summarize(inner.samples.full.completion),
+    walBytesPerJob: round(mean(inner.samples.full.wal), 0),
   };
   return {
     jobs: config.historyJobs,
