@@ -470,16 +470,8 @@ function Connection(options, queues = {}, { onopen = noop, onend = noop, onclose
     socket.removeAllListeners()
     socket = null
 
-    if (initial) {
-      // Palisade patch: queries of the closed session (written to it while this connection was being opened for
-      // `initial`) can never be answered: reject them rather than let the new session's first ReadyForQuery
-      // resolve one as if it had run.
-      const err = Errors.connection('CONNECTION_CLOSED', options, socket)
-      query && (queryError(query, err), query = null)
-      while (sent.length)
-        queryError(sent.shift(), err)
+    if (initial)
       return reconnect()
-    }
 
     !hadError && (query || sent.length) && error(Errors.connection('CONNECTION_CLOSED', options, socket))
     // Palisade patch: an ErrorResponse of the closed session (57P01 after pg_terminate_backend, sent before the
