@@ -18,6 +18,20 @@ import { useTestDatabase } from '../support/postgres.js';
 const TEST_ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 const SCRIPT = closedSocketScript('@palisade/engine/postgres');
+
+/**
+ * Terminate backend `pid` once it runs a `pg_sleep` (the server shows no event to wait on: bounded polling of
+ * pg_stat_activity).
+ */
+async function terminateInSleep(admin: postgres.Sql, pid: number): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    const [active] =
+      await admin`SELECT 1 AS one FROM pg_stat_activity WHERE pid = ${pid} AND query LIKE '%pg_sleep%'`;
+    if (active) break;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  await admin`SELECT pg_terminate_backend(${pid})`;
+}
 describe('postgres.js on a connection the server ended', () => {
   const url = useTestDatabase();
 
@@ -51,13 +65,7 @@ describe('postgres.js on a connection the server ended', () => {
       );
       const pid = row?.pid ?? 0;
       // Terminate it mid-statement: once the server runs the pg_sleep (bounded polling).
-      for (let i = 0; i < 200; i++) {
-        const [active] =
-          await admin`SELECT 1 AS one FROM pg_stat_activity WHERE pid = ${pid} AND query LIKE '%pg_sleep%'`;
-        if (active) break;
-        await new Promise((resolve) => setTimeout(resolve, 10));
-      }
-      await admin`SELECT pg_terminate_backend(${pid})`;
+      await terminateInSleep(admin, pid);
       expect(await slow).toBe('CONNECTION_CLOSED');
       const next = await sql`SELECT 1 AS one`.then(
         (rows) => `ok:${String(rows[0]?.one)}`,
@@ -78,30 +86,25 @@ describe('postgres.js on a connection the server ended', () => {
     const admin = postgres(url(), { max: 1, onnotice: () => undefined });
     const sql = postgres(url(), { max: 1, onnotice: () => undefined, connect_timeout: 5 });
     try {
-      let pid = 0;
+      let backend!: (pid: number) => void;
+      const pid = new Promise<number>((resolve) => (backend = resolve));
       const inTransaction = sql
         .begin(async (tx) => {
           const [row] = await tx<{ pid: number }[]>`SELECT pg_backend_pid() AS pid`;
-          pid = row?.pid ?? 0;
+          backend(row?.pid ?? 0);
           await tx`SELECT pg_sleep(5)`;
         })
         .then(
           () => 'committed',
           (error: { code?: string }) => error.code,
         );
-      while (pid === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+      const transactionPid = await pid;
       // Waits for the only connection, which the transaction holds.
       const waiting = sql`SELECT 3 AS three`.then(
         (rows) => `ok:${String(rows[0]?.three)}`,
         (error: { code?: string }) => error.code,
       );
-      for (let i = 0; i < 200; i++) {
-        const [active] =
-          await admin`SELECT 1 AS one FROM pg_stat_activity WHERE pid = ${pid} AND query LIKE '%pg_sleep%'`;
-        if (active) break;
-        await new Promise((resolve) => setTimeout(resolve, 10));
-      }
-      await admin`SELECT pg_terminate_backend(${pid})`;
+      await terminateInSleep(admin, transactionPid);
       expect(await inTransaction).toBe('CONNECTION_CLOSED');
       expect(await waiting).toBe('ok:3');
       const [after] = await sql<{ one: number }[]>`SELECT 1 AS one`;

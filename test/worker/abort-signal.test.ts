@@ -8,6 +8,7 @@ import {
   type ActivityContext,
   type ActivityInfo,
 } from '@palisade/sdk';
+import type { Engine, Worker } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
 import {
@@ -42,6 +43,26 @@ function firstAttemptAwaitsAbort() {
     },
   });
   return { job, reasons };
+}
+
+/**
+ * Start `worker`, enqueue `job`, wait for its first attempt and one renewing heartbeat, then move the DB clock
+ * past the lease and wait for the heartbeat that finds it expired.
+ */
+async function expireFirstAttempt(
+  engine: Engine,
+  worker: Worker,
+  job: ReturnType<typeof firstAttemptAwaitsAbort>['job'],
+) {
+  await worker.start();
+  const started = workerEvent(worker, 'attempt:started');
+  const handle = await engine.client.enqueue(job, {});
+  const { attempt: ref } = await started;
+  await workerEvent(worker, 'heartbeat:sent', (e) => e.renewed === 1);
+  const rejected = workerEvent(worker, 'attempt:stale-rejected');
+  await advanceClock(engine, 31_000);
+  const { error } = await rejected;
+  return { handle, ref, error };
 }
 
 for (const driver of ['postgres', 'pglite'] as const) {
@@ -129,15 +150,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         pollIntervalMs: 20,
         heartbeatIntervalMs: 100,
       });
-      await worker.start();
-      const started = workerEvent(worker, 'attempt:started');
-      const handle = await engine.client.enqueue(job, {});
-      const { attempt: ref } = await started;
-      await workerEvent(worker, 'heartbeat:sent', (e) => e.renewed === 1);
-
-      const rejected = workerEvent(worker, 'attempt:stale-rejected');
-      await advanceClock(engine, 31_000);
-      const { error } = await rejected;
+      const { handle, ref, error } = await expireFirstAttempt(engine, worker, job);
       // Expiry is final: the heartbeat does not revive the lease although nobody reclaimed it.
       expect(error).toMatchObject({ code: 'LEASE_LOST', reason: 'expired', currentToken: ref.token });
       await expect(handle.result({ timeoutMs: 10_000 })).resolves.toEqual({ attempt: 2 });
@@ -170,14 +183,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
           throw new Error(`listener of ${event} fails`);
         });
       }
-      await worker.start();
-      const started = workerEvent(worker, 'attempt:started');
-      const handle = await engine.client.enqueue(job, {});
-      await started;
-      await workerEvent(worker, 'heartbeat:sent', (e) => e.renewed === 1);
-      const rejected = workerEvent(worker, 'attempt:stale-rejected');
-      await advanceClock(engine, 31_000);
-      const { error } = await rejected;
+      const { handle, error } = await expireFirstAttempt(engine, worker, job);
       await expect(handle.result({ timeoutMs: 10_000 })).resolves.toEqual({ attempt: 2 });
       expect(reasons).toEqual([expect.objectContaining({ reason: 'lease-lost', cause: error })]);
     });
