@@ -7,7 +7,7 @@
 import { z } from 'zod';
 import { describe, expect, it } from 'vitest';
 import { defineActivity } from '@palisade/sdk';
-import { nextEvent, useEngineTarget } from '../support/engine.js';
+import { useEngineTarget } from '../support/engine.js';
 import { gate, until } from '../worker/helpers.js';
 
 const go = gate();
@@ -38,12 +38,17 @@ describe('run NOTIFYs for result waiters only', () => {
     const worker = engine.worker({ activities: [job], concurrency: 4 });
     await worker.start();
 
+    // Listen before enqueueing: the worker may complete the first job before the last enqueue returns.
+    const completed = new Set<string>();
+    let sawCompletion = (): void => undefined;
+    worker.events.on('attempt:completed', (e) => {
+      completed.add(e.attempt.runId);
+      sawCompletion();
+    });
     const unwatched = await Promise.all([1, 2, 3].map((k) => engine.client.enqueue(job, { k, wait: false })));
-    const ids = new Set(unwatched.map((h) => h.runId));
-    let done = 0;
-    await nextEvent(worker.events, 'attempt:completed', (e: { attempt: { runId: string } }) =>
-      ids.has(e.attempt.runId) ? ++done === ids.size : false,
-    );
+    while (!unwatched.every((h) => completed.has(h.runId))) {
+      await new Promise<void>((resolve) => (sawCompletion = resolve));
+    }
 
     // A waiter with no worker in its engine: only the NOTIFY can wake it (its poll interval is an hour).
     const waiterEngine = await target.engine({ schema: engine.schema, migrate: false });
