@@ -81,7 +81,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         [4, true, false, null],
       ]);
 
-      // Each applied row carries its own output, to its step and its (standalone) run.
+      // Each applied row carries its own output, to its (standalone) run, where a job's output is stored.
       expect((await stepOfRun(engine, a.handle.runId)).output).toEqual({ by: 'a' });
       expect((await stepOfRun(engine, d.handle.runId)).output).toEqual(['d', 4]);
       expect(await a.handle.result({ timeoutMs: 5_000 })).toEqual({ by: 'a' });

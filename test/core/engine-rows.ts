@@ -4,6 +4,7 @@
  */
 import { sql } from 'drizzle-orm';
 import type { Engine } from '@palisade/engine';
+import { storedOutput } from '../worker/helpers.js';
 
 /** A step row as stored, serialized by the database (`to_jsonb(steps.*)::text`), to compare byte for byte. */
 export async function stepRowJson(engine: Engine, stepId: string): Promise<string> {
@@ -30,9 +31,10 @@ export interface StoredStep {
 /** The one step of a standalone run. */
 export async function stepOfRun(engine: Engine, runId: string): Promise<StoredStep> {
   const rows = await engine.database.rows<StoredStep>(sql`
-    SELECT id::text, run_id::text, status, attempt, epoch, fencing_token::text AS token, nonce::text, error, output,
-           lease_expires_at::text
-      FROM ${engine.names.steps} WHERE run_id = ${runId}::uuid ORDER BY seq LIMIT 1`);
+    SELECT s.id::text, s.run_id::text, s.status, s.attempt, s.epoch, s.fencing_token::text AS token, s.nonce::text,
+           s.error, ${storedOutput} AS output, s.lease_expires_at::text
+      FROM ${engine.names.steps} s JOIN ${engine.names.runs} r ON r.id = s.run_id
+     WHERE s.run_id = ${runId}::uuid ORDER BY s.seq LIMIT 1`);
   if (!rows[0]) throw new Error(`run ${runId} has no step`);
   return rows[0];
 }

@@ -1,7 +1,10 @@
+import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineActivity } from '@palisade/sdk';
+import type { Engine } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
+import { gate, workerEvent } from '../worker/helpers.js';
 
 const double = defineActivity({
   name: 'double',
@@ -11,6 +14,39 @@ const double = defineActivity({
     return Promise.resolve({ n: input.n * 2 });
   },
 });
+
+/** An activity that holds its attempt until `release` opens; one per test. */
+function heldActivity() {
+  const release = gate();
+  const held = defineActivity({
+    name: 'held',
+    input: z.object({ doc: z.string() }),
+    output: z.object({ length: z.number() }),
+    async run({ doc }) {
+      await release.promise;
+      return { length: doc.length };
+    },
+  });
+  return { held, release };
+}
+
+/** The job's run and step rows as stored: the run row's version (`xmin`), and what each stores of input and output. */
+async function storedJob(engine: Engine, runId: string) {
+  const [row] = await engine.database.rows<{
+    run_version: string;
+    run_status: string;
+    run_input: unknown;
+    run_output: unknown;
+    step_input: unknown;
+    step_output: unknown;
+  }>(sql`
+    SELECT r.xmin::text AS run_version, r.status AS run_status, r.input AS run_input, r.output AS run_output,
+           s.input AS step_input, s.output AS step_output
+      FROM ${engine.names.runs} r JOIN ${engine.names.steps} s ON s.run_id = r.id
+     WHERE r.id = ${runId}::uuid`);
+  if (!row) throw new Error(`no run ${runId}`);
+  return row;
+}
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`standalone activities on ${driver}`, () => {
@@ -34,6 +70,42 @@ for (const driver of ['postgres', 'pglite'] as const) {
         'step:completed',
         'run:completed',
       ]);
+    });
+
+    it("writes a job's run row once after its insert, and stores its input and output once, on the run", async () => {
+      const engine = await target.engine();
+      const { held, release } = heldActivity();
+      const worker = engine.worker({ activities: [held] });
+      const doc = 'x'.repeat(1000);
+      const handle = await engine.client.enqueue(held, { doc });
+      const inserted = await storedJob(engine, handle.runId);
+      expect(inserted).toMatchObject({ run_status: 'pending', run_input: { doc }, step_input: null });
+
+      const started = workerEvent(worker, 'attempt:started');
+      await worker.start();
+      await started;
+      // The claim did not write the run row; the run reads as running off its step, with the step's start.
+      const running = await storedJob(engine, handle.runId);
+      expect(running.run_version).toBe(inserted.run_version);
+      expect(running.run_status).toBe('pending');
+      const { run } = await handle.describe();
+      expect(run.status).toBe('running');
+      expect(run.started_at).not.toBeNull();
+      expect((await engine.client.list({ status: 'running' })).map((r) => r.id)).toEqual([handle.runId]);
+      expect(await engine.client.list({ status: 'pending' })).toEqual([]);
+
+      release.open();
+      await expect(handle.result({ timeoutMs: 10_000 })).resolves.toEqual({ length: 1000 });
+      const ended = await storedJob(engine, handle.runId);
+      expect(ended).toMatchObject({
+        run_status: 'completed',
+        run_output: { length: 1000 },
+        step_output: null,
+      });
+      const description = await handle.describe();
+      expect(description.run).toMatchObject({ status: 'completed', started_at: run.started_at });
+      expect(description.steps[0]?.output).toEqual({ length: 1000 });
+      await worker.stop();
     });
 
     it('returns the existing run when the same idempotency key is enqueued again', async () => {

@@ -80,15 +80,20 @@ export interface StepState {
   last_heartbeat_at_ms: number | null;
 }
 
-/** The one step of a standalone run, with the columns the tests assert on. */
+/** The output stored for a step's completion: a standalone job's is stored once, on its run (not on its step). */
+export const storedOutput = sql`CASE WHEN r.kind = 'activity' THEN r.output ELSE s.output END`;
+
+/** The one step of a standalone run, with the columns the tests assert on (`output`: {@link storedOutput}). */
 export async function stepOf(engine: Engine, runId: string): Promise<StepState> {
   const n = engine.names;
   const rows = await engine.database.rows<StepState>(sql`
-    SELECT id::text, status, attempt, epoch, fencing_token::text AS token, output, error, heartbeat_details, lease_ms,
-           (extract(epoch FROM next_run_at) * 1000)::float8 AS next_run_at_ms,
-           (extract(epoch FROM lease_expires_at) * 1000)::float8 AS lease_expires_at_ms,
-           (extract(epoch FROM last_heartbeat_at) * 1000)::float8 AS last_heartbeat_at_ms
-      FROM ${n.steps} WHERE run_id = ${runId}::uuid ORDER BY seq LIMIT 1`);
+    SELECT s.id::text, s.status, s.attempt, s.epoch, s.fencing_token::text AS token, s.error, s.heartbeat_details,
+           s.lease_ms, ${storedOutput} AS output,
+           (extract(epoch FROM s.next_run_at) * 1000)::float8 AS next_run_at_ms,
+           (extract(epoch FROM s.lease_expires_at) * 1000)::float8 AS lease_expires_at_ms,
+           (extract(epoch FROM s.last_heartbeat_at) * 1000)::float8 AS last_heartbeat_at_ms
+      FROM ${n.steps} s JOIN ${n.runs} r ON r.id = s.run_id
+     WHERE s.run_id = ${runId}::uuid ORDER BY s.seq LIMIT 1`);
   const row = rows[0];
   if (!row) throw new Error(`run ${runId} has no step`);
   return row;

@@ -33,8 +33,8 @@ const unordered = defineWorkflow({
 
 /** A statement a waiter sends about its run: the registration (registerResultWaiter) or a read (readRun). */
 const isWaiterStatement = (query: string) =>
-  query.includes('SET result_waiters = result_waiters + 1') ||
-  /^\s*SELECT id::text, kind, name, status/.test(query);
+  query.includes('SET result_waiters = r.result_waiters + 1') ||
+  /^\s*SELECT r\.id::text, r\.kind, r\.name, /.test(query);
 
 /**
  * Run `body` on an engine whose postgres.js client logs every statement it sends, in order, into `sent`; `onSent`

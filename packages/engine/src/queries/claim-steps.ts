@@ -1,6 +1,7 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { nextDueMsSql } from './next-due-step.js';
+import { stepInputSql } from './job-run.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 export interface ClaimStepsParams {
@@ -48,17 +49,19 @@ export interface ClaimedStepRow {
  * Eligible: `scheduled` and due, or `running` whose lease expired (and whose reclaim backoff passed, both
  * folded into `next_run_at`) and that still has attempts left and no cancel request — expired steps with
  * neither are ended by `expireSteps`, never reclaimed. Locks: `FOR NO KEY UPDATE SKIP LOCKED` on the picked rows
- * (not `FOR UPDATE`, which the key-share lock of an attempt row's foreign key would make it skip), READ COMMITTED; the UPDATE repeats the eligibility test on the locked version as defence in depth, so a
- * claim can never take an unexpired lease. Each claimed row takes a fresh token from the global sequence
- * (taken under the row lock, so grants of one step increase in commit order), a fresh nonce, attempt + 1,
- * epoch + 1, an attempt deadline (start-to-close) and a lease from the DB clock capped by that deadline.
- * The same statement inserts the `attempts` row (with the lease it granted, and the token a reclaim took over:
- * `attempt:claimed` is read off this row, not stored — see the `run_events` view), ends a reclaimed attempt's
- * row as `lease_expired` or `timed_out`, and marks a standalone run `running`. The grant's clock is read once the
- * picked rows are locked; the lease, the attempt deadline and `claimed_at` all start there, so a recorded claim
- * never precedes the end recorded for the attempt it took over, and an attempt records exactly the lease it was
- * granted. It never waits for a lock (SKIP LOCKED
- * on steps and on the runs it marks), so it can take part in no deadlock (invariant 14).
+ * (not `FOR UPDATE`, which the key-share lock of an attempt row's foreign key would make it skip), READ
+ * COMMITTED; the UPDATE repeats the eligibility test on the locked version as defence in depth, so a claim can
+ * never take an unexpired lease. Each claimed row takes a fresh token from the global sequence (taken under the
+ * row lock, so grants of one step increase in commit order), a fresh nonce, attempt + 1, epoch + 1, an attempt
+ * deadline (start-to-close) and a lease from the DB clock capped by that deadline. The same statement inserts
+ * the `attempts` row (with the lease it granted, and the token a reclaim took over: `attempt:claimed` is read off
+ * this row, not stored — see the `run_events` view) and ends a reclaimed attempt's row as `lease_expired` or
+ * `timed_out`. A standalone run's row is not written: it reads as `running` off its step (see job-run.ts),
+ * so after its insert a job's run row is written once, by the statement that ends it; its input is read off the
+ * run ({@link stepInputSql}). The grant's clock is read once the picked rows are locked; the lease, the attempt
+ * deadline and `claimed_at` all start there, so a recorded claim never precedes the end recorded for the attempt
+ * it took over, and an attempt records exactly the lease it was granted. It never waits for a lock (SKIP LOCKED),
+ * so it can take part in no deadlock (invariant 14).
  */
 export async function claimSteps(
   db: Database,
@@ -72,7 +75,7 @@ export async function claimSteps(
     picked AS (
       SELECT s.id, s.status AS prev_status, s.fencing_token AS prev_token, s.lease_expires_at AS prev_lease_expires_at,
              s.attempt_deadline_at AS prev_deadline_at, s.attempt AS prev_attempt,
-             s.run_id, s.started_at IS NULL AS first_claim,
+             s.run_id,
              CASE WHEN s.attempt + 1 >= ${maxAttempts} THEN 0
                   ELSE ${n.retryDelayMs}(s.retry_policy, s.attempt + 1) END AS reclaim_delay_ms
         FROM ${n.steps} s
@@ -83,16 +86,6 @@ export async function claimSteps(
        ORDER BY s.priority DESC, s.next_run_at
        LIMIT ${p.limit}
        FOR NO KEY UPDATE OF s SKIP LOCKED),
-    -- A standalone run's first claim marks it running. Its run row is locked SKIP LOCKED: the claim never waits,
-    -- so it closes no lock cycle (invariant 14), and a step whose run a cancel or retry holds is left for the
-    -- next claim rather than claimed under a run that is being ended (the cancel then finds it scheduled).
-    pending_runs AS MATERIALIZED (
-      SELECT r.id FROM ${n.runs} r
-       WHERE r.id IN (SELECT run_id FROM picked WHERE first_claim) AND r.kind = 'activity' AND r.status = 'pending'),
-    run_locks AS MATERIALIZED (
-      SELECT r.id FROM ${n.runs} r
-       WHERE r.id IN (SELECT id FROM pending_runs) AND r.status = 'pending'
-         FOR NO KEY UPDATE OF r SKIP LOCKED),
     -- The clock the grant is made at, read once the picked rows are locked: the lease, the attempt deadline and
     -- the attempt's claimed_at all start here, so the lease an attempt records (claimed_at to granted_until) is
     -- the lease it was granted, and a claim is never recorded before the end of an attempt it took over.
@@ -114,7 +107,6 @@ export async function claimSteps(
              last_heartbeat_at = NULL
         FROM picked p
        WHERE s.id = p.id
-         AND (p.run_id NOT IN (SELECT id FROM pending_runs) OR p.run_id IN (SELECT id FROM run_locks))
          AND (s.status = 'scheduled' OR (s.status = 'running' AND s.lease_expires_at <= (SELECT t FROM grant_clock)))
       RETURNING s.id, s.run_id, s.seq, s.name, s.queue, s.input, s.attempt, s.epoch, s.fencing_token, s.nonce,
                 s.lease_ms, s.start_to_close_timeout_ms, s.retry_policy, s.heartbeat_details, s.lease_expires_at,
@@ -132,17 +124,13 @@ export async function claimSteps(
              ended_at = c.prev_lease_expires_at
         FROM claimed c
        WHERE c.prev_status = 'running' AND a.fencing_token = c.prev_token AND a.outcome IS NULL
-      RETURNING 1),
-    started_runs AS (
-      UPDATE ${n.runs} r SET status = 'running', started_at = coalesce(r.started_at, (SELECT t FROM grant_clock))
-       WHERE r.id IN (SELECT run_id FROM claimed) AND r.id IN (SELECT id FROM run_locks)
       RETURNING 1)
-    SELECT c.id::text, c.run_id::text, c.seq, c.name, c.queue, c.input, c.attempt, c.epoch, c.fencing_token::text AS token,
-           c.nonce::text, c.lease_ms, c.start_to_close_timeout_ms, c.retry_policy, c.heartbeat_details,
+    SELECT c.id::text, c.run_id::text, c.seq, c.name, c.queue, ${stepInputSql(n, sql`c`)} AS input, c.attempt,
+           c.epoch, c.fencing_token::text AS token, c.nonce::text, c.lease_ms, c.start_to_close_timeout_ms,
+           c.retry_policy, c.heartbeat_details,
            (extract(epoch FROM (c.lease_expires_at - ${n.now})) * 1000)::float8 AS remaining_ms,
            c.prev_token::text, c.fencing_scope,
            ${nextDueMsSql(n, p, sql`(SELECT id FROM claimed)`, sql`(SELECT t FROM clock)`)} AS next_due_ms,
-           (SELECT count(*) FROM new_attempts) + (SELECT count(*) FROM ended_attempts)
-             + (SELECT count(*) FROM started_runs) AS effects
+           (SELECT count(*) FROM new_attempts) + (SELECT count(*) FROM ended_attempts) AS effects
       FROM claimed c`);
 }

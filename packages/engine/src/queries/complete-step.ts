@@ -76,7 +76,10 @@ export async function completeSteps(
     ${runLockCte(n)},
     applied AS (
       UPDATE ${n.steps} s
-         SET status = 'completed', output = i.payload, error = NULL, ended_nonce = s.nonce,
+         SET status = 'completed', error = NULL, ended_nonce = s.nonce,
+             -- A job's output is stored once, on its run (see job-run.ts).
+             output = CASE WHEN s.run_id IN (SELECT id FROM run_lock WHERE kind = 'activity') THEN NULL
+                           ELSE i.payload END,
              finished_at = ${n.now}, next_run_at = NULL
         FROM inp i
        WHERE ${stepFenceOnInput(n, 's')} AND s.id IN (SELECT id FROM step_lock)

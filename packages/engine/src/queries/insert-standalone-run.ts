@@ -25,8 +25,9 @@ export interface InsertStandaloneRunsParams {
 
 /**
  * Create standalone-activity runs, each with its one step (seq 0) `scheduled` and due after `delayMs` by the DB
- * clock (its `step:scheduled` event is read off the step row: see the `run_events` view), and NOTIFY workers of the queue once (not once per run) — one statement
- * for the whole batch, whose items are one jsonb parameter. Only the first item of each key is inserted.
+ * clock (its `step:scheduled` event is read off the step row: see the `run_events` view; its input is stored on
+ * the run only, see job-run.ts), and NOTIFY workers of the queue once (not once per run) — one statement for the
+ * whole batch, whose items are one jsonb parameter. Only the first item of each key is inserted.
  * Predicate: `ON CONFLICT DO NOTHING` on the run id and on (kind, name, key), so the same key returns the
  * existing run; takes no locks beyond the inserted rows (and waits on a concurrent insert of the same key).
  * @returns per item, in order, the run it names and whether this call created it (see {@link settleRunInserts}).
@@ -47,9 +48,9 @@ export async function insertStandaloneRuns(
       ON CONFLICT DO NOTHING
       RETURNING id),
     s AS (
-      INSERT INTO ${n.steps} (run_id, seq, kind, name, fencing_scope, status, input, queue, priority, retry_policy,
+      INSERT INTO ${n.steps} (run_id, seq, kind, name, fencing_scope, status, queue, priority, retry_policy,
                               lease_ms, start_to_close_timeout_ms, next_run_at, created_at)
-      SELECT r.id, 0, 'activity', ${p.activityName}, 'run:' || r.id::text, 'scheduled', i.input,
+      SELECT r.id, 0, 'activity', ${p.activityName}, 'run:' || r.id::text, 'scheduled',
              ${p.queue}, ${p.priority}, ${JSON.stringify(p.retryPolicy)}::jsonb, ${p.leaseMs},
              ${p.startToCloseTimeoutMs}, ${now} + ${msInterval(sql`${p.delayMs}::int`)}, ${now}
         FROM r JOIN inp i ON i.run_id = r.id

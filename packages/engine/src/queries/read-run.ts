@@ -1,5 +1,6 @@
-import { sql } from 'drizzle-orm';
+import { sql, type SQL } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
+import { jobRunColumns, stepOutputSql } from './job-run.js';
 import type { SchemaNames } from './schema-names.js';
 
 export interface RunRow {
@@ -19,10 +20,15 @@ export interface RunRow {
   finished_at: string | null;
 }
 
-const RUN_COLUMNS = sql`id::text, kind, name, status, input, output, error, idempotency_key, queue, priority, cancel_reason,
-  to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS created_at,
-  to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS started_at,
-  to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS finished_at`;
+/** The columns of a {@link RunRow} from run alias `r` (a job's status and start read off its step: job-run.ts). */
+function runColumns(n: SchemaNames): SQL {
+  const job = jobRunColumns(n, sql`r`);
+  return sql`r.id::text, r.kind, r.name, ${job.status} AS status, r.input, r.output, r.error, r.idempotency_key,
+  r.queue, r.priority, r.cancel_reason,
+  to_char(r.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS created_at,
+  to_char(${job.startedAt} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS started_at,
+  to_char(r.finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS finished_at`;
+}
 
 /**
  * Register a `handle.result()` waiter on a run that has not ended (`runs.result_waiters`, so that the statement
@@ -37,9 +43,9 @@ export async function registerResultWaiter(
 ): Promise<RunRow | undefined> {
   if (!/^[0-9a-f-]{36}$/i.test(runId)) return undefined;
   const rows = await db.rows<RunRow>(sql`
-    UPDATE ${n.runs} SET result_waiters = result_waiters + 1
-     WHERE id = ${runId}::uuid AND status IN ('pending', 'running')
-    RETURNING ${RUN_COLUMNS}`);
+    UPDATE ${n.runs} r SET result_waiters = r.result_waiters + 1
+     WHERE r.id = ${runId}::uuid AND r.status IN ('pending', 'running')
+    RETURNING ${runColumns(n)}`);
   // A second statement, not a fallback SELECT in the same one: that one would read with the snapshot taken before
   // the UPDATE waited, and could show a run as running that the statement it waited for had just ended.
   return rows[0] ?? (await readRun(db, n, runId));
@@ -48,7 +54,9 @@ export async function registerResultWaiter(
 /** One run by id; plain read. */
 export async function readRun(db: Database, n: SchemaNames, runId: string): Promise<RunRow | undefined> {
   if (!/^[0-9a-f-]{36}$/i.test(runId)) return undefined;
-  const rows = await db.rows<RunRow>(sql`SELECT ${RUN_COLUMNS} FROM ${n.runs} WHERE id = ${runId}::uuid`);
+  const rows = await db.rows<RunRow>(
+    sql`SELECT ${runColumns(n)} FROM ${n.runs} r WHERE r.id = ${runId}::uuid`,
+  );
   return rows[0];
 }
 
@@ -61,10 +69,10 @@ export interface ListRunsFilter {
 /** Newest runs first, filtered; plain read. */
 export async function listRuns(db: Database, n: SchemaNames, f: ListRunsFilter = {}): Promise<RunRow[]> {
   return db.rows<RunRow>(sql`
-    SELECT ${RUN_COLUMNS} FROM ${n.runs}
-     WHERE (${f.status ?? null}::text IS NULL OR status = ${f.status ?? null})
-       AND (${f.name ?? null}::text IS NULL OR name = ${f.name ?? null})
-     ORDER BY created_at DESC, id
+    SELECT ${runColumns(n)} FROM ${n.runs} r
+     WHERE (${f.status ?? null}::text IS NULL OR ${jobRunColumns(n, sql`r`).status} = ${f.status ?? null})
+       AND (${f.name ?? null}::text IS NULL OR r.name = ${f.name ?? null})
+     ORDER BY r.created_at DESC, r.id
      LIMIT ${f.limit ?? 50}`);
 }
 
@@ -120,10 +128,10 @@ export async function readRunHistory(
 ): Promise<{ steps: StepRow[]; attempts: AttemptRow[]; events: EventRow[] }> {
   const [steps, attempts, events] = await Promise.all([
     db.rows<StepRow>(sql`
-      SELECT id::text, seq, kind, name, status, attempt, epoch, fencing_token::text AS token, output, error,
-             ${ts('next_run_at')} AS next_run_at, ${ts('lease_expires_at')} AS lease_expires_at,
-             ${ts('retired_at')} AS retired_at
-        FROM ${n.steps} WHERE run_id = ${runId}::uuid ORDER BY seq, created_at`),
+      SELECT s.id::text, s.seq, s.kind, s.name, s.status, s.attempt, s.epoch, s.fencing_token::text AS token,
+             ${stepOutputSql(n, sql`s`)} AS output, s.error, ${ts('s.next_run_at')} AS next_run_at,
+             ${ts('s.lease_expires_at')} AS lease_expires_at, ${ts('s.retired_at')} AS retired_at
+        FROM ${n.steps} s WHERE s.run_id = ${runId}::uuid ORDER BY s.seq, s.created_at`),
     db.rows<AttemptRow>(sql`
       SELECT step_id::text, kind, attempt, epoch, fencing_token::text AS token, worker_id,
              ${ts('claimed_at')} AS claimed_at, ${ts('ended_at')} AS ended_at, outcome,
