@@ -10,6 +10,7 @@ import { defineActivity, defineWorkflow } from '@palisade/sdk';
 import type { Engine, Worker, WorkerEventMap } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
 import { attemptsOf, stepsOf, turnLog, until } from './workflow-rows.js';
+import { aborted } from '../worker/helpers.js';
 
 type TurnEvent = WorkerEventMap['turn:committed'][0];
 
@@ -99,8 +100,12 @@ describe('sticky workflow instances on postgres', () => {
       name: 'fan',
       input: z.object({ n: z.number() }),
       output: z.number(),
-      run: ({ n }) => {
+      run: ({ n }, ctx) => {
         if (n === 3) throw new Error('three is refused');
+        // The race's loser never ends on its own: it is still running when the run ends, so both runs record it
+        // cancelled. Had it ended, whether it ran before the run's end would be a race of the worker's claim
+        // loop with the eager dispatch of the next step (seen: completed in one run, cancelled in the other).
+        if (n === 6) return aborted(ctx.signal).then(() => Promise.reject(new Error('six was abandoned')));
         return Promise.resolve(n * 10);
       },
       retry: { maximumAttempts: 1 },
@@ -128,13 +133,17 @@ describe('sticky workflow instances on postgres', () => {
         return { at, all: all.map((r) => r.status), winner, caught };
       },
     });
-    /** Run `mixed` on one worker that runs one activity at a time (in priority order); its stored steps. */
+    /**
+     * Run `mixed` on one worker with two slots (one stays held by the race's loser until the run ends, which
+     * cancels it; its next heartbeat learns so); its stored steps.
+     */
     const runOnce = async (workflowCacheSize: number) => {
       const engine = await target.engine();
       const worker = engine.worker({
         workflows: [mixed],
         activities: [fan],
-        concurrency: 1,
+        concurrency: 2,
+        heartbeatIntervalMs: 200,
         pollIntervalMs: 50,
         workflowCacheSize,
       });
