@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { defineActivity } from '@palisade/sdk';
 import type { Engine } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
-import { gate, workerEvent } from '../worker/helpers.js';
+import { holdActivity } from './held-activity.js';
 
 const double = defineActivity({
   name: 'double',
@@ -14,21 +14,6 @@ const double = defineActivity({
     return Promise.resolve({ n: input.n * 2 });
   },
 });
-
-/** An activity that holds its attempt until `release` opens; one per test. */
-function heldActivity() {
-  const release = gate();
-  const held = defineActivity({
-    name: 'held',
-    input: z.object({ doc: z.string() }),
-    output: z.object({ length: z.number() }),
-    async run({ doc }) {
-      await release.promise;
-      return { length: doc.length };
-    },
-  });
-  return { held, release };
-}
 
 /** The job's run and step rows as stored: the run row's version (`xmin`), and what each stores of input and output. */
 async function storedJob(engine: Engine, runId: string) {
@@ -74,16 +59,15 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it("writes a job's run row once after its insert, and stores its input and output once, on the run", async () => {
       const engine = await target.engine();
-      const { held, release } = heldActivity();
-      const worker = engine.worker({ activities: [held] });
-      const doc = 'x'.repeat(1000);
-      const handle = await engine.client.enqueue(held, { doc });
+      const held = holdActivity('held');
+      const worker = engine.worker({ activities: [held.activity] });
+      const label = 'x'.repeat(1000);
+      const handle = await engine.client.enqueue(held.activity, { label });
       const inserted = await storedJob(engine, handle.runId);
-      expect(inserted).toMatchObject({ run_status: 'pending', run_input: { doc }, step_input: null });
+      expect(inserted).toMatchObject({ run_status: 'pending', run_input: { label }, step_input: null });
 
-      const started = workerEvent(worker, 'attempt:started');
       await worker.start();
-      await started;
+      const attempt = await held.next();
       // The claim did not write the run row; the run reads as running off its step, with the step's start.
       const running = await storedJob(engine, handle.runId);
       expect(running.run_version).toBe(inserted.run_version);
@@ -94,17 +78,13 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect((await engine.client.list({ status: 'running' })).map((r) => r.id)).toEqual([handle.runId]);
       expect(await engine.client.list({ status: 'pending' })).toEqual([]);
 
-      release.open();
-      await expect(handle.result({ timeoutMs: 10_000 })).resolves.toEqual({ length: 1000 });
+      attempt.complete('done');
+      await expect(handle.result({ timeoutMs: 10_000 })).resolves.toEqual({ by: 'done' });
       const ended = await storedJob(engine, handle.runId);
-      expect(ended).toMatchObject({
-        run_status: 'completed',
-        run_output: { length: 1000 },
-        step_output: null,
-      });
+      expect(ended).toMatchObject({ run_status: 'completed', run_output: { by: 'done' }, step_output: null });
       const description = await handle.describe();
       expect(description.run).toMatchObject({ status: 'completed', started_at: run.started_at });
-      expect(description.steps[0]?.output).toEqual({ length: 1000 });
+      expect(description.steps[0]?.output).toEqual({ by: 'done' });
       await worker.stop();
     });
 
