@@ -185,6 +185,12 @@ export interface SpawnOptions {
    * against. @defaultValue the scenario's `leaseMs`
    */
   activityLeaseMs?: number;
+  /**
+   * Whether the worker's completions carry their run's next turn (fused steps, T24); otherwise the turn a
+   * completion wakes is claimed for the worker in the same statement (an eager turn). @defaultValue the engine's
+   * (false)
+   */
+  fuseSteps?: boolean;
   /** Run the worker with a wrong clock (`Date` offset, `performance.now()` rate); its messages stay on host time. */
   clock?: WorkerClockSkew;
 }
@@ -322,6 +328,7 @@ export async function runScenario(
         ...(t.leaseSafetyMarginMs !== undefined ? { leaseSafetyMarginMs: t.leaseSafetyMarginMs } : {}),
         turnLeaseMs: t.leaseMs,
         concurrency: o.concurrency ?? 1,
+        ...(o.fuseSteps !== undefined ? { fuseSteps: o.fuseSteps } : {}),
         shutdownGraceMs: 1_000,
         extensionModule: EXTENSION_MODULE,
         ...(o.deferStart ? { deferStart: true } : {}),

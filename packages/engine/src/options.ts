@@ -262,6 +262,19 @@ export interface WorkerOptions {
    * A whole number, 0 (keep none: every turn replays in full) to 1,000,000. @defaultValue 1_000
    */
   readonly workflowCacheSize?: number;
+  /**
+   * Fused steps: when an activity of a workflow run completes on this worker while it keeps the run's workflow
+   * instance (see `workflowCacheSize`), run the run's next turn on that instance at once and record the
+   * completion, the turn's grant and its commit in one statement — one round trip per step of a sequential
+   * workflow instead of two. The statement applies only while the completing attempt holds its step and nothing
+   * else changed the run since the instance's last turn; otherwise the completion is recorded on its own and the
+   * turn runs as usual. The cost: the step's outcome becomes durable only with its turn, so a worker that dies (or
+   * stalls past the step's lease) while that turn's code runs loses the outcome, and the step runs again on another
+   * worker — as when a worker dies before recording an outcome, but for a longer window: the turn's run time.
+   * Off (the default), the outcome is recorded first and the turn it wakes is claimed for this worker in the same
+   * statement (an eager turn); a worker dying mid-turn then costs a replay of the turn only. @defaultValue false
+   */
+  readonly fuseSteps?: boolean;
   /** Identifies this worker in attempts, events and logs. @defaultValue `<hostname>:<pid>:<random>` */
   readonly workerId?: string;
   /**
@@ -292,6 +305,7 @@ export const WORKER_DEFAULTS = Object.freeze({
   concurrency: 10,
   workflowConcurrency: 10,
   workflowCacheSize: 1_000,
+  fuseSteps: false,
   turnLeaseMs: 30_000,
   clockRateError: 0.001,
   minGrantFreshness: 0.5,
@@ -320,6 +334,7 @@ export interface ResolvedWorkerOptions {
   readonly prefetch: number;
   readonly workflowConcurrency: number;
   readonly workflowCacheSize: number;
+  readonly fuseSteps: boolean;
   readonly turnLeaseMs: number;
   readonly workerId: string;
   readonly heartbeatIntervalMs: number;
@@ -359,6 +374,7 @@ const workerSchema = z
       .min(0, 'must be ≥ 0 (0 keeps no workflow instance)')
       .max(1_000_000, 'must be ≤ 1,000,000')
       .optional(),
+    fuseSteps: z.boolean().optional(),
     turnLeaseMs: durationMs.optional(),
     workerId: z
       .string()
@@ -462,6 +478,7 @@ export function resolveWorkerOptions(options: WorkerOptions, defaultWorkerId: st
     prefetch: o.prefetch ?? o.concurrency ?? WORKER_DEFAULTS.concurrency,
     workflowConcurrency: o.workflowConcurrency ?? WORKER_DEFAULTS.workflowConcurrency,
     workflowCacheSize: o.workflowCacheSize ?? WORKER_DEFAULTS.workflowCacheSize,
+    fuseSteps: o.fuseSteps ?? WORKER_DEFAULTS.fuseSteps,
     turnLeaseMs,
     workerId: o.workerId ?? defaultWorkerId,
     heartbeatIntervalMs,

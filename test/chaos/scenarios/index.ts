@@ -22,6 +22,7 @@ import { sigkillEager } from './t20-sigkill-eager.js';
 import { sigstopEager } from './t21-sigstop-eager.js';
 import { terminateEager } from './t22-terminate-eager.js';
 import { lostEagerReply } from './t23-lost-eager-reply.js';
+import { fusedStep } from './t24-fused-step.js';
 
 export const SCENARIOS: readonly Scenario[] = [
   frozenZombie,
@@ -46,4 +47,5 @@ export const SCENARIOS: readonly Scenario[] = [
   sigstopEager,
   terminateEager,
   lostEagerReply,
+  fusedStep,
 ];

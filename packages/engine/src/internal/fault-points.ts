@@ -16,10 +16,18 @@ export interface CompletionAnswer {
 export interface TurnFault {
   readonly runId: string;
   readonly workflowName: string;
+  /**
+   * The turn's token; for a fused turn, which takes its token in its commit, the token of the attempt whose
+   * completion the commit records.
+   */
   readonly token: bigint;
   readonly turnAttempt: number;
-  /** How the worker got the turn: its own claim, or a completion statement that claimed it (an eager turn). */
-  readonly grant: 'claimed' | 'eager';
+  /**
+   * How the worker got the turn: its own claim, a completion statement that claimed it (an eager turn), or none
+   * yet: a fused step's turn, run on the kept instance right after one of the run's activities completed here and
+   * granted and committed with that completion in one statement (`commitFusedTurn`).
+   */
+  readonly grant: 'claimed' | 'eager' | 'fused';
 }
 
 /** The points a hook can be attached to. */

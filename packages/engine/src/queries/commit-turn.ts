@@ -50,6 +50,40 @@ export interface CommittedTurn {
   readonly ended?: EndedRun;
 }
 
+/**
+ * A turn this worker runs without a claim, on the workflow instance it kept from the run's previous turn, right after
+ * one of the run's activities completed on it, and commits in the same statement as that completion (a fused
+ * step: {@link commitFusedTurn}).
+ */
+export interface FusedTurnRef {
+  readonly runId: string;
+  readonly workflowName: string;
+  readonly workerId: string;
+  /** `runs.turn_epoch`, `turn_attempt` and `wake_count` as the kept instance's last turn left them. */
+  readonly turnEpoch: number;
+  readonly turnAttempt: number;
+  readonly wakeCount: number;
+  /**
+   * The turn's time (epoch ms) as `ctx.now()` records it: a lower bound of the database clock (the previous turn's
+   * database time plus the local monotonic time since); the commit is refused if it is ahead of the database clock.
+   */
+  readonly nowMs: number;
+  /** The completion the turn follows: the attempt (step, token, nonce) and its output. */
+  readonly completion: {
+    readonly stepId: string;
+    readonly token: bigint;
+    readonly nonce: string;
+    readonly output: unknown;
+  };
+}
+
+/** What a fused step's statement answers: whether it applied, and what a turn commit hands back when it did. */
+export interface CommittedFusedTurn extends CommittedTurn {
+  readonly applied: boolean;
+  /** The turn's grant as stored (when applied): its epoch, attempt and token. */
+  readonly turn?: { readonly epoch: number; readonly attempt: number; readonly token: string };
+}
+
 /** The commit raced with a change the turn read (a cancel of the run or a step): the turn must run again. */
 export class TurnConflict extends Error {}
 
@@ -88,10 +122,83 @@ export async function commitTurn(
   db: Database,
   n: SchemaNames,
   ref: TurnRef,
-  result: { newSteps: readonly NewStep[]; deliveries: readonly Delivery[]; outcome: TurnOutcome },
+  result: TurnRecord,
   dispatch: EagerDispatch = NO_EAGER_DISPATCH,
 ): Promise<CommittedTurn> {
-  const token = ref.token.toString();
+  const row = await turnStatement(db, n, { kind: 'claimed', ref }, result, dispatch);
+  if (row?.conflict) {
+    await releaseTurn(db, n, ref);
+    throw new TurnConflict(`turn of run ${ref.runId} raced with a cancel; it runs again`);
+  }
+  if (!row?.fenced) await rejectTurn(db, n, ref);
+  return { eagerSteps: row?.eager_steps ?? [], ...(row?.ended ? { ended: row.ended } : {}) };
+}
+
+/**
+ * A fused step (DESIGN.md §4, last paragraph): record an activity's completion and commit the turn it wakes, which
+ * the completing worker ran beforehand on the workflow instance it kept, in one statement — one round trip per
+ * step of a sequential workflow. The statement is {@link commitTurn}'s, with two differences:
+ * - the turn is granted in the statement itself, as a claim grants one: a fresh token from the global sequence, a
+ *   fresh nonce, turn epoch and attempt + 1, an attempts row (ended `completed` at once, as the commit ends it);
+ * - its fence: the completion's own (token, nonce, step running, lease unexpired, judged once the step is locked),
+ *   and, on the run row, proof that the kept instance saw the whole history but this completion: no turn was
+ *   granted since its last turn (epoch, attempt and the granting worker unchanged, no turn lease), nothing woke
+ *   the run since (`wake_count` unchanged: every writer of a run's history but a timer's coming due moves it), no
+ *   turn due (no timer came due), no cancel request, and `nowMs` not ahead of the database clock.
+ * The completed step is written once: its completion and its delivery order in one UPDATE.
+ * When any of that fails, nothing is written and `applied` is false: the caller records the completion the
+ * ordinary way ({@link completeSteps}), which also records a stale completion's rejection, and drops the instance
+ * it ran the turn on (the next turn replays in full). Throws the driver's error (wrapped) when the database refused
+ * the statement: nothing was written.
+ */
+export async function commitFusedTurn(
+  db: Database,
+  n: SchemaNames,
+  fused: FusedTurnRef,
+  result: TurnRecord,
+  dispatch: EagerDispatch = NO_EAGER_DISPATCH,
+): Promise<CommittedFusedTurn> {
+  const row = await turnStatement(db, n, { kind: 'fused', fused }, result, dispatch);
+  if (!row?.fenced) return { applied: false, eagerSteps: [] };
+  return {
+    applied: true,
+    eagerSteps: row.eager_steps ?? [],
+    ...(row.ended ? { ended: row.ended } : {}),
+    ...(row.turn ? { turn: row.turn } : {}),
+  };
+}
+
+/** What a turn's code decided: the steps it adds, the outcomes it delivered, and how it ended. */
+export interface TurnRecord {
+  readonly newSteps: readonly NewStep[];
+  readonly deliveries: readonly Delivery[];
+  readonly outcome: TurnOutcome;
+}
+
+type TurnGrant = { kind: 'claimed'; ref: TurnRef } | { kind: 'fused'; fused: FusedTurnRef };
+
+interface TurnStatementRow {
+  /** Claimed: the turn's fence held. Fused: the statement applied. */
+  fenced: boolean;
+  conflict: boolean | null;
+  eager_steps: ClaimedStepRow[] | null;
+  ended: EndedRun | null;
+  turn: { epoch: number; attempt: number; token: string } | null;
+}
+
+/** The one statement of {@link commitTurn} and {@link commitFusedTurn}. */
+async function turnStatement(
+  db: Database,
+  n: SchemaNames,
+  grant: TurnGrant,
+  result: TurnRecord,
+  dispatch: EagerDispatch,
+): Promise<TurnStatementRow | undefined> {
+  const fused = grant.kind === 'fused' ? grant.fused : undefined;
+  const ref = grant.kind === 'claimed' ? grant.ref : undefined;
+  const runId = grant.kind === 'claimed' ? grant.ref.runId : grant.fused.runId;
+  const wakeCount = grant.kind === 'claimed' ? grant.ref.wakeCount : grant.fused.wakeCount;
+  const cancelRequested = grant.kind === 'claimed' ? grant.ref.cancelRequested : false;
   const outcome = result.outcome;
   const ending = outcome.kind !== 'blocked';
   const status = ending ? outcome.kind : null;
@@ -99,7 +206,7 @@ export async function commitTurn(
   const error =
     outcome.kind === 'failed' || outcome.kind === 'cancelled' ? JSON.stringify(outcome.error) : null;
   // A cancel requested after the claim conflicts with a turn that goes on waiting on new timers or activities.
-  const cancelSensitive = !ref.cancelRequested && !ending && result.newSteps.some((s) => s.kind !== 'value');
+  const cancelSensitive = !cancelRequested && !ending && result.newSteps.some((s) => s.kind !== 'value');
   const steps = result.newSteps.map((s) => ({
     seq: s.seq,
     kind: s.kind,
@@ -118,46 +225,78 @@ export async function commitTurn(
     delay_ms: s.kind === 'timer' ? (s.delayMs ?? null) : s.kind === 'activity' ? 0 : null,
     due_at_ms: s.kind === 'timer' ? (s.dueAtMs ?? null) : null,
   }));
-  const deliveries = result.deliveries.map((d) => ({
-    id: d.stepId,
-    delivered_seq: d.deliveredSeq,
-    fires_timer: d.firesTimer,
-  }));
-  const rows = await db.rows<{
-    fenced: boolean;
-    conflict: boolean | null;
-    eager_steps: ClaimedStepRow[] | null;
-    ended: EndedRun | null;
-  }>(sql`
+  const deliveries: { id: string; delivered_seq: number | null; fires_timer: boolean }[] =
+    result.deliveries.map((d) => ({
+      id: d.stepId,
+      delivered_seq: d.deliveredSeq,
+      fires_timer: d.firesTimer,
+    }));
+  // A fused step's completed step is locked and written with the deliveries (undelivered if the code did not take it).
+  if (fused && !deliveries.some((d) => d.id === fused.completion.stepId)) {
+    deliveries.push({ id: fused.completion.stepId, delivered_seq: null, fires_timer: false });
+  }
+  const fusedStepId = fused?.completion.stepId ?? null;
+  // The fence on the run row: the claim's (token, nonce, unexpired lease), or a fused step's (see commitFusedTurn).
+  const runFence = fused
+    ? sql`lk.turn_lease_expires_at IS NULL AND lk.turn_epoch = ${fused.turnEpoch}::int
+         AND lk.turn_attempt = ${fused.turnAttempt}::int AND lk.turn_worker_id = ${fused.workerId}
+         AND lk.wake_count = ${fused.wakeCount}::int AND NOT lk.cancel_requested
+         AND (lk.turn_next_run_at IS NULL OR lk.turn_next_run_at > (SELECT t FROM lock_clock))
+         AND ${fused.nowMs}::float8 <= extract(epoch FROM (SELECT t FROM lock_clock)) * 1000`
+    : sql`lk.turn_token = ${ref?.token.toString() ?? '0'}::bigint AND lk.turn_nonce = ${ref?.nonce ?? ''}::uuid
+         AND lk.turn_lease_expires_at > (SELECT t FROM lock_clock)`;
+  // A fused step's own fence: the completing attempt still holds its step, judged once the step is locked.
+  const stepFence = fused
+    ? sql`EXISTS (SELECT 1 FROM locked l WHERE l.id = ${fused.completion.stepId}::uuid
+                    AND l.fencing_token = ${fused.completion.token.toString()}::bigint
+                    AND l.nonce = ${fused.completion.nonce}::uuid AND l.status = 'running'
+                    AND l.lease_expires_at > (SELECT t FROM step_clock))`
+    : sql`true`;
+  const rows = await db.rows<TurnStatementRow>(sql`
     WITH lk AS MATERIALIZED (
-      SELECT r.id, r.queue, r.status, r.turn_token, r.turn_nonce, r.turn_lease_expires_at,
+      SELECT r.id, r.queue, r.status, r.turn_token, r.turn_nonce, r.turn_lease_expires_at, r.turn_epoch,
+             r.turn_attempt, r.turn_worker_id, r.wake_count, r.turn_next_run_at,
              r.cancel_requested_at IS NOT NULL AS cancel_requested
-        FROM ${n.runs} r WHERE r.id = ${ref.runId}::uuid FOR NO KEY UPDATE OF r),
+        FROM ${n.runs} r WHERE r.id = ${runId}::uuid FOR NO KEY UPDATE OF r),
     -- The turn's lease is judged by the clock read once the run row is locked: read before a wait on a row
     -- another statement only locked (no recheck follows), it would pass a lease that ran out meanwhile.
     lock_clock AS MATERIALIZED (SELECT ${n.now} AS t FROM (SELECT count(*) FROM lk) x),
     fence AS MATERIALIZED (
       SELECT lk.* FROM lk
-       WHERE lk.turn_token = ${token}::bigint AND lk.turn_nonce = ${ref.nonce}::uuid
-         AND lk.turn_lease_expires_at > (SELECT t FROM lock_clock) AND lk.status IN ('pending', 'running')),
+       WHERE ${runFence} AND lk.status IN ('pending', 'running')),
     dl AS (SELECT * FROM jsonb_to_recordset(${JSON.stringify(deliveries)}::jsonb) AS x(id uuid, delivered_seq int, fires_timer boolean)),
     -- Then the steps this commit changes, by id, each as its newest version (a claim that committed while the
     -- statement waited is seen as running; one that comes later skips the locked row).
     locked AS MATERIALIZED (
-      SELECT s.id, s.status FROM ${n.steps} s
-       WHERE s.run_id = ${ref.runId}::uuid AND EXISTS (SELECT 1 FROM fence)
+      SELECT s.id, s.status, s.fencing_token, s.nonce, s.lease_expires_at FROM ${n.steps} s
+       WHERE s.run_id = ${runId}::uuid AND EXISTS (SELECT 1 FROM fence)
          AND (s.id = ANY(${`{${deliveries.map((d) => d.id).join(',')}}`}::uuid[])
               OR (${ending} AND s.status IN ('scheduled', 'running') AND s.retired_at IS NULL))
        ORDER BY s.id FOR NO KEY UPDATE OF s),
+    -- The clock read once the commit's locks are held: a fused step's completion is judged and written at it; every
+    -- other write of the commit reads clock, which is the same but for a fused step, whose turn comes after its
+    -- completion (a microsecond later at least, so that a run's events order the completion first).
+    step_clock AS MATERIALIZED (SELECT ${n.now} AS t FROM (SELECT count(*) FROM locked) x),
+    clock AS MATERIALIZED (
+      SELECT ${fused ? sql`greatest(${n.now}, t + interval '1 microsecond')` : sql`t`} AS t FROM step_clock),
     gate AS MATERIALIZED (
       SELECT f.id, f.queue,
              (f.cancel_requested AND ${cancelSensitive})
              OR EXISTS (SELECT 1 FROM dl LEFT JOIN locked l ON l.id = dl.id
                          WHERE dl.fires_timer AND l.status IS DISTINCT FROM 'scheduled') AS conflict
         FROM fence f),
-    go AS MATERIALIZED (SELECT id, queue FROM gate WHERE NOT conflict),
-    -- The clock every write of the commit reads, once its locks are held.
-    clock AS MATERIALIZED (SELECT ${n.now} AS t FROM (SELECT count(*) FROM locked) x),
+    -- Every write of the commit waits for go, and go for every lock of locked (step_clock counts them): no write
+    -- may lock a step before the steps locked here are all held, in id order (seen: deadlocks with heartbeats when
+    -- the deliveries were marked before the run's other live steps were locked).
+    go AS MATERIALIZED (
+      SELECT id, queue FROM gate WHERE NOT conflict AND (SELECT t FROM step_clock) IS NOT NULL AND ${stepFence}),${
+        fused
+          ? sql`
+    -- A fused step's turn grant, taken before the steps its commit grants (planned waits for it): the turn's
+    -- token is smaller than theirs, as when a claim granted the turn before its commit.
+    turn_grant AS MATERIALIZED (SELECT ${n.nextToken} AS token, gen_random_uuid() AS nonce FROM go),`
+          : sql``
+      }
     ns AS (
       SELECT * FROM jsonb_to_recordset(${JSON.stringify(steps)}::jsonb) AS x(
         seq int, kind text, name text, after_delivered_seq int, status text, delivered_seq int, error jsonb, input jsonb, output jsonb,
@@ -170,7 +309,7 @@ export async function commitTurn(
       SELECT p.seq, (array_agg(p.fencing_scope ORDER BY p.created_at))[1] AS fencing_scope, max(p.epoch) AS epoch,
              max(p.lease_expires_at) FILTER (WHERE p.ended_nonce IS DISTINCT FROM p.nonce) AS held_until
         FROM ${n.steps} p
-       WHERE p.run_id = ${ref.runId}::uuid AND p.retired_at IS NOT NULL AND p.seq IN (SELECT seq FROM ns)
+       WHERE p.run_id = ${runId}::uuid AND p.retired_at IS NOT NULL AND p.seq IN (SELECT seq FROM ns)
        GROUP BY p.seq),
     -- Eager dispatch: the new activities this worker serves, as many as it has slots for, are granted to it
     -- here, as a claim grants (claimSteps): attempt 1, epoch + 1, a fresh token from the global sequence, a
@@ -193,15 +332,15 @@ export async function commitTurn(
              CASE WHEN 1 >= (ns.retry_policy->>'maximumAttempts')::int THEN 0
                   ELSE ${n.retryDelayMs}(ns.retry_policy, 1) END AS first_reclaim_delay_ms
         FROM ns LEFT JOIN prev ON prev.seq = ns.seq
-       WHERE EXISTS (SELECT 1 FROM go)),
+       WHERE EXISTS (SELECT 1 FROM go)${fused ? sql` AND EXISTS (SELECT 1 FROM turn_grant)` : sql``}),
     inserted AS (
       INSERT INTO ${n.steps} (run_id, seq, kind, name, fencing_scope, epoch, after_delivered_seq, status,
                               delivered_seq, error, input, output, queue, priority, retry_policy, lease_ms,
                               start_to_close_timeout_ms, next_run_at, finished_at, cancel_requested_at, created_at,
                               attempt, fencing_token, nonce, worker_id, attempt_deadline_at, lease_expires_at,
                               reclaim_delay_ms, started_at)
-      SELECT ${ref.runId}::uuid, p.seq, p.kind, p.name,
-             coalesce(p.prev_scope, ${'run:' + ref.runId + '/seq:'} || p.seq::text),
+      SELECT ${runId}::uuid, p.seq, p.kind, p.name,
+             coalesce(p.prev_scope, ${'run:' + runId + '/seq:'} || p.seq::text),
              coalesce(p.prev_epoch, 0) + CASE WHEN p.eager THEN 1 ELSE 0 END,
              p.after_delivered_seq,
              CASE WHEN p.eager THEN 'running' WHEN p.ends_with_run THEN 'cancelled' ELSE p.status END,
@@ -233,19 +372,19 @@ export async function commitTurn(
     eager_attempts AS (
       INSERT INTO ${n.attempts} (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
                                  granted_until)
-      SELECT ${ref.runId}::uuid, id, 'activity', attempt, epoch, fencing_token, nonce, ${dispatch.workerId}, started_at,
+      SELECT ${runId}::uuid, id, 'activity', attempt, epoch, fencing_token, nonce, ${dispatch.workerId}, started_at,
              lease_expires_at
         FROM inserted WHERE kind = 'activity' AND status = 'running'
       RETURNING 1),
     scheduled_events AS (
       INSERT INTO ${n.events} (run_id, step_id, type, data, at)
-      SELECT ${ref.runId}::uuid, id, CASE WHEN kind = 'timer' THEN 'timer:started' ELSE 'step:scheduled' END,
+      SELECT ${runId}::uuid, id, CASE WHEN kind = 'timer' THEN 'timer:started' ELSE 'step:scheduled' END,
              jsonb_build_object('name', name, 'seq', seq, 'dueAt', next_run_at), (SELECT t FROM clock)
         FROM inserted WHERE kind IN ('activity', 'timer')
       RETURNING 1),
     cancelled_events AS (
       INSERT INTO ${n.events} (run_id, step_id, type, data, terminal, at)
-      SELECT ${ref.runId}::uuid, id, 'step:cancelled',
+      SELECT ${runId}::uuid, id, 'step:cancelled',
              CASE WHEN ended_with_run THEN jsonb_build_object('reason', 'the run ended', 'whileRunning', false)
                   ELSE jsonb_build_object('reason', 'the run was cancelled before this step could start') END,
              true, (SELECT t FROM clock)
@@ -254,15 +393,25 @@ export async function commitTurn(
     marked AS (
       UPDATE ${n.steps} s
          SET delivered_seq = dl.delivered_seq,
-             status = CASE WHEN dl.fires_timer THEN 'completed' ELSE s.status END,
-             finished_at = CASE WHEN dl.fires_timer THEN (SELECT t FROM clock) ELSE s.finished_at END,
-             next_run_at = CASE WHEN dl.fires_timer THEN NULL ELSE s.next_run_at END
+             status = CASE WHEN dl.fires_timer OR s.id = ${fusedStepId}::uuid THEN 'completed' ELSE s.status END,
+             finished_at = CASE WHEN s.id = ${fusedStepId}::uuid THEN (SELECT t FROM step_clock)
+                                WHEN dl.fires_timer THEN (SELECT t FROM clock) ELSE s.finished_at END,
+             next_run_at = CASE WHEN dl.fires_timer OR s.id = ${fusedStepId}::uuid THEN NULL ELSE s.next_run_at END,
+             -- A fused step's completion (the fence checked it holds the step): as completeSteps writes it.
+             output = CASE WHEN s.id = ${fusedStepId}::uuid THEN ${fused ? JSON.stringify(fused.completion.output ?? null) : null}::jsonb
+                           ELSE s.output END,
+             error = CASE WHEN s.id = ${fusedStepId}::uuid THEN NULL ELSE s.error END,
+             ended_nonce = CASE WHEN s.id = ${fusedStepId}::uuid THEN s.nonce ELSE s.ended_nonce END
         FROM dl
-       WHERE s.id = dl.id AND s.run_id = ${ref.runId}::uuid AND EXISTS (SELECT 1 FROM go)
-      RETURNING s.id, s.seq, dl.fires_timer),
+       WHERE s.id = dl.id AND s.run_id = ${runId}::uuid AND EXISTS (SELECT 1 FROM go)
+      RETURNING s.id, s.seq, dl.fires_timer, s.fencing_token, s.id = ${fusedStepId}::uuid AS completes),
+    completed_attempt AS (
+      UPDATE ${n.attempts} a SET outcome = 'completed', ended_at = (SELECT t FROM step_clock)
+        FROM marked m WHERE m.completes AND a.fencing_token = m.fencing_token
+      RETURNING 1),
     fired_events AS (
       INSERT INTO ${n.events} (run_id, step_id, type, data, terminal, at)
-      SELECT ${ref.runId}::uuid, id, 'timer:fired', jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
+      SELECT ${runId}::uuid, id, 'timer:fired', jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
         FROM marked WHERE fires_timer
       RETURNING 1),
     -- The run's earliest timer: those it had (less the ones this turn fires) and those this turn starts (a
@@ -270,7 +419,7 @@ export async function commitTurn(
     next_timer AS (
       SELECT min(due) AS due FROM (
         SELECT s.next_run_at AS due FROM ${n.steps} s
-         WHERE s.run_id = ${ref.runId}::uuid AND s.kind = 'timer' AND s.status = 'scheduled'
+         WHERE s.run_id = ${runId}::uuid AND s.kind = 'timer' AND s.status = 'scheduled'
            AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = s.id AND dl.fires_timer)
         UNION ALL
         SELECT next_run_at FROM inserted WHERE kind = 'timer' AND status = 'scheduled') x),
@@ -278,19 +427,37 @@ export async function commitTurn(
     run_row AS (
       UPDATE ${n.runs} r
          SET turn_lease_expires_at = NULL,
-             status = coalesce(${status}::text, r.status),
+             status = coalesce(${status}::text, ${fused ? sql`'running'` : sql`r.status`}),
              output = CASE WHEN ${ending} THEN ${output}::jsonb ELSE r.output END,
              error = CASE WHEN ${ending} THEN ${error}::jsonb ELSE r.error END,
              finished_at = CASE WHEN ${ending} THEN (SELECT t FROM clock) ELSE r.finished_at END,
              turn_next_run_at = CASE WHEN ${ending} THEN NULL
-                                     WHEN r.wake_count <> ${ref.wakeCount} THEN (SELECT t FROM clock)
-                                     ELSE (SELECT due FROM next_timer) END
+                                     WHEN r.wake_count <> ${wakeCount} THEN (SELECT t FROM clock)
+                                     ELSE (SELECT due FROM next_timer) END${
+                                       fused
+                                         ? sql`,
+             -- A fused step grants its turn here, as claimTurns grants one (see commitFusedTurn).
+             turn_token = (SELECT token FROM turn_grant), turn_nonce = (SELECT nonce FROM turn_grant),
+             turn_epoch = r.turn_epoch + 1,
+             turn_attempt = r.turn_attempt + 1, turn_worker_id = ${fused.workerId},
+             started_at = coalesce(r.started_at, (SELECT t FROM clock))`
+                                         : sql``
+                                     }
        WHERE r.id = (SELECT id FROM go)
       RETURNING r.id, r.queue, r.turn_next_run_at <= (SELECT t FROM clock) AS due_now, r.status, r.output, r.error,
-                r.cancel_reason, r.result_waiters),
-    turn_attempt AS (
+                r.cancel_reason, r.result_waiters, r.turn_token, r.turn_nonce, r.turn_epoch, r.turn_attempt),
+    turn_attempt AS (${
+      fused
+        ? sql`
+      INSERT INTO ${n.attempts} (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at, outcome,
+                                 ended_at)
+      SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, ${fused.workerId}, (SELECT t FROM clock),
+             'completed', (SELECT t FROM clock)
+        FROM run_row`
+        : sql`
       UPDATE ${n.attempts} SET outcome = 'completed', ended_at = (SELECT t FROM clock)
-       WHERE fencing_token = ${token}::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
+       WHERE fencing_token = ${ref?.token.toString() ?? '0'}::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)`
+    }
       RETURNING 1),
     -- Every live step ends with the run, running ones included (invariant 12: the holder's next write is
     -- refused as "cancelled" and its signal fires), each from its newest version (locked above).
@@ -307,7 +474,7 @@ export async function commitTurn(
       RETURNING 1),
     leftover_events AS (
       INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
-      SELECT ${ref.runId}::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
+      SELECT ${runId}::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
              jsonb_build_object('reason', 'the run ended', 'whileRunning', prev_status = 'running'), true,
              (SELECT t FROM clock)
         FROM leftover
@@ -328,25 +495,23 @@ export async function commitTurn(
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
           UNION ALL ${endedRunItems(sql`(SELECT * FROM run_row WHERE ${ending}) x`)}`,
     )}
-    SELECT EXISTS (SELECT 1 FROM fence) AS fenced, (SELECT conflict FROM gate) AS conflict,
+    SELECT ${fused ? sql`EXISTS (SELECT 1 FROM go)` : sql`EXISTS (SELECT 1 FROM fence)`} AS fenced,
+           (SELECT conflict FROM gate) AS conflict,
+           (SELECT count(*) FROM completed_attempt) + (SELECT count(*) FROM turn_attempt) AS ended_attempts,
+           (SELECT jsonb_build_object('epoch', turn_epoch, 'attempt', turn_attempt, 'token', turn_token::text)
+              FROM run_row) AS turn,
            (SELECT count(*) FROM notified) AS notified,
            (SELECT jsonb_build_object('status', status, 'output', output, 'error', error, 'cancel_reason', cancel_reason)
               FROM run_row WHERE ${ending}) AS ended,
            (SELECT jsonb_agg(jsonb_build_object(
-              'id', e.id::text, 'run_id', ${ref.runId}::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
+              'id', e.id::text, 'run_id', ${runId}::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
               'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
               'nonce', e.nonce::text, 'lease_ms', e.lease_ms, 'start_to_close_timeout_ms', e.start_to_close_timeout_ms,
               'retry_policy', e.retry_policy, 'heartbeat_details', NULL,
               'remaining_ms', (extract(epoch FROM (e.lease_expires_at - ${n.now})) * 1000)::float8,
               'prev_token', NULL, 'fencing_scope', e.fencing_scope, 'next_due_ms', NULL) ORDER BY e.seq)
               FROM inserted e WHERE e.kind = 'activity' AND e.status = 'running') AS eager_steps`);
-  const row = rows[0];
-  if (row?.conflict) {
-    await releaseTurn(db, n, ref);
-    throw new TurnConflict(`turn of run ${ref.runId} raced with a cancel; it runs again`);
-  }
-  if (!row?.fenced) await rejectTurn(db, n, ref);
-  return { eagerSteps: row?.eager_steps ?? [], ...(row?.ended ? { ended: row.ended } : {}) };
+  return rows[0];
 }
 
 /** Hand a turn back (fenced), due now, not charged: used when its commit raced with a change it read. */

@@ -185,3 +185,8 @@ export async function completeStep(
   } = await completeSteps(db, n, [p]);
   return settleFencedResult(row, p, 'complete');
 }
+
+/** The attempt of a completion, without its nonce and output (what a fault hook is shown). */
+export function attemptRefOf(p: CompleteStepParams): AttemptRef {
+  return { runId: p.runId, stepId: p.stepId, stepLabel: p.stepLabel, attempt: p.attempt, token: p.token };
+}

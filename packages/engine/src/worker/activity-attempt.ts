@@ -478,7 +478,7 @@ export class ActivityAttempt {
       throw error;
     }
     const result = await this.fencedWrite('complete', () =>
-      this.services.completions.complete({ ...this.ref, output }),
+      this.services.completions.complete({ ...this.ref, output }, { seq: this.row.seq, name: this.row.name }),
     );
     if (result === 'recorded') this.services.events.emit('attempt:completed', { attempt: this.ref, output });
     else if (result !== 'not-recorded') {

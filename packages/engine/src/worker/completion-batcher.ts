@@ -2,9 +2,14 @@ import type { Database } from '../db/database.js';
 import { faultHooks } from '../internal/fault-points.js';
 import { classifyDatabaseError } from '../infra-retry.js';
 import type { ClaimedTurnRow } from '../queries/claim-turns.js';
-import { completeSteps, type CompleteStepParams, type EagerTurns } from '../queries/complete-step.js';
+import {
+  attemptRefOf,
+  completeSteps,
+  type CompleteStepParams,
+  type EagerTurns,
+} from '../queries/complete-step.js';
 import { failSteps, type FailStepParams } from '../queries/fail-step.js';
-import { settleFencedResult, type AttemptRef, type FencedResultRow } from '../queries/fenced-outcome.js';
+import { settleFencedResult, type FencedResultRow } from '../queries/fenced-outcome.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 
 /** An attempt's outcome to record: a completion or a failure. */
@@ -27,6 +32,14 @@ type Pending = Outcome & {
 export interface EagerTurnHost {
   reserve(most: number): EagerTurns | undefined;
   adopt(reserved: EagerTurns, claimed: readonly ClaimedTurnRow[]): void;
+  /**
+   * A fused step (see TurnLoop.completeFused): record the completion together with the run's next turn, run on
+   * the workflow instance this worker kept; `'applied'` when that committed, undefined to record it the ordinary way.
+   */
+  completeFused(
+    completion: CompleteStepParams,
+    step: { readonly seq: number; readonly name: string },
+  ): Promise<'applied' | undefined>;
 }
 
 /** Most completions (or failures) in one statement. */
@@ -60,11 +73,20 @@ export class CompletionBatcher {
   ) {}
 
   /**
-   * Record one attempt's result with the next batch of completions.
+   * Record one attempt's result with the next batch of completions — or, for a step of a workflow run whose
+   * instance this worker keeps (`step` given: its position and activity name), in one statement with the run's
+   * next turn (a fused step), falling back to the batch when that does not apply.
    * @returns `'applied'`, or `'replayed'` when this attempt's completion had already committed.
    * @throws LeaseLostError when the attempt no longer holds its step; the statement's error otherwise.
    */
-  complete(params: CompleteStepParams): Promise<'applied' | 'replayed'> {
+  async complete(
+    params: CompleteStepParams,
+    step?: { readonly seq: number; readonly name: string },
+  ): Promise<'applied' | 'replayed'> {
+    if (step && this.turns) {
+      const fused = await this.turns.completeFused(params, step);
+      if (fused) return fused;
+    }
     return this.enqueue({ kind: 'complete', params });
   }
 
@@ -171,9 +193,4 @@ export class CompletionBatcher {
     }
     return rows;
   }
-}
-
-/** The attempt of a completion, without its nonce and output (what a fault hook is shown). */
-function attemptRefOf(p: CompleteStepParams): AttemptRef {
-  return { runId: p.runId, stepId: p.stepId, stepLabel: p.stepLabel, attempt: p.attempt, token: p.token };
 }

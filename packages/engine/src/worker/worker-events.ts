@@ -22,7 +22,8 @@ export interface WorkerEventMap {
    * whole history, `'continued'` when it continued the workflow instance this worker kept from the run's previous
    * turn and handed it only the new outcomes (see `workflowCacheSize`). `grant`: `'claimed'` when the worker's
    * turn claim granted the turn, `'eager'` when the completion of one of the run's activities on this worker did,
-   * in the same statement (an eager turn).
+   * in the same statement (an eager turn), `'fused'` when the worker ran it on its kept instance right after one of
+   * the run's activities completed here and recorded both in one statement (a fused step).
    */
   'turn:committed': [
     {
@@ -30,7 +31,7 @@ export interface WorkerEventMap {
       workflow: string;
       outcome: 'blocked' | 'completed' | 'failed' | 'cancelled';
       replay: 'full' | 'continued';
-      grant: 'claimed' | 'eager';
+      grant: 'claimed' | 'eager' | 'fused';
     },
   ];
   'heartbeat:sent': [{ attempts: number; renewed: number; lost: number }];

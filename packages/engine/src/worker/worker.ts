@@ -93,6 +93,8 @@ export class Worker {
     this.completions = new CompletionBatcher(host.db, host.names, {
       reserve: (most) => this.turns?.reserve(most),
       adopt: (reserved, claimed) => this.turns?.adopt(reserved, claimed),
+      completeFused: async (completion, step) =>
+        this.options.fuseSteps ? this.turns?.completeFused(completion, step) : undefined,
     });
   }
 

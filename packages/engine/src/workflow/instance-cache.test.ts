@@ -7,10 +7,21 @@ function kept(turnEpoch: number, over: Partial<WorkflowInstance> = {}): KeptInst
   const instance: WorkflowInstance = {
     expected: { liveSteps: 5, maxDeliveredSeq: 3 },
     continuable: true,
+    awaits: () => true,
     continueTurn: () => Promise.resolve(undefined),
     ...over,
   };
-  return { instance, turnEpoch };
+  return {
+    instance,
+    turnEpoch,
+    turnAttempt: turnEpoch,
+    wakeCount: 1,
+    workflowName: 'wf',
+    queue: 'default',
+    priority: 0,
+    dbNowMs: 0,
+    atMonotonicMs: 0,
+  };
 }
 
 const news = (over: Partial<RunHistoryNews> = {}): RunHistoryNews => ({

@@ -1,11 +1,25 @@
 import type { RunHistoryNews } from '../queries/claim-turns.js';
 import type { WorkflowInstance } from './turn-runtime.js';
 
-/** A workflow instance kept after its turn committed, and the turn epoch of that turn. */
+/** A workflow instance kept after its turn committed, and the run as that turn's grant left it. */
 export interface KeptInstance {
   readonly instance: WorkflowInstance;
   /** `runs.turn_epoch` of the turn that last ran (and committed) on this instance. */
   readonly turnEpoch: number;
+  /** `runs.turn_attempt` and `wake_count` as that turn's grant left them (a fused step checks them). */
+  readonly turnAttempt: number;
+  readonly wakeCount: number;
+  /** The run's workflow, queue and priority. */
+  readonly workflowName: string;
+  readonly queue: string;
+  readonly priority: number;
+  /**
+   * A lower bound of the database clock: `dbNowMs` (epoch ms) was the database time no later than the local
+   * monotonic time `atMonotonicMs`, so the database time at monotonic time t is at least
+   * `dbNowMs + t - atMonotonicMs` (as long as the database clock does not go back).
+   */
+  readonly dbNowMs: number;
+  readonly atMonotonicMs: number;
 }
 
 /**
@@ -47,6 +61,11 @@ export class InstanceCache {
 
   get size(): number {
     return this.entries.size;
+  }
+
+  /** The run's kept instance, if any, left in place. */
+  peek(runId: string): KeptInstance | undefined {
+    return this.entries.get(runId);
   }
 
   /** Remove and return the run's kept instance, if any. */

@@ -12,18 +12,22 @@ import {
 import type { ClaimedStepRow } from '../queries/claim-steps.js';
 import {
   TurnConflict,
+  commitFusedTurn,
   commitTurn,
   releaseTurn,
+  type CommittedFusedTurn,
   type EagerDispatch,
   type TurnRef,
 } from '../queries/commit-turn.js';
 import { faultHooks, type TurnFault } from '../internal/fault-points.js';
 import { monotonicNow } from '../worker/lease-clock.js';
-import type { EagerTurns } from '../queries/complete-step.js';
+import { attemptRefOf, type CompleteStepParams, type EagerTurns } from '../queries/complete-step.js';
+import type { AttemptRef } from '../queries/fenced-outcome.js';
+import { asStoredJson } from './stored-json.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import { WakeSignal, claimRetryDelayMs } from '../worker/wake-signal.js';
 import type { WorkerEvents } from '../worker/worker-events.js';
-import { InstanceCache, canContinue } from './instance-cache.js';
+import { InstanceCache, canContinue, type KeptInstance } from './instance-cache.js';
 import { startTurn, type TurnParams, type TurnResult, type WorkflowInstance } from './turn-runtime.js';
 import type { EndedRun, LocalResults } from '../db/notification-hub.js';
 
@@ -239,6 +243,8 @@ export class TurnLoop {
       nowMs: row.now_ms,
       cancelRequested: row.cancel_requested,
     };
+    // No later than the grant's database time (row.now_ms) in monotonic time: a kept instance's clock bound.
+    const grantedAtMs = monotonicNow();
     // Taken out for the turn: put back only once this turn has committed blocked.
     const kept = this.instances.take(row.id);
     let instance: WorkflowInstance | undefined;
@@ -262,15 +268,7 @@ export class TurnLoop {
       const history = row.turn_epoch === 1 ? [] : await loadRunHistory(this.db, this.names, row.id);
       ({ result, instance } = await startTurn({ ...params, workflow, input: row.input, history }));
     }
-    for (const call of result.nondeterministicCalls ?? []) {
-      const key = `${row.name}:${call}`;
-      if (this.warnedNondeterministic.has(key)) continue;
-      this.warnedNondeterministic.add(key);
-      this.logger.warn(
-        { workflow: row.name, call, runId: row.id, hint: 'differs on replay; use ctx.random() / ctx.now()' },
-        'workflow:nondeterministic-call',
-      );
-    }
+    this.warnNondeterministic(row.name, row.id, result);
     const ref = this.turnRefOf(row);
     let committed = result;
     const beforeCommit = faultHooks['turn:before-commit'];
@@ -311,22 +309,23 @@ export class TurnLoop {
     try {
       const beforeStart = faultHooks['dispatch:before-start'];
       if (beforeStart && granted.length > 0) {
-        await beforeStart(
-          turnFaultOf(row, grant),
-          granted.map((s) => ({
-            runId: s.run_id,
-            stepId: s.id,
-            stepLabel: `${s.name}#${s.seq}`,
-            attempt: s.attempt,
-            token: BigInt(s.token),
-          })),
-        );
+        await beforeStart(turnFaultOf(row, grant), attemptRefsOf(granted));
       }
     } finally {
       if (reserved) dispatch?.adopt(reserved, granted, sentAtMs);
     }
     if (committed.outcome.kind === 'blocked' && instance?.continuable) {
-      this.instances.put(row.id, { instance, turnEpoch: row.turn_epoch });
+      this.instances.put(row.id, {
+        instance,
+        turnEpoch: row.turn_epoch,
+        turnAttempt: row.turn_attempt,
+        wakeCount: row.wake_count,
+        workflowName: row.name,
+        queue: row.queue,
+        priority: row.priority,
+        dbNowMs: row.now_ms,
+        atMonotonicMs: grantedAtMs,
+      });
     }
     this.events.emit('turn:committed', {
       runId: row.id,
@@ -336,6 +335,165 @@ export class TurnLoop {
       grant,
     });
     return ended;
+  }
+
+  private warnNondeterministic(workflowName: string, runId: string, result: TurnResult): void {
+    for (const call of result.nondeterministicCalls ?? []) {
+      const key = `${workflowName}:${call}`;
+      if (this.warnedNondeterministic.has(key)) continue;
+      this.warnedNondeterministic.add(key);
+      this.logger.warn(
+        { workflow: workflowName, call, runId, hint: 'differs on replay; use ctx.random() / ctx.now()' },
+        'workflow:nondeterministic-call',
+      );
+    }
+  }
+
+  /**
+   * A fused step: when this worker keeps the workflow instance of the completing step's run and that instance
+   * awaits the step, run the run's next turn on it now, with the step's output as the only news, and record the
+   * completion and commit the turn in one statement ({@link commitFusedTurn}: the statement grants the turn, fenced
+   * on the completion and on proof that nothing else changed the run since the instance's last turn). The turn
+   * holds one of the loop's turn slots while it runs.
+   * @returns `'applied'` when that statement committed the completion; undefined when the completion is to be
+   * recorded the ordinary way (no kept instance, no free turn slot, stopping, or the statement did not apply —
+   * the instance is then dropped and the run's next turn replays in full). A database error falls back too: the
+   * ordinary completion is then the idempotent retry of a statement whose outcome is unknown.
+   */
+  async completeFused(
+    completion: CompleteStepParams,
+    step: { readonly seq: number; readonly name: string },
+  ): Promise<'applied' | undefined> {
+    if (this.state !== 'running') return undefined;
+    const kept = this.instances.peek(completion.runId);
+    if (!kept?.instance.continuable || !kept.instance.awaits(step.seq)) return undefined;
+    if (this.options.concurrency - this.running.size - this.reserved <= 0) return undefined;
+    this.instances.take(completion.runId);
+    let done!: () => void;
+    const slot = new Promise<void>((resolve) => (done = resolve));
+    this.running.add(slot);
+    try {
+      return await this.fusedTurn(kept, completion, step);
+    } catch (error) {
+      this.logger.warn({ err: error, runId: completion.runId }, 'turn:fused-failed');
+      return undefined;
+    } finally {
+      this.running.delete(slot);
+      done();
+      this.wakeSignal.slotFreed();
+    }
+  }
+
+  private async fusedTurn(
+    kept: KeptInstance,
+    completion: CompleteStepParams,
+    step: { readonly seq: number; readonly name: string },
+  ): Promise<'applied' | undefined> {
+    const runId = completion.runId;
+    const atMonotonicMs = monotonicNow();
+    const nowMs = kept.dbNowMs + Math.max(0, atMonotonicMs - kept.atMonotonicMs);
+    const fault: TurnFault = {
+      runId,
+      workflowName: kept.workflowName,
+      token: completion.token,
+      turnAttempt: kept.turnAttempt + 1,
+      grant: 'fused',
+    };
+    const beforeRun = faultHooks['turn:before-run'];
+    if (beforeRun) await beforeRun(fault);
+    const settled = this.options.results?.turnRunning(runId);
+    let ended: EndedRun | undefined;
+    try {
+      const result = await kept.instance.continueTurn({
+        info: Object.freeze({
+          runId,
+          workflowName: kept.workflowName,
+          turnAttempt: kept.turnAttempt + 1,
+          queue: kept.queue,
+        }),
+        priority: kept.priority,
+        nowMs,
+        cancelRequested: false,
+        fresh: [
+          {
+            id: completion.stepId,
+            seq: step.seq,
+            kind: 'activity',
+            name: step.name,
+            status: 'completed',
+            output: asStoredJson(completion.output),
+            error: null,
+            delivered_seq: null,
+            due_ms: null,
+            finished_ms: nowMs,
+          },
+        ],
+      });
+      if (!result) return undefined;
+      this.warnNondeterministic(kept.workflowName, runId, result);
+      const beforeCommit = faultHooks['turn:before-commit'];
+      if (beforeCommit) await beforeCommit(fault);
+      const completionRef = [attemptRefOf(completion)];
+      const beforeSend = faultHooks['completion:before-send'];
+      if (beforeSend) await beforeSend(completionRef);
+      const scheduled = result.newSteps.filter((s) => s.kind === 'activity' && !s.cancelled).length;
+      const dispatch = scheduled > 0 ? this.options.dispatch : undefined;
+      const reserved = dispatch?.reserve(scheduled);
+      const sentAtMs = monotonicNow();
+      let committed: CommittedFusedTurn | undefined;
+      try {
+        committed = await commitFusedTurn(
+          this.db,
+          this.names,
+          {
+            runId,
+            workflowName: kept.workflowName,
+            workerId: this.options.workerId,
+            turnEpoch: kept.turnEpoch,
+            turnAttempt: kept.turnAttempt,
+            wakeCount: kept.wakeCount,
+            nowMs,
+            completion,
+          },
+          result,
+          reserved,
+        );
+      } finally {
+        if (reserved && !committed?.eagerSteps.length) dispatch?.adopt(reserved, [], sentAtMs);
+      }
+      // Not applied: nothing was written, and the ordinary completion that follows reports its own outcome.
+      if (!committed.applied || !committed.turn) return undefined;
+      const afterCommit = faultHooks['completion:after-commit'];
+      if (afterCommit) await afterCommit(completionRef.map((attempt) => ({ attempt, outcome: 'applied' })));
+      ended = committed.ended;
+      if (reserved && committed.eagerSteps.length > 0) {
+        try {
+          const beforeStart = faultHooks['dispatch:before-start'];
+          if (beforeStart) await beforeStart(fault, attemptRefsOf(committed.eagerSteps));
+        } finally {
+          dispatch?.adopt(reserved, committed.eagerSteps, sentAtMs);
+        }
+      }
+      if (result.outcome.kind === 'blocked' && kept.instance.continuable) {
+        this.instances.put(runId, {
+          ...kept,
+          turnEpoch: committed.turn.epoch,
+          turnAttempt: committed.turn.attempt,
+          dbNowMs: nowMs,
+          atMonotonicMs,
+        });
+      }
+      this.events.emit('turn:committed', {
+        runId,
+        workflow: kept.workflowName,
+        outcome: result.outcome.kind,
+        replay: 'continued',
+        grant: 'fused',
+      });
+      return 'applied';
+    } finally {
+      settled?.(ended);
+    }
   }
 
   /**
@@ -350,6 +508,17 @@ export class TurnLoop {
     await Promise.allSettled([...this.running]);
     this.instances.clear();
   }
+}
+
+/** Granted steps as the fault points show their attempts. */
+function attemptRefsOf(granted: readonly ClaimedStepRow[]): AttemptRef[] {
+  return granted.map((s) => ({
+    runId: s.run_id,
+    stepId: s.id,
+    stepLabel: `${s.name}#${s.seq}`,
+    attempt: s.attempt,
+    token: BigInt(s.token),
+  }));
 }
 
 /** A turn as the turn fault points show it (only built when a hook is set). */

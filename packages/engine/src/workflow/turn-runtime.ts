@@ -135,6 +135,8 @@ export interface WorkflowInstance {
    * turn (a promise that is not a durable call settled between turns: a full replay would not see that).
    */
   readonly continuable: boolean;
+  /** Whether the code awaits the outcome of the step at position `seq` (an activity or timer it called, unsettled). */
+  awaits(seq: number): boolean;
   /**
    * Run the next turn from where the last one blocked: deliver `turn.fresh` (the same order and cancel rules as a
    * full replay), then schedule, block or end as {@link runTurn} does. One turn at a time; legal only after the
@@ -341,6 +343,10 @@ class Replay implements WorkflowInstance {
 
   get expected(): WorkflowInstance['expected'] {
     return { liveSteps: this.known.size, maxDeliveredSeq: this.nextDeliveredSeq - 1 };
+  }
+
+  awaits(seq: number): boolean {
+    return this.requested.get(seq)?.settled === false;
   }
 
   get continuable(): boolean {

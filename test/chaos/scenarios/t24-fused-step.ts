@@ -1,0 +1,231 @@
+/**
+ * T24 — faults inside a fused step. Worker A runs a `chaos-flow` of three steps alone (./eager-flow.ts) with fused
+ * steps on (worker option `fuseSteps`): the completion of each step carries the run's next turn — run beforehand on the workflow
+ * instance A keeps, granted and committed in the completion's own statement, which also grants A the step that
+ * turn schedules (eager dispatch). The completion of step k is held before it is sent (`completion:before-send`,
+ * after the turn's code ran), then:
+ *
+ * - `sigkill`: A is killed. Nothing of the fused step was written: step k's lease expires, worker B claims it,
+ *   runs it again and finishes the run;
+ * - `sigstop`: A is frozen past the lease; B claims step k and finishes the run; A resumes and sends its fused
+ *   statement, which must not apply (its attempt no longer holds the step), and then its completion on its own,
+ *   which the fence must refuse and record (`attempt:stale-rejected`, operation `complete`);
+ * - `terminate`: released while an admin holds the run's row, the fused statement waits in its run lock and its
+ *   backend is terminated. It committed nothing; A records the completion on its own, once (`applied`);
+ * - `lost-reply`: A reaches PostgreSQL through its own TCP proxy, which drops the server's reply to the fused
+ *   statement (armed on step k's tag, which its output carries); the statement commits. A records the completion
+ *   on its own, which comes back `replayed`; the turn was committed by the lost statement, and the step it granted
+ *   A (step k + 1, when there is one) is never started by A: its lease expires and it is claimed again and run once.
+ *
+ * Pass: the checker's zeros, the run completed with every step completed once, A's turn before step k was fused
+ * (the flow ran fused steps), and per variant: A's turn attempts (the fused turn of step k granted only when the
+ * statement committed), step k's grants and starts, and the answers above.
+ */
+import { lockRow, waitingBackend, withApplicationName } from '../backend-faults.js';
+import type { Scenario, ScenarioContext } from '../harness.js';
+import type { WorkerProcess } from '../../support/worker-process.js';
+import { answersOf, rejectedCompletions } from './batch-wave.js';
+import {
+  FLOW_STEPS,
+  expectFlowCompleted,
+  startEagerFlow,
+  turnAttempts,
+  type EagerFlow,
+} from './eager-flow.js';
+
+const VARIANTS = ['sigkill', 'sigstop', 'terminate', 'lost-reply'] as const;
+const APPLICATION_NAME = 'chaos-t24-a';
+/**
+ * A fragment of the fused step's statement (queries/commit-turn.ts, its run fence), near its start:
+ * pg_stat_activity keeps only the start of a long statement (track_activity_query_size).
+ */
+const FUSED_STATEMENT = '%lk.turn_worker_id =%';
+
+export const fusedStep: Scenario = {
+  name: 'T24 faults inside a fused step',
+  description:
+    'SIGKILL / SIGSTOP / backend termination / a lost reply at the statement that completes a step and commits its run’s next turn; nothing is lost or written twice',
+  iterations: { full: 8, ci: 4 },
+  async run(ctx, iterations) {
+    const L = ctx.timings.leaseMs;
+    const proxy = await ctx.proxy();
+    const proxied = new URL(proxy.url(ctx.databaseUrl));
+    proxied.searchParams.set('prepare', 'false');
+    for (let i = 0; i < iterations; i++) {
+      const variant = VARIANTS[i % VARIANTS.length] ?? 'sigkill';
+      const a = await ctx.spawnWorker({
+        workerId: `a${i}`,
+        fuseSteps: true,
+        databaseUrl:
+          variant === 'lost-reply'
+            ? proxied.toString()
+            : withApplicationName(ctx.databaseUrl, `${APPLICATION_NAME}-${i}`),
+      });
+      const k = ctx.rng.int(1, FLOW_STEPS - 1);
+      const flow = await startEagerFlow(ctx, `t24-${i}`, { point: 'completion', step: k });
+      const held = await a.waitFor(
+        'chaos:batch',
+        (m) => m.phase === 'held' && m.rows.some((r) => r.attempt.runId === flow.runId),
+        { timeoutMs: 10 * L + 20_000 },
+      );
+      const token = held.rows[0]?.attempt.token ?? '';
+      const fusedBefore = a
+        .all('turn:committed', (m) => m.runId === flow.runId)
+        .map((m) => m.grant)
+        .slice(1);
+      ctx.expect(
+        fusedBefore.length === k && fusedBefore.every((g) => g === 'fused'),
+        `${flow.runId}: A's turns after the first were ${fusedBefore.join(', ') || 'none'}, want ${k} fused`,
+      );
+      const from = a.mark();
+      if (variant === 'sigkill' || variant === 'sigstop') {
+        a.kill(variant === 'sigkill' ? 'SIGKILL' : 'SIGSTOP');
+        ctx.fault(`${variant} before a fused statement`);
+        const b = await ctx.spawnWorker({ workerId: `b${i}` });
+        const { steps } = await expectFlowCompleted(
+          ctx,
+          flow.runId,
+          variant,
+          new Map([[k, { grants: 2, starts: 2 }]]),
+        );
+        ctx.expect(
+          steps[k]?.token !== token && steps[k]?.workerId === b.workerId,
+          `${flow.runId}: step ${k} ended under ${steps[k]?.token} by ${steps[k]?.workerId}, want B's token`,
+        );
+        if (variant === 'sigstop') {
+          a.kill('SIGCONT');
+          a.command({ token, action: 'release-completion', by: 'scenario' });
+          const answered = await a
+            .waitFor(
+              'chaos:batch',
+              (m) => m.phase === 'answered' && m.rows.some((r) => r.attempt.token === token),
+              { after: from, timeoutMs: 10_000 },
+            )
+            .catch(() => undefined);
+          const outcome = answered?.rows.find((r) => r.attempt.token === token)?.outcome;
+          ctx.expect(
+            outcome === 'rejected',
+            `${flow.runId}: A's late completion under ${token} was answered ${outcome ?? 'never'}, want rejected`,
+          );
+          const rejected = await rejectedCompletions(ctx, [token]);
+          ctx.expect(
+            rejected.has(token),
+            `${flow.runId}: A's late completion under ${token} was not recorded as stale`,
+          );
+          ctx.fault(`late fused completion refused: ${rejected.get(token) ?? '-'}`);
+        }
+        await expectTurnsOfA(ctx, flow, a, k + 1);
+        await b.stop();
+      } else if (variant === 'terminate') {
+        const lock = await lockRow(ctx, 'runs', flow.runId);
+        try {
+          a.command({ token, action: 'release-completion', by: 'scenario' });
+          await waitingBackend(ctx, {
+            applicationName: `${APPLICATION_NAME}-${i}`,
+            pattern: FUSED_STATEMENT,
+            terminate: true,
+            timeoutMs: 5_000,
+          });
+          ctx.fault('terminated: fused statement');
+        } catch (error) {
+          ctx.expect(false, `${flow.runId}: ${(error as Error).message}`);
+        } finally {
+          await lock.release();
+        }
+        await expectFlowCompleted(ctx, flow.runId, variant);
+        const got = answersOf(a, [token], from).get(token) ?? [];
+        ctx.expect(
+          got.length === 1 && got[0] === 'applied',
+          `${flow.runId}: the completion under ${token} was answered ${got.join(', ') || 'never'} after the ` +
+            `termination, want applied once (recorded on its own: the terminated statement committed nothing)`,
+        );
+        const rejected = await rejectedCompletions(ctx, [token]);
+        ctx.expect(
+          !rejected.has(token),
+          `${flow.runId}: the completion under ${token} was recorded as stale`,
+        );
+        const next = a.all('turn:committed', (m) => m.runId === flow.runId)[k + 1];
+        ctx.expect(
+          next?.grant === 'eager',
+          `${flow.runId}: A's turn after the terminated fused statement was ${next?.grant ?? 'never committed'}, ` +
+            `want eager (claimed by the completion recorded on its own)`,
+        );
+      } else {
+        const rule = proxy.dropReplyAfter(JSON.stringify(flow.tags[k]));
+        a.command({ token, action: 'release-completion', by: 'scenario' });
+        const connection = await Promise.race([
+          rule.tripped,
+          new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 10 * L + 20_000).unref()),
+        ]);
+        if (connection === undefined) {
+          proxy.restore();
+          ctx.expect(false, `${flow.runId}: the fused statement of step ${k} never crossed the proxy`);
+          await expectFlowCompleted(ctx, flow.runId, 'no fault');
+          await a.stop();
+          continue;
+        }
+        ctx.fault('reply dropped: fused statement');
+        // The server commits what it received (bounded polling): the step's outcome and the turn after it.
+        const turn = await ctx
+          .poll('the fused statement with the dropped reply committed', async () => {
+            const t = (await turnAttempts(ctx, flow.runId))[k + 1];
+            return t?.outcome === 'completed' ? t : undefined;
+          })
+          .catch(() => undefined);
+        ctx.expect(
+          turn?.workerId === a.workerId,
+          `${flow.runId}: the fused statement whose reply was dropped ${turn ? `committed turn ${turn.attempt} by ${turn.workerId}` : 'did not commit its turn'}, want A's`,
+        );
+        proxy.restore();
+        proxy.resetConnection(connection);
+        const last = k === FLOW_STEPS - 1;
+        const { grants } = await expectFlowCompleted(
+          ctx,
+          flow.runId,
+          variant,
+          last ? new Map() : new Map([[k + 1, { grants: 2, starts: 1 }]]),
+        );
+        const got = answersOf(a, [token], from).get(token) ?? [];
+        ctx.expect(
+          got.length === 1 && got[0] === 'replayed',
+          `${flow.runId}: the completion under ${token} was answered ${got.join(', ') || 'never'}, want replayed once`,
+        );
+        const rejected = await rejectedCompletions(ctx, [token]);
+        ctx.expect(
+          !rejected.has(token),
+          `${flow.runId}: the completion under ${token} was recorded as stale`,
+        );
+        if (!last) {
+          const lostToken = grants[k + 1]?.[0]?.token.toString() ?? '';
+          const started = ctx
+            .history()
+            .filter((m) => m.type === 'fixture:started' && m.attempt.token === lostToken);
+          ctx.expect(
+            started.length === 0,
+            `${flow.runId}: the grant ${lostToken} of step ${k + 1} made by the lost fused statement started, though A never heard of it`,
+          );
+        }
+      }
+      if (variant !== 'sigkill') await a.stop();
+      ctx.expect(a.all('process:fatal').length === 0, `worker ${a.workerId} crashed`);
+    }
+  },
+};
+
+/** A held `count` turn attempts of the flow, all committed: the held fused turn was never granted. */
+async function expectTurnsOfA(
+  ctx: ScenarioContext,
+  flow: EagerFlow,
+  a: WorkerProcess,
+  count: number,
+): Promise<void> {
+  const turns = await turnAttempts(ctx, flow.runId);
+  const mine = turns.filter((t) => t.workerId === a.workerId);
+  ctx.expect(
+    mine.length === count &&
+      mine.every((t) => t.outcome === 'completed') &&
+      turns.every((t) => t.outcome !== null),
+    `${flow.runId}: A's turns ${mine.map((t) => t.outcome).join(', ')} (all: ${turns.map((t) => t.outcome).join(', ')}), ` +
+      `want ${count} completed and none left open`,
+  );
+}

@@ -1,0 +1,323 @@
+/**
+ * Fused steps (worker option `fuseSteps`, off by default): when an activity of a workflow run completes on the worker that keeps the run's workflow instance,
+ * the worker runs the run's next turn on that instance at once, with the step's output as the only news, and one
+ * statement records the completion, grants the turn (a fresh token from the global sequence, an attempts row) and
+ * commits it, eagerly dispatching what it schedules: one statement per step of a sequential workflow. The statement
+ * applies only while the completing attempt holds its step and nothing else changed the run since the instance's
+ * last turn; otherwise the completion is recorded the ordinary way and the next turn replays in full — with the
+ * same history either way.
+ */
+import { AsyncResource } from 'node:async_hooks';
+import { PgDialect } from 'drizzle-orm/pg-core';
+import type { SQL } from 'drizzle-orm';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { z } from 'zod';
+import { CancelledFailure, defineActivity, defineWorkflow } from '@palisade/sdk';
+import type { Engine } from '@palisade/engine';
+import { setFaultHook } from '@palisade/engine/testing';
+import { useEngineTarget } from '../support/engine.js';
+import { attemptsOf, deferred, stepsOf, turnLog, until } from './workflow-rows.js';
+
+const dialect = new PgDialect();
+
+/** Count the engine's statements by kind: batched completions, turn commits and fused steps. */
+function countStatements(engine: Engine): Map<string, number> {
+  const counts = new Map<string, number>();
+  const db = engine.database;
+  const send = db.rows.bind(db);
+  db.rows = async <T>(query: SQL): Promise<T[]> => {
+    const text = dialect.sqlToQuery(query).sql;
+    const kind = text.includes('eager_pick AS')
+      ? 'completion'
+      : text.includes('lk.turn_worker_id =')
+        ? 'fused'
+        : text.includes('turn_attempt AS')
+          ? 'turn-commit'
+          : undefined;
+    if (kind) counts.set(kind, (counts.get(kind) ?? 0) + 1);
+    return send<T>(query);
+  };
+  return counts;
+}
+
+const add = defineActivity({
+  name: 'add',
+  input: z.object({ n: z.number() }),
+  output: z.object({ n: z.number() }),
+  run: ({ n }) => Promise.resolve({ n: n + 1 }),
+});
+
+/** Fused steps are off by default (see WorkerOptions.fuseSteps). */
+const FUSED = { fuseSteps: true } as const;
+
+const counter = defineWorkflow({
+  name: 'counter',
+  input: z.object({ steps: z.number() }),
+  output: z.object({ n: z.number() }),
+  async run({ steps }, ctx) {
+    let n = 0;
+    for (let i = 0; i < steps; i++) n = (await ctx.run(add, { n })).n;
+    return { n };
+  },
+});
+
+/** An output whose keys JavaScript and jsonb order differently. */
+const shuffled = defineActivity({
+  name: 'shuffled',
+  input: z.object({}),
+  output: z.record(z.string(), z.number()),
+  run: () => Promise.resolve({ zeta: 1, b: 2, '10': 3, alpha: 4, a: 5, é: 6 }),
+});
+const echo = defineActivity({
+  name: 'echo',
+  input: z.object({ keys: z.string() }),
+  output: z.string(),
+  run: ({ keys }) => Promise.resolve(keys),
+});
+/** Schedules a step whose input is the key order the code saw. */
+const keyOrder = defineWorkflow({
+  name: 'key-order',
+  input: z.object({}),
+  output: z.string(),
+  async run(_input, ctx) {
+    const out = await ctx.run(shuffled, {});
+    return ctx.run(echo, { keys: Object.keys(out).join(',') });
+  },
+});
+
+/** Released by the test that holds `held` (one per test). */
+let gate = deferred();
+const held = defineActivity({
+  name: 'held',
+  input: z.object({}),
+  output: z.number(),
+  run: async () => {
+    await gate.promise;
+    return 1;
+  },
+});
+const cancellable = defineWorkflow({
+  name: 'cancellable',
+  input: z.object({}),
+  output: z.number(),
+  async run(_input, ctx) {
+    const first = await ctx.run(add, { n: 0 });
+    const second = await ctx.run(held, {});
+    return first.n + second + (await ctx.run(add, { n: 0 })).n;
+  },
+});
+
+for (const driver of ['postgres', 'pglite'] as const) {
+  describe(`fused steps on ${driver}`, () => {
+    const target = useEngineTarget(driver);
+
+    it('refuses a fuseSteps that is not a boolean, naming it', async () => {
+      const engine = await target.engine();
+      expect(() => engine.worker({ workflows: [counter], fuseSteps: 'yes' as unknown as boolean })).toThrow(
+        /fuseSteps/,
+      );
+    });
+
+    it('records each step of a sequential workflow and its next turn in one statement, each turn a fenced grant', async () => {
+      const engine = await target.engine();
+      const counts = countStatements(engine);
+      const worker = engine.worker({
+        workflows: [counter],
+        activities: [add],
+        pollIntervalMs: 60_000,
+        ...FUSED,
+      });
+      const turns = turnLog(worker);
+      await worker.start();
+      const handle = await engine.client.start(counter, { steps: 12 });
+      await expect(handle.result({ timeoutMs: 60_000 })).resolves.toEqual({ n: 12 });
+      await until(
+        [worker],
+        () => turns.some((t) => t.runId === handle.runId && t.outcome === 'completed'),
+        'end',
+      );
+
+      const mine = turns.filter((t) => t.runId === handle.runId);
+      // The first turn by start() (eager start), every later one fused with the completion of the step before.
+      expect(mine.map((t) => t.grant)).toEqual(['eager', ...Array<string>(12).fill('fused')]);
+      expect(mine.slice(1).every((t) => t.replay === 'continued')).toBe(true);
+      // One statement per step: no batched completion, one ordinary turn commit (the first turn's).
+      expect(counts.get('completion') ?? 0).toBe(0);
+      expect(counts.get('turn-commit')).toBe(1);
+      expect(counts.get('fused')).toBe(12);
+
+      // Every grant an attempt row with a fresh token, all ended completed; turn epochs 1…13, each turn's token
+      // larger than the last turn's, each step's larger than the turn's that scheduled it.
+      const attempts = await attemptsOf(engine, handle.runId);
+      expect(attempts.filter((a) => a.kind === 'turn')).toHaveLength(13);
+      expect(attempts.filter((a) => a.kind === 'activity')).toHaveLength(12);
+      expect(attempts.every((a) => a.outcome === 'completed')).toBe(true);
+      expect(new Set(attempts.map((a) => a.token)).size).toBe(25);
+      const turnTokens = attempts.filter((a) => a.kind === 'turn').map((a) => BigInt(a.token));
+      expect(turnTokens.every((t, k) => k === 0 || t > (turnTokens[k - 1] as bigint))).toBe(true);
+      expect(
+        attempts
+          .filter((a) => a.kind === 'turn')
+          .sort((a, b) => a.epoch - b.epoch)
+          .map((a) => a.epoch),
+      ).toEqual(Array.from({ length: 13 }, (_, k) => k + 1));
+
+      // The steps as replay reads them: completed with their outputs, delivered in order.
+      const steps = await stepsOf(engine, handle.runId);
+      expect(steps.map((s) => [s.seq, s.status, s.delivered_seq, s.output])).toEqual(
+        Array.from({ length: 12 }, (_, i) => [i, 'completed', i + 1, { n: i + 1 }]),
+      );
+      await worker.stop();
+    });
+
+    it('hands the code an output as the database stores it, so a full replay sees the same', async () => {
+      const run = async (workflowCacheSize: number) => {
+        const engine = await target.engine();
+        const worker = engine.worker({
+          workflows: [keyOrder],
+          activities: [shuffled, echo],
+          workflowCacheSize,
+          pollIntervalMs: 60_000,
+          ...FUSED,
+        });
+        const turns = turnLog(worker);
+        await worker.start();
+        const handle = await engine.client.start(keyOrder, {});
+        const result = await handle.result({ timeoutMs: 60_000 });
+        await until(
+          [worker],
+          () => turns.some((t) => t.runId === handle.runId && t.outcome === 'completed'),
+          'end',
+        );
+        await worker.stop();
+        return { result, grants: turns.filter((t) => t.runId === handle.runId).map((t) => t.grant) };
+      };
+      const fused = await run(10);
+      const replayed = await run(0);
+      expect(fused.grants).toContain('fused');
+      expect(replayed.grants).not.toContain('fused');
+      expect(fused.result).toBe(replayed.result);
+      // jsonb's key order (shorter first, then by bytes), with JavaScript's integer-like key first.
+      expect(fused.result).toBe('10,a,b,é,zeta,alpha');
+    });
+
+    it('records the completion the ordinary way when the run changed meanwhile (a cancel), and the run ends cancelled', async () => {
+      gate = deferred();
+      const engine = await target.engine();
+      const counts = countStatements(engine);
+      const worker = engine.worker({
+        workflows: [cancellable],
+        activities: [add, held],
+        pollIntervalMs: 60_000,
+        ...FUSED,
+      });
+      const turns = turnLog(worker);
+      const started = deferred();
+      const heldEnded = deferred();
+      worker.events.on('attempt:started', (e) => {
+        if (e.attempt.stepLabel.startsWith('held')) started.resolve();
+      });
+      const onHeldEnd = (e: { attempt: { stepLabel: string } }) => {
+        if (e.attempt.stepLabel.startsWith('held')) heldEnded.resolve();
+      };
+      worker.events.on('attempt:completed', onHeldEnd);
+      worker.events.on('attempt:stale-rejected', onHeldEnd);
+      worker.events.on('attempt:failed', onHeldEnd);
+      await worker.start();
+      const handle = await engine.client.start(cancellable, {});
+      await started.promise;
+      await handle.cancel('changed our mind');
+      gate.resolve();
+      await expect(handle.result({ timeoutMs: 60_000 })).rejects.toMatchObject({ code: 'CANCELLED' });
+      await until(
+        [worker],
+        () => turns.some((t) => t.runId === handle.runId && t.outcome === 'cancelled'),
+        'end',
+      );
+      await heldEnded.promise;
+      // Step 0's completion was fused; the held step's was not (the cancel request moved the run): it went in a
+      // batched completion — applied if it came before the turn that ended the run, refused as cancelled after —
+      // and that turn was an ordinary one.
+      const grants = turns.filter((t) => t.runId === handle.runId).map((t) => t.grant);
+      expect(grants.slice(0, 2)).toEqual(['eager', 'fused']);
+      expect(grants.slice(2)).not.toContain('fused');
+      expect(grants.length).toBeGreaterThan(2);
+      expect(counts.get('fused')).toBe(1 + (counts.get('completion') ?? 0));
+      const steps = await stepsOf(engine, handle.runId);
+      expect(steps.map((s) => s.name)).toEqual(['add', 'held']);
+      expect(steps[0]?.status).toBe('completed');
+      const attempts = await attemptsOf(engine, handle.runId);
+      const heldAttempt = attempts.find((a) => a.kind === 'activity' && a.seq === 1);
+      expect(['completed', 'cancelled']).toContain(steps[1]?.status);
+      expect(heldAttempt?.outcome).toBe(steps[1]?.status);
+      await worker.stop();
+    });
+
+    it('ends the completing step too when a cancel commits while its fused turn runs: the completion is refused', async () => {
+      const executions: string[] = [];
+      const act = (name: string) =>
+        defineActivity({
+          name,
+          input: z.object({}),
+          output: z.string(),
+          run: () => {
+            executions.push(name);
+            return Promise.resolve(name);
+          },
+        });
+      const [first, second] = [act('first'), act('second')];
+      let fired = false;
+      let cancelRequest: Promise<string> | undefined;
+      // Runs outside the turn's async context, so the engine does not take the request for workflow I/O.
+      const fireCancel = AsyncResource.bind(() => {
+        cancelRequest = engine.client.getHandle(runId).cancel('raced');
+      });
+      const racing = defineWorkflow({
+        name: 'racing',
+        input: z.object({}),
+        output: z.string(),
+        async run(_input, ctx) {
+          await ctx.run(first, {});
+          if (!fired) {
+            fired = true;
+            fireCancel(); // commits while the fused turn runs, before its statement is sent
+          }
+          return ctx.run(second, {});
+        },
+      });
+      const engine = await target.engine();
+      setFaultHook('turn:before-commit', async () => {
+        await cancelRequest;
+      });
+      onTestFinished(() => setFaultHook('turn:before-commit', undefined));
+      const worker = engine.worker({
+        workflows: [racing],
+        activities: [first, second],
+        pollIntervalMs: 50,
+        ...FUSED,
+      });
+      const turns = turnLog(worker);
+      const refused: string[] = [];
+      const refusal = deferred();
+      worker.events.on('attempt:stale-rejected', (e) => {
+        refused.push(e.error.reason);
+        refusal.resolve();
+      });
+      await worker.start();
+      const handle = await engine.client.start(racing, {});
+      const runId = handle.runId;
+      const error = await handle.result({ timeoutMs: 15_000 }).catch((e: unknown) => e);
+      expect(await cancelRequest).toBe('running');
+      expect(error).toBeInstanceOf(CancelledFailure);
+      await refusal.promise;
+      // The request found `first` still running (its completion was not recorded yet) and ended it; the fused
+      // statement did not apply, and the completion recorded on its own was refused as cancelled.
+      expect(executions).toEqual(['first']);
+      expect(refused).toEqual(['cancelled']);
+      expect(turns.filter((t) => t.runId === runId).map((t) => t.grant)).not.toContain('fused');
+      const steps = await stepsOf(engine, runId);
+      expect(steps.map((s) => [s.name, s.status])).toEqual([['first', 'cancelled']]);
+      await worker.stop();
+    });
+  });
+}
