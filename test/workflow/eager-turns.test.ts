@@ -15,24 +15,7 @@ import { defineActivity, defineWorkflow } from '@palisade/sdk';
 import { useEngineTarget, type EngineTarget } from '../support/engine.js';
 import { until as poll } from '../worker/helpers.js';
 import { attemptsOf, deferred, turnLog, until } from './workflow-rows.js';
-
-const add = defineActivity({
-  name: 'add',
-  input: z.object({ n: z.number() }),
-  output: z.object({ n: z.number() }),
-  run: ({ n }) => Promise.resolve({ n: n + 1 }),
-});
-
-const counter = defineWorkflow({
-  name: 'counter',
-  input: z.object({ steps: z.number() }),
-  output: z.object({ n: z.number() }),
-  async run({ steps }, ctx) {
-    let n = 0;
-    for (let i = 0; i < steps; i++) n = (await ctx.run(add, { n })).n;
-    return { n };
-  },
-});
+import { add, counter } from './counter-workflow.js';
 
 const double = defineActivity({
   name: 'double',

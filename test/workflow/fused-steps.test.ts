@@ -17,6 +17,7 @@ import type { Engine } from '@palisade/engine';
 import { setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
 import { attemptsOf, deferred, stepsOf, turnLog, until } from './workflow-rows.js';
+import { add, counter } from './counter-workflow.js';
 
 const dialect = new PgDialect();
 
@@ -40,26 +41,8 @@ function countStatements(engine: Engine): Map<string, number> {
   return counts;
 }
 
-const add = defineActivity({
-  name: 'add',
-  input: z.object({ n: z.number() }),
-  output: z.object({ n: z.number() }),
-  run: ({ n }) => Promise.resolve({ n: n + 1 }),
-});
-
 /** Fused steps are off by default (see WorkerOptions.fuseSteps). */
 const FUSED = { fuseSteps: true } as const;
-
-const counter = defineWorkflow({
-  name: 'counter',
-  input: z.object({ steps: z.number() }),
-  output: z.object({ n: z.number() }),
-  async run({ steps }, ctx) {
-    let n = 0;
-    for (let i = 0; i < steps; i++) n = (await ctx.run(add, { n })).n;
-    return { n };
-  },
-});
 
 /** An output whose keys JavaScript and jsonb order differently. */
 const shuffled = defineActivity({

@@ -6,7 +6,9 @@
  */
 import type { ChildMessageOf } from '../../fixtures/worker-protocol.js';
 import type { WorkerProcess } from '../../support/worker-process.js';
+import { lockRow, waitingBackend } from '../backend-faults.js';
 import { readGrants, type Grant } from '../checker.js';
+import { answersOf, rejectedCompletions } from './batch-wave.js';
 import type { ScenarioContext } from '../harness.js';
 
 /** Steps of each flow: step 0 follows the claimed first turn, steps 1… are held at eager turns. */
@@ -161,4 +163,72 @@ export async function grantedAtInsert(
     token: row?.token ?? null,
     workerId: row?.worker_id ?? null,
   };
+}
+
+/**
+ * Release `a`'s held completion under `token` (after it was thawed, past its lease) and expect it refused: its
+ * statement answered `rejected` and an `attempt:stale-rejected` recorded for it. @returns the recorded reason.
+ */
+export async function expectLateCompletionRefused(
+  ctx: ScenarioContext,
+  a: WorkerProcess,
+  runId: string,
+  token: string,
+): Promise<string | undefined> {
+  const from = a.mark();
+  a.command({ token, action: 'release-completion', by: 'scenario' });
+  const answered = await a
+    .waitFor('chaos:batch', (m) => m.phase === 'answered' && m.rows.some((r) => r.attempt.token === token), {
+      after: from,
+      timeoutMs: 10_000,
+    })
+    .catch(() => undefined);
+  const outcome = answered?.rows.find((r) => r.attempt.token === token)?.outcome;
+  ctx.expect(
+    outcome === 'rejected',
+    `${runId}: A's late completion under ${token} was answered ${outcome ?? 'never'}, want rejected`,
+  );
+  const rejected = await rejectedCompletions(ctx, [token]);
+  ctx.expect(rejected.has(token), `${runId}: A's late completion under ${token} was not recorded as stale`);
+  return rejected.get(token);
+}
+
+/**
+ * Hold the run's row while `a`'s held completion under `token` is released, so that its statement waits in its
+ * run lock, and terminate that backend (found by `applicationName` and the statement's `pattern`).
+ */
+export async function terminateReleasedCompletion(
+  ctx: ScenarioContext,
+  a: WorkerProcess,
+  runId: string,
+  token: string,
+  backend: { applicationName: string; pattern: string },
+): Promise<void> {
+  const lock = await lockRow(ctx, 'runs', runId);
+  try {
+    a.command({ token, action: 'release-completion', by: 'scenario' });
+    await waitingBackend(ctx, { ...backend, terminate: true, timeoutMs: 5_000 });
+  } catch (error) {
+    ctx.expect(false, `${runId}: ${(error as Error).message}`);
+  } finally {
+    await lock.release();
+  }
+}
+
+/** Expect `a`'s completion under `token` answered `applied` exactly once since `from`, never recorded as stale. */
+export async function expectAppliedOnce(
+  ctx: ScenarioContext,
+  a: WorkerProcess,
+  runId: string,
+  token: string,
+  from: number,
+): Promise<void> {
+  const got = answersOf(a, [token], from).get(token) ?? [];
+  ctx.expect(
+    got.length === 1 && got[0] === 'applied',
+    `${runId}: the completion under ${token} was answered ${got.join(', ') || 'never'} after the ` +
+      `termination, want applied once (the terminated statement committed nothing)`,
+  );
+  const rejected = await rejectedCompletions(ctx, [token]);
+  ctx.expect(!rejected.has(token), `${runId}: the completion under ${token} was recorded as stale`);
 }

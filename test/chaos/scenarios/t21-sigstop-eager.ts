@@ -16,10 +16,10 @@
  * recorded as above.
  */
 import type { Scenario } from '../harness.js';
-import { rejectedCompletions } from './batch-wave.js';
 import {
   FLOW_STEPS,
   expectFlowCompleted,
+  expectLateCompletionRefused,
   rejectedTurnCommits,
   releaseHold,
   startEagerFlow,
@@ -102,26 +102,8 @@ export const sigstopEager: Scenario = {
           `${flow.runId}: step ${k} ended under ${steps[k]?.token} by ${steps[k]?.workerId}, want B's token`,
         );
         a.kill('SIGCONT');
-        const from = a.mark();
-        a.command({ token, action: 'release-completion', by: 'scenario' });
-        const answered = await a
-          .waitFor(
-            'chaos:batch',
-            (m) => m.phase === 'answered' && m.rows.some((r) => r.attempt.token === token),
-            { after: from, timeoutMs: 10_000 },
-          )
-          .catch(() => undefined);
-        const outcome = answered?.rows.find((r) => r.attempt.token === token)?.outcome;
-        ctx.expect(
-          outcome === 'rejected',
-          `${flow.runId}: A's late completion under ${token} was answered ${outcome ?? 'never'}, want rejected`,
-        );
-        const rejected = await rejectedCompletions(ctx, [token]);
-        ctx.expect(
-          rejected.has(token),
-          `${flow.runId}: A's late completion under ${token} was not recorded as stale`,
-        );
-        ctx.fault(`step-completion refused: ${rejected.get(token) ?? '-'}`);
+        const reason = await expectLateCompletionRefused(ctx, a, flow.runId, token);
+        ctx.fault(`step-completion refused: ${reason ?? '-'}`);
         await b.stop();
       }
     }

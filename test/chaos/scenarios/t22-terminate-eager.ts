@@ -18,13 +18,14 @@
  */
 import { COMPLETION_STATEMENT, lockRow, waitingBackend, withApplicationName } from '../backend-faults.js';
 import type { Scenario } from '../harness.js';
-import { answersOf, rejectedCompletions } from './batch-wave.js';
 import {
   FLOW_STEPS,
+  expectAppliedOnce,
   expectFlowCompleted,
   flowStep,
   releaseHold,
   startEagerFlow,
+  terminateReleasedCompletion,
   turnAttempts,
   waitForHold,
 } from './eager-flow.js';
@@ -92,34 +93,14 @@ export const terminateEager: Scenario = {
           { timeoutMs: 10 * L + 20_000 },
         );
         const token = held.rows[0]?.attempt.token ?? '';
-        const lock = await lockRow(ctx, 'runs', flow.runId);
         const from = a.mark();
-        try {
-          a.command({ token, action: 'release-completion', by: 'scenario' });
-          await waitingBackend(ctx, {
-            applicationName: APPLICATION_NAME,
-            pattern: COMPLETION_STATEMENT,
-            terminate: true,
-            timeoutMs: 5_000,
-          });
-          ctx.fault('terminated: completion claiming a turn');
-        } catch (error) {
-          ctx.expect(false, `${flow.runId}: ${(error as Error).message}`);
-        } finally {
-          await lock.release();
-        }
+        await terminateReleasedCompletion(ctx, a, flow.runId, token, {
+          applicationName: APPLICATION_NAME,
+          pattern: COMPLETION_STATEMENT,
+        });
+        ctx.fault('terminated: completion claiming a turn');
         await expectFlowCompleted(ctx, flow.runId, variant);
-        const got = answersOf(a, [token], from).get(token) ?? [];
-        ctx.expect(
-          got.length === 1 && got[0] === 'applied',
-          `${flow.runId}: the completion under ${token} was answered ${got.join(', ') || 'never'} after the ` +
-            `termination, want applied once (the terminated statement committed nothing)`,
-        );
-        const rejected = await rejectedCompletions(ctx, [token]);
-        ctx.expect(
-          !rejected.has(token),
-          `${flow.runId}: the completion under ${token} was recorded as stale`,
-        );
+        await expectAppliedOnce(ctx, a, flow.runId, token, from);
         const next = a.messages
           .slice(from)
           .find((m) => m.type === 'turn:committed' && m.runId === flow.runId);

@@ -21,14 +21,17 @@
  * (the flow ran fused steps), and per variant: A's turn attempts (the fused turn of step k granted only when the
  * statement committed), step k's grants and starts, and the answers above.
  */
-import { lockRow, waitingBackend, withApplicationName } from '../backend-faults.js';
+import { withApplicationName } from '../backend-faults.js';
 import type { Scenario, ScenarioContext } from '../harness.js';
 import type { WorkerProcess } from '../../support/worker-process.js';
 import { answersOf, rejectedCompletions } from './batch-wave.js';
 import {
   FLOW_STEPS,
+  expectAppliedOnce,
   expectFlowCompleted,
+  expectLateCompletionRefused,
   startEagerFlow,
+  terminateReleasedCompletion,
   turnAttempts,
   type EagerFlow,
 } from './eager-flow.js';
@@ -94,56 +97,19 @@ export const fusedStep: Scenario = {
         );
         if (variant === 'sigstop') {
           a.kill('SIGCONT');
-          a.command({ token, action: 'release-completion', by: 'scenario' });
-          const answered = await a
-            .waitFor(
-              'chaos:batch',
-              (m) => m.phase === 'answered' && m.rows.some((r) => r.attempt.token === token),
-              { after: from, timeoutMs: 10_000 },
-            )
-            .catch(() => undefined);
-          const outcome = answered?.rows.find((r) => r.attempt.token === token)?.outcome;
-          ctx.expect(
-            outcome === 'rejected',
-            `${flow.runId}: A's late completion under ${token} was answered ${outcome ?? 'never'}, want rejected`,
-          );
-          const rejected = await rejectedCompletions(ctx, [token]);
-          ctx.expect(
-            rejected.has(token),
-            `${flow.runId}: A's late completion under ${token} was not recorded as stale`,
-          );
-          ctx.fault(`late fused completion refused: ${rejected.get(token) ?? '-'}`);
+          const reason = await expectLateCompletionRefused(ctx, a, flow.runId, token);
+          ctx.fault(`late fused completion refused: ${reason ?? '-'}`);
         }
         await expectTurnsOfA(ctx, flow, a, k + 1);
         await b.stop();
       } else if (variant === 'terminate') {
-        const lock = await lockRow(ctx, 'runs', flow.runId);
-        try {
-          a.command({ token, action: 'release-completion', by: 'scenario' });
-          await waitingBackend(ctx, {
-            applicationName: `${APPLICATION_NAME}-${i}`,
-            pattern: FUSED_STATEMENT,
-            terminate: true,
-            timeoutMs: 5_000,
-          });
-          ctx.fault('terminated: fused statement');
-        } catch (error) {
-          ctx.expect(false, `${flow.runId}: ${(error as Error).message}`);
-        } finally {
-          await lock.release();
-        }
+        await terminateReleasedCompletion(ctx, a, flow.runId, token, {
+          applicationName: `${APPLICATION_NAME}-${i}`,
+          pattern: FUSED_STATEMENT,
+        });
+        ctx.fault('terminated: fused statement');
         await expectFlowCompleted(ctx, flow.runId, variant);
-        const got = answersOf(a, [token], from).get(token) ?? [];
-        ctx.expect(
-          got.length === 1 && got[0] === 'applied',
-          `${flow.runId}: the completion under ${token} was answered ${got.join(', ') || 'never'} after the ` +
-            `termination, want applied once (recorded on its own: the terminated statement committed nothing)`,
-        );
-        const rejected = await rejectedCompletions(ctx, [token]);
-        ctx.expect(
-          !rejected.has(token),
-          `${flow.runId}: the completion under ${token} was recorded as stale`,
-        );
+        await expectAppliedOnce(ctx, a, flow.runId, token, from);
         const next = a.all('turn:committed', (m) => m.runId === flow.runId)[k + 1];
         ctx.expect(
           next?.grant === 'eager',
