@@ -195,7 +195,6 @@ async function turnStatement(
   dispatch: EagerDispatch,
 ): Promise<TurnStatementRow | undefined> {
   const fused = grant.kind === 'fused' ? grant.fused : undefined;
-  const ref = grant.kind === 'claimed' ? grant.ref : undefined;
   const runId = grant.kind === 'claimed' ? grant.ref.runId : grant.fused.runId;
   const wakeCount = grant.kind === 'claimed' ? grant.ref.wakeCount : grant.fused.wakeCount;
   const cancelRequested = grant.kind === 'claimed' ? grant.ref.cancelRequested : false;
@@ -237,14 +236,15 @@ async function turnStatement(
   }
   const fusedStepId = fused?.completion.stepId ?? null;
   // The fence on the run row: the claim's (token, nonce, unexpired lease), or a fused step's (see commitFusedTurn).
-  const runFence = fused
-    ? sql`lk.turn_lease_expires_at IS NULL AND lk.turn_epoch = ${fused.turnEpoch}::int
-         AND lk.turn_attempt = ${fused.turnAttempt}::int AND lk.turn_worker_id = ${fused.workerId}
-         AND lk.wake_count = ${fused.wakeCount}::int AND NOT lk.cancel_requested
+  const runFence =
+    grant.kind === 'claimed'
+      ? sql`lk.turn_token = ${grant.ref.token.toString()}::bigint AND lk.turn_nonce = ${grant.ref.nonce}::uuid
+         AND lk.turn_lease_expires_at > (SELECT t FROM lock_clock)`
+      : sql`lk.turn_lease_expires_at IS NULL AND lk.turn_epoch = ${grant.fused.turnEpoch}::int
+         AND lk.turn_attempt = ${grant.fused.turnAttempt}::int AND lk.turn_worker_id = ${grant.fused.workerId}
+         AND lk.wake_count = ${grant.fused.wakeCount}::int AND NOT lk.cancel_requested
          AND (lk.turn_next_run_at IS NULL OR lk.turn_next_run_at > (SELECT t FROM lock_clock))
-         AND ${fused.nowMs}::float8 <= extract(epoch FROM (SELECT t FROM lock_clock)) * 1000`
-    : sql`lk.turn_token = ${ref?.token.toString() ?? '0'}::bigint AND lk.turn_nonce = ${ref?.nonce ?? ''}::uuid
-         AND lk.turn_lease_expires_at > (SELECT t FROM lock_clock)`;
+         AND ${grant.fused.nowMs}::float8 <= extract(epoch FROM (SELECT t FROM lock_clock)) * 1000`;
   // A fused step's own fence: the completing attempt still holds its step, judged once the step is locked.
   const stepFence = fused
     ? sql`EXISTS (SELECT 1 FROM locked l WHERE l.id = ${fused.completion.stepId}::uuid
@@ -447,16 +447,16 @@ async function turnStatement(
       RETURNING r.id, r.queue, r.turn_next_run_at <= (SELECT t FROM clock) AS due_now, r.status, r.output, r.error,
                 r.cancel_reason, r.result_waiters, r.turn_token, r.turn_nonce, r.turn_epoch, r.turn_attempt),
     turn_attempt AS (${
-      fused
+      grant.kind === 'claimed'
         ? sql`
+      UPDATE ${n.attempts} SET outcome = 'completed', ended_at = (SELECT t FROM clock)
+       WHERE fencing_token = ${grant.ref.token.toString()}::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)`
+        : sql`
       INSERT INTO ${n.attempts} (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at, outcome,
                                  ended_at)
-      SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, ${fused.workerId}, (SELECT t FROM clock),
+      SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, ${grant.fused.workerId}, (SELECT t FROM clock),
              'completed', (SELECT t FROM clock)
         FROM run_row`
-        : sql`
-      UPDATE ${n.attempts} SET outcome = 'completed', ended_at = (SELECT t FROM clock)
-       WHERE fencing_token = ${ref?.token.toString() ?? '0'}::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)`
     }
       RETURNING 1),
     -- Every live step ends with the run, running ones included (invariant 12: the holder's next write is
