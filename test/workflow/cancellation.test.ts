@@ -1,5 +1,4 @@
-import { AsyncResource } from 'node:async_hooks';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import {
   CancelledFailure,
@@ -8,9 +7,9 @@ import {
   type AbortReason,
   type AttemptAbortedError,
 } from '@palisade/sdk';
-import { setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
 import { attemptsOf, deferred, runOf, stepsOf, until, warmUp } from './workflow-rows.js';
+import { cancelWhileTurnRuns } from './cancel-race.js';
 
 const HEARTBEAT_MS = 500;
 
@@ -159,58 +158,9 @@ for (const driver of ['postgres', 'pglite'] as const) {
     });
 
     it('does not lose a cancel requested while a turn that schedules the next step is in flight', async () => {
-      const executions: string[] = [];
-      const act = (name: string) =>
-        defineActivity({
-          name,
-          input: z.object({}),
-          output: z.string(),
-          run: () => {
-            executions.push(name);
-            return Promise.resolve(name);
-          },
-        });
-      const [first, second, undo] = [act('first'), act('second'), act('undo')];
-      let fired = false;
-      let cancelRequest: Promise<string> | undefined;
-      // Runs outside the turn's async context, so the engine does not take the request for workflow I/O.
-      const fireCancel = AsyncResource.bind(() => {
-        cancelRequest = engine.client.getHandle(runId).cancel('raced');
-      });
-      const racing = defineWorkflow({
-        name: 'racing',
-        input: z.object({}),
-        output: z.string(),
-        async run(_input, ctx) {
-          await ctx.run(first, {});
-          if (!fired) {
-            fired = true;
-            fireCancel(); // the request commits while this turn is still replaying (before it commits)
-          }
-          try {
-            return await ctx.run(second, {});
-          } catch (error) {
-            await ctx.run(undo, {});
-            throw error;
-          }
-        },
-      });
       const engine = await target.engine();
-      // The request commits before the turn that ran into it commits (not left to the event loop's timing).
-      setFaultHook('turn:before-commit', async () => {
-        await cancelRequest;
-      });
-      onTestFinished(() => setFaultHook('turn:before-commit', undefined));
-      const worker = engine.worker({
-        workflows: [racing],
-        activities: [first, second, undo],
-        pollIntervalMs: 50,
-      });
-      await worker.start();
-      const handle = await engine.client.start(racing, {});
-      const runId = handle.runId;
-      const error = await handle.result({ timeoutMs: 15_000 }).catch((e: unknown) => e);
-      expect(await cancelRequest).toBe('running');
+      const { runId, worker, error, cancelAnswer, executions } = await cancelWhileTurnRuns(engine);
+      expect(cancelAnswer).toBe('running');
       expect(error).toBeInstanceOf(CancelledFailure);
       expect(executions).toEqual(['first', 'undo']);
       const steps = await stepsOf(engine, runId);
@@ -224,6 +174,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         const turns = (await attemptsOf(engine, runId)).filter((a) => a.kind === 'turn');
         expect(turns.map((a) => a.outcome)).toContain('released');
       }
+      await worker.stop();
     });
 
     it('cancels a run that no worker has picked up yet, before any of its steps runs', async () => {

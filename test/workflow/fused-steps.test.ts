@@ -7,17 +7,16 @@
  * last turn; otherwise the completion is recorded the ordinary way and the next turn replays in full — with the
  * same history either way.
  */
-import { AsyncResource } from 'node:async_hooks';
 import { PgDialect } from 'drizzle-orm/pg-core';
 import type { SQL } from 'drizzle-orm';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { CancelledFailure, defineActivity, defineWorkflow } from '@palisade/sdk';
 import type { Engine } from '@palisade/engine';
-import { setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
 import { attemptsOf, deferred, stepsOf, turnLog, until } from './workflow-rows.js';
 import { add, counter } from './counter-workflow.js';
+import { cancelWhileTurnRuns } from './cancel-race.js';
 
 const dialect = new PgDialect();
 
@@ -237,64 +236,27 @@ for (const driver of ['postgres', 'pglite'] as const) {
     });
 
     it('ends the completing step too when a cancel commits while its fused turn runs: the completion is refused', async () => {
-      const executions: string[] = [];
-      const act = (name: string) =>
-        defineActivity({
-          name,
-          input: z.object({}),
-          output: z.string(),
-          run: () => {
-            executions.push(name);
-            return Promise.resolve(name);
-          },
-        });
-      const [first, second] = [act('first'), act('second')];
-      let fired = false;
-      let cancelRequest: Promise<string> | undefined;
-      // Runs outside the turn's async context, so the engine does not take the request for workflow I/O.
-      const fireCancel = AsyncResource.bind(() => {
-        cancelRequest = engine.client.getHandle(runId).cancel('raced');
-      });
-      const racing = defineWorkflow({
-        name: 'racing',
-        input: z.object({}),
-        output: z.string(),
-        async run(_input, ctx) {
-          await ctx.run(first, {});
-          if (!fired) {
-            fired = true;
-            fireCancel(); // commits while the fused turn runs, before its statement is sent
-          }
-          return ctx.run(second, {});
-        },
-      });
       const engine = await target.engine();
-      setFaultHook('turn:before-commit', async () => {
-        await cancelRequest;
-      });
-      onTestFinished(() => setFaultHook('turn:before-commit', undefined));
-      const worker = engine.worker({
-        workflows: [racing],
-        activities: [first, second],
-        pollIntervalMs: 50,
-        ...FUSED,
-      });
-      const turns = turnLog(worker);
       const refused: string[] = [];
       const refusal = deferred();
-      worker.events.on('attempt:stale-rejected', (e) => {
-        refused.push(e.error.reason);
-        refusal.resolve();
-      });
-      await worker.start();
-      const handle = await engine.client.start(racing, {});
-      const runId = handle.runId;
-      const error = await handle.result({ timeoutMs: 15_000 }).catch((e: unknown) => e);
-      expect(await cancelRequest).toBe('running');
+      let turns: ReturnType<typeof turnLog> = [];
+      const { runId, worker, error, cancelAnswer, executions } = await cancelWhileTurnRuns(
+        engine,
+        FUSED,
+        (w) => {
+          turns = turnLog(w);
+          w.events.on('attempt:stale-rejected', (e) => {
+            refused.push(e.error.reason);
+            refusal.resolve();
+          });
+        },
+      );
+      expect(cancelAnswer).toBe('running');
       expect(error).toBeInstanceOf(CancelledFailure);
       await refusal.promise;
       // The request found `first` still running (its completion was not recorded yet) and ended it; the fused
-      // statement did not apply, and the completion recorded on its own was refused as cancelled.
+      // statement did not apply, and the completion recorded on its own was refused as cancelled. The code's
+      // await of `first` failed, outside its try: `second` and `undo` never ran.
       expect(executions).toEqual(['first']);
       expect(refused).toEqual(['cancelled']);
       expect(turns.filter((t) => t.runId === runId).map((t) => t.grant)).not.toContain('fused');

@@ -396,19 +396,28 @@ async function turnStatement(
              status = CASE WHEN dl.fires_timer OR s.id = ${fusedStepId}::uuid THEN 'completed' ELSE s.status END,
              finished_at = CASE WHEN s.id = ${fusedStepId}::uuid THEN (SELECT t FROM step_clock)
                                 WHEN dl.fires_timer THEN (SELECT t FROM clock) ELSE s.finished_at END,
-             next_run_at = CASE WHEN dl.fires_timer OR s.id = ${fusedStepId}::uuid THEN NULL ELSE s.next_run_at END,
-             -- A fused step's completion (the fence checked it holds the step): as completeSteps writes it.
-             output = CASE WHEN s.id = ${fusedStepId}::uuid THEN ${fused ? JSON.stringify(fused.completion.output ?? null) : null}::jsonb
-                           ELSE s.output END,
-             error = CASE WHEN s.id = ${fusedStepId}::uuid THEN NULL ELSE s.error END,
-             ended_nonce = CASE WHEN s.id = ${fusedStepId}::uuid THEN s.nonce ELSE s.ended_nonce END
+             next_run_at = CASE WHEN dl.fires_timer OR s.id = ${fusedStepId}::uuid THEN NULL ELSE s.next_run_at END${
+               fused
+                 ? sql`,
+             -- The rest of a fused step's completion (the fence checked it holds the step), as completeSteps
+             -- writes it.
+             output = CASE WHEN s.id = ${fused.completion.stepId}::uuid
+                           THEN ${JSON.stringify(fused.completion.output ?? null)}::jsonb ELSE s.output END,
+             error = CASE WHEN s.id = ${fused.completion.stepId}::uuid THEN NULL ELSE s.error END,
+             ended_nonce = CASE WHEN s.id = ${fused.completion.stepId}::uuid THEN s.nonce ELSE s.ended_nonce END`
+                 : sql``
+             }
         FROM dl
        WHERE s.id = dl.id AND s.run_id = ${runId}::uuid AND EXISTS (SELECT 1 FROM go)
-      RETURNING s.id, s.seq, dl.fires_timer, s.fencing_token, s.id = ${fusedStepId}::uuid AS completes),
+      RETURNING s.id, s.seq, dl.fires_timer, s.fencing_token),${
+        fused
+          ? sql`
     completed_attempt AS (
       UPDATE ${n.attempts} a SET outcome = 'completed', ended_at = (SELECT t FROM step_clock)
-        FROM marked m WHERE m.completes AND a.fencing_token = m.fencing_token
-      RETURNING 1),
+        FROM marked m WHERE m.id = ${fused.completion.stepId}::uuid AND a.fencing_token = m.fencing_token
+      RETURNING 1),`
+          : sql``
+      }
     fired_events AS (
       INSERT INTO ${n.events} (run_id, step_id, type, data, terminal, at)
       SELECT ${runId}::uuid, id, 'timer:fired', jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
@@ -497,9 +506,13 @@ async function turnStatement(
     )}
     SELECT ${fused ? sql`EXISTS (SELECT 1 FROM go)` : sql`EXISTS (SELECT 1 FROM fence)`} AS fenced,
            (SELECT conflict FROM gate) AS conflict,
-           (SELECT count(*) FROM completed_attempt) + (SELECT count(*) FROM turn_attempt) AS ended_attempts,
+           ${
+             fused
+               ? sql`(SELECT count(*) FROM completed_attempt) AS completed_attempts,
            (SELECT jsonb_build_object('epoch', turn_epoch, 'attempt', turn_attempt, 'token', turn_token::text)
-              FROM run_row) AS turn,
+              FROM run_row) AS turn,`
+               : sql``
+           }
            (SELECT count(*) FROM notified) AS notified,
            (SELECT jsonb_build_object('status', status, 'output', output, 'error', error, 'cancel_reason', cancel_reason)
               FROM run_row WHERE ${ending}) AS ended,

@@ -186,6 +186,12 @@ export async function completeStep(
   return settleFencedResult(row, p, 'complete');
 }
 
+/** Where a completed activity step stands in its workflow: its position and activity name (for a fused step). */
+export interface StepPosition {
+  readonly seq: number;
+  readonly name: string;
+}
+
 /** The attempt of a completion, without its nonce and output (what a fault hook is shown). */
 export function attemptRefOf(p: CompleteStepParams): AttemptRef {
   return { runId: p.runId, stepId: p.stepId, stepLabel: p.stepLabel, attempt: p.attempt, token: p.token };

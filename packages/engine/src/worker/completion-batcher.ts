@@ -7,6 +7,7 @@ import {
   completeSteps,
   type CompleteStepParams,
   type EagerTurns,
+  type StepPosition,
 } from '../queries/complete-step.js';
 import { failSteps, type FailStepParams } from '../queries/fail-step.js';
 import { settleFencedResult, type FencedResultRow } from '../queries/fenced-outcome.js';
@@ -33,13 +34,14 @@ export interface EagerTurnHost {
   reserve(most: number): EagerTurns | undefined;
   adopt(reserved: EagerTurns, claimed: readonly ClaimedTurnRow[]): void;
   /**
-   * A fused step (see TurnLoop.completeFused): record the completion together with the run's next turn, run on
-   * the workflow instance this worker kept; `'applied'` when that committed, undefined to record it the ordinary way.
+   * A fused step (see TurnLoop.completeFused), present only on a worker with `fuseSteps`: record the completion
+   * together with the run's next turn, run on the workflow instance this worker kept; `'applied'` when that
+   * committed, undefined to record it the ordinary way.
    */
-  completeFused(
+  readonly completeFused?: (
     completion: CompleteStepParams,
-    step: { readonly seq: number; readonly name: string },
-  ): Promise<'applied' | undefined>;
+    step: StepPosition,
+  ) => Promise<'applied' | undefined>;
 }
 
 /** Most completions (or failures) in one statement. */
@@ -79,15 +81,10 @@ export class CompletionBatcher {
    * @returns `'applied'`, or `'replayed'` when this attempt's completion had already committed.
    * @throws LeaseLostError when the attempt no longer holds its step; the statement's error otherwise.
    */
-  async complete(
-    params: CompleteStepParams,
-    step?: { readonly seq: number; readonly name: string },
-  ): Promise<'applied' | 'replayed'> {
-    if (step && this.turns) {
-      const fused = await this.turns.completeFused(params, step);
-      if (fused) return fused;
-    }
-    return this.enqueue({ kind: 'complete', params });
+  complete(params: CompleteStepParams, step?: StepPosition): Promise<'applied' | 'replayed'> {
+    const fuse = step && this.turns?.completeFused;
+    if (!fuse) return this.enqueue({ kind: 'complete', params });
+    return fuse(params, step).then((fused) => fused ?? this.enqueue({ kind: 'complete', params }));
   }
 
   /**

@@ -28,7 +28,7 @@ import { RetentionSweeper } from './retention-sweeper.js';
 import { isGrantFresh, localLeaseDeadline, monotonicNow } from './lease-clock.js';
 import { WakeSignal, claimRetryDelayMs } from './wake-signal.js';
 import { WorkerEvents } from './worker-events.js';
-import type { EagerTurns } from '../queries/complete-step.js';
+import type { CompleteStepParams, EagerTurns, StepPosition } from '../queries/complete-step.js';
 import type { ClaimedTurnRow } from '../queries/claim-turns.js';
 import type { LocalResults } from '../db/notification-hub.js';
 
@@ -93,8 +93,12 @@ export class Worker {
     this.completions = new CompletionBatcher(host.db, host.names, {
       reserve: (most) => this.turns?.reserve(most),
       adopt: (reserved, claimed) => this.turns?.adopt(reserved, claimed),
-      completeFused: async (completion, step) =>
-        this.options.fuseSteps ? this.turns?.completeFused(completion, step) : undefined,
+      ...(this.options.fuseSteps
+        ? {
+            completeFused: (completion: CompleteStepParams, step: StepPosition) =>
+              this.turns?.completeFused(completion, step) ?? Promise.resolve(undefined),
+          }
+        : {}),
     });
   }
 

@@ -21,7 +21,12 @@ import {
 } from '../queries/commit-turn.js';
 import { faultHooks, type TurnFault } from '../internal/fault-points.js';
 import { monotonicNow } from '../worker/lease-clock.js';
-import { attemptRefOf, type CompleteStepParams, type EagerTurns } from '../queries/complete-step.js';
+import {
+  attemptRefOf,
+  type CompleteStepParams,
+  type EagerTurns,
+  type StepPosition,
+} from '../queries/complete-step.js';
 import type { AttemptRef } from '../queries/fenced-outcome.js';
 import { asStoredJson } from './stored-json.js';
 import type { SchemaNames } from '../queries/schema-names.js';
@@ -360,10 +365,7 @@ export class TurnLoop {
    * the instance is then dropped and the run's next turn replays in full). A database error falls back too: the
    * ordinary completion is then the idempotent retry of a statement whose outcome is unknown.
    */
-  async completeFused(
-    completion: CompleteStepParams,
-    step: { readonly seq: number; readonly name: string },
-  ): Promise<'applied' | undefined> {
+  async completeFused(completion: CompleteStepParams, step: StepPosition): Promise<'applied' | undefined> {
     if (this.state !== 'running') return undefined;
     const kept = this.instances.peek(completion.runId);
     if (!kept?.instance.continuable || !kept.instance.awaits(step.seq)) return undefined;
@@ -387,7 +389,7 @@ export class TurnLoop {
   private async fusedTurn(
     kept: KeptInstance,
     completion: CompleteStepParams,
-    step: { readonly seq: number; readonly name: string },
+    step: StepPosition,
   ): Promise<'applied' | undefined> {
     const runId = completion.runId;
     const atMonotonicMs = monotonicNow();
