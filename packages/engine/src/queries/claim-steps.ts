@@ -49,7 +49,7 @@ export interface ClaimedStepRow {
  * Eligible: `scheduled` and due, or `running` whose lease expired (and whose reclaim backoff passed, both
  * folded into `next_run_at`) and that still has attempts left and no cancel request — expired steps with
  * neither are ended by `expireSteps`, never reclaimed. Locks: `FOR NO KEY UPDATE SKIP LOCKED` on the picked rows
- * (not `FOR UPDATE`, which the key-share lock of an attempt row's foreign key would make it skip), READ
+ * (the lock the UPDATE takes anyway, as it changes no key; nothing is taken that a claim would skip), READ
  * COMMITTED; the UPDATE repeats the eligibility test on the locked version as defence in depth, so a claim can
  * never take an unexpired lease. Each claimed row takes a fresh token from the global sequence (taken under the
  * row lock, so grants of one step increase in commit order), a fresh nonce, attempt + 1, epoch + 1, an attempt

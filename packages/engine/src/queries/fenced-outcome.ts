@@ -86,7 +86,7 @@ export function stepFenceOnInput(_n: SchemaNames, alias: string): SQL {
  * (DESIGN.md §4 invariant 14). A batch's steps must be locked here, in id order, before its UPDATE touches them:
  * the UPDATE's join visits them in any order, and a heartbeat locking the same worker's steps by id would then
  * close a cycle with it (seen: deadlocks under the lock-order stress test). `FOR NO KEY UPDATE` rather than
- * `FOR UPDATE`: the key-share locks that foreign keys take when events or attempts are inserted never wait on it.
+ * `FOR UPDATE`: the lock the UPDATE takes anyway, as it changes no key.
  * The statement's write on the step must reference `step_lock` (e.g. `AND s.id IN (SELECT id FROM step_lock)`)
  * so that the locks are taken before the write.
  *

@@ -72,8 +72,9 @@ function prunablePredicate(n: SchemaNames): SQL {
  * it is never upgraded while another statement holds a key-share lock): runs that a cancel, a retry or another
  * pruner holds are skipped, never waited for, so several workers sweeping at once share the work instead of
  * queueing. Then the batch's steps by id, `FOR UPDATE`; the aggregates make every lock be taken before any
- * DELETE runs. Then the children are deleted explicitly, set-based over one uuid array (the foreign keys also
- * cascade, but row by row): events, attempts, steps, runs.
+ * DELETE runs. Then the children are deleted explicitly, set-based over one uuid array (steps and attempts have
+ * no foreign key to cascade, migration 0011; the events' key would cascade, but row by row): events, attempts,
+ * steps, runs.
  * @returns how many rows of each table were deleted; `runs` < `limit` means this batch reached the end.
  */
 export async function pruneRunBatch(

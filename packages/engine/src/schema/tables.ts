@@ -84,14 +84,16 @@ export function defineTables(schemaName: string) {
     ],
   );
 
-  /** One durable call of a run: an activity call, timer, signal wait or child run, at position `seq`. */
+  /**
+   * One durable call of a run: an activity call, timer, signal wait or child run, at position `seq`. No foreign
+   * key to its run (migration 0011): a step is inserted only by the statement that inserts its run or holds its
+   * run's row locked, and pruning deletes a run's steps itself.
+   */
   const steps = schema.table(
     'steps',
     {
       id: uuid('id').primaryKey().defaultRandom(),
-      runId: uuid('run_id')
-        .notNull()
-        .references(() => runs.id, { onDelete: 'cascade' }),
+      runId: uuid('run_id').notNull(),
       seq: integer('seq').notNull(),
       kind: text('kind').notNull(), // 'activity' | 'timer' | 'signal' | 'child'
       name: text('name').notNull(),
@@ -166,15 +168,17 @@ export function defineTables(schemaName: string) {
     ],
   );
 
-  /** One row per claim of a step or turn: who held which token, and how it ended. */
+  /**
+   * One row per claim of a step or turn: who held which token, and how it ended. No foreign keys (migration
+   * 0011): every row is inserted by the statement that has just locked and updated the step or run it names, and
+   * pruning deletes a run's attempts itself.
+   */
   const attempts = schema.table(
     'attempts',
     {
       id: bigserial('id', { mode: 'bigint' }).primaryKey(),
-      runId: uuid('run_id')
-        .notNull()
-        .references(() => runs.id, { onDelete: 'cascade' }),
-      stepId: uuid('step_id').references(() => steps.id, { onDelete: 'cascade' }),
+      runId: uuid('run_id').notNull(),
+      stepId: uuid('step_id'),
       kind: text('kind').notNull(), // 'activity' | 'turn'
       attempt: integer('attempt').notNull(),
       epoch: integer('epoch').notNull(),
