@@ -21,11 +21,20 @@ export type FencedResourceOptions = (
   /** Fences table name. @defaultValue `'fences'` */
   readonly table?: string;
   /**
-   * How long a `write` transaction may sit idle on the server (ms; postgres.js only): while it runs it holds its
-   * scope's row, so a writer frozen inside it (a stopped process, a partition) would hold every later writer of
-   * the scope — its successor included — until it resumed. Past this the server ends its session and the frozen
-   * write is rolled back. `0` disables it. Must be longer than any pause your `write` callback makes between its
-   * statements. @defaultValue 60_000
+   * How long a `write` or `accept` transaction may sit idle on the server (ms; postgres.js only): while it runs it
+   * holds its scope's row, so a writer frozen inside it (a stopped process, a partition) would hold every later
+   * writer of the scope — its successor included — until it resumed. Past this the server ends its idle session
+   * and the frozen write is rolled back. The fence sets the timeout in the message that takes the row, so the row
+   * is never held without it, and its own statements never leave the server waiting in the middle of a request.
+   *
+   * Idle means waiting for the client's next request: PostgreSQL (before 17's `transaction_timeout`) sets no limit
+   * on a session that waits in the middle of one. postgres.js sends a statement with parameters that the
+   * connection has not prepared yet (every such statement, with `prepare: false`) in two steps — Parse and
+   * Describe, then Bind and Execute once the server has answered — so a writer frozen between the two steps of one
+   * of your callback's statements holds the row until it resumes or its connection breaks.
+   *
+   * `0` disables it. Must be longer than any pause your `write` callback makes between its statements.
+   * @defaultValue 60_000
    */
   readonly idleInTransactionTimeoutMs?: number;
 };
@@ -61,36 +70,49 @@ export interface FencedResource<Tx = TransactionSql> {
 /** One parameterized statement, its rows back. */
 type Query = <R>(text: string, params: readonly string[]) => Promise<R[]>;
 
+/** Statements without parameters, separated by `;`, sent as one message: the rows of each, in order. */
+type Script = (text: string) => Promise<Record<string, unknown>[][]>;
+
 /** What the fence needs of a driver. */
 interface FenceDriver<Tx> {
   readonly query: Query;
   exec(text: string): Promise<void>;
-  transaction<T>(fn: (tx: Tx, query: Query) => Promise<T>): Promise<T>;
+  transaction<T>(fn: (tx: Tx, script: Script) => Promise<T>): Promise<T>;
 }
 
 function postgresDriver(sql: Sql): FenceDriver<TransactionSql> {
-  const on =
-    (client: Sql | TransactionSql): Query =>
-    async <R>(text: string, params: readonly string[]) =>
-      [...(await client.unsafe(text, [...params]))] as R[];
+  // Without parameters postgres.js sends the text as one Query message (the simple protocol), answered in one go;
+  // several statements come back as one result each.
+  const script =
+    (tx: TransactionSql): Script =>
+    async (text) => {
+      const results = (await tx.unsafe(text)) as unknown as unknown[];
+      return (Array.isArray(results[0]) ? results : [results]) as Record<string, unknown>[][];
+    };
   return {
-    query: on(sql),
+    query: async <R>(text: string, params: readonly string[]) =>
+      [...(await sql.unsafe(text, [...params]))] as R[],
     exec: async (text) => void (await sql.unsafe(text)),
-    transaction: async <T>(fn: (tx: TransactionSql, query: Query) => Promise<T>) =>
-      (await sql.begin((tx) => fn(tx, on(tx)))) as T,
+    transaction: async <T>(fn: (tx: TransactionSql, script: Script) => Promise<T>) =>
+      (await sql.begin((tx) => fn(tx, script(tx)))) as T,
   };
 }
 
 function pgliteDriver(pglite: PGlite): FenceDriver<PgliteTransaction> {
-  const on =
-    (client: PGlite | PgliteTransaction): Query =>
-    async <R>(text: string, params: readonly string[]) =>
-      (await client.query<R>(text, [...params])).rows;
   return {
-    query: on(pglite),
+    query: async <R>(text: string, params: readonly string[]) =>
+      (await pglite.query<R>(text, [...params])).rows,
     exec: async (text) => void (await pglite.exec(text)),
-    transaction: (fn) => pglite.transaction((tx) => fn(tx, on(tx))),
+    transaction: (fn) =>
+      pglite.transaction((tx) =>
+        fn(tx, async (text) => (await tx.exec(text)).map((r) => r.rows as Record<string, unknown>[])),
+      ),
   };
+}
+
+/** `text` as a SQL string literal; the `E'…'` form reads the same whatever `standard_conforming_strings` is. */
+function quoteLiteral(text: string): string {
+  return `E'${text.replace(/\\/g, '\\\\').replace(/'/g, "''")}'`;
 }
 
 /**
@@ -134,32 +156,45 @@ function fencedResource<Tx>(
   }
   // PGlite has one connection in one process: nothing else can be frozen holding the row.
   const idleSetting = options.pglite === undefined && idleMs > 0 ? idleMs : undefined;
-  async function check(query: Query, f: FencingToken): Promise<void> {
-    // Refused here, not by the database: a scope it cannot store would otherwise come back as a raw driver error.
+  async function check(script: Script, f: FencingToken): Promise<void> {
+    // Refused here, not by the database: a scope it cannot store would otherwise come back as a raw driver error
+    // (and checkText's refusal of NUL keeps the literal below well formed).
     checkText(f.scope, 'fencing scope');
     if (typeof f.token !== 'bigint' || f.token < 0n) {
       throw new InvalidOptionsError('fencing token', [
         { path: 'token', message: 'must be a non-negative bigint' },
       ]);
     }
-    // INSERT … ON CONFLICT DO UPDATE … WHERE locks the scope's row; a concurrent higher token waits for our
-    // commit and then wins, a lower one sees ours and is refused.
-    const rows = await query<{ token: string }>(
-      `INSERT INTO ${table} (scope, token, updated_at) VALUES ($1, $2::bigint, clock_timestamp())
-       ON CONFLICT (scope) DO UPDATE SET token = EXCLUDED.token, updated_at = EXCLUDED.updated_at
-        WHERE ${table}.token <= EXCLUDED.token
-       RETURNING token::text`,
-      [f.scope, f.token.toString()],
-    );
-    if (rows.length === 0) {
-      const current = await query<{ token: string }>(`SELECT token::text FROM ${table} WHERE scope = $1`, [
-        f.scope,
-      ]);
+    const scope = quoteLiteral(f.scope);
+    // One message, answered as a whole: the timeout (postgres.js), the fence, and the token it leaves. INSERT …
+    // ON CONFLICT DO UPDATE … WHERE locks the scope's row whether it accepts or refuses; a concurrent higher token
+    // waits for our commit and then wins, a lower one sees ours and is refused. The SELECT, with a snapshot of its
+    // own (read committed), sees the token that refused us.
+    // Literals, not parameters: postgres.js sends a statement with parameters that its connection has not prepared
+    // in two steps (Parse and Describe; Bind and Execute once answered), and between them the server waits for the
+    // client without counting it idle. A refused writer frozen there, reading the token that refused it, held the
+    // row past its timeout until it resumed.
+    const [accepted, current] = (
+      await script(
+        [
+          ...(idleSetting === undefined
+            ? []
+            : [`SELECT set_config('idle_in_transaction_session_timeout', '${idleSetting}', true)`]),
+          `INSERT INTO ${table} (scope, token, updated_at) VALUES (${scope}, ${f.token}::bigint, clock_timestamp())
+           ON CONFLICT (scope) DO UPDATE SET token = EXCLUDED.token, updated_at = EXCLUDED.updated_at
+            WHERE ${table}.token <= EXCLUDED.token
+           RETURNING token::text`,
+          `SELECT token::text FROM ${table} WHERE scope = ${scope}`,
+        ].join(';\n'),
+      )
+    ).slice(-2);
+    if (accepted === undefined || accepted.length === 0) {
+      const token = current?.[0]?.token;
       throw new LeaseLostError({
         operation: 'fenced-resource',
         stepLabel: f.scope,
         staleToken: f.token,
-        currentToken: current[0] ? BigInt(current[0].token) : null,
+        currentToken: typeof token === 'string' ? BigInt(token) : null,
         reason: 'superseded',
       });
     }
@@ -171,15 +206,11 @@ function fencedResource<Tx>(
          CREATE TABLE IF NOT EXISTS ${table} (scope text PRIMARY KEY, token bigint NOT NULL, updated_at timestamptz NOT NULL)`,
       ),
     write: <T>(fencing: FencingToken, write: (tx: Tx) => Promise<T>) =>
-      driver.transaction(async (tx, query) => {
-        if (idleSetting !== undefined)
-          await query(`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`, [
-            String(idleSetting),
-          ]);
-        await check(query, fencing);
+      driver.transaction(async (tx, script) => {
+        await check(script, fencing);
         return write(tx);
       }),
-    accept: (fencing) => driver.transaction((_tx, query) => check(query, fencing)),
+    accept: (fencing) => driver.transaction((_tx, script) => check(script, fencing)),
     async highest(scope) {
       const rows = await driver.query<{ token: string }>(
         `SELECT token::text FROM ${table} WHERE scope = $1`,
