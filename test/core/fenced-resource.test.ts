@@ -12,6 +12,26 @@ import { rejectionOf } from './engine-rows.js';
 
 const WRITERS = 24;
 
+/**
+ * Scopes that a literal quoted wrongly would break or turn into SQL (the fence sends its statements without
+ * parameters): each is accepted, read back exactly, kept apart from its neighbours, and refused below its token.
+ */
+const AWKWARD_SCOPES = ["it's", 'back\\slash\\', "\\'; DROP TABLE fences; --", "E'x'", 'naïve 🦊'];
+
+async function expectScopesKeptExactly(resource: FencedResource<unknown>): Promise<void> {
+  for (const [i, scope] of AWKWARD_SCOPES.entries()) {
+    await resource.accept({ scope, token: BigInt(10 + i) });
+  }
+  for (const [i, scope] of AWKWARD_SCOPES.entries()) {
+    expect(await resource.highest(scope)).toBe(BigInt(10 + i));
+    await expect(resource.accept({ scope, token: BigInt(9 + i) })).rejects.toMatchObject({
+      code: 'LEASE_LOST',
+      stepLabel: scope,
+      currentToken: BigInt(10 + i),
+    });
+  }
+}
+
 describe('fenced resources on postgres', () => {
   const target = useEngineTarget('postgres');
 
@@ -82,6 +102,11 @@ describe('fenced resources on postgres', () => {
       currentToken: 1n,
     });
     expect(await resource.highest('doc:c')).toBeNull();
+  });
+
+  it('keeps scopes with quotes, backslashes and SQL in them exactly', async () => {
+    const { resource } = await setup(target.sql());
+    await expectScopesKeptExactly(resource);
   });
 
   it(`leaves the highest token’s write when ${WRITERS} writers with different tokens race`, async () => {
@@ -187,6 +212,18 @@ describe('fenced resources on PGlite', () => {
       await expect(resource.accept({ scope: 'doc:a', token: 9n })).rejects.toBeInstanceOf(LeaseLostError);
       expect(await resource.highest('doc:a')).toBe(12n);
       expect(await resource.highest('doc:none')).toBeNull();
+    } finally {
+      await pglite.close();
+    }
+  });
+
+  it('keeps scopes with quotes, backslashes and SQL in them exactly', async () => {
+    const { PGlite } = await import('@electric-sql/pglite');
+    const pglite = new PGlite();
+    try {
+      const resource = createFencedResource({ pglite, schema: 'store' });
+      await resource.install();
+      await expectScopesKeptExactly(resource);
     } finally {
       await pglite.close();
     }

@@ -1,7 +1,7 @@
 import type { PGlite, Transaction as PgliteTransaction } from '@electric-sql/pglite';
 import { InvalidOptionsError, LeaseLostError, checkText } from '@palisade/sdk';
 import type { Sql, TransactionSql } from '../vendor/postgres/index.js';
-import { quoteIdent } from './db/database.js';
+import { quoteIdent, quoteLiteral } from './db/database.js';
 
 /** Where the fences live: a postgres.js client, or a PGlite instance (the embedded database). */
 export type FencedResourceOptions = (
@@ -108,11 +108,6 @@ function pgliteDriver(pglite: PGlite): FenceDriver<PgliteTransaction> {
         fn(tx, async (text) => (await tx.exec(text)).map((r) => r.rows as Record<string, unknown>[])),
       ),
   };
-}
-
-/** `text` as a SQL string literal; the `E'…'` form reads the same whatever `standard_conforming_strings` is. */
-function quoteLiteral(text: string): string {
-  return `E'${text.replace(/\\/g, '\\\\').replace(/'/g, "''")}'`;
 }
 
 /**

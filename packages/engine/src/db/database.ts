@@ -258,6 +258,14 @@ export function quoteIdent(name: string): string {
   return `"${name.replace(/"/g, '""')}"`;
 }
 
+/**
+ * `text` as a SQL string literal, for the few statements that must go without parameters (the simple protocol);
+ * the `E'…'` form reads the same whatever `standard_conforming_strings` is. `text` must hold no NUL (`checkText`).
+ */
+export function quoteLiteral(text: string): string {
+  return `E'${text.replace(/\\/g, '\\\\').replace(/'/g, "''")}'`;
+}
+
 /** A SQL fragment naming `<schema>.<object>`, safely quoted. */
 export function qualified(schema: string, object: string): SQL {
   return sql.raw(`${quoteIdent(schema)}.${quoteIdent(object)}`);
