@@ -124,12 +124,16 @@ describe('fenced resources on postgres', () => {
         const tokens = shuffled(Array.from({ length: WRITERS }, (_, i) => BigInt(100 * round + i + 1)));
         // Hold the scope's fence row so every writer queues on it, then let them all go at once.
         await resource.accept({ scope: `doc:${id}`, token: 0n });
-        let writes: Promise<string>[] = [];
+        // Settled as soon as they start: once the holder's COMMIT frees the row, a refused writer can reject before
+        // the holder's own reply has come back, and an unwatched rejection is an error of the whole test run.
+        let writes: Promise<PromiseSettledResult<string>[]> = Promise.resolve([]);
         let settled = 0;
         await admin.begin(async (tx) => {
           await tx.unsafe(`SELECT 1 FROM "${schema}".fences WHERE scope = $1 FOR UPDATE`, [`doc:${id}`]);
-          writes = tokens.map((t) =>
-            writeDocument(resource, schema, id, t, `written at ${t}`).finally(() => settled++),
+          writes = Promise.allSettled(
+            tokens.map((t) =>
+              writeDocument(resource, schema, id, t, `written at ${t}`).finally(() => settled++),
+            ),
           );
           for (;;) {
             const [row] = await admin<{ waiting: number }[]>`
@@ -140,7 +144,7 @@ describe('fenced resources on postgres', () => {
             if (settled > 0) throw new Error('a writer finished while the fence row was held');
           }
         });
-        const outcomes = await Promise.allSettled(writes);
+        const outcomes = await writes;
 
         const highest = tokens.reduce((a, b) => (b > a ? b : a));
         expect(await resource.highest(`doc:${id}`)).toBe(highest);
