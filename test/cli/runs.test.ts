@@ -9,7 +9,7 @@ import type { EventEmitter } from 'node:events';
 import postgres from '@palisade/engine/postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { ApplicationFailure, defineActivity } from '@palisade/sdk';
+import { ApplicationFailure, defineActivity, defineSignal, defineWorkflow } from '@palisade/sdk';
 import {
   createEngine,
   loadMigrations,
@@ -292,12 +292,74 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
     expect((await engine.client.getHandle(chargeRunId).describe()).run.status).toBe('completed');
   });
 
+  it('signals a waiting workflow run, and shows its signals: taken, and pending', async () => {
+    const approval = defineSignal({ name: 'approval', payload: z.object({ approved: z.boolean() }) });
+    const approve = defineWorkflow({
+      name: 'approve',
+      input: z.object({}),
+      output: z.boolean(),
+      async run(_input, ctx) {
+        return (await ctx.waitForSignal(approval)).approved;
+      },
+    });
+    const worker = engine.worker({ workflows: [approve], pollIntervalMs: 60_000 });
+    await worker.start();
+    try {
+      const handle = await engine.client.start(approve, {});
+      const sent = await runCli([
+        'runs',
+        'signal',
+        handle.runId,
+        'approval',
+        '{"approved":true}',
+        '--json',
+        ...target(schema),
+      ]);
+      expect(sent.stderr).toBe('');
+      expect(JSON.parse(sent.stdout)).toMatchObject({ runId: handle.runId, signal: 'approval' });
+      await expect(handle.result({ timeoutMs: 30_000 })).resolves.toBe(true);
+      const late = await runCli(['runs', 'signal', handle.runId, 'approval', ...target(schema)]);
+      expect([late.code, late.stdout]).toEqual([1, '']);
+      expect(late.stderr).toMatch(/^\[RUN_ENDED\] run .* has ended \(completed\)/);
+      const badJson = await runCli([
+        'runs',
+        'signal',
+        handle.runId,
+        'approval',
+        '{approved',
+        ...target(schema),
+      ]);
+      expect([badJson.code, badJson.stdout]).toEqual([1, '']);
+      expect(badJson.stderr).toMatch(/^\[INVALID_OPTIONS\] .*json: is not JSON/);
+
+      // A second run, signalled with something it never waits for: kept, shown pending.
+      const other = await engine.client.start(approve, {});
+      await engine.client.signal(other.runId, defineSignal({ name: 'note', payload: z.string() }), 'fyi');
+      const [shown, shownOther] = await Promise.all([
+        runCli(['runs', 'show', handle.runId, ...target(schema)]),
+        runCli(['runs', 'show', other.runId, ...target(schema)]),
+      ]);
+      expect(shown.stdout).toMatch(
+        new RegExp(
+          `SIGNALS \\(1\\)\\n  ${CLOCK}  #\\d+  approval  taken by approval#0 at ${CLOCK}  \\{"approved":true\\}`,
+        ),
+      );
+      expect(shownOther.stdout).toMatch(
+        new RegExp(`SIGNALS \\(1, 1 pending\\)\\n  ${CLOCK}  #\\d+  note  pending  "fyi"`),
+      );
+      expectTerminalFriendly(shown.stdout);
+    } finally {
+      await worker.stop({ graceMs: 1_000 });
+    }
+  });
+
   it('exits 1 with [RUN_NOT_FOUND] for an unknown run id', async () => {
     const unknown = randomUUID();
     const results = await Promise.all(
-      (['show', 'cancel', 'retry'] as const).map((command) =>
-        runCli(['runs', command, unknown, ...target(schema)]),
-      ),
+      [
+        ...(['show', 'cancel', 'retry'] as const).map((command) => [command, unknown]),
+        ['signal', unknown, 'go'],
+      ].map((args) => runCli(['runs', ...args, ...target(schema)])),
     );
     for (const result of results) {
       expect(result.code).toBe(1);

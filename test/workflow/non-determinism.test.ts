@@ -78,6 +78,35 @@ function fixture() {
       await ctx.run(acts.audit, input);
       return [created, welcomed, followed];
     },
+    // The same three changes under a patch: runs recorded before the change replay the old branch.
+    'renamed, patched': async (input, ctx) => {
+      const created = await ctx.run(acts.createUser, input);
+      const welcomed = ctx.patched('say-hello')
+        ? await ctx.run(acts.sendHello, input)
+        : await ctx.run(acts.sendWelcome, input);
+      await ctx.sleep('10s');
+      return [created, welcomed, await ctx.run(acts.sendFollowup, input)];
+    },
+    'swapped, patched': async (input, ctx) => {
+      let created: string;
+      let welcomed: string;
+      if (ctx.patched('welcome-first')) {
+        welcomed = await ctx.run(acts.sendWelcome, input);
+        created = await ctx.run(acts.createUser, input);
+      } else {
+        created = await ctx.run(acts.createUser, input);
+        welcomed = await ctx.run(acts.sendWelcome, input);
+      }
+      await ctx.sleep('10s');
+      return [created, welcomed, await ctx.run(acts.sendFollowup, input)];
+    },
+    'inserted, patched': async (input, ctx) => {
+      const created = await ctx.run(acts.createUser, input);
+      const welcomed = await ctx.run(acts.sendWelcome, input);
+      if (ctx.patched('audit-before-sleep')) await ctx.run(acts.audit, input);
+      await ctx.sleep('10s');
+      return [created, welcomed, await ctx.run(acts.sendFollowup, input)];
+    },
   };
   const version2 = (variant: string) =>
     defineWorkflow({ name: 'onboard', input: user, output: z.array(z.string()), run: v2[variant] as never });
@@ -130,7 +159,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
           ),
         ),
       );
-      return { engine, ledger, handles, outcomes };
+      return { engine, ledger, handles, outcomes, w2 };
     }
 
     it.each(failing)(
@@ -161,6 +190,47 @@ for (const driver of ['postgres', 'pglite'] as const) {
           [],
         );
         expect(new Set(ledger).size).toBe(ledger.length);
+      },
+    );
+
+    it.each([
+      { variant: 'renamed, patched', newRun: ['createUser', 'sendHello'], newOutput: 'sendHello' },
+      { variant: 'swapped, patched', newRun: ['sendWelcome', 'createUser'], newOutput: 'sendWelcome' },
+      {
+        variant: 'inserted, patched',
+        newRun: ['createUser', 'sendWelcome', 'audit'],
+        newOutput: 'sendWelcome',
+      },
+    ])(
+      'completes every run when the change is $variant: old runs replay the old branch, new runs take the new one',
+      async ({ variant, newRun, newOutput }) => {
+        const { engine, ledger, outcomes, w2 } = await deployDuringSleep(variant);
+        for (const [i, outcome] of outcomes.entries()) {
+          expect(outcome).toEqual({
+            output: [`createUser(u${i})`, `sendWelcome(u${i})`, `sendFollowup(u${i})`],
+          });
+        }
+        // The old runs ran nothing of the new branch, and nothing twice.
+        expect(ledger.filter((e) => e.startsWith('sendHello:') || e.startsWith('audit:'))).toEqual([]);
+        expect(new Set(ledger).size).toBe(ledger.length);
+
+        const fresh = await engine.client.start(fixture().version2(variant), { user: 'new' });
+        await until(
+          [w2],
+          async () => (await stepsOf(engine, fresh.runId)).some((s) => s.kind === 'timer'),
+          'the new run asleep',
+        );
+        await advanceClock(engine, 10_000);
+        const output = await fresh.result({ timeoutMs: 20_000 });
+        expect(output).toEqual(['createUser(new)', `${newOutput}(new)`, 'sendFollowup(new)']);
+        const steps = await stepsOf(engine, fresh.runId);
+        expect(steps.filter((s) => s.kind === 'activity').map((s) => s.name)).toEqual([
+          ...newRun,
+          'sendFollowup',
+        ]);
+        expect(steps.filter((s) => s.kind === 'value').map((s) => s.name)).toEqual([
+          `patch:${{ 'renamed, patched': 'say-hello', 'swapped, patched': 'welcome-first', 'inserted, patched': 'audit-before-sleep' }[variant]}`,
+        ]);
       },
     );
 

@@ -20,6 +20,7 @@ export type PalisadeErrorCode =
   | 'RUN_NOT_FOUND'
   | 'RUN_FAILED'
   | 'RUN_CANCELLED'
+  | 'RUN_ENDED'
   | 'RESULT_TIMEOUT'
   | 'SCHEMA_TOO_NEW'
   | 'NON_DETERMINISM'
@@ -372,6 +373,18 @@ export class CancelledFailure extends PalisadeError {
 export class RunNotFoundError extends PalisadeError {
   constructor(what: string) {
     super('RUN_NOT_FOUND', `${what} does not exist; check the id (runs list shows existing runs)`);
+  }
+}
+
+/**
+ * A signal was sent to a run that has ended (`completed`, `failed` or `cancelled`): nothing was stored. `status` is
+ * the run's.
+ */
+export class RunEndedError extends PalisadeError {
+  readonly status: string;
+  constructor(runId: string, status: string, what: string) {
+    super('RUN_ENDED', `run ${runId} has ended (${status}): ${what} was not sent`, { runId });
+    this.status = status;
   }
 }
 

@@ -31,6 +31,7 @@ export {
   LeaseLostError,
   NonDeterminismError,
   PalisadeError,
+  RunEndedError,
   RunFailedError,
   RunNotFoundError,
   ValidationError,
@@ -57,9 +58,11 @@ export {
   type RetryPolicy,
 } from './retry-policy.js';
 export { validate } from './validate.js';
+export { defineSignal, type SignalDefinition, type SignalOptions, type SignalWait } from './signal.js';
 export {
   defineWorkflow,
   type RunActivityOptions,
+  type WaitForSignalOptions,
   type WorkflowContext,
   type WorkflowDefinition,
   type WorkflowInfo,

@@ -3,6 +3,7 @@ import type { ActivityDefinition } from './activity.js';
 import type { Duration } from './duration.js';
 import { InvalidOptionsError, formatIssues } from './errors.js';
 import type { RetryPolicy } from './retry-policy.js';
+import type { SignalDefinition, SignalWait } from './signal.js';
 
 /** What a workflow turn knows about its run (`ctx.info`). */
 export interface WorkflowInfo {
@@ -11,6 +12,16 @@ export interface WorkflowInfo {
   /** Claims of this run's turns so far, this one included. */
   readonly turnAttempt: number;
   readonly queue: string;
+}
+
+/** Options of `ctx.waitForSignal(signal, options)`. */
+export interface WaitForSignalOptions {
+  /**
+   * Stop waiting after this long (a duration, fixed by the database clock when the wait starts; at most 10
+   * years): the wait then resolves with `{ timedOut: true }`. Without it the wait lasts until a signal comes or
+   * the run is cancelled.
+   */
+  readonly timeout: Duration;
 }
 
 /** Per-call overrides of `ctx.run(activity, input, options)`. */
@@ -59,6 +70,36 @@ export interface WorkflowContext {
    * @throws InvalidOptionsError (at the call) when `date` is not a valid `Date`.
    */
   sleepUntil(date: Date): Promise<void>;
+  /**
+   * Wait for the next signal of this kind sent to the run, a durable step: resolves with its payload (the oldest
+   * one not yet taken by another wait, in the order the run received them). A signal sent before the wait is kept
+   * and taken at once. Holds no lease while waiting; a signal wakes the run at once. On replay the wait resolves
+   * with the payload it took the first time. With `{ timeout }` it resolves with a {@link SignalWait}:
+   * `{ timedOut: false, payload }` or, when the timeout passed first, `{ timedOut: true }`.
+   * @throws CancelledFailure (at the await) when the run is cancelled while it waits.
+   * @throws InvalidOptionsError (at the call) when `signal` is not from defineSignal() or `timeout` is not a
+   * duration in range.
+   */
+  waitForSignal<P extends z.ZodType>(signal: SignalDefinition<P>): Promise<z.output<P>>;
+  waitForSignal<P extends z.ZodType>(
+    signal: SignalDefinition<P>,
+    options: WaitForSignalOptions,
+  ): Promise<SignalWait<z.output<P>>>;
+  /**
+   * Whether this run takes the new branch of a code change `changeId` (Temporal's `patched`): true for a run that
+   * reaches this point with new code (the answer is recorded as a step), false for a run whose history was
+   * recorded by the old code before the change — it replays the old branch. Put the new code under
+   * `if (ctx.patched('id'))` and keep the old code in the `else` until no run recorded before the change is left,
+   * then use {@link deprecatePatch}. Without it a changed sequence of calls fails with NON_DETERMINISM.
+   * @throws InvalidOptionsError (at the call) when `changeId` is not 1–128 letters, digits and `_ . : -`.
+   */
+  patched(changeId: string): boolean;
+  /**
+   * Retire patch `changeId` once the old branch is gone from the code: a run that recorded the patch takes its
+   * record here, one that did not records nothing. Call it where `patched(changeId)` was.
+   * @throws InvalidOptionsError (at the call) as {@link patched}.
+   */
+  deprecatePatch(changeId: string): void;
   /** The current time, recorded on first execution so replay sees the same value. */
   now(): Date;
   /** A random number in [0, 1), recorded so replay sees the same value. */

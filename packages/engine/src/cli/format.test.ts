@@ -164,6 +164,7 @@ const timeline: RunTimeline = {
     attempt({ step_id: null, kind: 'turn', token: '9000000000000040', outcome: 'completed', duration_ms: 3 }),
   ],
   events: [staleEvent],
+  signals: [],
   unclaimed: [],
 };
 

@@ -13,6 +13,7 @@ import { devCommand } from './dev.js';
 import { migrateCommand } from './migrate.js';
 import { createOutput, type Output } from './output.js';
 import { runsCancelCommand } from './runs-cancel.js';
+import { runsSignalCommand } from './runs-signal.js';
 import { runsListCommand } from './runs-list.js';
 import { runsPruneCommand } from './runs-prune.js';
 import { runsRetryCommand } from './runs-retry.js';
@@ -55,11 +56,12 @@ export function buildProgram(output: Output): Command {
   program.addCommand(configure(migrateCommand(output)));
   program.addCommand(configure(devCommand(output)));
   program.addCommand(configure(workerCommand(output)));
-  const runs = configure(new Command('runs').description('list, show, cancel, retry and prune runs'));
+  const runs = configure(new Command('runs').description('list, show, signal, cancel, retry and prune runs'));
   for (const command of [
     runsListCommand(output),
     runsShowCommand(output),
     runsCancelCommand(output),
+    runsSignalCommand(output),
     runsRetryCommand(output),
     runsPruneCommand(output),
   ]) {

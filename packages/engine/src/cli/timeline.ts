@@ -232,6 +232,26 @@ export function formatRunTimeline(
     lines.push(INDENT + ' '.repeat(head.length) + truncate(staleDetails(e, r), room));
   }
 
+  // Signals only for workflow runs (an activity run cannot take one).
+  const signals = t.signals ?? [];
+  if (run.kind === 'workflow') {
+    const pending = signals.filter((g) => g.step_id === null).length;
+    lines.push(
+      '',
+      paint(term, 'bold', `SIGNALS (${signals.length}${pending > 0 ? `, ${pending} pending` : ''})`),
+    );
+    if (signals.length === 0) lines.push(INDENT + paint(term, 'dim', 'none'));
+    for (const g of signals) {
+      const head = `${formatClock(g.received_at, reference)}  #${g.id}  ${g.name}  `;
+      const taken =
+        g.step_id === null
+          ? paint(term, 'yellow', 'pending')
+          : `taken by ${names.label(g.step_id)} at ${formatClock(g.consumed_at, reference)}`;
+      const room = Math.max(10, width - INDENT.length - head.length - visibleText(taken).length - 2);
+      lines.push(INDENT + head + taken + '  ' + compactJson(g.payload, room));
+    }
+  }
+
   if (options.events) {
     lines.push('', paint(term, 'bold', `EVENTS (${t.events.length})`));
     const typeWidth = Math.min(22, Math.max(0, ...t.events.map((e) => e.type.length)));
@@ -250,4 +270,10 @@ export function formatRunTimeline(
     }
   }
   return lines;
+}
+
+/** `text` without terminal colour codes (for measuring). */
+function visibleText(text: string): string {
+  // eslint-disable-next-line no-control-regex
+  return text.replace(/\u001b\[[0-9;]*m/g, '');
 }

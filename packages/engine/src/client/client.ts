@@ -14,6 +14,7 @@ import {
   type ActivityDefinition,
   type Duration,
   type RetryPolicy,
+  type SignalDefinition,
   type WorkflowDefinition,
 } from '@palisade/sdk';
 import type { Logger } from 'pino';
@@ -30,6 +31,7 @@ import type { RunInsertOutcome, RunItem } from '../queries/run-by-key.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import { assertUsableOutsideTransaction } from '../worker/fenced-scope.js';
 import { RunHandle } from './run-handle.js';
+import { signalPayload, signalRun } from './signal-run.js';
 import type { ClaimedTurnRow } from '../queries/claim-turns.js';
 import type { EagerTurns } from '../queries/complete-step.js';
 
@@ -571,6 +573,55 @@ export class Client {
       }
     }
     return handles;
+  }
+
+  /**
+   * Send a signal to workflow run `runId`: durable once this returns (a retry after a lost reply stores it once).
+   * The run keeps it, in arrival order, until its code takes it with `ctx.waitForSignal(signal)` — at once if a wait
+   * for it is pending (the run is woken by NOTIFY), else at the next wait. A signal the code never waits for is kept
+   * and shown by `describe()` and `palisade runs show`. Legal outside a fenced transaction.
+   * @returns the signal's id, its place in the order the run received its signals.
+   * @throws ValidationError naming the payload field that fails the signal's schema; PalisadeError
+   * `PAYLOAD_TOO_LARGE` over `PAYLOAD_LIMITS.inputBytes`; InvalidOptionsError when `signal` is not from
+   * defineSignal() or the run is a standalone activity run; RunNotFoundError when there is no such run;
+   * RunEndedError (`RUN_ENDED`, with the run's `status`) when it has completed, failed or been cancelled.
+   */
+  async signal<P extends z.ZodType>(
+    runId: string,
+    signal: SignalDefinition<P>,
+    payload: z.input<P>,
+  ): Promise<string> {
+    assertUsableOutsideTransaction(this.db, 'client.signal');
+    const stored = signalPayload(signal, payload, 'client.signal');
+    return signalRun(this.db, this.names, { runId, name: signal.name, payload: stored });
+  }
+
+  /**
+   * Signal the run of `workflow` that `options.key` names, starting it with `input` first if no run has that key
+   * (Temporal's signal-with-start). The start is {@link Client.start} with `onConflict: 'use-existing'` by default,
+   * so a second call with the same key signals the same run again; the payload is checked before anything is
+   * stored, so a bad payload starts nothing.
+   * @returns a handle to the run (`handle.created` says whether this call started it).
+   * @throws InvalidOptionsError when `options.key` is missing, or as {@link Client.start} and {@link Client.signal};
+   * RunEndedError (`RUN_ENDED`) when the key names a run that has ended (a key names one run until it is pruned).
+   */
+  async signalWithStart<I extends z.ZodType, O extends z.ZodType, P extends z.ZodType>(
+    workflow: WorkflowDefinition<I, O>,
+    input: z.input<I>,
+    signal: SignalDefinition<P>,
+    payload: z.input<P>,
+    options: StartOptions & { readonly key: string },
+  ): Promise<RunHandle<z.output<O>>> {
+    assertUsableOutsideTransaction(this.db, 'client.signalWithStart');
+    const stored = signalPayload(signal, payload, 'client.signalWithStart');
+    if (typeof options?.key !== 'string') {
+      throw new InvalidOptionsError(`signalWithStart options of ${String(workflow?.name)}`, [
+        { path: 'key', message: 'is required: it names the run to signal or start' },
+      ]);
+    }
+    const handle = await this.start(workflow, input, { onConflict: 'use-existing', ...options });
+    await signalRun(this.db, this.names, { runId: handle.runId, name: signal.name, payload: stored });
+    return handle;
   }
 
   /** A handle to an existing run (not checked until used). */

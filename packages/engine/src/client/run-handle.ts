@@ -10,6 +10,7 @@ import {
   formatIssues,
   type Duration,
   type SerializedFailure,
+  type SignalDefinition,
 } from '@palisade/sdk';
 import type { Database } from '../db/database.js';
 import type { EndedRun, NotificationHub } from '../db/notification-hub.js';
@@ -25,6 +26,8 @@ import {
 import { withInfraRetry } from '../infra-retry.js';
 import { requestCancel } from '../queries/request-cancel.js';
 import { readUnclaimedWork, type UnclaimedWork } from '../queries/unclaimed-work.js';
+import { readSignals, type SignalRow } from '../queries/send-signal.js';
+import { signalPayload, signalRun } from './signal-run.js';
 import type { Logger } from 'pino';
 import { assertUsableOutsideTransaction } from '../worker/fenced-scope.js';
 import type { SchemaNames } from '../queries/schema-names.js';
@@ -60,6 +63,8 @@ export interface RunDescription {
   /** The attempts of a workflow run's turns (`kind: 'turn'`, no step), oldest first; empty for activity runs. */
   readonly turns: readonly AttemptRow[];
   readonly events: readonly EventRow[];
+  /** Signals sent to the run, in arrival order: pending ones (`step_id` null) and those a wait took. */
+  readonly signals: readonly SignalRow[];
   /**
    * Work due for at least {@link UNCLAIMED_AFTER_MS} (or the `unclaimedAfterMs` given) that no worker ever
    * claimed: most likely no live worker serves that activity or workflow on that queue.
@@ -198,9 +203,10 @@ export class RunHandle<O = unknown> {
     if (!parsed.success) throw new InvalidOptionsError('describe options', formatIssues(parsed.error.issues));
     const run = await readRun(this.db, this.names, this.runId);
     if (!run) throw new RunNotFoundError(`run ${this.runId}`);
-    const [history, unclaimed] = await Promise.all([
+    const [history, unclaimed, signals] = await Promise.all([
       readRunHistory(this.db, this.names, this.runId),
       readUnclaimedWork(this.db, this.names, this.runId, parsed.data.unclaimedAfterMs ?? UNCLAIMED_AFTER_MS),
+      readSignals(this.db, this.names, this.runId),
     ]);
     return {
       run,
@@ -210,8 +216,22 @@ export class RunHandle<O = unknown> {
       })),
       turns: history.attempts.filter((a) => a.step_id === null),
       events: history.events,
+      signals,
       unclaimed,
     };
+  }
+
+  /**
+   * Send a signal to this workflow run (see {@link Client.signal}).
+   * @returns the signal's id, its place in the order the run received its signals.
+   * @throws ValidationError naming the payload field that fails the signal's schema; PalisadeError
+   * `PAYLOAD_TOO_LARGE`; InvalidOptionsError when `signal` is not from defineSignal() or the run is not a workflow
+   * run; RunNotFoundError; RunEndedError (`RUN_ENDED`) when the run has completed, failed or been cancelled.
+   */
+  async signal<P extends z.ZodType>(signal: SignalDefinition<P>, payload: z.input<P>): Promise<string> {
+    assertUsableOutsideTransaction(this.db, 'handle.signal');
+    const stored = signalPayload(signal, payload, 'handle.signal');
+    return signalRun(this.db, this.names, { runId: this.runId, name: signal.name, payload: stored });
   }
 
   /**

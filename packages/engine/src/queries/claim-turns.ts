@@ -42,6 +42,28 @@ export interface ClaimedTurnRow {
    * with {@link readHistoryNews} instead of the whole history.
    */
   ran_last_turn: boolean;
+  /**
+   * The run's pending signals (sent, not yet taken by a wait) in arrival order, as the grant's snapshot saw them;
+   * null when there are none. A signal this snapshot missed has woken the run after it (its `wake_count`), or is seen
+   * by the turn's commit, which keeps the run due while a pending signal matches a wait.
+   */
+  signals: PendingSignal[] | null;
+}
+
+/** A signal sent to a run that no wait has taken yet, as a turn sees it. */
+export interface PendingSignal {
+  id: string;
+  name: string;
+  payload: unknown;
+  /** When the run received it: epoch ms, database clock. */
+  received_ms: number;
+}
+
+/** The pending signals of run `runId` as one jsonb array in arrival order, or NULL when it has none. */
+export function pendingSignalsJson(n: SchemaNames, runId: SQL): SQL {
+  return sql`(SELECT jsonb_agg(jsonb_build_object('id', g.id::text, 'name', g.name, 'payload', g.payload,
+                 'received_ms', (extract(epoch FROM g.created_at) * 1000)::float8) ORDER BY g.id)
+       FROM ${n.signals} g WHERE g.run_id = ${runId} AND g.step_id IS NULL)`;
 }
 
 /**
@@ -121,6 +143,7 @@ export async function claimTurns(
            (extract(epoch FROM (c.turn_lease_expires_at - ${n.now})) * 1000)::float8 AS remaining_ms,
            (extract(epoch FROM c.t) * 1000)::float8 AS now_ms,
            CASE WHEN c.sticky THEN h.news END AS history_news, c.ran_last_turn,
+           ${pendingSignalsJson(n, sql`c.id`)} AS signals,
            (SELECT count(*) FROM ended_turns) + (SELECT count(*) FROM new_attempts) AS effects
       FROM claimed c
       LEFT JOIN LATERAL (${historyNews(n, sql`c.id`, sql`(extract(epoch FROM c.t) * 1000)::float8`, sql`c.sticky`)}) h ON true`);
@@ -137,7 +160,8 @@ export function historyNews(n: SchemaNames, runId: SQL, nowMs: SQL, when: SQL): 
   const dueMs = sql`(extract(epoch FROM s.next_run_at) * 1000)::float8`;
   const freshOutcome = sql`s.delivered_seq IS NULL AND (
       (s.kind = 'activity' AND s.status IN ('completed', 'failed', 'cancelled'))
-      OR (s.kind = 'timer' AND (s.status IN ('completed', 'cancelled') OR (s.status = 'scheduled' AND ${dueMs} <= ${nowMs}))))`;
+      OR (s.kind IN ('timer', 'signal')
+          AND (s.status IN ('completed', 'cancelled') OR (s.status = 'scheduled' AND ${dueMs} <= ${nowMs}))))`;
   return sql`
     SELECT jsonb_build_object(
              'live_steps', count(*),
@@ -161,7 +185,7 @@ export interface HistoryStepRow {
   output: unknown;
   error: unknown;
   delivered_seq: number | null;
-  /** Epoch ms (DB clock) when a timer is due. */
+  /** Epoch ms (DB clock) when a timer is due, or a signal wait times out. */
   due_ms: number | null;
   finished_ms: number | null;
 }
@@ -182,7 +206,8 @@ export function grantedTurnJson(
     'nonce', ${w}.turn_nonce::text, 'wake_count', ${w}.wake_count,
     'cancel_requested', ${w}.cancel_requested_at IS NOT NULL, 'cancel_reason', ${w}.cancel_reason,
     'remaining_ms', (extract(epoch FROM (${w}.turn_lease_expires_at - ${n.now})) * 1000)::float8,
-    'now_ms', ${p.nowMs}, 'history_news', ${p.historyNews}, 'ran_last_turn', ${p.ranLastTurn ?? sql`false`})`;
+    'now_ms', ${p.nowMs}, 'history_news', ${p.historyNews}, 'ran_last_turn', ${p.ranLastTurn ?? sql`false`},
+    'signals', ${pendingSignalsJson(n, sql`${w}.id`)})`;
 }
 
 /**

@@ -211,29 +211,67 @@ async function turnStatement(
     kind: s.kind,
     name: s.name,
     after_delivered_seq: s.afterDeliveredSeq,
-    status: s.kind === 'value' ? 'completed' : s.cancelled ? 'cancelled' : 'scheduled',
+    status:
+      s.kind === 'value' || (s.kind === 'signal' && s.signalId !== undefined)
+        ? 'completed'
+        : s.cancelled
+          ? 'cancelled'
+          : 'scheduled',
     delivered_seq: s.kind === 'value' ? null : (s.deliveredSeq ?? null),
     error: s.kind !== 'value' && s.cancelled ? CANCELLED_UNSEEN : null,
-    input: s.kind === 'activity' ? s.input : null,
+    // A signal wait keeps its timeout, so that a retry that schedules it again can give it its full length.
+    input:
+      s.kind === 'activity'
+        ? s.input
+        : s.kind === 'signal' && s.timeoutMs !== undefined
+          ? { timeoutMs: s.timeoutMs }
+          : null,
     output: s.kind === 'value' ? s.output : null,
     queue: s.kind === 'activity' ? s.queue : null,
     priority: s.kind === 'activity' ? s.priority : 0,
     retry_policy: s.kind === 'activity' ? s.retryPolicy : {},
     lease_ms: s.kind === 'activity' ? s.leaseMs : 0,
     start_to_close_timeout_ms: s.kind === 'activity' ? s.startToCloseTimeoutMs : 0,
-    delay_ms: s.kind === 'timer' ? (s.delayMs ?? null) : s.kind === 'activity' ? 0 : null,
+    delay_ms:
+      s.kind === 'timer'
+        ? (s.delayMs ?? null)
+        : s.kind === 'activity'
+          ? 0
+          : s.kind === 'signal'
+            ? (s.timeoutMs ?? null)
+            : null,
     due_at_ms: s.kind === 'timer' ? (s.dueAtMs ?? null) : null,
+    signal_id: s.kind === 'signal' ? (s.signalId ?? null) : null,
   }));
-  const deliveries: { id: string; delivered_seq: number | null; fires_timer: boolean }[] =
-    result.deliveries.map((d) => ({
-      id: d.stepId,
-      delivered_seq: d.deliveredSeq,
-      fires_timer: d.firesTimer,
-    }));
+  const deliveries: {
+    id: string | null;
+    seq: number | null;
+    delivered_seq: number | null;
+    fires_timer: boolean;
+    signal_id: string | null;
+  }[] = result.deliveries.map((d) => ({
+    id: d.stepId,
+    seq: d.seq,
+    delivered_seq: d.deliveredSeq,
+    fires_timer: d.firesTimer,
+    signal_id: d.signalId ?? null,
+  }));
   // A fused step's completed step is locked and written with the deliveries (undelivered if the code did not take it).
   if (fused && !deliveries.some((d) => d.id === fused.completion.stepId)) {
-    deliveries.push({ id: fused.completion.stepId, delivered_seq: null, fires_timer: false });
+    deliveries.push({
+      id: fused.completion.stepId,
+      seq: null,
+      delivered_seq: null,
+      fires_timer: false,
+      signal_id: null,
+    });
   }
+  // The pending signals this turn hands to waits (recorded ones and new ones): each must still be pending.
+  const takenSignals = [
+    ...deliveries.flatMap((d) => (d.signal_id === null ? [] : [d.signal_id])),
+    ...steps.flatMap((st) => (st.signal_id === null ? [] : [st.signal_id])),
+  ];
+  const takenSignalsArray = `{${takenSignals.join(',')}}`;
   const fusedStepId = fused?.completion.stepId ?? null;
   // The fence on the run row: the claim's (token, nonce, unexpired lease), or a fused step's (see commitFusedTurn).
   const runFence =
@@ -264,15 +302,29 @@ async function turnStatement(
     fence AS MATERIALIZED (
       SELECT lk.* FROM lk
        WHERE ${runFence} AND lk.status IN ('pending', 'running')),
-    dl AS (SELECT * FROM jsonb_to_recordset(${JSON.stringify(deliveries)}::jsonb) AS x(id uuid, delivered_seq int, fires_timer boolean)),
+    -- The outcomes delivered, each by step id; a wait recorded by a turn of a kept instance (which does not know
+    -- its id) by its position, as the live step there.
+    dl AS MATERIALIZED (
+      SELECT coalesce(x.id, (SELECT s.id FROM ${n.steps} s
+                              WHERE s.run_id = ${runId}::uuid AND s.seq = x.seq AND s.retired_at IS NULL)) AS id,
+             x.delivered_seq, x.fires_timer, x.signal_id
+        FROM jsonb_to_recordset(${JSON.stringify(deliveries)}::jsonb)
+             AS x(id uuid, seq int, delivered_seq int, fires_timer boolean, signal_id bigint)),
     -- Then the steps this commit changes, by id, each as its newest version (a claim that committed while the
     -- statement waited is seen as running; one that comes later skips the locked row).
     locked AS MATERIALIZED (
       SELECT s.id, s.status, s.fencing_token, s.nonce, s.lease_expires_at FROM ${n.steps} s
        WHERE s.run_id = ${runId}::uuid AND EXISTS (SELECT 1 FROM fence)
-         AND (s.id = ANY(${`{${deliveries.map((d) => d.id).join(',')}}`}::uuid[])
+         AND (s.id IN (SELECT id FROM dl)
               OR (${ending} AND s.status IN ('scheduled', 'running') AND s.retired_at IS NULL))
        ORDER BY s.id FOR NO KEY UPDATE OF s),
+    -- The signals the turn hands to waits, locked after the steps (newest versions): still pending, or the commit
+    -- conflicts (a retry, or a turn whose snapshot was older than a commit that took them, ran again).
+    taken AS MATERIALIZED (
+      SELECT g.id, g.step_id, g.payload FROM ${n.signals} g
+       WHERE g.id = ANY(${takenSignalsArray}::bigint[]) AND g.run_id = ${runId}::uuid
+         AND EXISTS (SELECT 1 FROM fence) AND (SELECT count(*) FROM locked) >= 0
+       ORDER BY g.id FOR UPDATE OF g),
     -- The clock read once the commit's locks are held: a fused step's completion is judged and written at it; every
     -- other write of the commit reads clock, which is the same but for a fused step, whose turn comes after its
     -- completion (a microsecond later at least, so that a run's events order the completion first).
@@ -283,7 +335,8 @@ async function turnStatement(
       SELECT f.id, f.queue,
              (f.cancel_requested AND ${cancelSensitive})
              OR EXISTS (SELECT 1 FROM dl LEFT JOIN locked l ON l.id = dl.id
-                         WHERE dl.fires_timer AND l.status IS DISTINCT FROM 'scheduled') AS conflict
+                         WHERE (dl.fires_timer OR dl.signal_id IS NOT NULL) AND l.status IS DISTINCT FROM 'scheduled')
+             OR (SELECT count(*) FROM taken WHERE step_id IS NULL) <> ${takenSignals.length}::int AS conflict
         FROM fence f),
     -- Every write of the commit waits for go, and go for every lock of locked (step_clock counts them): no write
     -- may lock a step before the steps locked here are all held, in id order (seen: deadlocks with heartbeats when
@@ -301,7 +354,7 @@ async function turnStatement(
       SELECT * FROM jsonb_to_recordset(${JSON.stringify(steps)}::jsonb) AS x(
         seq int, kind text, name text, after_delivered_seq int, status text, delivered_seq int, error jsonb, input jsonb, output jsonb,
         queue text, priority int, retry_policy jsonb, lease_ms int, start_to_close_timeout_ms int,
-        delay_ms float8, due_at_ms float8)),
+        delay_ms float8, due_at_ms float8, signal_id bigint)),
     -- A position a retry retired and the code now schedules again is the same unit of work (invariant 13):
     -- the new row takes the retired rows' fencing scope and highest epoch, and is not due before the lease of
     -- an attempt that may still hold one of them (ended by the retirement, not by itself) runs out.
@@ -344,7 +397,12 @@ async function turnStatement(
              coalesce(p.prev_epoch, 0) + CASE WHEN p.eager THEN 1 ELSE 0 END,
              p.after_delivered_seq,
              CASE WHEN p.eager THEN 'running' WHEN p.ends_with_run THEN 'cancelled' ELSE p.status END,
-             p.delivered_seq, p.error, p.input, p.output, coalesce(p.queue, (SELECT queue FROM go)), p.priority,
+             p.delivered_seq, p.error, p.input,
+             CASE WHEN p.signal_id IS NOT NULL
+                  THEN (SELECT jsonb_build_object('signalId', g.id::text, 'payload', g.payload) FROM taken g
+                         WHERE g.id = p.signal_id)
+                  ELSE p.output END,
+             coalesce(p.queue, (SELECT queue FROM go)), p.priority,
              p.retry_policy, p.lease_ms, p.start_to_close_timeout_ms,
              CASE WHEN p.eager THEN (SELECT t FROM clock)
                                     + ${msInterval(sql`least(p.lease_ms, p.start_to_close_timeout_ms) + p.first_reclaim_delay_ms`)}
@@ -378,9 +436,10 @@ async function turnStatement(
       RETURNING 1),
     scheduled_events AS (
       INSERT INTO ${n.events} (run_id, step_id, type, data, at)
-      SELECT ${runId}::uuid, id, CASE WHEN kind = 'timer' THEN 'timer:started' ELSE 'step:scheduled' END,
+      SELECT ${runId}::uuid, id,
+             CASE kind WHEN 'timer' THEN 'timer:started' WHEN 'signal' THEN 'signal:waiting' ELSE 'step:scheduled' END,
              jsonb_build_object('name', name, 'seq', seq, 'dueAt', next_run_at), (SELECT t FROM clock)
-        FROM inserted WHERE kind IN ('activity', 'timer')
+        FROM inserted WHERE kind IN ('activity', 'timer', 'signal')
       RETURNING 1),
     cancelled_events AS (
       INSERT INTO ${n.events} (run_id, step_id, type, data, terminal, at)
@@ -393,23 +452,36 @@ async function turnStatement(
     marked AS (
       UPDATE ${n.steps} s
          SET delivered_seq = dl.delivered_seq,
-             status = CASE WHEN dl.fires_timer OR s.id = ${fusedStepId}::uuid THEN 'completed' ELSE s.status END,
+             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = ${fusedStepId}::uuid THEN 'completed'
+                           ELSE s.status END,
              finished_at = CASE WHEN s.id = ${fusedStepId}::uuid THEN (SELECT t FROM step_clock)
-                                WHEN dl.fires_timer THEN (SELECT t FROM clock) ELSE s.finished_at END,
-             next_run_at = CASE WHEN dl.fires_timer OR s.id = ${fusedStepId}::uuid THEN NULL ELSE s.next_run_at END${
+                                WHEN dl.fires_timer OR dl.signal_id IS NOT NULL THEN (SELECT t FROM clock)
+                                ELSE s.finished_at END,
+             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = ${fusedStepId}::uuid THEN NULL
+                                ELSE s.next_run_at END,
+             -- A signal wait's outcome: the signal it took, or its timeout; a fused step's, its completion's.
+             output = CASE ${
                fused
-                 ? sql`,
+                 ? sql`WHEN s.id = ${fused.completion.stepId}::uuid
+                             THEN ${JSON.stringify(fused.completion.output ?? null)}::jsonb
+                           `
+                 : sql``
+             }WHEN dl.signal_id IS NOT NULL
+                             THEN (SELECT jsonb_build_object('signalId', g.id::text, 'payload', g.payload) FROM taken g
+                                    WHERE g.id = dl.signal_id)
+                           WHEN dl.fires_timer AND s.kind = 'signal' THEN '{"timedOut": true}'::jsonb
+                           ELSE s.output END${
+                             fused
+                               ? sql`,
              -- The rest of a fused step's completion (the fence checked it holds the step), as completeSteps
              -- writes it.
-             output = CASE WHEN s.id = ${fused.completion.stepId}::uuid
-                           THEN ${JSON.stringify(fused.completion.output ?? null)}::jsonb ELSE s.output END,
              error = CASE WHEN s.id = ${fused.completion.stepId}::uuid THEN NULL ELSE s.error END,
              ended_nonce = CASE WHEN s.id = ${fused.completion.stepId}::uuid THEN s.nonce ELSE s.ended_nonce END`
-                 : sql``
-             }
+                               : sql``
+                           }
         FROM dl
        WHERE s.id = dl.id AND s.run_id = ${runId}::uuid AND EXISTS (SELECT 1 FROM go)
-      RETURNING s.id, s.seq, dl.fires_timer, s.fencing_token),${
+      RETURNING s.id, s.seq, s.kind, dl.fires_timer, dl.signal_id, s.fencing_token),${
         fused
           ? sql`
     completed_attempt AS (
@@ -420,18 +492,43 @@ async function turnStatement(
       }
     fired_events AS (
       INSERT INTO ${n.events} (run_id, step_id, type, data, terminal, at)
-      SELECT ${runId}::uuid, id, 'timer:fired', jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
+      SELECT ${runId}::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
+             jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
         FROM marked WHERE fires_timer
+      RETURNING 1),
+    -- Each signal handed to a wait records the step that took it (the wait's own row holds the payload).
+    consumed AS (
+      UPDATE ${n.signals} g SET step_id = w.step_id, consumed_at = (SELECT t FROM clock)
+        FROM (SELECT signal_id, id AS step_id, seq FROM marked WHERE signal_id IS NOT NULL
+              UNION ALL
+              SELECT p.signal_id, i.id, i.seq FROM planned p JOIN inserted i ON i.seq = p.seq
+               WHERE p.signal_id IS NOT NULL) w
+       WHERE g.id = w.signal_id AND g.run_id = ${runId}::uuid
+      RETURNING g.id, g.name, w.step_id, w.seq),
+    received_events AS (
+      INSERT INTO ${n.events} (run_id, step_id, type, data, terminal, at)
+      SELECT ${runId}::uuid, step_id, 'signal:received',
+             jsonb_build_object('seq', seq, 'name', name, 'signalId', id::text), true, (SELECT t FROM clock)
+        FROM consumed
       RETURNING 1),
     -- The run's earliest timer: those it had (less the ones this turn fires) and those this turn starts (a
     -- statement does not see its own inserts).
-    next_timer AS (
-      SELECT min(due) AS due FROM (
-        SELECT s.next_run_at AS due FROM ${n.steps} s
-         WHERE s.run_id = ${runId}::uuid AND s.kind = 'timer' AND s.status = 'scheduled'
-           AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = s.id AND dl.fires_timer)
-        UNION ALL
-        SELECT next_run_at FROM inserted WHERE kind = 'timer' AND status = 'scheduled') x),
+    waiting AS (
+      SELECT s.kind, s.name, s.next_run_at AS due FROM ${n.steps} s
+       WHERE s.run_id = ${runId}::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
+         AND s.retired_at IS NULL
+         AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = s.id AND (dl.fires_timer OR dl.signal_id IS NOT NULL))
+      UNION ALL
+      SELECT kind, name, next_run_at FROM inserted WHERE kind IN ('timer', 'signal') AND status = 'scheduled'),
+    -- Timers and signal waits' timeouts, those it had (less the ones this turn ends) and those it starts.
+    next_timer AS (SELECT min(due) AS due FROM waiting),
+    -- A pending signal that a wait of the run now waits for (one the turn did not see: it came after the turn's
+    -- snapshot, or the turn made the wait without reading the run's signals, as a fused step's does).
+    signal_due AS (
+      SELECT EXISTS (
+        SELECT 1 FROM ${n.signals} g
+         WHERE g.run_id = ${runId}::uuid AND g.step_id IS NULL AND g.id <> ALL(${takenSignalsArray}::bigint[])
+           AND g.name IN (SELECT name FROM waiting WHERE kind = 'signal')) AS due),
     -- The one write of the run row: its end, or its next turn (now if anything woke it since the claim).
     run_row AS (
       UPDATE ${n.runs} r
@@ -442,6 +539,7 @@ async function turnStatement(
              finished_at = CASE WHEN ${ending} THEN (SELECT t FROM clock) ELSE r.finished_at END,
              turn_next_run_at = CASE WHEN ${ending} THEN NULL
                                      WHEN r.wake_count <> ${wakeCount} THEN (SELECT t FROM clock)
+                                     WHEN (SELECT due FROM signal_due) THEN (SELECT t FROM clock)
                                      ELSE (SELECT due FROM next_timer) END${
                                        fused
                                          ? sql`,

@@ -55,7 +55,7 @@ function prunablePredicate(n: SchemaNames): SQL {
 
 /**
  * Delete one batch of at most `limit` runs that ended more than `olderThanMs` ago (by the database clock),
- * together with their steps, attempts and events, in one statement; the oldest first, read off
+ * together with their steps, attempts, events and signals, in one statement; the oldest first, read off
  * `runs_created_at_idx` (a run that ended before the cutoff began before it), so the cost of a batch does not grow
  * with the history kept — only with the runs begun before the cutoff that are still live or ended since, which
  * it reads past. Not an index of finished runs: `finished_at` and `status` change on every job's hot path, and an
@@ -103,6 +103,11 @@ export async function pruneRunBatch(
       DELETE FROM ${n.attempts} a
        WHERE a.run_id = ANY((SELECT ids FROM batch)::uuid[]) AND (SELECT n FROM step_locks) >= 0
       RETURNING 1),
+    -- A run's signals go with it (not counted: the counts are the history a run show lists).
+    gone_signals AS (
+      DELETE FROM ${n.signals} g
+       WHERE g.run_id = ANY((SELECT ids FROM batch)::uuid[]) AND (SELECT n FROM step_locks) >= 0
+      RETURNING 1),
     gone_steps AS (
       DELETE FROM ${n.steps} s
        WHERE s.run_id = ANY((SELECT ids FROM batch)::uuid[]) AND (SELECT n FROM step_locks) >= 0
@@ -112,7 +117,8 @@ export async function pruneRunBatch(
        WHERE r.id = ANY((SELECT ids FROM batch)::uuid[]) AND (SELECT n FROM step_locks) >= 0
       RETURNING 1)
     SELECT (SELECT count(*) FROM gone_runs)::int AS runs, (SELECT count(*) FROM gone_steps)::int AS steps,
-           (SELECT count(*) FROM gone_attempts)::int AS attempts, (SELECT count(*) FROM gone_events)::int AS events`);
+           (SELECT count(*) FROM gone_attempts)::int AS attempts, (SELECT count(*) FROM gone_events)::int AS events,
+           (SELECT count(*) FROM gone_signals)::int AS signals`);
   return counts(rows[0]);
 }
 

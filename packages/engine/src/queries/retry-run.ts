@@ -1,6 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
-import type { SchemaNames } from './schema-names.js';
+import { msInterval, type SchemaNames } from './schema-names.js';
 
 /**
  * Retry a `failed` or `cancelled` run from its recorded history (Temporal's reset, DBOS's resume): its failed
@@ -49,6 +49,11 @@ export async function retryRun(db: Database, n: SchemaNames, runId: string): Pro
        WHERE s.run_id = run.id AND s.retired_at IS NULL AND (SELECT n FROM locked) >= 0
          AND s.after_delivered_seq >= (SELECT delivered_seq FROM first_reset)
       RETURNING s.id, s.seq, s.name, s.fencing_token),
+    -- A signal a retired wait took is pending again: the code that waits for it anew takes it.
+    returned_signals AS (
+      UPDATE ${n.signals} g SET step_id = NULL, consumed_at = NULL
+        FROM retired WHERE g.step_id = retired.id
+      RETURNING 1),
     retired_attempts AS (
       UPDATE ${n.attempts} a SET outcome = 'cancelled', ended_at = ${n.now}
         FROM retired WHERE a.fencing_token = retired.fencing_token AND a.outcome IS NULL
@@ -64,6 +69,9 @@ export async function retryRun(db: Database, n: SchemaNames, runId: string): Pro
              error = CASE WHEN s.status IN ('failed', 'cancelled') THEN NULL ELSE s.error END,
              -- Ended under a live attempt (cancelled by the run's end, say): claimable only when that lease ends.
              next_run_at = CASE WHEN s.status NOT IN ('failed', 'cancelled') THEN s.next_run_at
+                                -- A signal wait waits again, its timeout (if any) in full.
+                                WHEN s.kind = 'signal'
+                                  THEN ${n.now} + ${msInterval(sql`(s.input->>'timeoutMs')::float8`)}
                                 WHEN s.ended_nonce IS DISTINCT FROM s.nonce
                                   THEN greatest(${n.now}, coalesce(s.lease_expires_at, ${n.now}))
                                 ELSE ${n.now} END,
@@ -96,6 +104,6 @@ export async function retryRun(db: Database, n: SchemaNames, runId: string): Pro
     SELECT (SELECT count(*) FROM run)::int AS retried,
            (SELECT count(*) FROM ev) + (SELECT count(*) FROM notified) + (SELECT count(*) FROM unflagged)
              + (SELECT count(*) FROM unflagged_run) + (SELECT count(*) FROM retired_events)
-             + (SELECT count(*) FROM retired_attempts) AS effects`);
+             + (SELECT count(*) FROM retired_attempts) + (SELECT count(*) FROM returned_signals) AS effects`);
   return (rows[0]?.retried ?? 0) > 0;
 }

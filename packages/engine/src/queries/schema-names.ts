@@ -15,6 +15,8 @@ export interface SchemaNames {
   /** The view of a run's history: stored events plus those read off runs and attempts (migration 0008). */
   readonly runEvents: SQL;
   readonly fences: SQL;
+  /** Signals sent to workflow runs (migration 0012). */
+  readonly signals: SQL;
   readonly clockOffset: SQL;
   /** `nextval(...)` of the global fencing-token sequence. */
   readonly nextToken: SQL;
@@ -42,6 +44,7 @@ export function schemaNames(schema: string): SchemaNames {
     events: t('events'),
     runEvents: t('run_events'),
     fences: t('fences'),
+    signals: t('signals'),
     clockOffset: t('clock_offset'),
     nextToken: sql.raw(`nextval('${q}."fencing_token_seq"')`),
     now: sql.raw(`${q}."now"()`),

@@ -3,4 +3,5 @@
 import { DEFAULT_SCHEMA, defineTables } from './tables.js';
 
 const tables = defineTables(DEFAULT_SCHEMA);
-export const { schema, fencingTokenSeq, runs, steps, attempts, events, fences, clockOffset } = tables;
+export const { schema, fencingTokenSeq, runs, steps, attempts, events, fences, signals, clockOffset } =
+  tables;

@@ -239,13 +239,39 @@ export function defineTables(schemaName: string) {
     updatedAt: ts('updated_at').notNull(),
   });
 
+  /**
+   * Signals sent to workflow runs (`client.signal`), in arrival order (`id`: taken under the run's row lock, so the
+   * order is the order the run received them). A signal is pending until a turn of its run hands it to a wait
+   * (`ctx.waitForSignal`) and records which step took it (`step_id`), in the turn's fenced commit; one the code
+   * never waits for stays pending, kept and shown. `request_id` makes a send retried after a lost reply store the
+   * signal once.
+   */
+  const signals = schema.table(
+    'signals',
+    {
+      id: bigserial('id', { mode: 'bigint' }).primaryKey(),
+      runId: uuid('run_id').notNull(),
+      name: text('name').notNull(),
+      payload: jsonb('payload'),
+      requestId: uuid('request_id').notNull(),
+      createdAt: ts('created_at').notNull(),
+      /** The wait step that took the signal; null while pending. */
+      stepId: uuid('step_id'),
+      consumedAt: ts('consumed_at'),
+    },
+    (t) => [
+      index('signals_run_id_idx').on(t.runId, t.id),
+      uniqueIndex('signals_request_id_unique').on(t.requestId),
+    ],
+  );
+
   /** Test-only offset of `<schema>.now()` (time travel); one row at most, absent in production. */
   const clockOffset = schema.table('clock_offset', {
     id: boolean('id').primaryKey().default(true),
     offsetMs: bigint('offset_ms', { mode: 'number' }).notNull(),
   });
 
-  return { schema, fencingTokenSeq, runs, steps, attempts, events, fences, clockOffset };
+  return { schema, fencingTokenSeq, runs, steps, attempts, events, fences, signals, clockOffset };
 }
 
 /** The engine's tables, typed; one instance per configured schema name. */

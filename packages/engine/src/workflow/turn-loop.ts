@@ -247,6 +247,7 @@ export class TurnLoop {
       priority: row.priority,
       nowMs: row.now_ms,
       cancelRequested: row.cancel_requested,
+      signals: row.signals ?? [],
     };
     // No later than the grant's database time (row.now_ms) in monotonic time: a kept instance's clock bound.
     const grantedAtMs = monotonicNow();

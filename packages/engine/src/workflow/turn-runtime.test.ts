@@ -6,6 +6,7 @@ import {
   ActivityFailure,
   CancelledFailure,
   defineActivity,
+  defineSignal,
   defineWorkflow,
   type SerializedFailure,
   type WorkflowContext,
@@ -101,7 +102,7 @@ describe('runTurn: scheduling and replay', () => {
     expect(result.outcome).toEqual({ kind: 'blocked' });
     expect(result.newSteps.map((s) => [s.seq, s.name])).toEqual([[1, 'sendWelcome']]);
     expect(result.deliveries).toEqual([
-      { stepId: step(0, 'activity', '').id, deliveredSeq: 1, firesTimer: false },
+      { stepId: step(0, 'activity', '').id, seq: 0, deliveredSeq: 1, firesTimer: false },
     ]);
   });
 
@@ -184,7 +185,7 @@ describe('runTurn: races keep their winner across replays', () => {
     // Scheduled after the code was handed slow's outcome (delivery 1): a retry withdrawing it retires the step.
     expect(first.newSteps.map((s) => [s.name, s.afterDeliveredSeq])).toEqual([['compensate', 1]]);
     expect(first.deliveries).toEqual([
-      { stepId: step(0, 'activity', '').id, deliveredSeq: 1, firesTimer: false },
+      { stepId: step(0, 'activity', '').id, seq: 0, deliveredSeq: 1, firesTimer: false },
     ]);
     // Later `fast` is visible with a finish time *before* slow's; without delivered_seq it would win the replay.
     const history = [
@@ -308,7 +309,7 @@ describe('runTurn: determinism checks', () => {
     });
     const due = await turn(v2, v1History, { nowMs: NOW_MS + 10_000 });
     expect(due.newSteps.map((s) => [s.seq, s.name])).toEqual([[3, 'sendHello']]);
-    expect(due.deliveries).toEqual([{ stepId: v1History[2]?.id, deliveredSeq: 3, firesTimer: true }]);
+    expect(due.deliveries).toEqual([{ stepId: v1History[2]?.id, seq: 2, deliveredSeq: 3, firesTimer: true }]);
   });
 
   it('fails instead of completing when the code ends before a recorded step (a step was removed)', async () => {
@@ -367,7 +368,7 @@ describe('runTurn: durable timers and recorded values', () => {
     const early = await turn(napper, history, { nowMs: NOW_MS + 299_999 });
     expect(early).toEqual({ newSteps: [], deliveries: [], outcome: { kind: 'blocked' } });
     const due = await turn(napper, history, { nowMs: NOW_MS + 300_000 });
-    expect(due.deliveries).toEqual([{ stepId: history[1]?.id, deliveredSeq: 1, firesTimer: true }]);
+    expect(due.deliveries).toEqual([{ stepId: history[1]?.id, seq: 1, deliveredSeq: 1, firesTimer: true }]);
     // Scheduled after the code saw the first timer fire (delivery 1).
     expect(due.newSteps).toEqual([
       { seq: 2, kind: 'timer', name: 'sleep', dueAtMs: NOW_MS + 3_600_000, afterDeliveredSeq: 1 },
@@ -640,5 +641,137 @@ describe('runTurn: failures', () => {
     const error = failure(await turn(typed as unknown as ReturnType<typeof workflow>, []));
     expect(error.code).toBe('VALIDATION_FAILED');
     expect(error.message).toContain('output of workflow typed');
+  });
+});
+
+describe('runTurn: signals', () => {
+  const note = defineSignal({ name: 'note', payload: z.string() });
+  const other = defineSignal({ name: 'other', payload: z.number() });
+  const signal = (id: number, name: string, payload: unknown, receivedMs: number) => ({
+    id: String(id),
+    name,
+    payload,
+    received_ms: receivedMs,
+  });
+
+  it('hands buffered signals to new waits in arrival order, by name, recording each wait taken', async () => {
+    const wf = workflow('two-notes', async (ctx) => {
+      const a = await ctx.waitForSignal(note);
+      const n = await ctx.waitForSignal(other);
+      const b = await ctx.waitForSignal(note);
+      return [a, n, b];
+    });
+    const result = await turn(wf, [], {
+      signals: [
+        signal(7, 'note', 'first', NOW_MS - 30),
+        signal(8, 'other', 42, NOW_MS - 20),
+        signal(9, 'note', 'second', NOW_MS - 10),
+      ],
+    });
+    expect(result.outcome).toEqual({ kind: 'completed', output: ['first', 42, 'second'] });
+    expect(
+      result.newSteps.map((s) => [s.seq, s.kind, s.name, 'signalId' in s ? s.signalId : undefined]),
+    ).toEqual([
+      [0, 'signal', 'note', '7'],
+      [1, 'signal', 'other', '8'],
+      [2, 'signal', 'note', '9'],
+    ]);
+    expect(result.deliveries).toEqual([]);
+  });
+
+  it('completes a recorded wait with a new signal by position, and replays it with the payload it took', async () => {
+    const wf = workflow('one-note', async (ctx) => `got ${await ctx.waitForSignal(note)}`);
+    const waiting = [step(0, 'signal', 'note', { status: 'scheduled', finished_ms: null })];
+    const first = await turn(wf, waiting, { signals: [signal(3, 'note', 'hi', NOW_MS - 5)] });
+    expect(first.outcome).toEqual({ kind: 'completed', output: 'got hi' });
+    expect(first.deliveries).toEqual([
+      { stepId: null, seq: 0, deliveredSeq: 1, firesTimer: false, signalId: '3' },
+    ]);
+    // Replayed from the recorded outcome, whatever is pending now.
+    const recorded = [
+      step(0, 'signal', 'note', { output: { signalId: '3', payload: 'hi' }, delivered_seq: 1 }),
+    ];
+    const replay = await turn(wf, recorded, { signals: [signal(4, 'note', 'other', NOW_MS - 1)] });
+    expect(replay.outcome).toEqual({ kind: 'completed', output: 'got hi' });
+    expect(replay.deliveries).toEqual([]);
+  });
+
+  it('times out a wait whose timeout came before the signal, and lets a signal that came first win', async () => {
+    const wf = workflow('patient', async (ctx) => {
+      const w = await ctx.waitForSignal(note, { timeout: '1m' });
+      return w.timedOut ? 'timed out' : w.payload;
+    });
+    const due = NOW_MS - 100;
+    const waiting = [step(0, 'signal', 'note', { status: 'scheduled', due_ms: due, finished_ms: null })];
+    const late = await turn(wf, waiting, { signals: [signal(5, 'note', 'late', due + 50)] });
+    expect(late.outcome).toEqual({ kind: 'completed', output: 'timed out' });
+    expect(late.deliveries).toEqual([{ stepId: waiting[0]?.id, seq: 0, deliveredSeq: 1, firesTimer: true }]);
+    const early = await turn(wf, waiting, { signals: [signal(5, 'note', 'early', due - 50)] });
+    expect(early.outcome).toEqual({ kind: 'completed', output: 'early' });
+    expect(early.deliveries).toEqual([
+      { stepId: null, seq: 0, deliveredSeq: 1, firesTimer: false, signalId: '5' },
+    ]);
+    const stored = [step(0, 'signal', 'note', { output: { timedOut: true }, delivered_seq: 1 })];
+    expect((await turn(wf, stored)).outcome).toEqual({ kind: 'completed', output: 'timed out' });
+  });
+
+  it('fails a wait for something that is not a signal at the call, naming it', async () => {
+    const wf = workflow('bad-wait', (ctx) => ctx.waitForSignal({ name: 'note' } as unknown as typeof note));
+    expect(failure(await turn(wf, [])).message).toMatch(
+      /waitForSignal\(undefined\).*defineSignal|signal: must be a signal from defineSignal/s,
+    );
+  });
+});
+
+describe('runTurn: patches', () => {
+  const v2 = workflow('patched', async (ctx) => {
+    const a = await ctx.run(createUser, { n: 1 });
+    if (ctx.patched('hello')) await ctx.run(sendHello, { n: 1 });
+    return [a, await ctx.run(sendWelcome, { n: 1 })];
+  });
+
+  it('takes the new branch past the history, recording the patch, and replays it', async () => {
+    const first = await turn(v2, [step(0, 'activity', 'createUser', { output: 'u', delivered_seq: 1 })]);
+    expect(first.newSteps.map((s) => [s.seq, s.kind, s.name])).toEqual([
+      [1, 'value', 'patch:hello'],
+      [2, 'activity', 'sendHello'],
+    ]);
+    const replay = await turn(v2, [
+      step(0, 'activity', 'createUser', { output: 'u', delivered_seq: 1 }),
+      step(1, 'value', 'patch:hello', { output: true }),
+      step(2, 'activity', 'sendHello', { delivered_seq: 2 }),
+    ]);
+    expect(replay.newSteps.map((s) => [s.seq, s.name])).toEqual([[3, 'sendWelcome']]);
+  });
+
+  it('replays the old branch over a history recorded before the patch, taking no position', async () => {
+    const old = await turn(v2, [
+      step(0, 'activity', 'createUser', { output: 'u', delivered_seq: 1 }),
+      step(1, 'activity', 'sendWelcome', { output: 'w', delivered_seq: 2 }),
+    ]);
+    expect(old.outcome).toEqual({ kind: 'completed', output: ['u', 'w'] });
+    expect(old.newSteps).toEqual([]);
+  });
+
+  it('retires a patch: a recorded one is taken, none is recorded anew', async () => {
+    const retired = workflow('retired', async (ctx) => {
+      const a = await ctx.run(createUser, { n: 1 });
+      ctx.deprecatePatch('hello');
+      await ctx.run(sendHello, { n: 1 });
+      return [a, await ctx.run(sendWelcome, { n: 1 })];
+    });
+    const recorded = await turn(retired, [
+      step(0, 'activity', 'createUser', { output: 'u', delivered_seq: 1 }),
+      step(1, 'value', 'patch:hello', { output: true }),
+      step(2, 'activity', 'sendHello', { delivered_seq: 2 }),
+    ]);
+    expect(recorded.newSteps.map((s) => [s.seq, s.name])).toEqual([[3, 'sendWelcome']]);
+    const fresh = await turn(retired, [step(0, 'activity', 'createUser', { output: 'u', delivered_seq: 1 })]);
+    expect(fresh.newSteps.map((s) => [s.seq, s.name])).toEqual([[1, 'sendHello']]);
+  });
+
+  it('refuses a change id that is not a name, at the call', async () => {
+    const bad = workflow('bad-patch', (ctx) => Promise.resolve(ctx.patched('no spaces')));
+    expect(failure(await turn(bad, [])).message).toMatch(/ctx\.patched in workflow bad-patch.*changeId/s);
   });
 });

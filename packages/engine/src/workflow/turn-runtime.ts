@@ -18,13 +18,14 @@ import {
   type ResolvedRetryPolicy,
   type RunActivityOptions,
   type SerializedFailure,
+  type SignalDefinition,
   type WorkflowContext,
   type WorkflowDefinition,
   type WorkflowInfo,
 } from '@palisade/sdk';
 import { z } from 'zod';
 import { shorterLeaseMessage } from '../lease-override.js';
-import type { HistoryStepRow } from '../queries/claim-turns.js';
+import type { HistoryStepRow, PendingSignal } from '../queries/claim-turns.js';
 import {
   originalRandom,
   settleMicrotasks,
@@ -57,6 +58,18 @@ type StepCall =
       readonly cancelled?: boolean;
       readonly deliveredSeq?: number;
     }
+  | {
+      readonly seq: number;
+      readonly kind: 'signal';
+      /** The signal's name. */
+      readonly name: string;
+      /** The wait's timeout, if any: it times out `timeoutMs` after it starts, by the DB clock. */
+      readonly timeoutMs?: number;
+      /** The pending signal this turn handed to the wait as soon as it was made (it arrived before the wait). */
+      readonly signalId?: string;
+      readonly cancelled?: boolean;
+      readonly deliveredSeq?: number;
+    }
   | { readonly seq: number; readonly kind: 'value'; readonly name: string; readonly output: unknown };
 
 /**
@@ -67,10 +80,17 @@ export type NewStep = StepCall & { readonly afterDeliveredSeq: number };
 
 /** A recorded outcome this turn handed to the workflow code for the first time, in order. */
 export interface Delivery {
-  readonly stepId: string;
+  /** The step's id, or null for the live step at position `seq` (a wait recorded by a turn of a kept instance). */
+  readonly stepId: string | null;
+  readonly seq: number;
   readonly deliveredSeq: number;
-  /** A timer this turn saw fire (due by the claim's DB time): the commit marks it completed. */
+  /**
+   * A timer this turn saw fire, or a signal wait it saw time out (due by the claim's DB time): the commit marks it
+   * completed.
+   */
   readonly firesTimer: boolean;
+  /** A pending signal this turn handed to the signal wait at `seq`: the commit records the wait completed with it. */
+  readonly signalId?: string;
 }
 
 export type TurnOutcome =
@@ -95,6 +115,12 @@ export interface TurnParams {
   /** The claim's DB time (epoch ms): timers due by then fire in this turn; `ctx.now()` records it. */
   readonly nowMs: number;
   readonly cancelRequested: boolean;
+  /**
+   * The run's pending signals in arrival order (`ClaimedTurnRow.signals`): the turn hands them to the code's waits.
+   * None for a fused step's turn, which sees only its completion (its commit keeps the run due when a pending
+   * signal matches a wait).
+   */
+  readonly signals?: readonly PendingSignal[];
 }
 
 /** A turn that replays the workflow code from the top. */
@@ -149,12 +175,19 @@ export interface WorkflowInstance {
 interface Deferred {
   readonly kind: string;
   readonly name: string;
+  /** What the await resolves with, from the stored outcome (a signal wait's `{ signalId, payload }` or timeout). */
+  readonly map?: (stored: unknown) => unknown;
   settled: boolean;
   resolve(value: unknown): void;
   reject(error: unknown): void;
 }
 
 const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
+
+/** What a turn may hand the code, in the order it happened: a step's outcome, or a pending signal. */
+type Fresh =
+  | { readonly step: HistoryStepRow; readonly at: number }
+  | { readonly signal: PendingSignal; readonly at: number };
 
 /** A per-call lease may lengthen the activity's lease, never shorten it (see {@link shorterLeaseMessage}). */
 function overrideLease(activity: ActivityDefinition, leaseMs: Duration | undefined): number {
@@ -247,7 +280,7 @@ interface KnownStep {
 
 /** Whether a recorded step has an outcome to hand to the code by `nowMs`, and which way it settles the await. */
 function outcomeOf(h: HistoryStepRow, nowMs: number): 'resolve' | 'reject' | undefined {
-  if (h.kind === 'timer') {
+  if (h.kind === 'timer' || h.kind === 'signal') {
     if (h.status === 'completed') return 'resolve';
     if (h.status === 'cancelled') return 'reject';
     if (h.status === 'scheduled' && h.due_ms !== null && h.due_ms <= nowMs) return 'resolve';
@@ -434,6 +467,7 @@ class Replay implements WorkflowInstance {
       priority: turn.priority,
       nowMs: turn.nowMs,
       cancelRequested: turn.cancelRequested,
+      signals: turn.signals ?? [],
     };
     this.newSteps = [];
     this.deliveries = [];
@@ -477,9 +511,10 @@ class Replay implements WorkflowInstance {
   }
 
   private durable<T>(
-    kind: 'activity' | 'timer',
+    kind: 'activity' | 'timer' | 'signal',
     name: string,
     schedule: (seq: number) => StepCall,
+    map?: (stored: unknown) => unknown,
   ): Promise<T> {
     if (this.closed) this.tainted = true;
     if (this.closed || this.fatal) return never<T>();
@@ -490,6 +525,7 @@ class Replay implements WorkflowInstance {
       this.requested.set(seq, {
         kind,
         name,
+        ...(map ? { map } : {}),
         settled: false,
         resolve: (v) => resolve(v as T),
         reject,
@@ -513,6 +549,33 @@ class Replay implements WorkflowInstance {
       });
     }
     return fresh;
+  }
+
+  /**
+   * `ctx.patched` / `ctx.deprecatePatch`: a patch is a recorded value `patch:<id>` at the position where the code
+   * asks. A recorded step there that is not that marker is history the old code made: the old branch, and no
+   * position is taken. Nothing recorded there: the code runs past its history, so the new branch; `patched`
+   * records the marker, `deprecatePatch` nothing.
+   */
+  private patch(changeId: string, call: 'patched' | 'deprecatePatch'): boolean {
+    if (typeof changeId !== 'string' || !/^[A-Za-z0-9_.:-]{1,128}$/.test(changeId)) {
+      throw new InvalidOptionsError(`ctx.${call} in workflow ${this.workflowName}`, [
+        { path: 'changeId', message: 'must be 1–128 characters of letters, digits, and _ . : -' },
+      ]);
+    }
+    if (this.closed) this.tainted = true;
+    if (this.closed || this.fatal) return true;
+    const name = `patch:${changeId}`;
+    const recorded = this.known.get(this.position);
+    if (recorded) {
+      if (recorded.kind !== 'value' || recorded.name !== name) return false;
+      this.position++;
+      return true;
+    }
+    if (call === 'deprecatePatch') return true;
+    const seq = this.position++;
+    this.newSteps.push({ seq, kind: 'value', name, output: true, afterDeliveredSeq: this.seenDeliveredSeq });
+    return true;
   }
 
   private makeContext(): WorkflowContext {
@@ -591,6 +654,46 @@ class Replay implements WorkflowInstance {
           dueAtMs,
         }));
       },
+      waitForSignal: (signal: SignalDefinition, options?: { timeout?: Duration }) => {
+        if (!signal || (signal as { kind?: unknown }).kind !== 'signal') {
+          throw new InvalidOptionsError(`ctx.waitForSignal in workflow ${workflowName}`, [
+            { path: 'signal', message: 'must be a signal from defineSignal()' },
+          ]);
+        }
+        const where = `ctx.waitForSignal(${signal.name}) in workflow ${workflowName}`;
+        if (options !== undefined && (typeof options !== 'object' || options === null)) {
+          throw new InvalidOptionsError(where, [{ path: 'options', message: 'must be { timeout }' }]);
+        }
+        const extra = Object.keys(options ?? {}).filter((k) => k !== 'timeout');
+        if (extra.length > 0) {
+          throw new InvalidOptionsError(where, [
+            { path: extra[0] as string, message: 'is not an option (only timeout)' },
+          ]);
+        }
+        const withTimeout = options?.timeout !== undefined;
+        const timeoutMs = withTimeout
+          ? toMs(options.timeout as Duration, `timeout of ${where}`, MAX_SLEEP_MS)
+          : undefined;
+        // The stored outcome: `{ signalId, payload }`, or `{ timedOut: true }` when the timeout passed first.
+        const map = (stored: unknown): unknown => {
+          const o = (stored ?? {}) as { timedOut?: boolean; payload?: unknown };
+          if (!withTimeout) return o.payload;
+          return o.timedOut === true ? { timedOut: true } : { timedOut: false, payload: o.payload };
+        };
+        return this.durable(
+          'signal',
+          signal.name,
+          (seq) => ({
+            seq,
+            kind: 'signal',
+            name: signal.name,
+            ...(timeoutMs !== undefined ? { timeoutMs } : {}),
+          }),
+          map,
+        );
+      },
+      patched: (changeId: string) => this.patch(changeId, 'patched'),
+      deprecatePatch: (changeId: string) => void this.patch(changeId, 'deprecatePatch'),
       // Whole ms, as a Date holds them: the recorded value is exactly what the code saw (the DB clock has µs).
       now: () => new Date(this.value('now', () => Math.floor(this.current.nowMs))),
       random: () => this.value('random', () => originalRandom()),
@@ -602,8 +705,13 @@ class Replay implements WorkflowInstance {
     const d = this.requested.get(h.seq);
     if (!d || d.settled) return;
     d.settled = true;
-    if (outcomeOf(h, this.current.nowMs) === 'resolve') d.resolve(h.kind === 'timer' ? undefined : h.output);
-    else if (h.status === 'cancelled') {
+    if (outcomeOf(h, this.current.nowMs) === 'resolve') {
+      if (h.kind === 'timer') d.resolve(undefined);
+      // A signal wait that is still scheduled here is one this turn sees time out.
+      else if (h.kind === 'signal')
+        d.resolve(d.map?.(h.status === 'scheduled' ? { timedOut: true } : h.output));
+      else d.resolve(h.output);
+    } else if (h.status === 'cancelled') {
       this.cancelSeen = true;
       d.reject(
         new CancelledFailure(`step ${h.name}#${h.seq} was cancelled`, { runId: this.runId, stepId: h.id }),
@@ -620,23 +728,45 @@ class Replay implements WorkflowInstance {
    */
   private async deliverFresh(steps: readonly HistoryStepRow[]): Promise<void> {
     const nowMs = this.current.nowMs;
-    const remaining = steps
-      .filter(
-        (h) =>
-          h.delivered_seq === null && (h.kind === 'activity' || h.kind === 'timer') && outcomeOf(h, nowMs),
-      )
-      .sort((a, b) => (a.finished_ms ?? a.due_ms ?? 0) - (b.finished_ms ?? b.due_ms ?? 0) || a.seq - b.seq);
+    // Signal waits whose outcome is recorded already (ended, or undelivered after a retry): no signal goes to them.
+    const ended = new Set(
+      steps.filter((h) => h.kind === 'signal' && h.status !== 'scheduled').map((h) => h.seq),
+    );
+    // Outcomes and pending signals together, in the order they happened: a signal that came before a wait's
+    // timeout is taken by the wait, one that came after it is left for a later wait.
+    const remaining: Fresh[] = [
+      ...steps
+        .filter((h) => h.delivered_seq === null && h.kind !== 'value' && outcomeOf(h, nowMs))
+        .map((step) => ({ step, at: step.finished_ms ?? step.due_ms ?? 0 })),
+      ...(this.current.signals ?? []).map((signal) => ({ signal, at: signal.received_ms })),
+    ].sort(
+      (a, b) =>
+        a.at - b.at ||
+        ('step' in a ? a.step.seq : Number.MAX_SAFE_INTEGER) -
+          ('step' in b ? b.step.seq : Number.MAX_SAFE_INTEGER) ||
+        ('signal' in a ? Number(a.signal.id) : 0) - ('signal' in b ? Number(b.signal.id) : 0),
+    );
     while (this.running()) {
-      const index = remaining.findIndex((h) => this.requested.has(h.seq));
+      const index = remaining.findIndex((f) =>
+        'step' in f ? this.requested.has(f.step.seq) : this.waitFor(f.signal.name, ended) !== undefined,
+      );
       if (index >= 0) {
-        const [h] = remaining.splice(index, 1) as [HistoryStepRow];
-        this.seenDeliveredSeq = this.nextDeliveredSeq;
-        this.deliver(h);
-        this.deliveries.push({
-          stepId: h.id,
-          deliveredSeq: this.nextDeliveredSeq++,
-          firesTimer: h.kind === 'timer' && h.status === 'scheduled',
-        });
+        const [f] = remaining.splice(index, 1) as [Fresh];
+        if ('signal' in f) {
+          this.handSignal(f.signal, this.waitFor(f.signal.name, ended) as number);
+        } else {
+          const h = f.step;
+          // A wait that took a signal earlier in this turn: its timeout no longer counts.
+          if (this.requested.get(h.seq)?.settled) continue;
+          this.seenDeliveredSeq = this.nextDeliveredSeq;
+          this.deliver(h);
+          this.deliveries.push({
+            stepId: h.id,
+            seq: h.seq,
+            deliveredSeq: this.nextDeliveredSeq++,
+            firesTimer: (h.kind === 'timer' || h.kind === 'signal') && h.status === 'scheduled',
+          });
+        }
         await this.drain();
         continue;
       }
@@ -665,6 +795,45 @@ class Replay implements WorkflowInstance {
         await this.drain();
       }
     }
+  }
+
+  /**
+   * The signal wait a pending signal named `name` goes to: the code's earliest unsettled wait for it with no
+   * recorded outcome (`ended`), or undefined.
+   */
+  private waitFor(name: string, ended: ReadonlySet<number>): number | undefined {
+    let found: number | undefined;
+    for (const [seq, d] of this.requested) {
+      if (
+        d.kind === 'signal' &&
+        d.name === name &&
+        !d.settled &&
+        !ended.has(seq) &&
+        (found ?? seq + 1) > seq
+      ) {
+        found = seq;
+      }
+    }
+    return found;
+  }
+
+  /**
+   * Hand pending signal `signal` to the wait at `seq`, as its outcome, in delivery order: a wait this turn made is
+   * recorded completed with it, one recorded earlier is completed by the commit (by position: a kept instance
+   * does not know the ids of the steps its turns recorded).
+   */
+  private handSignal(signal: PendingSignal, seq: number): void {
+    const d = this.requested.get(seq) as Deferred;
+    d.settled = true;
+    this.seenDeliveredSeq = this.nextDeliveredSeq;
+    const deliveredSeq = this.nextDeliveredSeq++;
+    const made = this.newSteps.findIndex((s) => s.seq === seq);
+    if (made >= 0) {
+      this.newSteps[made] = { ...this.newSteps[made], signalId: signal.id, deliveredSeq } as NewStep;
+    } else {
+      this.deliveries.push({ stepId: null, seq, deliveredSeq, firesTimer: false, signalId: signal.id });
+    }
+    d.resolve(d.map?.({ signalId: signal.id, payload: signal.payload }));
   }
 
   /** The turn's result; a blocked turn's new steps become known steps for the next one. */
@@ -713,7 +882,7 @@ class Replay implements WorkflowInstance {
       const error = new PalisadeError(
         'NON_DURABLE_AWAIT',
         `workflow ${workflowName} started a ${this.nonDurable} (a timer or I/O) inside workflow code; workflow code ` +
-          'may only await ctx.run, ctx.sleep and ctx.sleepUntil — move the work into an activity',
+          'may only await ctx.run, ctx.sleep, ctx.sleepUntil and ctx.waitForSignal — move the work into an activity',
         { runId },
       );
       return { newSteps: [], deliveries: [], outcome: { kind: 'failed', error: serializeFailure(error) } };
@@ -722,12 +891,14 @@ class Replay implements WorkflowInstance {
     if (!done) {
       const pending =
         [...this.requested.values()].filter((d) => !d.settled).length +
-        newSteps.filter((s) => s.kind !== 'value' && !s.cancelled).length;
+        newSteps.filter(
+          (s) => s.kind !== 'value' && !s.cancelled && !(s.kind === 'signal' && s.signalId !== undefined),
+        ).length;
       if (pending === 0) {
         const error = new PalisadeError(
           'NON_DURABLE_AWAIT',
           `workflow ${workflowName} is waiting on a promise that is not a durable primitive (no step is pending); ` +
-            'workflow code may only await ctx.run, ctx.sleep and ctx.sleepUntil',
+            'workflow code may only await ctx.run, ctx.sleep, ctx.sleepUntil and ctx.waitForSignal',
           { runId },
         );
         return { newSteps: [], deliveries: [], outcome: { kind: 'failed', error: serializeFailure(error) } };

@@ -1,0 +1,61 @@
+import { randomUUID } from 'node:crypto';
+import {
+  InvalidOptionsError,
+  PAYLOAD_LIMITS,
+  RunEndedError,
+  RunNotFoundError,
+  checkPayload,
+  validate,
+  type SignalDefinition,
+} from '@palisade/sdk';
+import type { Database } from '../db/database.js';
+import { withInfraRetry } from '../infra-retry.js';
+import { sendSignal } from '../queries/send-signal.js';
+import type { SchemaNames } from '../queries/schema-names.js';
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * `payload` checked against `signal`'s schema and made storable (a copy, as it is now).
+ * @throws InvalidOptionsError when `signal` is not from defineSignal(); ValidationError naming the bad field;
+ * PalisadeError `PAYLOAD_TOO_LARGE` over `PAYLOAD_LIMITS.inputBytes`.
+ */
+export function signalPayload(signal: SignalDefinition, payload: unknown, call: string): unknown {
+  if ((signal as { kind?: unknown } | null | undefined)?.kind !== 'signal') {
+    throw new InvalidOptionsError(call, [
+      { path: 'signal', message: 'must be a signal from defineSignal()' },
+    ]);
+  }
+  const what = `payload of signal ${signal.name}`;
+  return JSON.parse(checkPayload(validate(signal.payload, payload, what), what, PAYLOAD_LIMITS.inputBytes));
+}
+
+/**
+ * Send `payload` (checked already: {@link signalPayload}) as signal `name` to workflow run `runId`; durable once
+ * this returns. Retried on a transient database error, stored once (one request id for every try).
+ * @returns the signal's id (its place in the run's arrival order).
+ * @throws RunNotFoundError when there is no such run; InvalidOptionsError when it is not a workflow run;
+ * RunEndedError (`RUN_ENDED`) when it has ended.
+ */
+export async function signalRun(
+  db: Database,
+  names: SchemaNames,
+  p: { runId: string; name: string; payload: unknown },
+): Promise<string> {
+  if (!UUID.test(String(p.runId))) throw new RunNotFoundError(`run ${String(p.runId)}`);
+  const requestId = randomUUID();
+  const sent = await withInfraRetry(() =>
+    sendSignal(db, names, { runId: p.runId, name: p.name, payload: p.payload, requestId }),
+  );
+  if (!sent) throw new RunNotFoundError(`run ${p.runId}`);
+  if (sent.kind !== 'workflow') {
+    throw new InvalidOptionsError(`signal ${p.name}`, [
+      {
+        path: 'runId',
+        message: `run ${p.runId} is a standalone activity run (enqueue); only workflow runs take signals`,
+      },
+    ]);
+  }
+  if (sent.signalId === null) throw new RunEndedError(p.runId, sent.status, `signal ${p.name}`);
+  return sent.signalId;
+}

@@ -1,0 +1,373 @@
+/**
+ * Signals (issue 13): `client.signal` / `handle.signal` / `signalWithStart` store a signal durably, in arrival
+ * order; `ctx.waitForSignal` takes the oldest pending one of its kind, at once when it was sent before the wait,
+ * or as soon as it arrives (the run is woken by NOTIFY: these workers poll once a minute). A wait holds no lease,
+ * can time out, replays with the payload it took, and a signal the code never waits for is kept and shown.
+ */
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { z } from 'zod';
+import { defineActivity, defineSignal, defineWorkflow, isPalisadeError } from '@palisade/sdk';
+import { advanceClock, setFaultHook } from '@palisade/engine/testing';
+import type { Engine } from '@palisade/engine';
+import { useEngineTarget } from '../support/engine.js';
+import { attemptsOf, deferred, runOf, stepsOf, until, warmUp } from './workflow-rows.js';
+
+const HOUR_MS = 3_600_000;
+/** Longer than any test: a run that makes progress was woken by a NOTIFY, not by a poll. */
+const POLL_MS = 60_000;
+
+const note = defineSignal({ name: 'note', payload: z.string() });
+const approval = defineSignal({
+  name: 'approval',
+  payload: z.object({ approved: z.boolean(), by: z.string().min(1) }),
+});
+
+/** Waits for `notes` notes, then an approval; returns what it got, in order. */
+const review = defineWorkflow({
+  name: 'review',
+  input: z.object({ notes: z.number().int() }),
+  output: z.object({ notes: z.array(z.string()), approved: z.boolean(), by: z.string() }),
+  async run({ notes }, ctx) {
+    const got: string[] = [];
+    for (let i = 0; i < notes; i++) got.push(await ctx.waitForSignal(note));
+    const decision = await ctx.waitForSignal(approval);
+    return { notes: got, approved: decision.approved, by: decision.by };
+  },
+});
+
+/** Waits an hour at most for an approval; on a timeout it escalates. */
+const patient = defineWorkflow({
+  name: 'patient',
+  input: z.object({}),
+  output: z.string(),
+  async run(_input, ctx) {
+    const wait = await ctx.waitForSignal(approval, { timeout: '1h' });
+    return wait.timedOut ? 'escalated' : `approved by ${wait.payload.by}`;
+  },
+});
+
+const echo = defineActivity({
+  name: 'echo',
+  input: z.string(),
+  output: z.string(),
+  run: (s) => Promise.resolve(s),
+});
+
+/** An activity, then a note, then an activity with the note: a signal between steps. */
+const between = defineWorkflow({
+  name: 'between',
+  input: z.object({}),
+  output: z.string(),
+  async run(_input, ctx) {
+    const first = await ctx.run(echo, 'first');
+    const got = await ctx.waitForSignal(note);
+    return `${first}+${await ctx.run(echo, got)}`;
+  },
+});
+
+/** The signal waits of a run: position, status and stored outcome. */
+async function waitsOf(engine: Engine, runId: string) {
+  return (await stepsOf(engine, runId))
+    .filter((s) => s.kind === 'signal')
+    .map((s) => ({ seq: s.seq, name: s.name, status: s.status, output: s.output }));
+}
+
+for (const driver of ['postgres', 'pglite'] as const) {
+  describe(`signals on ${driver}`, () => {
+    const target = useEngineTarget(driver);
+    warmUp(target);
+
+    it('delivers signals sent before, during and after a wait, in arrival order, exactly once', async () => {
+      const engine = await target.engine();
+      const handle = await engine.client.start(review, { notes: 3 });
+      // Before the run has had a turn: kept, then taken by the first waits in the order they were sent.
+      await handle.signal(note, 'one');
+      await engine.client.signal(handle.runId, note, 'two');
+      const worker = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });
+      await worker.start();
+      await until(
+        [worker],
+        async () =>
+          (await waitsOf(engine, handle.runId)).some((w) => w.seq === 2 && w.status === 'scheduled'),
+        'the third wait',
+      );
+      // During a wait: it wakes the run at once.
+      await handle.signal(note, 'three');
+      await until(
+        [worker],
+        async () => (await waitsOf(engine, handle.runId)).some((w) => w.seq === 3),
+        'the approval wait',
+      );
+      await handle.signal(approval, { approved: true, by: 'ada' });
+      // After the run took what it waited for: kept, pending, shown.
+      await expect(handle.result({ timeoutMs: 15_000 })).resolves.toEqual({
+        notes: ['one', 'two', 'three'],
+        approved: true,
+        by: 'ada',
+      });
+      await expect(handle.signal(note, 'late')).rejects.toMatchObject({
+        code: 'RUN_ENDED',
+        status: 'completed',
+      });
+
+      const waits = await waitsOf(engine, handle.runId);
+      expect(waits.map((w) => [w.seq, w.name, w.status])).toEqual([
+        [0, 'note', 'completed'],
+        [1, 'note', 'completed'],
+        [2, 'note', 'completed'],
+        [3, 'approval', 'completed'],
+      ]);
+      const { signals, events } = await handle.describe();
+      expect(signals.map((g) => [g.name, g.payload, g.step_seq])).toEqual([
+        ['note', 'one', 0],
+        ['note', 'two', 1],
+        ['note', 'three', 2],
+        ['approval', { approved: true, by: 'ada' }, 3],
+      ]);
+      expect(events.filter((e) => e.type === 'signal:received')).toHaveLength(4);
+      // Waiting held no lease: no activity attempts at all, only turns.
+      expect((await attemptsOf(engine, handle.runId)).every((a) => a.kind === 'turn')).toBe(true);
+    });
+
+    it('keeps a signal the code never waits for, and shows it pending', async () => {
+      const engine = await target.engine();
+      const worker = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });
+      await worker.start();
+      const handle = await engine.client.start(review, { notes: 0 });
+      await handle.signal(note, 'unread');
+      await handle.signal(approval, { approved: false, by: 'bo' });
+      await expect(handle.result({ timeoutMs: 15_000 })).resolves.toEqual({
+        notes: [],
+        approved: false,
+        by: 'bo',
+      });
+      const { signals } = await handle.describe();
+      expect(signals.map((g) => [g.name, g.step_id === null])).toEqual([
+        ['note', true],
+        ['approval', false],
+      ]);
+    });
+
+    it('times out by the database clock, holding no lease meanwhile; a later signal is kept', async () => {
+      const engine = await target.engine();
+      const worker = engine.worker({ workflows: [patient], pollIntervalMs: 50 });
+      await worker.start();
+      const handle = await engine.client.start(patient, {});
+      await until([worker], async () => (await waitsOf(engine, handle.runId)).length === 1, 'the wait');
+      const run = await runOf(engine, handle.runId);
+      expect(run.turn_lease_expires_at).toBeNull();
+      const [wait] = await stepsOf(engine, handle.runId);
+      expect(run.turn_next_run_at_ms).toBe(wait?.next_run_at_ms);
+      await advanceClock(engine, HOUR_MS);
+      await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe('escalated');
+      expect(await waitsOf(engine, handle.runId)).toEqual([
+        { seq: 0, name: 'approval', status: 'completed', output: { timedOut: true } },
+      ]);
+      const events = (await handle.describe()).events.map((e) => e.type);
+      expect(events).toContain('signal:timed-out');
+    });
+
+    it('takes a signal that comes before the timeout', async () => {
+      const engine = await target.engine();
+      const worker = engine.worker({ workflows: [patient], pollIntervalMs: POLL_MS });
+      await worker.start();
+      const handle = await engine.client.start(patient, {});
+      await until([worker], async () => (await waitsOf(engine, handle.runId)).length === 1, 'the wait');
+      await handle.signal(approval, { approved: true, by: 'cy' });
+      await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe('approved by cy');
+    });
+
+    it('delivers a signal between activities, on kept instances and on full replays alike', async () => {
+      const engine = await target.engine();
+      for (const workflowCacheSize of [undefined, 0]) {
+        const worker = engine.worker({
+          workflows: [between],
+          activities: [echo],
+          pollIntervalMs: POLL_MS,
+          ...(workflowCacheSize === undefined ? {} : { workflowCacheSize }),
+        });
+        await worker.start();
+        const handle = await engine.client.start(between, {});
+        await until([worker], async () => (await waitsOf(engine, handle.runId)).length === 1, 'the wait');
+        await handle.signal(note, `n${workflowCacheSize ?? 'kept'}`);
+        await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe(
+          `first+n${workflowCacheSize ?? 'kept'}`,
+        );
+        await worker.stop();
+      }
+    });
+
+    it('replays a finished wait with the payload it took, in a new worker', async () => {
+      const engine = await target.engine();
+      const first = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });
+      await first.start();
+      const handle = await engine.client.start(review, { notes: 2 });
+      await handle.signal(note, 'kept-1');
+      await until(
+        [first],
+        async () => (await waitsOf(engine, handle.runId)).some((w) => w.seq === 1),
+        'the second wait',
+      );
+      await first.stop();
+      // A new worker replays the first wait from its recorded outcome (no kept instance), then takes the rest.
+      const second = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS, workflowCacheSize: 0 });
+      await second.start();
+      await handle.signal(note, 'kept-2');
+      await handle.signal(approval, { approved: true, by: 'dee' });
+      await expect(handle.result({ timeoutMs: 15_000 })).resolves.toEqual({
+        notes: ['kept-1', 'kept-2'],
+        approved: true,
+        by: 'dee',
+      });
+    });
+
+    it('refuses a bad payload, an unknown run, an activity run and a finished one, each with its own code', async () => {
+      const engine = await target.engine();
+      const handle = await engine.client.start(review, { notes: 0 });
+      const bad = await handle
+        .signal(approval, { approved: 'yes' as unknown as boolean, by: 'x' })
+        .catch((e: unknown) => e);
+      expect(bad).toMatchObject({ code: 'VALIDATION_FAILED' });
+      expect(String((bad as Error).message)).toMatch(/payload of signal approval.*approved/s);
+      expect((await handle.describe()).signals).toEqual([]);
+
+      await expect(
+        engine.client.signal('00000000-0000-4000-8000-000000000000', note, 'x'),
+      ).rejects.toMatchObject({ code: 'RUN_NOT_FOUND' });
+      await expect(engine.client.signal('not-a-run', note, 'x')).rejects.toMatchObject({
+        code: 'RUN_NOT_FOUND',
+      });
+      const job = await engine.client.enqueue(echo, 'x');
+      await expect(engine.client.signal(job.runId, note, 'x')).rejects.toMatchObject({
+        code: 'INVALID_OPTIONS',
+      });
+      await expect(
+        engine.client.signal(handle.runId, { name: 'note' } as unknown as typeof note, 'x'),
+      ).rejects.toMatchObject({ code: 'INVALID_OPTIONS' });
+
+      await handle.cancel('test');
+      const worker = engine.worker({ workflows: [review], pollIntervalMs: 50 });
+      await worker.start();
+      await handle.result({ timeoutMs: 15_000 }).catch(() => undefined);
+      const ended = await handle.signal(note, 'x').catch((e: unknown) => e);
+      expect(isPalisadeError(ended, 'RUN_ENDED')).toBe(true);
+      expect(ended).toMatchObject({ status: 'cancelled', runId: handle.runId });
+    });
+
+    it('signalWithStart starts the run once for its key and signals it every time', async () => {
+      const engine = await target.engine();
+      const worker = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });
+      await worker.start();
+      const a = await engine.client.signalWithStart(review, { notes: 1 }, note, 'first', { key: 'order-7' });
+      const b = await engine.client.signalWithStart(
+        review,
+        { notes: 1 },
+        approval,
+        { approved: true, by: 'e' },
+        {
+          key: 'order-7',
+        },
+      );
+      expect([a.created, b.created, b.runId]).toEqual([true, false, a.runId]);
+      await expect(a.result({ timeoutMs: 15_000 })).resolves.toEqual({
+        notes: ['first'],
+        approved: true,
+        by: 'e',
+      });
+      // A bad payload starts nothing.
+      await expect(
+        engine.client.signalWithStart(review, { notes: 1 }, note, 7 as unknown as string, { key: 'order-8' }),
+      ).rejects.toMatchObject({ code: 'VALIDATION_FAILED' });
+      expect((await engine.client.list({ name: 'review' })).length).toBe(1);
+    });
+
+    it('wakes the run again for a signal sent while the turn that makes the wait is running', async () => {
+      const engine = await target.engine();
+      const worker = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });
+      const handle = await engine.client.start(review, { notes: 1 });
+      // Between the first turn's run and its commit (it has made the wait and not seen the signal): send it.
+      let sent = false;
+      setFaultHook('turn:before-commit', async (turn) => {
+        if (turn.runId !== handle.runId || sent) return;
+        sent = true;
+        await engine.client.signal(handle.runId, note, 'mid-turn');
+      });
+      onTestFinished(() => setFaultHook('turn:before-commit', undefined));
+      await worker.start();
+      await until([worker], () => sent, 'the signal sent mid-turn');
+      await until(
+        [worker],
+        async () => (await waitsOf(engine, handle.runId)).some((w) => w.seq === 1),
+        'the approval wait',
+      );
+      await handle.signal(approval, { approved: true, by: 'fi' });
+      await expect(handle.result({ timeoutMs: 15_000 })).resolves.toEqual({
+        notes: ['mid-turn'],
+        approved: true,
+        by: 'fi',
+      });
+    });
+
+    it('with fused steps: a signal sent while an activity runs reaches the wait its completion leads to', async () => {
+      const engine = await target.engine();
+      const gate = deferred();
+      const started = deferred();
+      const held = defineActivity({
+        name: 'held',
+        input: z.string(),
+        output: z.string(),
+        async run(s) {
+          started.resolve();
+          await gate.promise;
+          return s;
+        },
+      });
+      const afterHeld = defineWorkflow({
+        name: 'after-held',
+        input: z.object({}),
+        output: z.string(),
+        async run(_input, ctx) {
+          const first = await ctx.run(held, 'held');
+          return `${first}+${await ctx.waitForSignal(note)}`;
+        },
+      });
+      const worker = engine.worker({
+        workflows: [afterHeld],
+        activities: [held],
+        pollIntervalMs: POLL_MS,
+        fuseSteps: true,
+      });
+      await worker.start();
+      const handle = await engine.client.start(afterHeld, {});
+      await started.promise;
+      await handle.signal(note, 'early');
+      gate.resolve();
+      await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe('held+early');
+    });
+
+    it('cancels a waiting run: the wait rejects with CancelledFailure', async () => {
+      const engine = await target.engine();
+      const seen: string[] = [];
+      const cancellable = defineWorkflow({
+        name: 'cancellable',
+        input: z.object({}),
+        output: z.string(),
+        async run(_input, ctx) {
+          try {
+            return await ctx.waitForSignal(note);
+          } catch (error) {
+            seen.push((error as { code?: string }).code ?? 'none');
+            throw error;
+          }
+        },
+      });
+      const worker = engine.worker({ workflows: [cancellable], pollIntervalMs: POLL_MS });
+      await worker.start();
+      const handle = await engine.client.start(cancellable, {});
+      await until([worker], async () => (await waitsOf(engine, handle.runId)).length === 1, 'the wait');
+      await handle.cancel('no longer needed');
+      await expect(handle.result({ timeoutMs: 15_000 })).rejects.toMatchObject({ code: 'CANCELLED' });
+      expect(seen).toContain('CANCELLED');
+    });
+  });
+}
