@@ -19,6 +19,8 @@ export const PAYLOAD_LIMITS = Object.freeze({
   outputBytes: 1_048_576,
   /** Details of one `ctx.heartbeat(details)`. */
   heartbeatDetailsBytes: 65_536,
+  /** One `ctx.setProgress(value)` of a workflow. */
+  progressBytes: 65_536,
   /** `details` of an `ApplicationFailure`; bigger details are dropped from the stored failure (with a note). */
   errorDetailsBytes: FAILURE_LIMITS.errorDetailsBytes,
   /** Characters of a stored error message. */

@@ -100,6 +100,14 @@ export interface WorkflowContext {
    * @throws InvalidOptionsError (at the call) as {@link patched}.
    */
   deprecatePatch(changeId: string): void;
+  /**
+   * Set the run's progress, for a UI or an agent's front end: `handle.describe().run.progress` and `palisade runs
+   * show` read the last value set, recorded with the turn's commit (so a turn that fails records nothing). Any JSON
+   * value of at most `PAYLOAD_LIMITS.progressBytes` (64 KiB); replay sets the same values again, harmlessly.
+   * @throws ValidationError (at the call) naming the path of a value that is not JSON; PalisadeError
+   * `PAYLOAD_TOO_LARGE` over the limit.
+   */
+  setProgress(value: unknown): void;
   /** The current time, recorded on first execution so replay sees the same value. */
   now(): Date;
   /** A random number in [0, 1), recorded so replay sees the same value. */

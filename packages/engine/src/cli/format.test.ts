@@ -86,6 +86,7 @@ const run: RunRow = {
   input: { invoice: 'inv-1' },
   output: { ok: true },
   error: null,
+  progress: null,
   idempotency_key: 'batch-42',
   queue: 'default',
   priority: 0,
@@ -108,6 +109,7 @@ const step: StepRow = {
   error: null,
   next_run_at: null,
   lease_expires_at: null,
+  heartbeat_details: null,
   retired_at: null,
 };
 

@@ -189,6 +189,8 @@ export function formatRunTimeline(
   lines.push(field('input', compactJson(run.input, width - 10)));
   if (run.output !== null && run.output !== undefined)
     lines.push(field('output', compactJson(run.output, width - 10)));
+  if (run.progress !== null && run.progress !== undefined)
+    lines.push(field('progress', compactJson(run.progress, width - 10)));
   const runError = formatFailure(run.error);
   if (runError) lines.push(field('error', runError, 'red'));
   for (const u of t.unclaimed ?? []) {

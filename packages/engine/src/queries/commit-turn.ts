@@ -173,6 +173,8 @@ export interface TurnRecord {
   readonly newSteps: readonly NewStep[];
   readonly deliveries: readonly Delivery[];
   readonly outcome: TurnOutcome;
+  /** The run's progress as the turn last set it (`ctx.setProgress`), if it set one. */
+  readonly progress?: { readonly value: unknown };
 }
 
 type TurnGrant = { kind: 'claimed'; ref: TurnRef } | { kind: 'fused'; fused: FusedTurnRef };
@@ -204,6 +206,7 @@ async function turnStatement(
   const output = outcome.kind === 'completed' ? JSON.stringify(outcome.output ?? null) : null;
   const error =
     outcome.kind === 'failed' || outcome.kind === 'cancelled' ? JSON.stringify(outcome.error) : null;
+  const progress = result.progress ? JSON.stringify(result.progress.value ?? null) : null;
   // A cancel requested after the claim conflicts with a turn that goes on waiting on new timers or activities.
   const cancelSensitive = !cancelRequested && !ending && result.newSteps.some((s) => s.kind !== 'value');
   const steps = result.newSteps.map((s) => ({
@@ -537,6 +540,7 @@ async function turnStatement(
              output = CASE WHEN ${ending} THEN ${output}::jsonb ELSE r.output END,
              error = CASE WHEN ${ending} THEN ${error}::jsonb ELSE r.error END,
              finished_at = CASE WHEN ${ending} THEN (SELECT t FROM clock) ELSE r.finished_at END,
+             progress = CASE WHEN ${progress !== null} THEN ${progress}::jsonb ELSE r.progress END,
              turn_next_run_at = CASE WHEN ${ending} THEN NULL
                                      WHEN r.wake_count <> ${wakeCount} THEN (SELECT t FROM clock)
                                      WHEN (SELECT due FROM signal_due) THEN (SELECT t FROM clock)

@@ -11,6 +11,8 @@ export interface RunRow {
   input: unknown;
   output: unknown;
   error: unknown;
+  /** A workflow run's last `ctx.setProgress` value, or null. */
+  progress: unknown;
   idempotency_key: string | null;
   queue: string;
   priority: number;
@@ -23,7 +25,7 @@ export interface RunRow {
 /** The columns of a {@link RunRow} from run alias `r` (a job's status and start read off its step: job-run.ts). */
 function runColumns(n: SchemaNames): SQL {
   const job = jobRunColumns(n, sql`r`);
-  return sql`r.id::text, r.kind, r.name, ${job.status} AS status, r.input, r.output, r.error, r.idempotency_key,
+  return sql`r.id::text, r.kind, r.name, ${job.status} AS status, r.input, r.output, r.error, r.progress, r.idempotency_key,
   r.queue, r.priority, r.cancel_reason,
   to_char(r.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS created_at,
   to_char(${job.startedAt} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS started_at,
@@ -89,6 +91,8 @@ export interface StepRow {
   error: unknown;
   next_run_at: string | null;
   lease_expires_at: string | null;
+  /** The last `ctx.heartbeat(details)` of the step's attempts, or null. */
+  heartbeat_details: unknown;
   /** Set (ISO 8601) when `client.retry` withdrew the step from the replayed history; the row is kept. */
   retired_at: string | null;
 }
@@ -130,7 +134,7 @@ export async function readRunHistory(
     db.rows<StepRow>(sql`
       SELECT s.id::text, s.seq, s.kind, s.name, s.status, s.attempt, s.epoch, s.fencing_token::text AS token,
              ${stepOutputSql(n, sql`s`)} AS output, s.error, ${ts('s.next_run_at')} AS next_run_at,
-             ${ts('s.lease_expires_at')} AS lease_expires_at, ${ts('s.retired_at')} AS retired_at
+             ${ts('s.lease_expires_at')} AS lease_expires_at, s.heartbeat_details, ${ts('s.retired_at')} AS retired_at
         FROM ${n.steps} s WHERE s.run_id = ${runId}::uuid ORDER BY s.seq, s.created_at`),
     db.rows<AttemptRow>(sql`
       SELECT step_id::text, kind, attempt, epoch, fencing_token::text AS token, worker_id,

@@ -40,6 +40,8 @@ export function defineTables(schemaName: string) {
       input: jsonb('input'),
       output: jsonb('output'),
       error: jsonb('error'),
+      /** The last `ctx.setProgress` value of a workflow run, recorded by its turns' commits. */
+      progress: jsonb('progress'),
       idempotencyKey: text('idempotency_key'),
       parentRunId: uuid('parent_run_id'),
       parentStepId: uuid('parent_step_id'),

@@ -103,6 +103,8 @@ export interface TurnResult {
   readonly newSteps: readonly NewStep[];
   readonly deliveries: readonly Delivery[];
   readonly outcome: TurnOutcome;
+  /** The last `ctx.setProgress` value of this turn's run of the code (replay included), if it set one. */
+  readonly progress?: { readonly value: unknown };
   /** Calls the workflow code made that differ on replay (`Math.random()`, `Date.now()`), for a warning. */
   readonly nondeterministicCalls?: readonly string[];
 }
@@ -315,6 +317,7 @@ class Replay implements WorkflowInstance {
   private turn: TurnParams | undefined;
   private newSteps: NewStep[] = [];
   private deliveries: Delivery[] = [];
+  private progress: { value: unknown } | undefined;
   private closed = true;
   private nonDurable: string | undefined;
   private busy = false;
@@ -471,6 +474,7 @@ class Replay implements WorkflowInstance {
     };
     this.newSteps = [];
     this.deliveries = [];
+    this.progress = undefined;
     this.nonDurable = undefined;
     this.closed = false;
   }
@@ -692,6 +696,14 @@ class Replay implements WorkflowInstance {
           map,
         );
       },
+      setProgress: (value: unknown) => {
+        if (this.closed) this.tainted = true;
+        if (this.closed || this.fatal) return;
+        const what = `progress of workflow ${workflowName}`;
+        this.progress = {
+          value: JSON.parse(checkPayload(value, what, PAYLOAD_LIMITS.progressBytes, { runId })) as unknown,
+        };
+      },
       patched: (changeId: string) => this.patch(changeId, 'patched'),
       deprecatePatch: (changeId: string) => void this.patch(changeId, 'deprecatePatch'),
       // Whole ms, as a Date holds them: the recorded value is exactly what the code saw (the DB clock has µs).
@@ -846,9 +858,11 @@ class Replay implements WorkflowInstance {
       }
     }
     this.busy = false;
+    const withProgress =
+      this.progress && result.outcome.kind !== 'failed' ? { ...result, progress: this.progress } : result;
     return this.nondeterministicCalls.size > 0
-      ? { ...result, nondeterministicCalls: [...this.nondeterministicCalls] }
-      : result;
+      ? { ...withProgress, nondeterministicCalls: [...this.nondeterministicCalls] }
+      : withProgress;
   }
 
   private outcome(): Omit<TurnResult, 'nondeterministicCalls'> {
