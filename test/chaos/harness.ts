@@ -53,7 +53,8 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import postgres from '@palisade/engine/postgres';
-import { createEngine, type Engine } from '@palisade/engine';
+import { createEngine, type Engine, type RunHandle } from '@palisade/engine';
+import type { WorkflowDefinition } from '@palisade/sdk';
 import type { ChildMessage, ChildMessageOf, FixtureTimings } from '../fixtures/worker-protocol.js';
 import { startPostgresServer, type PostgresServer } from '../support/server.js';
 import { createTcpProxy, type TcpProxy } from '../support/tcp-proxy.js';
@@ -219,6 +220,8 @@ export interface ScenarioContext {
   enqueue(input: ChaosInput): Promise<EnqueuedRun>;
   /** Start one `chaos-flow` workflow run (its steps are `chaos-loop`; turn lease = the scenario's `leaseMs`). */
   startWorkflow(input: ChaosFlowInput): Promise<{ readonly runId: string }>;
+  /** Start a run of any workflow the worker processes serve, counted as the scenario's (the checker expects it). */
+  startRun(workflow: WorkflowDefinition, input: unknown): Promise<RunHandle>;
   /** The first claim of `runId` by any of `workers` (after message index `after` of each, if given). */
   waitForClaim(
     runId: string,
@@ -387,6 +390,11 @@ export async function runScenario(
       const handle = await engine.client.start(flow, input);
       runIds.push(handle.runId);
       return { runId: handle.runId };
+    },
+    async startRun(workflow, input) {
+      const handle = await engine.client.start(workflow, input);
+      runIds.push(handle.runId);
+      return handle;
     },
     waitForClaim(runId, candidates, o = {}) {
       const predicate = (m: ChildMessageOf<'attempt:claimed'>): boolean =>

@@ -23,6 +23,7 @@ import { sigstopEager } from './t21-sigstop-eager.js';
 import { terminateEager } from './t22-terminate-eager.js';
 import { lostEagerReply } from './t23-lost-eager-reply.js';
 import { fusedStep } from './t24-fused-step.js';
+import { signals } from './t25-signals.js';
 
 export const SCENARIOS: readonly Scenario[] = [
   frozenZombie,
@@ -48,4 +49,5 @@ export const SCENARIOS: readonly Scenario[] = [
   terminateEager,
   lostEagerReply,
   fusedStep,
+  signals,
 ];
