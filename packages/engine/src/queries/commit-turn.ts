@@ -275,6 +275,10 @@ async function turnStatement(
     ...steps.flatMap((st) => (st.signal_id === null ? [] : [st.signal_id])),
   ];
   const takenSignalsArray = `{${takenSignals.join(',')}}`;
+  // What only a turn that hands out signals, or completes a wait by position, needs: left out of the statement
+  // otherwise (its own prepared text), so a turn of a run without signals pays for none of it.
+  const signalsTaken = takenSignals.length > 0;
+  const byPosition = deliveries.some((d) => d.id === null);
   const fusedStepId = fused?.completion.stepId ?? null;
   // The fence on the run row: the claim's (token, nonce, unexpired lease), or a fused step's (see commitFusedTurn).
   const runFence =
@@ -308,9 +312,12 @@ async function turnStatement(
     -- The outcomes delivered, each by step id; a wait recorded by a turn of a kept instance (which does not know
     -- its id) by its position, as the live step there.
     dl AS MATERIALIZED (
-      SELECT coalesce(x.id, (SELECT s.id FROM ${n.steps} s
-                              WHERE s.run_id = ${runId}::uuid AND s.seq = x.seq AND s.retired_at IS NULL)) AS id,
-             x.delivered_seq, x.fires_timer, x.signal_id
+      SELECT ${
+        byPosition
+          ? sql`coalesce(x.id, (SELECT s.id FROM ${n.steps} s
+                              WHERE s.run_id = ${runId}::uuid AND s.seq = x.seq AND s.retired_at IS NULL))`
+          : sql`x.id`
+      } AS id, x.delivered_seq, x.fires_timer, x.signal_id
         FROM jsonb_to_recordset(${JSON.stringify(deliveries)}::jsonb)
              AS x(id uuid, seq int, delivered_seq int, fires_timer boolean, signal_id bigint)),
     -- Then the steps this commit changes, by id, each as its newest version (a claim that committed while the
@@ -318,16 +325,25 @@ async function turnStatement(
     locked AS MATERIALIZED (
       SELECT s.id, s.status, s.fencing_token, s.nonce, s.lease_expires_at FROM ${n.steps} s
        WHERE s.run_id = ${runId}::uuid AND EXISTS (SELECT 1 FROM fence)
-         AND (s.id IN (SELECT id FROM dl)
+         AND (${
+           byPosition
+             ? sql`s.id IN (SELECT id FROM dl)`
+             : sql`s.id = ANY(${`{${deliveries.map((d) => d.id).join(',')}}`}::uuid[])`
+         }
               OR (${ending} AND s.status IN ('scheduled', 'running') AND s.retired_at IS NULL))
        ORDER BY s.id FOR NO KEY UPDATE OF s),
     -- The signals the turn hands to waits, locked after the steps (newest versions): still pending, or the commit
     -- conflicts (a retry, or a turn whose snapshot was older than a commit that took them, ran again).
+${
+  signalsTaken
+    ? sql`
     taken AS MATERIALIZED (
       SELECT g.id, g.step_id, g.payload FROM ${n.signals} g
        WHERE g.id = ANY(${takenSignalsArray}::bigint[]) AND g.run_id = ${runId}::uuid
          AND EXISTS (SELECT 1 FROM fence) AND (SELECT count(*) FROM locked) >= 0
-       ORDER BY g.id FOR UPDATE OF g),
+       ORDER BY g.id FOR UPDATE OF g),`
+    : sql``
+}
     -- The clock read once the commit's locks are held: a fused step's completion is judged and written at it; every
     -- other write of the commit reads clock, which is the same but for a fused step, whose turn comes after its
     -- completion (a microsecond later at least, so that a run's events order the completion first).
@@ -339,7 +355,11 @@ async function turnStatement(
              (f.cancel_requested AND ${cancelSensitive})
              OR EXISTS (SELECT 1 FROM dl LEFT JOIN locked l ON l.id = dl.id
                          WHERE (dl.fires_timer OR dl.signal_id IS NOT NULL) AND l.status IS DISTINCT FROM 'scheduled')
-             OR (SELECT count(*) FROM taken WHERE step_id IS NULL) <> ${takenSignals.length}::int AS conflict
+             ${
+               signalsTaken
+                 ? sql`OR (SELECT count(*) FROM taken WHERE step_id IS NULL) <> ${takenSignals.length}::int`
+                 : sql``
+             } AS conflict
         FROM fence f),
     -- Every write of the commit waits for go, and go for every lock of locked (step_clock counts them): no write
     -- may lock a step before the steps locked here are all held, in id order (seen: deadlocks with heartbeats when
@@ -401,10 +421,14 @@ async function turnStatement(
              p.after_delivered_seq,
              CASE WHEN p.eager THEN 'running' WHEN p.ends_with_run THEN 'cancelled' ELSE p.status END,
              p.delivered_seq, p.error, p.input,
-             CASE WHEN p.signal_id IS NOT NULL
+             ${
+               signalsTaken
+                 ? sql`CASE WHEN p.signal_id IS NOT NULL
                   THEN (SELECT jsonb_build_object('signalId', g.id::text, 'payload', g.payload) FROM taken g
                          WHERE g.id = p.signal_id)
-                  ELSE p.output END,
+                  ELSE p.output END`
+                 : sql`p.output`
+             },
              coalesce(p.queue, (SELECT queue FROM go)), p.priority,
              p.retry_policy, p.lease_ms, p.start_to_close_timeout_ms,
              CASE WHEN p.eager THEN (SELECT t FROM clock)
@@ -469,10 +493,14 @@ async function turnStatement(
                              THEN ${JSON.stringify(fused.completion.output ?? null)}::jsonb
                            `
                  : sql``
-             }WHEN dl.signal_id IS NOT NULL
+             }${
+               signalsTaken
+                 ? sql`WHEN dl.signal_id IS NOT NULL
                              THEN (SELECT jsonb_build_object('signalId', g.id::text, 'payload', g.payload) FROM taken g
                                     WHERE g.id = dl.signal_id)
-                           WHEN dl.fires_timer AND s.kind = 'signal' THEN '{"timedOut": true}'::jsonb
+                           `
+                 : sql``
+             }WHEN dl.fires_timer AND s.kind = 'signal' THEN '{"timedOut": true}'::jsonb
                            ELSE s.output END${
                              fused
                                ? sql`,
@@ -499,6 +527,9 @@ async function turnStatement(
              jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
         FROM marked WHERE fires_timer
       RETURNING 1),
+${
+  signalsTaken
+    ? sql`
     -- Each signal handed to a wait records the step that took it (the wait's own row holds the payload).
     consumed AS (
       UPDATE ${n.signals} g SET step_id = w.step_id, consumed_at = (SELECT t FROM clock)
@@ -513,7 +544,9 @@ async function turnStatement(
       SELECT ${runId}::uuid, step_id, 'signal:received',
              jsonb_build_object('seq', seq, 'name', name, 'signalId', id::text), true, (SELECT t FROM clock)
         FROM consumed
-      RETURNING 1),
+      RETURNING 1),`
+    : sql``
+}
     -- The run's earliest timer: those it had (less the ones this turn fires) and those this turn starts (a
     -- statement does not see its own inserts).
     waiting AS (
@@ -530,8 +563,10 @@ async function turnStatement(
     signal_due AS (
       SELECT EXISTS (
         SELECT 1 FROM ${n.signals} g
-         WHERE g.run_id = ${runId}::uuid AND g.step_id IS NULL AND g.id <> ALL(${takenSignalsArray}::bigint[])
-           AND g.name IN (SELECT name FROM waiting WHERE kind = 'signal')) AS due),
+         WHERE g.run_id = ${runId}::uuid AND g.step_id IS NULL${
+           signalsTaken ? sql` AND g.id <> ALL(${takenSignalsArray}::bigint[])` : sql``
+         }
+           AND EXISTS (SELECT 1 FROM waiting w WHERE w.kind = 'signal' AND w.name = g.name)) AS due),
     -- The one write of the run row: its end, or its next turn (now if anything woke it since the claim).
     run_row AS (
       UPDATE ${n.runs} r
