@@ -345,6 +345,43 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe('held+early');
     });
 
+    it('checks a payload against the schema of the code that takes it: a bad one rejects that wait, caught', async () => {
+      const engine = await target.engine();
+      // The same signal name without the schema: what `palisade runs signal` sends (it has no module loaded).
+      const unchecked = defineSignal({ name: 'approval', payload: z.unknown() });
+      const length = defineSignal({ name: 'length', payload: z.string().transform((s) => s.length) });
+      const strict = defineWorkflow({
+        name: 'strict',
+        input: z.object({}),
+        output: z.object({ errors: z.array(z.string()), by: z.string(), length: z.number() }),
+        async run(_input, ctx) {
+          const errors: string[] = [];
+          for (;;) {
+            try {
+              const { by } = await ctx.waitForSignal(approval);
+              return { errors, by, length: await ctx.waitForSignal(length) };
+            } catch (error) {
+              errors.push((error as Error).message);
+            }
+          }
+        },
+      });
+      const worker = engine.worker({ workflows: [strict], pollIntervalMs: POLL_MS, workflowCacheSize: 0 });
+      await worker.start();
+      const handle = await engine.client.start(strict, {});
+      await handle.signal(unchecked, { approved: 'yes', by: 'x' });
+      await handle.signal(approval, { approved: true, by: 'gi' });
+      // The schema's output, not its input: a transform runs when the code takes the signal.
+      await handle.signal(length, 'abcd');
+      const output = await handle.result({ timeoutMs: 15_000 });
+      expect(output.by).toBe('gi');
+      expect(output.length).toBe(4);
+      expect(output.errors).toHaveLength(1);
+      expect(output.errors[0]).toMatch(
+        /^\[VALIDATION_FAILED\] payload of signal approval #\d+ taken by ctx\.waitForSignal\(approval\) in workflow strict is invalid: approved/,
+      );
+    });
+
     it('cancels a waiting run: the wait rejects with CancelledFailure', async () => {
       const engine = await target.engine();
       const seen: string[] = [];

@@ -5,8 +5,8 @@ import { globalOptions, type Output } from './output.js';
 
 /**
  * `palisade runs signal <id> <signal> [json]`: send a signal to a workflow run. The payload is JSON (default
- * `null`); without the workflow's module at hand it is checked only for being storable — the run's code gets it
- * as it is.
+ * `null`); without the workflow's module at hand it is checked here only for being storable JSON — the wait that
+ * takes it checks it against its schema (a bad one makes that await throw VALIDATION_FAILED).
  */
 export function runsSignalCommand(output: Output): Command {
   return new Command('signal')

@@ -16,7 +16,7 @@ import type { SchemaNames } from '../queries/schema-names.js';
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /**
- * `payload` checked against `signal`'s schema and made storable (a copy, as it is now).
+ * `payload` checked against `signal`'s schema and made storable: a copy of it as given (the wait parses it).
  * @throws InvalidOptionsError when `signal` is not from defineSignal(); ValidationError naming the bad field;
  * PalisadeError `PAYLOAD_TOO_LARGE` over `PAYLOAD_LIMITS.inputBytes`.
  */
@@ -27,7 +27,10 @@ export function signalPayload(signal: SignalDefinition, payload: unknown, call: 
     ]);
   }
   const what = `payload of signal ${signal.name}`;
-  return JSON.parse(checkPayload(validate(signal.payload, payload, what), what, PAYLOAD_LIMITS.inputBytes));
+  validate(signal.payload, payload, what);
+  // Stored as given, not as the schema's output: the wait parses it with the schema when the code takes it, so a
+  // schema with transforms yields its output type there (and a stored output would not parse again).
+  return JSON.parse(checkPayload(payload, what, PAYLOAD_LIMITS.inputBytes));
 }
 
 /**

@@ -220,6 +220,18 @@ const runActivityOptionsSchema = z
 /** Longest a turn holds the event loop between two drains before letting it turn (ms). */
 const REPLAY_SLICE_MS = 20;
 
+/** Settle `d` with its stored outcome mapped ({@link Deferred.map}): resolved, or rejected with what the map threw. */
+function settleMapped(d: Deferred, stored: unknown): void {
+  let value: unknown;
+  try {
+    value = d.map ? d.map(stored) : stored;
+  } catch (error) {
+    d.reject(error);
+    return;
+  }
+  d.resolve(value);
+}
+
 function macrotask(): Promise<void> {
   return new Promise((resolve) => setImmediate(resolve));
 }
@@ -678,11 +690,20 @@ class Replay implements WorkflowInstance {
         const timeoutMs = withTimeout
           ? toMs(options.timeout as Duration, `timeout of ${where}`, MAX_SLEEP_MS)
           : undefined;
-        // The stored outcome: `{ signalId, payload }`, or `{ timedOut: true }` when the timeout passed first.
+        // The stored outcome: `{ signalId, payload }`, or `{ timedOut: true }` when the timeout passed first. The
+        // payload is checked here, against the schema of the code that takes it (one sent from the CLI, or by a
+        // sender with another version of the schema, was not): a bad one rejects the await with ValidationError,
+        // the same way on every replay, and the code may catch it and wait again.
         const map = (stored: unknown): unknown => {
-          const o = (stored ?? {}) as { timedOut?: boolean; payload?: unknown };
-          if (!withTimeout) return o.payload;
-          return o.timedOut === true ? { timedOut: true } : { timedOut: false, payload: o.payload };
+          const o = (stored ?? {}) as { timedOut?: boolean; signalId?: string; payload?: unknown };
+          if (withTimeout && o.timedOut === true) return { timedOut: true };
+          const payload: unknown = validate(
+            signal.payload,
+            o.payload,
+            `payload of signal ${signal.name} #${String(o.signalId)} taken by ${where}`,
+            { runId },
+          );
+          return withTimeout ? { timedOut: false, payload } : payload;
         };
         return this.durable(
           'signal',
@@ -720,8 +741,7 @@ class Replay implements WorkflowInstance {
     if (outcomeOf(h, this.current.nowMs) === 'resolve') {
       if (h.kind === 'timer') d.resolve(undefined);
       // A signal wait that is still scheduled here is one this turn sees time out.
-      else if (h.kind === 'signal')
-        d.resolve(d.map?.(h.status === 'scheduled' ? { timedOut: true } : h.output));
+      else if (h.kind === 'signal') settleMapped(d, h.status === 'scheduled' ? { timedOut: true } : h.output);
       else d.resolve(h.output);
     } else if (h.status === 'cancelled') {
       this.cancelSeen = true;
@@ -845,7 +865,7 @@ class Replay implements WorkflowInstance {
     } else {
       this.deliveries.push({ stepId: null, seq, deliveredSeq, firesTimer: false, signalId: signal.id });
     }
-    d.resolve(d.map?.({ signalId: signal.id, payload: signal.payload }));
+    settleMapped(d, { signalId: signal.id, payload: signal.payload });
   }
 
   /** The turn's result; a blocked turn's new steps become known steps for the next one. */
