@@ -30,6 +30,8 @@ import { ApplicationFailure, defineActivity, defineWorkflow, type ActivityContex
 import {
   attemptInfo,
   blockEventLoop,
+  blockTurnHere,
+  blockTurnSchema,
   blockInThread,
   errorInfo,
   type FixtureEnvironment,
@@ -416,9 +418,7 @@ export const chaosFlowInput = z.object({
    * results of the steps before and before it schedules the next one (mid-turn: it holds the turn lease and has
    * committed nothing); reported as `fixture:turn-blocking`. A replay has a later turnAttempt and does not block.
    */
-  blockTurn: z
-    .object({ turnAttempt: z.number().int().positive(), ms: z.number().int().positive() })
-    .optional(),
+  blockTurn: blockTurnSchema,
   /**
    * Instead of \`steps\`: \`try { step 0 fails } catch { step 1 compensates }\`, where the compensation writes through a
    * fenced resource, keeps going after its signal fires (a zombie) and may be retried \`maximumAttempts\` times.
@@ -471,16 +471,7 @@ export function chaosWorkflow(
         turnHolds.set(ctx.info.runId, { point: hold.point, turnAttempt: hold.step + 1 });
       }
       for (let i = 0; i < input.steps; i++) {
-        const block = input.blockTurn;
-        if (block && ctx.info.turnAttempt === block.turnAttempt) {
-          env?.report({
-            type: 'fixture:turn-blocking',
-            runId: ctx.info.runId,
-            turnAttempt: ctx.info.turnAttempt,
-            ms: block.ms,
-          });
-          blockEventLoop(block.ms);
-        }
+        blockTurnHere(ctx, input.blockTurn, env?.report);
         const tag = input.label === undefined ? `step-${i}` : `${input.label}/step-${i}`;
         const holdCompletion = hold?.point === 'completion' && hold.step === i;
         results.push(
