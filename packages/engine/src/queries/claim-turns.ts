@@ -198,7 +198,13 @@ export interface HistoryStepRow {
 export function grantedTurnJson(
   n: SchemaNames,
   w: SQL,
-  p: { nowMs: SQL; historyNews: SQL; ranLastTurn?: SQL },
+  p: {
+    nowMs: SQL;
+    historyNews: SQL;
+    ranLastTurn?: SQL;
+    /** The run's pending signals; by default read ({@link pendingSignalsJson}). NULL for a run just created. */
+    signals?: SQL;
+  },
 ): SQL {
   return sql`jsonb_build_object(
     'id', ${w}.id::text, 'name', ${w}.name, 'queue', ${w}.queue, 'priority', ${w}.priority, 'input', ${w}.input,
@@ -207,7 +213,7 @@ export function grantedTurnJson(
     'cancel_requested', ${w}.cancel_requested_at IS NOT NULL, 'cancel_reason', ${w}.cancel_reason,
     'remaining_ms', (extract(epoch FROM (${w}.turn_lease_expires_at - ${n.now})) * 1000)::float8,
     'now_ms', ${p.nowMs}, 'history_news', ${p.historyNews}, 'ran_last_turn', ${p.ranLastTurn ?? sql`false`},
-    'signals', ${pendingSignalsJson(n, sql`${w}.id`)})`;
+    'signals', ${p.signals ?? pendingSignalsJson(n, sql`${w}.id`)})`;
 }
 
 /**

@@ -89,6 +89,8 @@ export async function insertWorkflowRuns(
       SELECT jsonb_agg(${grantedTurnJson(n, sql`r`, {
         nowMs: sql`(extract(epoch FROM ${now}) * 1000)::float8`,
         historyNews: sql`NULL::jsonb`,
+        // The statement has just created the run: nothing can have signalled it yet.
+        signals: sql`NULL::jsonb`,
       })}) AS turns
         FROM r WHERE r.turn_token IS NOT NULL),
     ${runOutcomeSelect(n, {
