@@ -20,7 +20,7 @@ import {
 } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';
 import { useTestDatabase } from '../support/postgres.js';
-import { CLI_TEST_TIMEOUT_MS, lines, runCli } from './cli-process.js';
+import { CLI_TEST_TIMEOUT_MS, lines, runCli, startCli } from './cli-process.js';
 
 const databaseUrl = useTestDatabase();
 
@@ -353,11 +353,61 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
     }
   });
 
+  it('watches a run as it happens until its end, and resumes after a cursor of its --json lines', async () => {
+    const approval = defineSignal({ name: 'approval', payload: z.object({ approved: z.boolean() }) });
+    const watched = defineWorkflow({
+      name: 'watched',
+      input: z.object({}),
+      output: z.boolean(),
+      async run(_input, ctx) {
+        ctx.setProgress({ stage: 'asking' });
+        const { approved } = await ctx.waitForSignal(approval);
+        ctx.setProgress({ stage: 'answered', approved });
+        return approved;
+      },
+    });
+    const worker = engine.worker({ workflows: [watched], pollIntervalMs: 60_000 });
+    await worker.start();
+    try {
+      const handle = await engine.client.start(watched, {});
+      const watch = startCli(['runs', 'watch', handle.runId, ...target(schema)]);
+      // The watch prints the wait as it happens; only then does the signal go.
+      await watch.waitForOutput(/signal:waiting/);
+      await handle.signal(approval, { approved: true });
+      const done = await watch.exited;
+      expect([done.code, done.stderr]).toEqual([0, '']);
+      const printed = lines(done.stdout);
+      expect(printed.at(-1)).toMatch(new RegExp(`^${CLOCK}  run:completed +run`));
+      expect(done.stdout).toMatch(/run:progress +run +\{"stage":"asking"\}/);
+      expect(done.stdout).toMatch(/signal:received +approval/);
+      expect(done.stdout).toMatch(/run:progress +run +\{"stage":"answered","approved":true\}/);
+      expectTerminalFriendly(done.stdout);
+
+      const json = await runCli(['runs', 'watch', handle.runId, '--json', ...target(schema)]);
+      const events = lines(json.stdout).map((line) => JSON.parse(line) as { id: string; cursor: string });
+      expect(events.map((e) => e.id)).toEqual((await handle.describe()).events.map((e) => e.id));
+      const resumed = await runCli([
+        'runs',
+        'watch',
+        handle.runId,
+        '--json',
+        '--after',
+        events[1]!.cursor,
+        ...target(schema),
+      ]);
+      expect(lines(resumed.stdout).map((line) => (JSON.parse(line) as { id: string }).id)).toEqual(
+        events.slice(2).map((e) => e.id),
+      );
+    } finally {
+      await worker.stop({ graceMs: 1_000 });
+    }
+  });
+
   it('exits 1 with [RUN_NOT_FOUND] for an unknown run id', async () => {
     const unknown = randomUUID();
     const results = await Promise.all(
       [
-        ...(['show', 'cancel', 'retry'] as const).map((command) => [command, unknown]),
+        ...(['show', 'watch', 'cancel', 'retry'] as const).map((command) => [command, unknown]),
         ['signal', unknown, 'go'],
       ].map((args) => runCli(['runs', ...args, ...target(schema)])),
     );

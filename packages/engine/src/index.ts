@@ -22,6 +22,8 @@ export {
   type DescribeOptions,
   type ResultOptions,
   type RunDescription,
+  type WatchOptions,
+  type WatchedEvent,
 } from './client/run-handle.js';
 export type { UnclaimedWork } from './queries/unclaimed-work.js';
 /** Re-exported from `@palisade/sdk` (the same objects), for code that catches the engine's errors. */

@@ -18,6 +18,7 @@ import { runsListCommand } from './runs-list.js';
 import { runsPruneCommand } from './runs-prune.js';
 import { runsRetryCommand } from './runs-retry.js';
 import { runsShowCommand } from './runs-show.js';
+import { runsWatchCommand } from './runs-watch.js';
 import { workerCommand } from './worker.js';
 
 /** Exit code of a run that failed, and of a command line that could not be understood. */
@@ -56,10 +57,13 @@ export function buildProgram(output: Output): Command {
   program.addCommand(configure(migrateCommand(output)));
   program.addCommand(configure(devCommand(output)));
   program.addCommand(configure(workerCommand(output)));
-  const runs = configure(new Command('runs').description('list, show, signal, cancel, retry and prune runs'));
+  const runs = configure(
+    new Command('runs').description('list, show, watch, signal, cancel, retry and prune runs'),
+  );
   for (const command of [
     runsListCommand(output),
     runsShowCommand(output),
+    runsWatchCommand(output),
     runsCancelCommand(output),
     runsSignalCommand(output),
     runsRetryCommand(output),

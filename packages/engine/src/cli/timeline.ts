@@ -85,6 +85,7 @@ function eventDetails(e: EventRow, reference: string): string {
       .join(' · ');
   }
   const d = data(e);
+  if (e.type === 'run:progress') return compactJson(d.value, 400);
   const parts: string[] = [];
   if (e.epoch !== null) parts.push(`epoch ${e.epoch}`);
   if (e.token !== null) parts.push(`token ${e.token}`);
@@ -272,6 +273,22 @@ export function formatRunTimeline(
     }
   }
   return lines;
+}
+
+/**
+ * One line of `palisade runs watch`: `clock  type  step  details`, the clock relative to `reference` (the run's
+ * creation), the step by its name (`run` / `turn` for the run's own events), cut to the terminal's width.
+ */
+export function formatWatchedEvent(
+  term: Terminal,
+  e: EventRow & { readonly step_name: string | null },
+  reference: string,
+): string {
+  const label = e.step_name ?? (e.type.startsWith('run:') ? 'run' : 'turn');
+  const head = `${formatClock(e.at, reference)}  ${e.type.padEnd(22)}  ${truncate(label, 16).padEnd(16)}  `;
+  const details = truncate(eventDetails(e, reference), Math.max(10, term.width - head.length));
+  const style = e.type === 'attempt:stale-rejected' ? 'red' : e.type.startsWith('run:') ? 'bold' : undefined;
+  return (paint(term, style, head) + details).trimEnd();
 }
 
 /** `text` without terminal colour codes (for measuring). */

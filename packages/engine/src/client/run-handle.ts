@@ -27,6 +27,12 @@ import { withInfraRetry } from '../infra-retry.js';
 import { requestCancel } from '../queries/request-cancel.js';
 import { readUnclaimedWork, type UnclaimedWork } from '../queries/unclaimed-work.js';
 import { readSignals, type SignalRow } from '../queries/send-signal.js';
+import {
+  readRunEventsAfter,
+  readWatchHorizon,
+  type WatchPosition,
+  type WatchedEventRow,
+} from '../queries/watch-run.js';
 import { signalPayload, signalRun } from './signal-run.js';
 import type { Logger } from 'pino';
 import { assertUsableOutsideTransaction } from '../worker/fenced-scope.js';
@@ -79,6 +85,50 @@ export interface DescribeOptions {
 }
 
 const describeSchema = z.object({ unclaimedAfterMs: durationMs.optional() }).strict();
+
+/** Options of {@link RunHandle.watch}. */
+export interface WatchOptions {
+  /** Resume after this event: the `cursor` of an event an earlier watch yielded. @defaultValue the run's start */
+  readonly after?: string;
+  /** Re-read the run's events at least this often in case a NOTIFY was missed; ≥ 10 ms. @defaultValue 1_000 (ms) */
+  readonly pollIntervalMs?: Duration;
+}
+
+/** An event as {@link RunHandle.watch} yields it. */
+export interface WatchedEvent extends EventRow {
+  /** The name of the step the event is about, or null for the run's own events (`run:*`, turn events). */
+  readonly step_name: string | null;
+  /** Pass as `watch({ after })` to resume right after this event. Opaque. */
+  readonly cursor: string;
+}
+
+const watchSchema = z
+  .object({
+    after: z.string().optional(),
+    pollIntervalMs: durationMs.pipe(z.number().min(10, 'must be ≥ 10 ms')).optional(),
+  })
+  .strict();
+
+/** How many events one read of a watch takes at most. */
+const WATCH_PAGE = 500;
+/** How soon a watch reads again while an open transaction holds its horizon back (ms). */
+const WATCH_HELD_BACK_MS = 25;
+const RUN_ENDINGS = new Set(['completed', 'failed', 'cancelled']);
+
+/** `w1.<at µs>.<rank>.<ord>.<id>`: a place in a run's history (see readRunEventsAfter). */
+function encodeCursor(e: WatchedEventRow): string {
+  return `w1.${e.at_us}.${e.rank}.${e.ord}.${e.id}`;
+}
+
+function decodeCursor(cursor: string): WatchPosition {
+  const m = /^w1\.(-?\d{1,19})\.(\d{1,2})\.(-?\d{1,19})\.(\S{1,80})$/.exec(cursor);
+  if (!m) {
+    throw new InvalidOptionsError('watch options', [
+      { path: 'after', message: `is not a cursor from an event watch() yielded: ${cursor.slice(0, 80)}` },
+    ]);
+  }
+  return { atUs: m[1]!, rank: Number(m[2]), ord: m[3]!, id: m[4]! };
+}
 
 /** A reference to one run: wait for its result, describe it, cancel it. Cheap to create; holds no resources. */
 export class RunHandle<O = unknown> {
@@ -219,6 +269,74 @@ export class RunHandle<O = unknown> {
       signals,
       unclaimed,
     };
+  }
+
+  /**
+   * The run's events as they happen, in the order of `describe().events` — steps scheduled, attempts claimed,
+   * leases lost, stale writes rejected, signals waited for and received, progress (`run:progress`, its `data.value`
+   * what `ctx.setProgress` set), the end — each once, each with a `cursor` to resume from (`{ after }`). Ends after
+   * the run's end event; iterate with `for await` and `break` to stop early (nothing is held after it). Woken by the
+   * NOTIFY of each turn's commit and of the run's end, re-reading every `pollIntervalMs` for the rest (claims and
+   * heartbeats send none). An event is yielded once every transaction that could still write an earlier one has
+   * ended (see readWatchHorizon): that holds order across concurrent writers.
+   * @throws RunNotFoundError when there is no such run.
+   * @throws InvalidOptionsError naming a bad option (a cursor not from a watch).
+   * @throws PalisadeError `ENGINE_CLOSED` when the engine is closed while watching.
+   */
+  async *watch(options: WatchOptions = {}): AsyncGenerator<WatchedEvent, void, undefined> {
+    assertUsableOutsideTransaction(this.db, 'handle.watch');
+    const parsed = watchSchema.safeParse(options);
+    if (!parsed.success) throw new InvalidOptionsError('watch options', formatIssues(parsed.error.issues));
+    let after = parsed.data.after === undefined ? undefined : decodeCursor(parsed.data.after);
+    const pollIntervalMs = parsed.data.pollIntervalMs ?? 1_000;
+    let wake: (() => void) | undefined;
+    let notified = false;
+    const onNotify = () => {
+      notified = true;
+      wake?.();
+    };
+    const unsubscribers = await Promise.all([
+      this.hub.subscribe(`run:${this.runId}`, onNotify),
+      this.hub.subscribe(`watch:${this.runId}`, onNotify),
+    ]);
+    try {
+      // Registered as a waiter: the run's turns and its end then NOTIFY (see commitTurn).
+      if (!(await registerResultWaiter(this.db, this.names, this.runId))) {
+        throw new RunNotFoundError(`run ${this.runId}`);
+      }
+      for (;;) {
+        if (this.hub.closed) {
+          throw new PalisadeError('ENGINE_CLOSED', `engine closed while watching run ${this.runId}`, {
+            runId: this.runId,
+          });
+        }
+        notified = false;
+        const horizonUs = await readWatchHorizon(this.db, this.names);
+        const read = await readRunEventsAfter(this.db, this.names, this.runId, after, horizonUs, WATCH_PAGE);
+        for (const { at_us: _at, rank: _rank, ord: _ord, ...event } of read.events) {
+          yield { ...event, cursor: encodeCursor({ at_us: _at, rank: _rank, ord: _ord, ...event }) };
+        }
+        const last = read.events.at(-1);
+        if (last) after = { atUs: last.at_us, rank: last.rank, ord: last.ord, id: last.id };
+        if (read.events.length === WATCH_PAGE || notified) continue;
+        if (read.status === undefined) throw new RunNotFoundError(`run ${this.runId}`);
+        // Ended, and every event up to its end (the end included) is below the horizon, hence yielded.
+        const ended = RUN_ENDINGS.has(read.status) && read.finishedUs !== null;
+        if (ended && BigInt(read.finishedUs!) < BigInt(horizonUs)) return;
+        // Events (the end, say) past the horizon: read again soon, once the transactions open before them ended.
+        const heldBack = read.heldBack || ended;
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, heldBack ? WATCH_HELD_BACK_MS : pollIntervalMs);
+          wake = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        wake = undefined;
+      }
+    } finally {
+      for (const unsubscribe of unsubscribers) unsubscribe();
+    }
   }
 
   /**

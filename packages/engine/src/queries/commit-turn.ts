@@ -632,14 +632,28 @@ ${
              true, (SELECT t FROM clock)
         FROM run_row WHERE ${ending}
       RETURNING 1),
+    ${
+      progress !== null
+        ? sql`-- What the turn set with ctx.setProgress, as an event too (what handle.watch() streams) when it changed:
+    -- a turn that replayed the code from its start sets again what earlier turns set. The read of runs here sees
+    -- the row as the statement's snapshot has it, before run_row's write.
+    progress_event AS (
+      INSERT INTO ${n.events} (run_id, type, data, at)
+      SELECT id, 'run:progress', jsonb_build_object('value', ${progress}::jsonb), (SELECT t FROM clock) FROM run_row
+       WHERE (SELECT p.progress FROM ${n.runs} p WHERE p.id = ${runId}::uuid) IS DISTINCT FROM ${progress}::jsonb
+      RETURNING 1),`
+        : sql``
+    }
     -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
-    -- next turn is due now, and the run's waiters when it ended and a handle.result() waited on it.
+    -- next turn is due now, the run's waiters when it ended and a handle.result() waited on it, and, when it goes
+    -- on, its watchers (handle.watch() registers as a waiter too: one NOTIFY item per turn, for those runs only).
     ${notifyOnce(
       n,
       'notified',
       sql`SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
-          UNION ALL ${endedRunItems(sql`(SELECT * FROM run_row WHERE ${ending}) x`)}`,
+          UNION ALL ${endedRunItems(sql`(SELECT * FROM run_row WHERE ${ending}) x`)}
+          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE result_waiters > 0 AND NOT ${ending}`,
     )}
     SELECT ${fused ? sql`EXISTS (SELECT 1 FROM go)` : sql`EXISTS (SELECT 1 FROM fence)`} AS fenced,
            (SELECT conflict FROM gate) AS conflict,
