@@ -403,6 +403,43 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
     }
   });
 
+  it('links a parent and its child runs both ways in runs show', async () => {
+    const leaf = defineWorkflow({
+      name: 'leaf',
+      input: z.object({ n: z.number() }),
+      output: z.number(),
+      run: ({ n }) => Promise.resolve(n + 1),
+    });
+    const tree = defineWorkflow({
+      name: 'tree',
+      input: z.object({}),
+      output: z.number(),
+      async run(_input, ctx) {
+        return (await ctx.runChild(leaf, { n: 1 })) + (await ctx.runChild(leaf, { n: 2 }));
+      },
+    });
+    const worker = engine.worker({ workflows: [tree, leaf], pollIntervalMs: 50 });
+    await worker.start();
+    try {
+      const handle = await engine.client.start(tree, {});
+      await expect(handle.result({ timeoutMs: 30_000 })).resolves.toBe(5);
+      const [first] = (await handle.describe()).children;
+      const [shownParent, shownChild] = await Promise.all([
+        runCli(['runs', 'show', handle.runId, ...target(schema)]),
+        runCli(['runs', 'show', first!.id, ...target(schema)]),
+      ]);
+      expect(shownParent.stdout).toMatch(
+        new RegExp(
+          `CHILDREN \\(2\\)\\n  ${CLOCK}  ${first!.id}  completed  leaf \\(step 0\\)\\n  ${CLOCK}  [0-9a-f-]{36}  completed  leaf \\(step 1\\)`,
+        ),
+      );
+      expect(shownChild.stdout).toMatch(new RegExp(`parent +${handle.runId} \\(it started this run\\)`));
+      expectTerminalFriendly(shownParent.stdout);
+    } finally {
+      await worker.stop({ graceMs: 1_000 });
+    }
+  });
+
   it('exits 1 with [RUN_NOT_FOUND] for an unknown run id', async () => {
     const unknown = randomUUID();
     const results = await Promise.all(

@@ -55,7 +55,14 @@ export {
   type ResolvedWorkerOptions,
   type WorkerOptions,
 } from './options.js';
-export type { AttemptRow, EventRow, ListRunsFilter, RunRow, StepRow } from './queries/read-run.js';
+export type {
+  AttemptRow,
+  ChildRunRow,
+  EventRow,
+  ListRunsFilter,
+  RunRow,
+  StepRow,
+} from './queries/read-run.js';
 export { PRUNE_BATCH_SIZE, type PruneResult, type PrunedCounts } from './retention.js';
 export { Worker, type StopOptions } from './worker/worker.js';
 export { RETENTION_SWEEP_INTERVAL_MS } from './worker/retention-sweeper.js';

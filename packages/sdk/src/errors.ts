@@ -26,6 +26,7 @@ export type PalisadeErrorCode =
   | 'NON_DETERMINISM'
   | 'APPLICATION_FAILURE'
   | 'ACTIVITY_FAILURE'
+  | 'CHILD_WORKFLOW_FAILURE'
   | 'CANCELLED'
   | 'TIMED_OUT'
   | 'DATABASE_UNAVAILABLE'
@@ -356,6 +357,31 @@ export class ActivityFailure extends PalisadeError {
       context,
     );
     this.activityName = activityName;
+    this.failure = failure;
+  }
+}
+
+/**
+ * A child run started with `ctx.runChild` failed, was cancelled on its own, or could not start (its key names an
+ * existing run): thrown at the parent's await. `failure` is the child's stored failure; `childRunId` its run id.
+ */
+export class ChildWorkflowFailure extends PalisadeError {
+  readonly workflowName: string;
+  readonly childRunId: string | undefined;
+  readonly failure: SerializedFailure;
+  constructor(
+    workflowName: string,
+    childRunId: string | undefined,
+    failure: SerializedFailure,
+    context: PalisadeErrorContext = {},
+  ) {
+    super(
+      'CHILD_WORKFLOW_FAILURE',
+      `child workflow ${workflowName}${childRunId ? ` (run ${childRunId})` : ''} failed: ${failure.type}: ${failure.message}`,
+      context,
+    );
+    this.workflowName = workflowName;
+    this.childRunId = childRunId;
     this.failure = failure;
   }
 }

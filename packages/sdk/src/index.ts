@@ -24,6 +24,7 @@ export { MAX_PAYLOAD_DEPTH, jsonProblems, textProblem, type JsonProblem } from '
 export { PAYLOAD_LIMITS, checkPayload, checkText } from './payload.js';
 export {
   ActivityFailure,
+  ChildWorkflowFailure,
   ApplicationFailure,
   AttemptAbortedError,
   CancelledFailure,
@@ -62,6 +63,7 @@ export { defineSignal, type SignalDefinition, type SignalOptions, type SignalWai
 export {
   defineWorkflow,
   type RunActivityOptions,
+  type RunChildOptions,
   type WaitForSignalOptions,
   type WorkflowContext,
   type WorkflowDefinition,

@@ -35,6 +35,23 @@ export interface RunActivityOptions {
   readonly priority?: number;
 }
 
+/** Options of `ctx.runChild(workflow, input, options)`. */
+export interface RunChildOptions {
+  /**
+   * The child run's idempotency key (as `client.start`'s `key`): when a run of that workflow with that key exists
+   * already, the call fails with a ChildWorkflowFailure naming it, instead of starting a second run.
+   * @defaultValue none
+   */
+  readonly key?: string;
+  /** Queue the child's turns are claimed from. @defaultValue the child workflow's queue */
+  readonly queue?: string;
+  /**
+   * What the parent's end or cancel does to a child still running: `'cascade'` cancels it (a cancel of the parent
+   * cancels its children in the same transaction), `'abandon'` lets it run on. @defaultValue `'cascade'`
+   */
+  readonly cancellation?: 'cascade' | 'abandon';
+}
+
 /**
  * The context passed to a workflow's `run(input, ctx)`. Workflow code is replayed from the top on every turn
  * over the recorded results, so it must be deterministic: it may await only the promises these methods
@@ -85,6 +102,21 @@ export interface WorkflowContext {
     signal: SignalDefinition<P>,
     options: WaitForSignalOptions,
   ): Promise<SignalWait<z.output<P>>>;
+  /**
+   * Start workflow `workflow` as a child run, a durable step, and resolve with its output. The child is a run of
+   * its own (its parent recorded: `describe()`, `palisade runs show`), started in the same commit as the turn that
+   * calls this, so it is started exactly once across replays and crashes; its end completes this step and wakes
+   * this run. A cancel of this run cancels the child unless `cancellation: 'abandon'`.
+   * @throws ChildWorkflowFailure (at the await) when the child failed or was cancelled on its own (its `failure`
+   * is the child's), or its key names an existing run; CancelledFailure when this run's cancel ended the step.
+   * @throws ValidationError / PalisadeError `PAYLOAD_TOO_LARGE` / InvalidOptionsError (at the call) when the input
+   * fails the child's schema or cannot be stored, or an option is bad.
+   */
+  runChild<I extends z.ZodType, O extends z.ZodType>(
+    workflow: WorkflowDefinition<I, O>,
+    input: z.input<I>,
+    options?: RunChildOptions,
+  ): Promise<z.output<O>>;
   /**
    * Whether this run takes the new branch of a code change `changeId` (Temporal's `patched`): true for a run that
    * reaches this point with new code (the answer is recorded as a step), false for a run whose history was

@@ -87,6 +87,7 @@ const run: RunRow = {
   output: { ok: true },
   error: null,
   progress: null,
+  parent_run_id: null,
   idempotency_key: 'batch-42',
   queue: 'default',
   priority: 0,
@@ -167,6 +168,7 @@ const timeline: RunTimeline = {
   ],
   events: [staleEvent],
   signals: [],
+  children: [],
   unclaimed: [],
 };
 

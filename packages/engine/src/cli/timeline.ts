@@ -187,6 +187,7 @@ export function formatRunTimeline(
     lines.push(field('running', `for ${formatDuration(msBetween(run.started_at, options.nowIso))}`));
   }
   if (run.cancel_reason) lines.push(field('cancel', run.cancel_reason));
+  if (run.parent_run_id) lines.push(field('parent', `${run.parent_run_id} (it started this run)`));
   lines.push(field('input', compactJson(run.input, width - 10)));
   if (run.output !== null && run.output !== undefined)
     lines.push(field('output', compactJson(run.output, width - 10)));
@@ -252,6 +253,17 @@ export function formatRunTimeline(
           : `taken by ${names.label(g.step_id)} at ${formatClock(g.consumed_at, reference)}`;
       const room = Math.max(10, width - INDENT.length - head.length - visibleText(taken).length - 2);
       lines.push(INDENT + head + taken + '  ' + compactJson(g.payload, room));
+    }
+  }
+
+  const children = t.children ?? [];
+  if (children.length > 0) {
+    lines.push('', paint(term, 'bold', `CHILDREN (${children.length})`));
+    for (const c of children) {
+      const head = `${formatClock(c.created_at, reference)}  ${c.id}  `;
+      const status = paint(term, statusStyle(c.status), c.status);
+      const what = truncate(`${c.name}${c.seq !== null ? ` (step ${c.seq})` : ''}`, Math.max(10, width - 70));
+      lines.push(INDENT + head + status + '  ' + what);
     }
   }
 

@@ -18,7 +18,9 @@ import {
   readRun,
   registerResultWaiter,
   readRunHistory,
+  readChildRuns,
   type AttemptRow,
+  type ChildRunRow,
   type EventRow,
   type RunRow,
   type StepRow,
@@ -71,6 +73,8 @@ export interface RunDescription {
   readonly events: readonly EventRow[];
   /** Signals sent to the run, in arrival order: pending ones (`step_id` null) and those a wait took. */
   readonly signals: readonly SignalRow[];
+  /** The runs this one started with `ctx.runChild`, oldest first (its parent: `run.parent_run_id`). */
+  readonly children: readonly ChildRunRow[];
   /**
    * Work due for at least {@link UNCLAIMED_AFTER_MS} (or the `unclaimedAfterMs` given) that no worker ever
    * claimed: most likely no live worker serves that activity or workflow on that queue.
@@ -253,10 +257,11 @@ export class RunHandle<O = unknown> {
     if (!parsed.success) throw new InvalidOptionsError('describe options', formatIssues(parsed.error.issues));
     const run = await readRun(this.db, this.names, this.runId);
     if (!run) throw new RunNotFoundError(`run ${this.runId}`);
-    const [history, unclaimed, signals] = await Promise.all([
+    const [history, unclaimed, signals, children] = await Promise.all([
       readRunHistory(this.db, this.names, this.runId),
       readUnclaimedWork(this.db, this.names, this.runId, parsed.data.unclaimedAfterMs ?? UNCLAIMED_AFTER_MS),
       readSignals(this.db, this.names, this.runId),
+      readChildRuns(this.db, this.names, this.runId),
     ]);
     return {
       run,
@@ -267,6 +272,7 @@ export class RunHandle<O = unknown> {
       turns: history.attempts.filter((a) => a.step_id === null),
       events: history.events,
       signals,
+      children,
       unclaimed,
     };
   }

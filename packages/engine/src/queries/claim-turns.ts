@@ -159,7 +159,7 @@ export async function claimTurns(
 export function historyNews(n: SchemaNames, runId: SQL, nowMs: SQL, when: SQL): SQL {
   const dueMs = sql`(extract(epoch FROM s.next_run_at) * 1000)::float8`;
   const freshOutcome = sql`s.delivered_seq IS NULL AND (
-      (s.kind = 'activity' AND s.status IN ('completed', 'failed', 'cancelled'))
+      (s.kind IN ('activity', 'child') AND s.status IN ('completed', 'failed', 'cancelled'))
       OR (s.kind IN ('timer', 'signal')
           AND (s.status IN ('completed', 'cancelled') OR (s.status = 'scheduled' AND ${dueMs} <= ${nowMs}))))`;
   return sql`

@@ -5,6 +5,8 @@ import type { EndedRun } from '../db/notification-hub.js';
 import type { ClaimedStepRow } from './claim-steps.js';
 import type { Delivery, NewStep, TurnOutcome } from '../workflow/turn-runtime.js';
 import { endedRunItems, notifyOnce } from './notify.js';
+import { requestCancel } from './request-cancel.js';
+import { withInfraRetry } from '../infra-retry.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 export interface TurnRef {
@@ -131,6 +133,7 @@ export async function commitTurn(
     throw new TurnConflict(`turn of run ${ref.runId} raced with a cancel; it runs again`);
   }
   if (!row?.fenced) await rejectTurn(db, n, ref);
+  await cascadeToChildren(db, n, row);
   return { eagerSteps: row?.eager_steps ?? [], ...(row?.ended ? { ended: row.ended } : {}) };
 }
 
@@ -160,6 +163,7 @@ export async function commitFusedTurn(
 ): Promise<CommittedFusedTurn> {
   const row = await turnStatement(db, n, { kind: 'fused', fused }, result, dispatch);
   if (!row?.fenced) return { applied: false, eagerSteps: [] };
+  await cascadeToChildren(db, n, row);
   return {
     applied: true,
     eagerSteps: row.eager_steps ?? [],
@@ -186,6 +190,26 @@ interface TurnStatementRow {
   eager_steps: ClaimedStepRow[] | null;
   ended: EndedRun | null;
   turn: { epoch: number; attempt: number; token: string } | null;
+  /** Child runs, started with cancellation 'cascade', whose steps the run's end cancelled (only when it ended). */
+  cascade_children?: string[] | null;
+}
+
+/**
+ * End the live steps of the children a run's end just marked cancelled (`cancellation: 'cascade'`; the commit
+ * marked them and woke them), each child in a transaction of its own after the commit, as a cancel does, which
+ * cascades on to theirs. A process that dies in between leaves a child marked: it sees the cancel at its next
+ * step instead of at once. A child that ended meanwhile is left as it is.
+ */
+async function cascadeToChildren(
+  db: Database,
+  n: SchemaNames,
+  row: TurnStatementRow | undefined,
+): Promise<void> {
+  for (const childRunId of row?.cascade_children ?? []) {
+    await withInfraRetry(() =>
+      requestCancel(db, n, { runId: childRunId, reason: 'its parent run ended with it running' }),
+    );
+  }
 }
 
 /** The one statement of {@link commitTurn} and {@link commitFusedTurn}. */
@@ -214,24 +238,30 @@ async function turnStatement(
     kind: s.kind,
     name: s.name,
     after_delivered_seq: s.afterDeliveredSeq,
+    // A child step runs from its start: no worker claims it; the child run's end completes it.
     status:
       s.kind === 'value' || (s.kind === 'signal' && s.signalId !== undefined)
         ? 'completed'
         : s.cancelled
           ? 'cancelled'
-          : 'scheduled',
+          : s.kind === 'child'
+            ? 'running'
+            : 'scheduled',
     delivered_seq: s.kind === 'value' ? null : (s.deliveredSeq ?? null),
     error: s.kind !== 'value' && s.cancelled ? CANCELLED_UNSEEN : null,
     // A signal wait keeps its timeout, so that a retry that schedules it again can give it its full length.
+    // A child step records its child run's id, input, key and cancellation policy.
     input:
       s.kind === 'activity'
         ? s.input
         : s.kind === 'signal' && s.timeoutMs !== undefined
           ? { timeoutMs: s.timeoutMs }
-          : null,
+          : s.kind === 'child'
+            ? { runId: s.childRunId, input: s.input, key: s.key, cancellation: s.cancellation }
+            : null,
     output: s.kind === 'value' ? s.output : null,
-    queue: s.kind === 'activity' ? s.queue : null,
-    priority: s.kind === 'activity' ? s.priority : 0,
+    queue: s.kind === 'activity' || s.kind === 'child' ? s.queue : null,
+    priority: s.kind === 'activity' || s.kind === 'child' ? s.priority : 0,
     retry_policy: s.kind === 'activity' ? s.retryPolicy : {},
     lease_ms: s.kind === 'activity' ? s.leaseMs : 0,
     start_to_close_timeout_ms: s.kind === 'activity' ? s.startToCloseTimeoutMs : 0,
@@ -275,6 +305,9 @@ async function turnStatement(
     ...steps.flatMap((st) => (st.signal_id === null ? [] : [st.signal_id])),
   ];
   const takenSignalsArray = `{${takenSignals.join(',')}}`;
+  // Child runs this turn starts (in this statement), and whether any names a key (checked against existing runs).
+  const startsChildren = steps.some((st) => st.kind === 'child' && st.status === 'running');
+  const childKeys = startsChildren && result.newSteps.some((st) => st.kind === 'child' && st.key !== null);
   // What only a turn that hands out signals, or completes a wait by position, needs: left out of the statement
   // otherwise (its own prepared text), so a turn of a run without signals pays for none of it.
   const signalsTaken = takenSignals.length > 0;
@@ -298,11 +331,23 @@ async function turnStatement(
                     AND l.lease_expires_at > (SELECT t FROM step_clock))`
     : sql`true`;
   const rows = await db.rows<TurnStatementRow>(sql`
-    WITH lk AS MATERIALIZED (
+    WITH ${
+      ending
+        ? sql`-- A run that ends completes its parent's child step and wakes the parent: the parent's run row is locked
+    -- first, before this run's (an ancestor before its descendants, as a cancel that cascades locks them).
+    parent_lk AS MATERIALIZED (
+      SELECT p.id FROM ${n.runs} p
+       WHERE p.id = (SELECT c.parent_run_id FROM ${n.runs} c WHERE c.id = ${runId}::uuid)
+         FOR NO KEY UPDATE OF p),`
+        : sql``
+    }
+    lk AS MATERIALIZED (
       SELECT r.id, r.queue, r.status, r.turn_token, r.turn_nonce, r.turn_lease_expires_at, r.turn_epoch,
              r.turn_attempt, r.turn_worker_id, r.wake_count, r.turn_next_run_at,
              r.cancel_requested_at IS NOT NULL AS cancel_requested
-        FROM ${n.runs} r WHERE r.id = ${runId}::uuid FOR NO KEY UPDATE OF r),
+        FROM ${n.runs} r
+       WHERE r.id = ${runId}::uuid${ending ? sql` AND (SELECT count(*) FROM parent_lk) >= 0` : sql``}
+         FOR NO KEY UPDATE OF r),
     -- The turn's lease is judged by the clock read once the run row is locked: read before a wait on a row
     -- another statement only locked (no recheck follows), it would pass a lease that ran out meanwhile.
     lock_clock AS MATERIALIZED (SELECT ${n.now} AS t FROM (SELECT count(*) FROM lk) x),
@@ -400,11 +445,22 @@ ${
          AND (prev.held_until IS NULL OR prev.held_until <= (SELECT t FROM clock))
        ORDER BY ns.seq
        LIMIT ${dispatch.limit}),
+    ${
+      childKeys
+        ? sql`-- A child whose key names an existing run of its workflow is not started: its step fails (the code sees
+    -- a ChildWorkflowFailure naming that run at its next turn).
+    child_keys AS MATERIALIZED (
+      SELECT x.seq, r.id::text AS run_id FROM ns x
+        JOIN ${n.runs} r ON r.kind = 'workflow' AND r.name = x.name AND r.idempotency_key = x.input->>'key'
+       WHERE x.kind = 'child' AND x.status = 'running'),`
+        : sql``
+    }
     planned AS (
       SELECT ns.*, prev.fencing_scope AS prev_scope, prev.epoch AS prev_epoch, prev.held_until,
              ns.seq IN (SELECT seq FROM eager_sel) AS eager,
-             -- A step the run's end cancels with the run's other live steps.
-             ${ending} AND ns.status = 'scheduled' AS ends_with_run,
+             ${childKeys ? sql`(SELECT k.run_id FROM child_keys k WHERE k.seq = ns.seq)` : sql`NULL::text`} AS key_taken_by,
+             -- A step the run's end cancels with the run's other live steps (a child it would start: not started).
+             ${ending} AND (ns.status = 'scheduled' OR (ns.kind = 'child' AND ns.status = 'running')) AS ends_with_run,
              CASE WHEN 1 >= (ns.retry_policy->>'maximumAttempts')::int THEN 0
                   ELSE ${n.retryDelayMs}(ns.retry_policy, 1) END AS first_reclaim_delay_ms
         FROM ns LEFT JOIN prev ON prev.seq = ns.seq
@@ -419,8 +475,19 @@ ${
              coalesce(p.prev_scope, ${'run:' + runId + '/seq:'} || p.seq::text),
              coalesce(p.prev_epoch, 0) + CASE WHEN p.eager THEN 1 ELSE 0 END,
              p.after_delivered_seq,
-             CASE WHEN p.eager THEN 'running' WHEN p.ends_with_run THEN 'cancelled' ELSE p.status END,
-             p.delivered_seq, p.error, p.input,
+             CASE WHEN p.eager THEN 'running' WHEN p.ends_with_run THEN 'cancelled'
+                  WHEN p.key_taken_by IS NOT NULL THEN 'failed' ELSE p.status END,
+             p.delivered_seq,
+             CASE WHEN p.key_taken_by IS NOT NULL
+                  THEN jsonb_build_object(
+                         'type', 'ChildWorkflowFailure', 'nonRetryable', true, 'childRunId', p.key_taken_by,
+                         'message', 'child workflow ' || p.name || ' was not started: run ' || p.key_taken_by
+                                    || ' of that workflow has its key ' || (p.input->>'key'),
+                         'cause', jsonb_build_object(
+                           'type', 'RunKeyConflict', 'nonRetryable', true,
+                           'message', 'run ' || p.key_taken_by || ' has key ' || (p.input->>'key')))
+                  ELSE p.error END,
+             p.input,
              ${
                signalsTaken
                  ? sql`CASE WHEN p.signal_id IS NOT NULL
@@ -437,7 +504,8 @@ ${
                   ELSE greatest(CASE WHEN p.due_at_ms IS NOT NULL THEN to_timestamp(p.due_at_ms / 1000.0)
                                      WHEN p.delay_ms IS NOT NULL THEN (SELECT t FROM clock) + ${msInterval(sql`p.delay_ms`)} END,
                                 p.held_until) END,
-             CASE WHEN p.status <> 'scheduled' OR p.ends_with_run THEN (SELECT t FROM clock) END,
+             CASE WHEN p.status NOT IN ('scheduled', 'running') OR p.ends_with_run OR p.key_taken_by IS NOT NULL
+                  THEN (SELECT t FROM clock) END,
              CASE WHEN p.ends_with_run THEN (SELECT t FROM clock) END,
              (SELECT t FROM clock),
              CASE WHEN p.eager THEN 1 ELSE 0 END,
@@ -450,7 +518,7 @@ ${
              CASE WHEN p.eager THEN p.first_reclaim_delay_ms ELSE 0 END,
              CASE WHEN p.eager THEN (SELECT t FROM clock) END
         FROM planned p
-      RETURNING id, seq, kind, name, status, queue, next_run_at, input, attempt, epoch, fencing_token, nonce,
+      RETURNING id, seq, kind, name, status, queue, priority, error, next_run_at, input, attempt, epoch, fencing_token, nonce,
                 lease_ms, start_to_close_timeout_ms, retry_policy, lease_expires_at, fencing_scope, started_at,
                 -- Cancelled with the run (a step the code saw cancelled carries its stored error).
                 status = 'cancelled' AND error IS NULL AS ended_with_run),
@@ -464,10 +532,37 @@ ${
     scheduled_events AS (
       INSERT INTO ${n.events} (run_id, step_id, type, data, at)
       SELECT ${runId}::uuid, id,
-             CASE kind WHEN 'timer' THEN 'timer:started' WHEN 'signal' THEN 'signal:waiting' ELSE 'step:scheduled' END,
-             jsonb_build_object('name', name, 'seq', seq, 'dueAt', next_run_at), (SELECT t FROM clock)
-        FROM inserted WHERE kind IN ('activity', 'timer', 'signal')
+             CASE kind WHEN 'timer' THEN 'timer:started' WHEN 'signal' THEN 'signal:waiting'
+                       WHEN 'child' THEN 'child:started' ELSE 'step:scheduled' END,
+             CASE WHEN kind = 'child' THEN jsonb_build_object('name', name, 'seq', seq, 'childRunId', input->>'runId')
+                  ELSE jsonb_build_object('name', name, 'seq', seq, 'dueAt', next_run_at) END,
+             (SELECT t FROM clock)
+        FROM inserted WHERE kind IN ('activity', 'timer', 'signal') OR (kind = 'child' AND status = 'running')
+      RETURNING 1),${
+        startsChildren
+          ? sql`
+    -- The child runs this turn starts, pending with their first turn due now, their parent recorded; a child whose
+    -- key was taken fails its step instead.
+    children AS (
+      INSERT INTO ${n.runs} (id, kind, name, status, input, idempotency_key, queue, priority, turn_next_run_at,
+                             created_at, parent_run_id, parent_step_id)
+      SELECT (i.input->>'runId')::uuid, 'workflow', i.name, 'pending', i.input->'input', i.input->>'key', i.queue,
+             i.priority, (SELECT t FROM clock), (SELECT t FROM clock), ${runId}::uuid, i.id
+        FROM inserted i WHERE i.kind = 'child' AND i.status = 'running'
+      RETURNING id, name, queue),
+    child_started_events AS (
+      INSERT INTO ${n.events} (run_id, type, data, at)
+      SELECT id, 'run:started', jsonb_build_object('workflow', name, 'queue', queue, 'parentRunId', ${runId}::text),
+             (SELECT t FROM clock)
+        FROM children
       RETURNING 1),
+    child_refused_events AS (
+      INSERT INTO ${n.events} (run_id, step_id, type, data, terminal, at)
+      SELECT ${runId}::uuid, id, 'step:failed', jsonb_build_object('error', error), true, (SELECT t FROM clock)
+        FROM inserted WHERE kind = 'child' AND status = 'failed'
+      RETURNING 1),`
+          : sql``
+      }
     cancelled_events AS (
       INSERT INTO ${n.events} (run_id, step_id, type, data, terminal, at)
       SELECT ${runId}::uuid, id, 'step:cancelled',
@@ -578,7 +673,13 @@ ${
              progress = CASE WHEN ${progress !== null} THEN ${progress}::jsonb ELSE r.progress END,
              turn_next_run_at = CASE WHEN ${ending} THEN NULL
                                      WHEN r.wake_count <> ${wakeCount} THEN (SELECT t FROM clock)
-                                     WHEN (SELECT due FROM signal_due) THEN (SELECT t FROM clock)
+                                     WHEN (SELECT due FROM signal_due) THEN (SELECT t FROM clock)${
+                                       childKeys
+                                         ? sql`
+                                     WHEN EXISTS (SELECT 1 FROM inserted WHERE kind = 'child' AND status = 'failed')
+                                       THEN (SELECT t FROM clock)`
+                                         : sql``
+                                     }
                                      ELSE (SELECT due FROM next_timer) END${
                                        fused
                                          ? sql`,
@@ -591,7 +692,8 @@ ${
                                      }
        WHERE r.id = (SELECT id FROM go)
       RETURNING r.id, r.queue, r.turn_next_run_at <= (SELECT t FROM clock) AS due_now, r.status, r.output, r.error,
-                r.cancel_reason, r.result_waiters, r.turn_token, r.turn_nonce, r.turn_epoch, r.turn_attempt),
+                r.cancel_reason, r.result_waiters, r.turn_token, r.turn_nonce, r.turn_epoch, r.turn_attempt,
+                r.parent_step_id),
     turn_attempt AS (${
       grant.kind === 'claimed'
         ? sql`
@@ -613,7 +715,8 @@ ${
         FROM locked l
        WHERE ${ending} AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = l.id)
-      RETURNING s.id, s.attempt, s.epoch, s.fencing_token, l.status AS prev_status),
+      RETURNING s.id, s.attempt, s.epoch, s.fencing_token, l.status AS prev_status, s.kind,
+                s.input->>'runId' AS child_run_id, s.input->>'cancellation' AS cancellation),
     leftover_attempts AS (
       UPDATE ${n.attempts} a SET outcome = 'cancelled', ended_at = (SELECT t FROM clock)
         FROM leftover l WHERE l.prev_status = 'running' AND a.fencing_token = l.fencing_token AND a.outcome IS NULL
@@ -625,6 +728,60 @@ ${
              (SELECT t FROM clock)
         FROM leftover
       RETURNING 1),
+${
+  ending
+    ? sql`
+    -- The end of a child run completes its parent's step (still running: a cancel of the parent ended it already)
+    -- with its output, or fails it with a ChildWorkflowFailure carrying its failure, and wakes the parent.
+    parent_step AS (
+      UPDATE ${n.steps} s
+         SET status = CASE WHEN ${status}::text = 'completed' THEN 'completed' ELSE 'failed' END,
+             output = CASE WHEN ${status}::text = 'completed' THEN ${output}::jsonb END,
+             error = CASE WHEN ${status}::text = 'completed' THEN NULL
+                          ELSE jsonb_build_object(
+                                 'type', 'ChildWorkflowFailure', 'nonRetryable', true, 'childRunId', ${runId}::text,
+                                 'message', 'child workflow run ' || ${runId}::text || ' ' || ${status}::text,
+                                 'cause', ${error}::jsonb) END,
+             finished_at = (SELECT t FROM clock)
+        FROM run_row r
+       WHERE s.id = r.parent_step_id AND s.kind = 'child' AND s.status = 'running' AND s.retired_at IS NULL
+      RETURNING s.id, s.run_id, s.seq, s.status, s.error),
+    parent_step_event AS (
+      INSERT INTO ${n.events} (run_id, step_id, type, data, terminal, at)
+      SELECT run_id, id, 'step:' || status,
+             jsonb_build_object('childRunId', ${runId}::text) || CASE WHEN error IS NOT NULL
+                                                                    THEN jsonb_build_object('error', error)
+                                                                    ELSE '{}'::jsonb END,
+             true, (SELECT t FROM clock)
+        FROM parent_step
+      RETURNING 1),
+    -- Children still running that the end cancels (cancellation 'cascade'): marked here, durably, and woken — a
+    -- parent's run row and steps are locked before its children's. cascadeToChildren then ends their live steps
+    -- after the commit, as a cancel does; a child whose process died before that still sees the cancel at its next
+    -- step.
+    cascaded AS (
+      UPDATE ${n.runs} c
+         SET cancel_requested_at = coalesce(c.cancel_requested_at, (SELECT t FROM clock)),
+             cancel_reason = coalesce(c.cancel_reason, 'its parent run ended with it running'),
+             turn_next_run_at = (SELECT t FROM clock), wake_count = c.wake_count + 1
+        FROM leftover l
+       WHERE l.kind = 'child' AND l.cancellation = 'cascade' AND c.id = (l.child_run_id)::uuid
+         AND c.status IN ('pending', 'running')
+      RETURNING c.id, c.queue),
+    cascaded_events AS (
+      INSERT INTO ${n.events} (run_id, type, data, at)
+      SELECT id, 'run:cancel-requested', jsonb_build_object('reason', 'its parent run ended with it running'),
+             (SELECT t FROM clock)
+        FROM cascaded
+      RETURNING 1),
+    parent_woken AS (
+      UPDATE ${n.runs} p
+         SET turn_next_run_at = least(coalesce(p.turn_next_run_at, (SELECT t FROM clock)), (SELECT t FROM clock)),
+             wake_count = p.wake_count + 1
+       WHERE p.id = (SELECT run_id FROM parent_step) AND p.status IN ('pending', 'running')
+      RETURNING p.queue),`
+    : sql``
+}
     run_event AS (
       INSERT INTO ${n.events} (run_id, type, data, terminal, at)
       SELECT id, 'run:' || ${status}::text,
@@ -653,7 +810,13 @@ ${
       sql`SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
           UNION ALL ${endedRunItems(sql`(SELECT * FROM run_row WHERE ${ending}) x`)}
-          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE result_waiters > 0 AND NOT ${ending}`,
+          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE result_waiters > 0 AND NOT ${ending}${
+            startsChildren ? sql` UNION ALL SELECT 'turn:' || queue FROM children` : sql``
+          }${
+            ending
+              ? sql` UNION ALL SELECT 'turn:' || queue FROM parent_woken UNION ALL SELECT 'turn:' || queue FROM cascaded`
+              : sql``
+          }`,
     )}
     SELECT ${fused ? sql`EXISTS (SELECT 1 FROM go)` : sql`EXISTS (SELECT 1 FROM fence)`} AS fenced,
            (SELECT conflict FROM gate) AS conflict,
@@ -664,7 +827,12 @@ ${
               FROM run_row) AS turn,`
                : sql``
            }
-           (SELECT count(*) FROM notified) AS notified,
+           (SELECT count(*) FROM notified) AS notified,${
+             ending
+               ? sql`
+           (SELECT jsonb_agg(id::text) FROM cascaded) AS cascade_children,`
+               : sql``
+           }
            (SELECT jsonb_build_object('status', status, 'output', output, 'error', error, 'cancel_reason', cancel_reason)
               FROM run_row WHERE ${ending}) AS ended,
            (SELECT jsonb_agg(jsonb_build_object(

@@ -13,6 +13,8 @@ export interface RunRow {
   error: unknown;
   /** A workflow run's last `ctx.setProgress` value, or null. */
   progress: unknown;
+  /** The run that started this one with `ctx.runChild`, or null. */
+  parent_run_id: string | null;
   idempotency_key: string | null;
   queue: string;
   priority: number;
@@ -25,7 +27,8 @@ export interface RunRow {
 /** The columns of a {@link RunRow} from run alias `r` (a job's status and start read off its step: job-run.ts). */
 function runColumns(n: SchemaNames): SQL {
   const job = jobRunColumns(n, sql`r`);
-  return sql`r.id::text, r.kind, r.name, ${job.status} AS status, r.input, r.output, r.error, r.progress, r.idempotency_key,
+  return sql`r.id::text, r.kind, r.name, ${job.status} AS status, r.input, r.output, r.error, r.progress,
+  r.parent_run_id::text, r.idempotency_key,
   r.queue, r.priority, r.cancel_reason,
   to_char(r.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS created_at,
   to_char(${job.startedAt} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS started_at,
@@ -146,4 +149,25 @@ export async function readRunHistory(
         FROM ${n.runEvents} e WHERE e.run_id = ${runId}::uuid ORDER BY e.at, e.rank, e.ord`),
   ]);
   return { steps, attempts, events };
+}
+
+/** A child run, as `describe().children` lists it. */
+export interface ChildRunRow {
+  id: string;
+  name: string;
+  status: string;
+  /** The parent's step that started it (its position in the parent's history). */
+  seq: number | null;
+  created_at: string;
+  finished_at: string | null;
+}
+
+/** The runs run `runId` started with `ctx.runChild`, oldest first. */
+export async function readChildRuns(db: Database, n: SchemaNames, runId: string): Promise<ChildRunRow[]> {
+  return db.rows<ChildRunRow>(sql`
+    SELECT c.id::text, c.name, c.status, s.seq, ${ts('c.created_at')} AS created_at,
+           ${ts('c.finished_at')} AS finished_at
+      FROM ${n.runs} c LEFT JOIN ${n.steps} s ON s.id = c.parent_step_id
+     WHERE c.parent_run_id = ${runId}::uuid
+     ORDER BY c.created_at, s.seq, c.id`);
 }

@@ -23,7 +23,20 @@ export async function requestCancel(
 ): Promise<string | undefined> {
   // Not a run id at all: no such run (as in readRun), rather than a uuid cast error from the database.
   if (!/^[0-9a-f-]{36}$/i.test(p.runId)) return undefined;
-  return db.transaction(async (tx) => {
+  return db.transaction((tx) => cancelInTransaction(tx, n, p));
+}
+
+/**
+ * {@link requestCancel} in transaction `tx`; then, for each child step it cancelled whose child was started with
+ * `cancellation: 'cascade'`, the same for that child run, in the same transaction — a parent's run row and steps
+ * before its children's (an ancestor before its descendants: the order a child's end locks its parent in).
+ */
+async function cancelInTransaction(
+  tx: Database,
+  n: SchemaNames,
+  p: { runId: string; reason: string },
+): Promise<string | undefined> {
+  {
     // The run row alone: a statement that waited for it reads with the snapshot it began with, so steps that the
     // holder (a turn's commit) added meanwhile would be missed here and first locked by the next statement, out
     // of order. They are locked below, by a statement that begins once the run row is held.
@@ -37,7 +50,7 @@ export async function requestCancel(
       message: `cancelled: ${p.reason}`,
       nonRetryable: true,
     });
-    await tx.rows(sql`
+    const cancelled = await tx.rows<{ cascade: string[] | null }>(sql`
       WITH marked AS (
         UPDATE ${n.runs} SET cancel_requested_at = coalesce(cancel_requested_at, ${n.now}),
                              cancel_reason = coalesce(cancel_reason, ${p.reason}),
@@ -54,7 +67,8 @@ export async function requestCancel(
         UPDATE ${n.steps} s SET status = 'cancelled', cancel_requested_at = ${n.now}, finished_at = ${n.now},
                                 next_run_at = NULL, error = ${error}::jsonb
           FROM live WHERE s.id = live.id
-        RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, live.status AS prev_status),
+        RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, live.status AS prev_status, s.kind,
+                  s.input->>'runId' AS child_run_id, s.input->>'cancellation' AS cancellation),
       ended_attempts AS (
         UPDATE ${n.attempts} a SET outcome = 'cancelled', ended_at = ${n.now}
           FROM dropped d WHERE d.prev_status = 'running' AND a.fencing_token = d.fencing_token AND a.outcome IS NULL
@@ -70,7 +84,14 @@ export async function requestCancel(
         SELECT id, 'run:cancel-requested', jsonb_build_object('reason', ${p.reason}::text), ${n.now} FROM marked
         RETURNING 1)
       SELECT (SELECT count(*) FROM dropped_events) + (SELECT count(*) FROM requested_event)
-               + (SELECT count(*) FROM ended_attempts) AS effects`);
+               + (SELECT count(*) FROM ended_attempts) AS effects,
+             (SELECT jsonb_agg(child_run_id) FROM dropped WHERE kind = 'child' AND cancellation = 'cascade') AS cascade`);
+    for (const childRunId of cancelled[0]?.cascade ?? []) {
+      await cancelInTransaction(tx, n, {
+        runId: childRunId,
+        reason: `its parent run ${p.runId} was cancelled`,
+      });
+    }
     if (run.kind === 'activity') {
       await tx.rows(sql`
         WITH ended AS (
@@ -84,5 +105,5 @@ export async function requestCancel(
     }
     if (run.kind === 'workflow') await tx.rows(sql`SELECT pg_notify(${n.channel}, ${'turn:' + run.queue})`);
     return run.status;
-  });
+  }
 }

@@ -47,7 +47,10 @@ export async function retryRun(db: Database, n: SchemaNames, runId: string): Pro
              next_run_at = NULL, cancel_requested_at = NULL
         FROM run
        WHERE s.run_id = run.id AND s.retired_at IS NULL AND (SELECT n FROM locked) >= 0
-         AND s.after_delivered_seq >= (SELECT delivered_seq FROM first_reset)
+         AND (s.after_delivered_seq >= (SELECT delivered_seq FROM first_reset)
+              -- A child run that failed or was cancelled is not run again: its step is retired, so the replayed
+              -- code starts a new child run at that position.
+              OR (s.kind = 'child' AND s.status IN ('failed', 'cancelled')))
       RETURNING s.id, s.seq, s.name, s.fencing_token),
     -- A signal a retired wait took is pending again: the code that waits for it anew takes it.
     returned_signals AS (
@@ -84,6 +87,7 @@ export async function retryRun(db: Database, n: SchemaNames, runId: string): Pro
        WHERE s.run_id = run.id AND s.retired_at IS NULL AND (SELECT n FROM locked) >= 0
          AND s.after_delivered_seq < coalesce((SELECT delivered_seq FROM first_reset), 2147483647)
          AND (s.status IN ('failed', 'cancelled') OR s.delivered_seq >= (SELECT delivered_seq FROM first_reset))
+         AND NOT (s.kind = 'child' AND s.status IN ('failed', 'cancelled')) -- retired above
       RETURNING s.id, s.run_id, s.epoch, s.fencing_token, s.queue, s.kind, s.status),
     -- The unique "one terminal event per step/run" indexes then admit the retry's outcomes; the earlier
     -- terminal events stay in the history, no longer flagged as the current outcome.

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import {
   ActivityFailure,
   CancelledFailure,
+  ChildWorkflowFailure,
   InvalidOptionsError,
   MAX_SLEEP_MS,
   NonDeterminismError,
@@ -11,12 +12,14 @@ import {
   formatIssues,
   mergeRetryPolicy,
   serializeFailure,
+  textProblem,
   toMs,
   validate,
   type ActivityDefinition,
   type Duration,
   type ResolvedRetryPolicy,
   type RunActivityOptions,
+  type RunChildOptions,
   type SerializedFailure,
   type SignalDefinition,
   type WorkflowContext,
@@ -67,6 +70,21 @@ type StepCall =
       readonly timeoutMs?: number;
       /** The pending signal this turn handed to the wait as soon as it was made (it arrived before the wait). */
       readonly signalId?: string;
+      readonly cancelled?: boolean;
+      readonly deliveredSeq?: number;
+    }
+  | {
+      readonly seq: number;
+      readonly kind: 'child';
+      /** The child's workflow name. */
+      readonly name: string;
+      /** The child run's id, chosen here so that the step records it; the commit creates the run with it. */
+      readonly childRunId: string;
+      readonly input: unknown;
+      readonly key: string | null;
+      readonly queue: string;
+      readonly priority: number;
+      readonly cancellation: 'cascade' | 'abandon';
       readonly cancelled?: boolean;
       readonly deliveredSeq?: number;
     }
@@ -217,6 +235,29 @@ const runActivityOptionsSchema = z
   })
   .strict();
 
+/** The options of `ctx.runChild`. */
+const runChildOptionsSchema = z
+  .object({
+    key: z
+      .string()
+      .min(1)
+      .max(512)
+      .refine((k) => textProblem(k) === undefined, 'must be storable text (no NUL, no lone surrogate)')
+      .optional(),
+    queue: z
+      .string()
+      .regex(/^[A-Za-z0-9_.:-]{1,128}$/, 'must be 1–128 letters, digits, _ . : -')
+      .optional(),
+    cancellation: z.enum(['cascade', 'abandon']).optional(),
+  })
+  .strict();
+
+/** A child step's stored failure: what the parent's commit wrote when the child ended (see commitTurn). */
+interface ChildStepFailure {
+  readonly childRunId?: string;
+  readonly cause?: SerializedFailure;
+}
+
 /** Longest a turn holds the event loop between two drains before letting it turn (ms). */
 const REPLAY_SLICE_MS = 20;
 
@@ -300,7 +341,8 @@ function outcomeOf(h: HistoryStepRow, nowMs: number): 'resolve' | 'reject' | und
     if (h.status === 'scheduled' && h.due_ms !== null && h.due_ms <= nowMs) return 'resolve';
     return undefined;
   }
-  if (h.kind === 'activity' && TERMINAL.has(h.status)) return h.status === 'completed' ? 'resolve' : 'reject';
+  if ((h.kind === 'activity' || h.kind === 'child') && TERMINAL.has(h.status))
+    return h.status === 'completed' ? 'resolve' : 'reject';
   return undefined;
 }
 
@@ -527,7 +569,7 @@ class Replay implements WorkflowInstance {
   }
 
   private durable<T>(
-    kind: 'activity' | 'timer' | 'signal',
+    kind: 'activity' | 'timer' | 'signal' | 'child',
     name: string,
     schedule: (seq: number) => StepCall,
     map?: (stored: unknown) => unknown,
@@ -640,6 +682,43 @@ class Replay implements WorkflowInstance {
               : activity.startToCloseTimeoutMs,
         }));
       },
+      runChild: <O>(workflow: WorkflowDefinition, input: unknown, options: RunChildOptions = {}) => {
+        if (!workflow || (workflow as { kind?: unknown }).kind !== 'workflow') {
+          throw new InvalidOptionsError(`ctx.runChild in workflow ${workflowName}`, [
+            { path: 'workflow', message: 'must be a workflow from defineWorkflow()' },
+          ]);
+        }
+        const where = `ctx.runChild(${workflow.name}) in workflow ${workflowName}`;
+        const parsedOptions = runChildOptionsSchema.safeParse(options);
+        if (!parsedOptions.success)
+          throw new InvalidOptionsError(where, formatIssues(parsedOptions.error.issues));
+        const inputOf = (seq: number): unknown => {
+          const what = `input of child workflow ${workflow.name} (step ${seq} of ${workflowName})`;
+          const checked: unknown = validate(workflow.input, input, what);
+          return JSON.parse(checkPayload(checked, what, PAYLOAD_LIMITS.inputBytes, { runId }));
+        };
+        // The child's output is checked against its schema as the parent takes it, as an activity's is.
+        const map = (stored: unknown): unknown =>
+          validate(workflow.output, stored, `output of child workflow ${workflow.name} in ${workflowName}`, {
+            runId,
+          });
+        return this.durable<O>(
+          'child',
+          workflow.name,
+          (seq) => ({
+            seq,
+            kind: 'child',
+            name: workflow.name,
+            childRunId: randomUUID(),
+            input: inputOf(seq),
+            key: parsedOptions.data.key ?? null,
+            queue: parsedOptions.data.queue ?? workflow.queue,
+            priority: this.current.priority,
+            cancellation: parsedOptions.data.cancellation ?? 'cascade',
+          }),
+          map,
+        );
+      },
       sleep: (duration: Duration) => {
         const delayMs = toMs(duration, `ctx.sleep duration in workflow ${workflowName}`, MAX_SLEEP_MS);
         return this.durable<void>('timer', 'sleep', (seq) => ({
@@ -742,11 +821,20 @@ class Replay implements WorkflowInstance {
       if (h.kind === 'timer') d.resolve(undefined);
       // A signal wait that is still scheduled here is one this turn sees time out.
       else if (h.kind === 'signal') settleMapped(d, h.status === 'scheduled' ? { timedOut: true } : h.output);
+      else if (h.kind === 'child') settleMapped(d, h.output);
       else d.resolve(h.output);
     } else if (h.status === 'cancelled') {
       this.cancelSeen = true;
       d.reject(
         new CancelledFailure(`step ${h.name}#${h.seq} was cancelled`, { runId: this.runId, stepId: h.id }),
+      );
+    } else if (h.kind === 'child') {
+      const stored = (h.error ?? {}) as ChildStepFailure & SerializedFailure;
+      d.reject(
+        new ChildWorkflowFailure(h.name, stored.childRunId, stored.cause ?? stored, {
+          runId: this.runId,
+          stepId: h.id,
+        }),
       );
     } else
       d.reject(
