@@ -6,6 +6,7 @@
  * example failed (or an example could not run).
  */
 import { runInvoiceSettlementDemo } from './invoice-settlement/index.js';
+import { runSupportAgentDemo } from './support-agent/index.js';
 import { runTranscodingDemo } from './transcoding/index.js';
 
 /** What every example's `run…Demo` function takes. */
@@ -57,6 +58,21 @@ const demos: readonly Demo[] = [
       return s
         ? `${s.workerId}'s upload of ${s.key} with token ${s.token}, ${s.outcome ?? 'pending'}`
         : 'the stall';
+    },
+  },
+  {
+    name: 'support agent',
+    run: runSupportAgentDemo,
+    zombie: () => 'the email whose worker was killed mid-loop (its progress streamed by handle.watch())',
+    more: (o) => {
+      const r = o as Awaited<ReturnType<typeof runSupportAgentDemo>>;
+      return [
+        { runId: r.zombieRunId, what: 'the refund whose zombie write was refused' },
+        {
+          runId: r.timedOutRunId,
+          what: 'the approval that timed out after two days of database time, escalated',
+        },
+      ];
     },
   },
 ];

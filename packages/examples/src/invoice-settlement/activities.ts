@@ -101,7 +101,8 @@ export function chargeKey(batchId: string, invoiceNumber: string): string {
   return `invoice-settlement/${batchId}/${invoiceNumber}`;
 }
 
-function stamp(ctx: ActivityContext): AttemptStamp {
+/** Who is running: the attempt's worker, run, step, attempt, epoch and fencing token, from `ctx.info`. */
+export function attemptStamp(ctx: ActivityContext): AttemptStamp {
   const i = ctx.info;
   return {
     workerId: i.workerId,
@@ -195,7 +196,7 @@ export function createInvoiceActivities(
     startToCloseTimeoutMs: 60_000,
     retry: { maximumAttempts: 6, initialIntervalMs: 250, backoffCoefficient: 2, jitter: 0 },
     async run(input, ctx) {
-      const by = stamp(ctx);
+      const by = attemptStamp(ctx);
       const invoiceNumber = input.invoiceNumber;
       emit({ type: 'charge:started', by, invoiceNumber });
       // ctx.signal is deliberately not passed: a charge request is never abandoned half-way, its answer is what

@@ -1,9 +1,10 @@
 /**
- * A card processor for the demo, running as a real HTTP server on loopback with its own table. It behaves like
+ * A card processor for the demo, running as a real HTTP server on loopback with its own tables. It behaves like
  * the real ones on the point that matters here — idempotency keys: the first request with a key creates a
- * charge; any later request with the same key (a retry, or another worker's attempt at the same invoice) gets
- * the same charge back, marked `Idempotent-Replayed: true`, and creates nothing; the same key with different
- * parameters is refused with 422. Every charge it accepts is a row of `<schema>.charges`.
+ * charge (or a refund); any later request with the same key (a retry, or another worker's attempt at the same
+ * work) gets the same object back, marked `Idempotent-Replayed: true`, and creates nothing; the same key with
+ * different parameters is refused with 422. Every charge it accepts is a row of `<schema>.charges`, every refund
+ * a row of `<schema>.refunds`; a refund names a charge and may not exceed what is left of it.
  *
  * For fault injection it can hold the response to the first request with a given key (the charge is already
  * committed, the answer is slow): {@link PaymentProvider.holdFirstResponse}.
@@ -44,8 +45,36 @@ export interface ChargeResponse {
   readonly idempotentReplayed: boolean;
 }
 
+/** A refund as the provider stores and returns it: part or all of a charge, given back. */
+export interface Refund {
+  readonly id: string;
+  readonly idempotencyKey: string;
+  readonly chargeId: string;
+  readonly amountMinor: number;
+  readonly currency: string;
+  readonly reason: string | null;
+  /** How many requests presented its idempotency key (1 = never replayed). */
+  readonly requestCount: number;
+  readonly createdAt: string;
+}
+
+/** What `POST /v1/refunds` answers. */
+export interface RefundResponse {
+  readonly id: string;
+  readonly object: 'refund';
+  readonly charge: string;
+  readonly amount: number;
+  readonly currency: string;
+  readonly status: 'succeeded';
+  readonly created: string;
+  /** True when an earlier request with the same idempotency key created this refund. */
+  readonly idempotentReplayed: boolean;
+}
+
 export interface PaymentProviderEvents {
   'charge:accepted': [{ charge: Charge; replayed: boolean }];
+  'refund:accepted': [{ refund: Refund; replayed: boolean }];
+  /** `chargeId`: the id of the charge, or of the refund, whose answer is held. */
   'response:held': [{ idempotencyKey: string; chargeId: string }];
   'response:released': [{ idempotencyKey: string; chargeId: string }];
 }
@@ -64,6 +93,14 @@ const chargeRequest = z
     currency: z.enum(CURRENCY_CODES),
     customer: z.string().min(1).max(200),
     description: z.string().max(500).optional(),
+  })
+  .strict();
+
+const refundRequest = z
+  .object({
+    charge: z.string().regex(/^ch_[A-Za-z0-9]+$/, 'must be a charge id (ch_…)'),
+    amount: z.number().int().positive(),
+    reason: z.string().max(500).optional(),
   })
   .strict();
 
@@ -94,6 +131,36 @@ function toCharge(row: ChargeRow): Charge {
   };
 }
 
+interface RefundRow {
+  id: string;
+  idempotency_key: string;
+  charge_id: string;
+  amount_minor: string | number;
+  currency: string;
+  reason: string | null;
+  request_count: number;
+  created_at: string;
+  replayed?: boolean;
+}
+
+function toRefund(row: RefundRow): Refund {
+  return {
+    id: row.id,
+    idempotencyKey: row.idempotency_key,
+    chargeId: row.charge_id,
+    amountMinor: Number(row.amount_minor),
+    currency: row.currency.trim(),
+    reason: row.reason,
+    requestCount: row.request_count,
+    createdAt: row.created_at,
+  };
+}
+
+/** A new object id with the provider's prefix (`ch_`, `re_`). */
+function objectId(prefix: 'ch' | 're'): string {
+  return `${prefix}_${randomBytes(12).toString('base64url').replace(/[-_]/g, 'x')}`;
+}
+
 function rowsOf<T>(result: unknown): T[] {
   return Array.isArray(result) ? (result as T[]) : ((result as { rows?: T[] }).rows ?? []);
 }
@@ -105,6 +172,7 @@ export class PaymentProvider {
     { reached: (v: { chargeId: string }) => void; released: Promise<void>; release: () => void }
   >();
   private readonly table: string;
+  private readonly refundTable: string;
 
   private constructor(
     private readonly database: AppDatabase,
@@ -113,9 +181,10 @@ export class PaymentProvider {
     schema: string,
   ) {
     this.table = `${quoteIdent(schema)}.charges`;
+    this.refundTable = `${quoteIdent(schema)}.refunds`;
   }
 
-  /** Create the provider's table in `schema` (if absent) and listen on 127.0.0.1 (a free port). */
+  /** Create the provider's tables in `schema` (if absent) and listen on 127.0.0.1 (a free port). */
   static async start(options: { database: AppDatabase; schema: string }): Promise<PaymentProvider> {
     const s = quoteIdent(options.schema);
     await options.database.run([
@@ -128,6 +197,17 @@ export class PaymentProvider {
         customer text NOT NULL,
         description text,
         status text NOT NULL DEFAULT 'succeeded',
+        request_count integer NOT NULL DEFAULT 1,
+        created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        last_request_at timestamptz NOT NULL DEFAULT clock_timestamp()
+      )`,
+      `CREATE TABLE IF NOT EXISTS ${s}.refunds (
+        id text PRIMARY KEY,
+        idempotency_key text NOT NULL UNIQUE,
+        charge_id text NOT NULL REFERENCES ${s}.charges (id),
+        amount_minor bigint NOT NULL CHECK (amount_minor > 0),
+        currency char(3) NOT NULL,
+        reason text,
         request_count integer NOT NULL DEFAULT 1,
         created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
         last_request_at timestamptz NOT NULL DEFAULT clock_timestamp()
@@ -156,8 +236,8 @@ export class PaymentProvider {
   }
 
   /**
-   * Hold the response to the first request that presents `idempotencyKey`: the charge is created and committed
-   * as usual, then the answer waits until `release()` — a slow card network, seen from the caller.
+   * Hold the response to the first request that presents `idempotencyKey`: the charge (or refund) is created and
+   * committed as usual, then the answer waits until `release()` — a slow card network, seen from the caller.
    */
   holdFirstResponse(idempotencyKey: string): HeldResponse {
     let reached!: (v: { chargeId: string }) => void;
@@ -186,6 +266,18 @@ export class PaymentProvider {
     return rows.map(toCharge);
   }
 
+  /** Every refund the provider accepted, oldest first. */
+  async refunds(): Promise<Refund[]> {
+    const rows = rowsOf<RefundRow>(
+      await this.database.db.execute(
+        sql.raw(`SELECT id, idempotency_key, charge_id, amount_minor::text AS amount_minor, currency, reason,
+                        request_count, created_at::text AS created_at
+                   FROM ${this.refundTable} ORDER BY created_at, id`),
+      ),
+    );
+    return rows.map(toRefund);
+  }
+
   /** Stop listening (in-flight requests are answered first; held ones are released). */
   async close(): Promise<void> {
     for (const hold of this.holds.values()) hold.release();
@@ -197,6 +289,7 @@ export class PaymentProvider {
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     try {
       if (req.method === 'POST' && req.url === '/v1/charges') return await this.createCharge(req, res);
+      if (req.method === 'POST' && req.url === '/v1/refunds') return await this.createRefund(req, res);
       const byId = /^\/v1\/charges\/(ch_[A-Za-z0-9]+)$/.exec(req.url ?? '');
       if (req.method === 'GET' && byId) return await this.getCharge(byId[1] as string, res);
       send(res, 404, { error: { type: 'not_found', message: `no route ${req.method} ${req.url}` } });
@@ -207,33 +300,57 @@ export class PaymentProvider {
     }
   }
 
-  private async createCharge(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  /** The idempotency key and the body of a POST, checked; or undefined once a 400 has been sent. */
+  private async readRequest<S extends z.ZodType>(
+    req: IncomingMessage,
+    res: ServerResponse,
+    schema: S,
+  ): Promise<{ key: string; body: z.output<S> } | undefined> {
     const key = req.headers['idempotency-key'];
     if (typeof key !== 'string' || !KEY.test(key)) {
-      return send(res, 400, {
+      send(res, 400, {
         error: {
           type: 'invalid_request',
           message: 'an Idempotency-Key header (1–255 visible ASCII characters) is required',
         },
       });
+      return undefined;
     }
     let body: unknown;
     try {
       body = JSON.parse(await readBody(req));
     } catch {
-      return send(res, 400, { error: { type: 'invalid_request', message: 'the body must be JSON' } });
+      send(res, 400, { error: { type: 'invalid_request', message: 'the body must be JSON' } });
+      return undefined;
     }
-    const parsed = chargeRequest.safeParse(body);
+    const parsed = schema.safeParse(body);
     if (!parsed.success) {
-      return send(res, 400, {
+      send(res, 400, {
         error: {
           type: 'invalid_request',
           message: parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; '),
         },
       });
+      return undefined;
     }
-    const p = parsed.data;
-    const id = `ch_${randomBytes(12).toString('base64url').replace(/[-_]/g, 'x')}`;
+    return { key, body: parsed.data };
+  }
+
+  /** Hold the answer to the first request with `key`, if a hold was asked for (see holdFirstResponse). */
+  private async holdIfAsked(key: string, id: string, replayed: boolean): Promise<void> {
+    const hold = replayed ? undefined : this.holds.get(key);
+    if (!hold) return;
+    this.events.emit('response:held', { idempotencyKey: key, chargeId: id });
+    hold.reached({ chargeId: id });
+    await hold.released;
+    this.events.emit('response:released', { idempotencyKey: key, chargeId: id });
+  }
+
+  private async createCharge(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const request = await this.readRequest(req, res, chargeRequest);
+    if (!request) return;
+    const { key, body: p } = request;
+    const id = objectId('ch');
     // One statement: create the charge, or count one more request for the key. `xmax` tells the two apart
     // (an updated row carries the updating transaction's id); concurrent requests with one key serialize on it.
     const [row] = rowsOf<ChargeRow>(
@@ -260,13 +377,7 @@ export class PaymentProvider {
       });
     }
     this.events.emit('charge:accepted', { charge, replayed });
-    const hold = replayed ? undefined : this.holds.get(key);
-    if (hold) {
-      this.events.emit('response:held', { idempotencyKey: key, chargeId: charge.id });
-      hold.reached({ chargeId: charge.id });
-      await hold.released;
-      this.events.emit('response:released', { idempotencyKey: key, chargeId: charge.id });
-    }
+    await this.holdIfAsked(key, charge.id, replayed);
     const response: ChargeResponse = {
       id: charge.id,
       object: 'charge',
@@ -275,6 +386,79 @@ export class PaymentProvider {
       customer: charge.customer,
       status: 'succeeded',
       created: charge.createdAt,
+      idempotentReplayed: replayed,
+    };
+    send(res, 200, response, { 'idempotent-replayed': String(replayed) });
+  }
+
+  private async createRefund(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const request = await this.readRequest(req, res, refundRequest);
+    if (!request) return;
+    const { key, body: p } = request;
+    const refunds = sql.raw(this.refundTable);
+    // One transaction: the charge's row lock orders the refunds of one charge, so that two of them cannot both
+    // pass the check of what is left; a request with a key already used counts one more request and is answered
+    // with the refund it created (or refused, with other parameters).
+    const outcome = await this.database.db.transaction(async (tx) => {
+      const [charge] = rowsOf<{ amount_minor: string; currency: string }>(
+        await tx.execute(sql`SELECT amount_minor::text AS amount_minor, currency
+                               FROM ${sql.raw(this.table)} WHERE id = ${p.charge} FOR UPDATE`),
+      );
+      if (!charge) return { kind: 'refused', status: 404, message: `no charge ${p.charge}` } as const;
+      const [row] = rowsOf<RefundRow>(
+        await tx.execute(sql`
+          UPDATE ${refunds} SET request_count = request_count + 1, last_request_at = clock_timestamp()
+           WHERE idempotency_key = ${key}
+          RETURNING id, idempotency_key, charge_id, amount_minor::text AS amount_minor, currency, reason, request_count,
+                    created_at::text AS created_at, true AS replayed`),
+      );
+      if (row) return { kind: 'refund', refund: toRefund(row), replayed: true } as const;
+      const [refunded] = rowsOf<{ total: string }>(
+        await tx.execute(sql`SELECT coalesce(sum(amount_minor), 0)::text AS total FROM ${refunds}
+                              WHERE charge_id = ${p.charge}`),
+      );
+      const left = Number(charge.amount_minor) - Number(refunded?.total ?? 0);
+      if (p.amount > left) {
+        return {
+          kind: 'refused',
+          status: 422,
+          message: `refund of ${p.amount} exceeds what is left of charge ${p.charge} (${left})`,
+        } as const;
+      }
+      const [created] = rowsOf<RefundRow>(
+        await tx.execute(sql`
+          INSERT INTO ${refunds} (id, idempotency_key, charge_id, amount_minor, currency, reason)
+          VALUES (${objectId('re')}, ${key}, ${p.charge}, ${p.amount}, ${charge.currency}, ${p.reason ?? null})
+          RETURNING id, idempotency_key, charge_id, amount_minor::text AS amount_minor, currency, reason, request_count,
+                    created_at::text AS created_at, false AS replayed`),
+      );
+      if (!created) throw new Error('refund insert returned no row');
+      return { kind: 'refund', refund: toRefund(created), replayed: false } as const;
+    });
+    if (outcome.kind === 'refused') {
+      return send(res, outcome.status, {
+        error: { type: outcome.status === 404 ? 'not_found' : 'refund_error', message: outcome.message },
+      });
+    }
+    const { refund, replayed } = outcome;
+    if (replayed && (refund.chargeId !== p.charge || refund.amountMinor !== p.amount)) {
+      return send(res, 422, {
+        error: {
+          type: 'idempotency_error',
+          message: `Idempotency-Key ${key} was first used with different parameters (refund ${refund.id})`,
+        },
+      });
+    }
+    this.events.emit('refund:accepted', { refund, replayed });
+    await this.holdIfAsked(key, refund.id, replayed);
+    const response: RefundResponse = {
+      id: refund.id,
+      object: 'refund',
+      charge: refund.chargeId,
+      amount: refund.amountMinor,
+      currency: refund.currency,
+      status: 'succeeded',
+      created: refund.createdAt,
       idempotentReplayed: replayed,
     };
     send(res, 200, response, { 'idempotent-replayed': String(replayed) });
@@ -322,17 +506,50 @@ export interface CreateChargeRequest {
  * @throws ApplicationFailure: non-retryable for a 4xx answer (the request itself is wrong), retryable otherwise.
  */
 export async function createCharge(baseUrl: string, request: CreateChargeRequest): Promise<ChargeResponse> {
+  return postIdempotent<ChargeResponse>(baseUrl, '/v1/charges', request.idempotencyKey, 'ChargeRefused', {
+    amount: request.amountMinor,
+    currency: request.currency,
+    customer: request.customer,
+    ...(request.description === undefined ? {} : { description: request.description }),
+  });
+}
+
+/** What a caller sends to refund (part of) a charge. */
+export interface CreateRefundRequest {
+  readonly idempotencyKey: string;
+  readonly chargeId: string;
+  readonly amountMinor: number;
+  readonly reason?: string;
+}
+
+/**
+ * Refund `amountMinor` of a charge at the provider at `baseUrl` (`POST /v1/refunds`). Safe to repeat with the same
+ * key: the provider answers with the refund the first request created.
+ * @throws ApplicationFailure: non-retryable for a 4xx answer (no such charge, more than is left of it, a key reused
+ * with other parameters), retryable otherwise.
+ */
+export async function createRefund(baseUrl: string, request: CreateRefundRequest): Promise<RefundResponse> {
+  return postIdempotent<RefundResponse>(baseUrl, '/v1/refunds', request.idempotencyKey, 'RefundRefused', {
+    charge: request.chargeId,
+    amount: request.amountMinor,
+    ...(request.reason === undefined ? {} : { reason: request.reason }),
+  });
+}
+
+/** POST `body` to `path` with an idempotency key; a 4xx other than 409/429 is final, anything else may be retried. */
+async function postIdempotent<T>(
+  baseUrl: string,
+  path: string,
+  idempotencyKey: string,
+  refusedType: string,
+  body: Record<string, unknown>,
+): Promise<T> {
   let response: Response;
   try {
-    response = await fetch(new URL('/v1/charges', baseUrl), {
+    response = await fetch(new URL(path, baseUrl), {
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'idempotency-key': request.idempotencyKey },
-      body: JSON.stringify({
-        amount: request.amountMinor,
-        currency: request.currency,
-        customer: request.customer,
-        ...(request.description === undefined ? {} : { description: request.description }),
-      }),
+      headers: { 'content-type': 'application/json', 'idempotency-key': idempotencyKey },
+      body: JSON.stringify(body),
     });
   } catch (error) {
     throw ApplicationFailure.retryable(
@@ -342,13 +559,13 @@ export async function createCharge(baseUrl: string, request: CreateChargeRequest
   }
   const text = await response.text();
   if (!response.ok) {
-    const message = `payment provider answered ${response.status} for key ${request.idempotencyKey}: ${text}`;
+    const message = `payment provider answered ${response.status} for key ${idempotencyKey}: ${text}`;
     throw response.status >= 400 &&
       response.status < 500 &&
       response.status !== 409 &&
       response.status !== 429
-      ? ApplicationFailure.nonRetryable(message, 'ChargeRefused')
+      ? ApplicationFailure.nonRetryable(message, refusedType)
       : ApplicationFailure.retryable(message, 'ProviderError');
   }
-  return JSON.parse(text) as ChargeResponse;
+  return JSON.parse(text) as T;
 }

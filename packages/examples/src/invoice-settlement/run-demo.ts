@@ -1,26 +1,18 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { PGlite } from '@electric-sql/pglite';
 import { eq } from 'drizzle-orm';
-import { pino } from 'pino';
-import {
-  createEngine,
-  openEmbeddedDatabase,
-  type CreateEngineOptions,
-  type Engine,
-  type RunDescription,
-} from '@palisade/engine';
+import type { Engine, RunDescription } from '@palisade/engine';
 import { chargeKey, createInvoiceActivities } from './activities.js';
-import { pgliteAppDatabase, postgresAppDatabase, type AppDatabase } from './app-database.js';
+import type { AppDatabase } from './app-database.js';
 import { verifySettlement, type CurrencyTotal, type DemoCheck, type StaleWriteRejection } from './checks.js';
 import { formatMoney, isCurrencyCode } from './currencies.js';
-import { NetworkLink, linkPglite, linkPostgres } from '../shared/network-link.js';
+import { closeDemoResources, openDemoResources } from '../shared/demo-resources.js';
 import { parseInvoiceCsv, type MalformedRow } from './parse-invoices.js';
 import { PaymentProvider } from './payment-provider.js';
 import { demonstrateDatabaseFence } from './fence-stall.js';
 import { StallFault, type StallRecord } from './stall-fault.js';
-import { invoiceTables, invoiceTablesDdl, quoteIdent, type InvoiceTables } from './tables.js';
+import { invoiceTables, invoiceTablesDdl, type InvoiceTables } from './tables.js';
 import { Timeline, describeError } from './timeline.js';
 import { createInvoiceSettlementWorkflow, type SettlementReport } from './workflow.js';
 
@@ -112,14 +104,6 @@ export const INVOICE_SETTLEMENT_DEMO = Object.freeze({
   runTimeoutMs: 180_000,
 });
 
-interface Resources {
-  readonly main: Engine;
-  readonly chargeEngines: Map<string, Engine>;
-  readonly links: Map<string, NetworkLink>;
-  readonly app: AppDatabase;
-  readonly close: (() => Promise<void>)[];
-}
-
 /**
  * Run the invoice-settlement example end to end and check it. A workflow validates a committed CSV batch (reporting
  * malformed rows by line), charges every invoice at a payment provider on loopback (idempotency keys, its own
@@ -151,7 +135,13 @@ export async function runInvoiceSettlementDemo(
   const keyOf = (invoiceNumber: string): string => chargeKey(batchId, invoiceNumber);
   const invoiceOf = (key: string): string => key.slice(keyOf('').length);
 
-  const resources = await openResources(options.databaseUrl, schema, options.dataDir);
+  const resources = await openDemoResources({
+    databaseUrl: options.databaseUrl,
+    schema,
+    dataDir: options.dataDir,
+    workerIds: INVOICE_SETTLEMENT_DEMO.chargeWorkers,
+    applicationName: 'invoice-settlement-demo',
+  });
   let provider: PaymentProvider | undefined;
   let fault: StallFault | undefined;
   let runId: string | undefined;
@@ -192,7 +182,7 @@ export async function runInvoiceSettlementDemo(
     });
     timeline.watchWorker(orchestrator, 'orchestrator');
     watchBatchSteps(orchestrator, timeline);
-    const chargeWorkers = [...resources.chargeEngines].map(([workerId, engine]) => {
+    const chargeWorkers = [...resources.workerEngines].map(([workerId, engine]) => {
       const worker = engine.worker({
         workerId,
         activities: [activities.chargeInvoice],
@@ -290,7 +280,11 @@ export async function runInvoiceSettlementDemo(
     };
   } finally {
     fault?.dispose();
-    await closeResources(resources, provider, options.keepSchema ? [] : [schema, appSchema, providerSchema]);
+    await closeDemoResources(
+      resources,
+      provider,
+      options.keepSchema ? [] : [schema, appSchema, providerSchema],
+    );
   }
 }
 
@@ -412,69 +406,6 @@ async function historyWithStaleRejection(
     if (seen || token === undefined || performance.now() > deadline) return description;
     await delay(100);
   }
-}
-
-async function openResources(
-  databaseUrl: string | undefined,
-  schema: string,
-  dataDir: string | undefined,
-): Promise<Resources> {
-  const logger = pino({ level: 'silent' });
-  const links = new Map(
-    INVOICE_SETTLEMENT_DEMO.chargeWorkers.map((id) => [id, new NetworkLink(id)] as const),
-  );
-  const close: (() => Promise<void>)[] = [];
-  const chargeEngines = new Map<string, Engine>();
-  const base: CreateEngineOptions = { schema, logger };
-  try {
-    if (databaseUrl) {
-      const main = await createEngine({ ...base, databaseUrl });
-      close.push(() => main.close({ graceMs: 0 }));
-      const app = postgresAppDatabase(databaseUrl, 'invoice-settlement-demo');
-      close.push(() => app.close());
-      for (const [id, link] of links) {
-        const proxy = await linkPostgres(link, databaseUrl);
-        close.push(() => proxy.close());
-        const engine = await createEngine({ ...base, databaseUrl: proxy.url, migrate: false, poolSize: 4 });
-        close.push(() => engine.close({ graceMs: 0 }));
-        chargeEngines.set(id, engine);
-      }
-      return { main, chargeEngines, links, app, close };
-    }
-    // In memory, or file-backed in `dataDir` under the engine's one-process lock (kept for `palisade runs show`).
-    const embedded = dataDir === undefined ? undefined : await openEmbeddedDatabase(dataDir);
-    const pglite = embedded?.pglite ?? new PGlite();
-    close.push(() => embedded?.close() ?? pglite.close());
-    const main = await createEngine({ ...base, pglite });
-    close.push(() => main.close({ graceMs: 0 }));
-    const app = pgliteAppDatabase(pglite);
-    for (const [id, link] of links) {
-      const engine = await createEngine({ ...base, pglite: linkPglite(link, pglite), migrate: false });
-      close.push(() => engine.close({ graceMs: 0 }));
-      chargeEngines.set(id, engine);
-    }
-    return { main, chargeEngines, links, app, close };
-  } catch (error) {
-    for (const step of close.reverse()) await step().catch(() => undefined);
-    throw error;
-  }
-}
-
-async function closeResources(
-  resources: Resources,
-  provider: PaymentProvider | undefined,
-  dropSchemas: readonly string[],
-): Promise<void> {
-  for (const link of resources.links.values()) link.heal();
-  // Workers first (they stop claiming and release their pools), then the provider, then the schemas.
-  await Promise.all(
-    [...resources.chargeEngines.values(), resources.main].map((e) => e.close({ graceMs: 0 })),
-  );
-  await provider?.close();
-  if (resources.app.driver === 'postgres' && dropSchemas.length > 0) {
-    await resources.app.run(dropSchemas.map((s) => `DROP SCHEMA IF EXISTS ${quoteIdent(s)} CASCADE`));
-  }
-  for (const step of [...resources.close].reverse()) await step();
 }
 
 function delay(ms: number): Promise<void> {

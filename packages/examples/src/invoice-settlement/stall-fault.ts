@@ -34,7 +34,8 @@ export interface StallFaultOptions {
   readonly provider: PaymentProvider;
   /** Each charge worker's database link, by worker id. */
   readonly links: ReadonlyMap<string, NetworkLink>;
-  readonly timeline: Timeline;
+  /** Where the fault's lines go (the invoice demo's timeline, or any with the same two methods). */
+  readonly timeline: Pick<Timeline, 'line' | 'elapsedMs'>;
   /** Heal and answer after this long whatever happened, so a broken run cannot hang the demo. @defaultValue 30_000 */
   readonly maxStallMs?: number;
 }
@@ -115,7 +116,7 @@ export class StallFault {
       this.options.timeline.line(
         'FAULT',
         `${by.workerId} stalls on ${this.options.invoiceNumber} (token ${by.token}): its database link is cut as its ` +
-          'charge request leaves for the provider; it cannot renew its lease, and does not know it',
+          'request leaves for the provider; it cannot renew its lease, and does not know it',
       );
     }
     this.timers.push(setTimeout(() => this.wake(), this.options.maxStallMs ?? 30_000));

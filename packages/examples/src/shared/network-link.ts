@@ -8,6 +8,9 @@
  * On PostgreSQL the link is a TCP proxy on loopback in front of the server. On the embedded PGlite (one
  * in-process instance, no network) it wraps the instance, so that each call and each reply waits while the
  * link is cut.
+ *
+ * A link can also be severed for good ({@link NetworkLink.sever}): the worker behind it is as good as killed —
+ * nothing it sends arrives any more, now or later, and every call it makes fails at once.
  */
 import { connect, createServer, type Socket } from 'node:net';
 import type { PGlite } from '@electric-sql/pglite';
@@ -15,8 +18,10 @@ import type { PGlite } from '@electric-sql/pglite';
 /** A worker's network: up or partitioned. */
 export class NetworkLink {
   private down = false;
+  private dead = false;
   private held: (() => void)[] = [];
-  private waiting: (() => void)[] = [];
+  private waiting: { resolve: () => void; reject: (error: Error) => void }[] = [];
+  private readonly onSever: (() => void)[] = [];
 
   constructor(readonly name: string) {}
 
@@ -24,29 +29,62 @@ export class NetworkLink {
     return this.down;
   }
 
+  /** True once {@link sever} was called. */
+  get severed(): boolean {
+    return this.dead;
+  }
+
   /** Cut the link: from now on everything sent either way is held. */
   partition(): void {
     this.down = true;
   }
 
-  /** Restore the link and deliver everything held, in the order it was sent. */
+  /** Restore the link and deliver everything held, in the order it was sent (a no-op once severed). */
   heal(): void {
-    if (!this.down) return;
+    if (!this.down || this.dead) return;
     this.down = false;
     for (const deliver of this.held.splice(0)) deliver();
-    for (const resolve of this.waiting.splice(0)) resolve();
+    for (const { resolve } of this.waiting.splice(0)) resolve();
   }
 
-  /** Deliver now while the link is up, otherwise when it heals. */
+  /**
+   * Sever the link for good, as if the process behind it were killed: what is held is dropped, calls waiting to
+   * cross fail, and so does every later one; connections through it are closed. Cannot be undone.
+   */
+  sever(): void {
+    if (this.dead) return;
+    this.dead = true;
+    this.down = true;
+    this.held = [];
+    for (const { reject } of this.waiting.splice(0)) reject(severedError(this.name));
+    for (const close of this.onSever.splice(0)) close();
+  }
+
+  /** Call `close` when the link is severed (at once if it already is). */
+  whenSevered(close: () => void): void {
+    if (this.dead) close();
+    else this.onSever.push(close);
+  }
+
+  /** Deliver now while the link is up, otherwise when it heals (never, once severed). */
   carry(deliver: () => void): void {
+    if (this.dead) return;
     if (this.down) this.held.push(deliver);
     else deliver();
   }
 
-  /** Resolves at once while the link is up, otherwise when it heals. */
+  /** Resolves at once while the link is up, otherwise when it heals; rejects once the link is severed. */
   passage(): Promise<void> {
-    return this.down ? new Promise<void>((resolve) => this.waiting.push(resolve)) : Promise.resolve();
+    if (this.dead) return Promise.reject(severedError(this.name));
+    return this.down
+      ? new Promise<void>((resolve, reject) => this.waiting.push({ resolve, reject }))
+      : Promise.resolve();
   }
+}
+
+/** What a call over a severed link fails with: the peer is gone, and no retry will reach it. */
+function severedError(name: string): Error {
+  return new Error(`link ${name} is severed: the process behind it was killed`);
 }
 
 /** A proxy URL that reaches the server of `databaseUrl` over a {@link NetworkLink}. */
@@ -74,6 +112,10 @@ export async function linkPostgres(link: NetworkLink, databaseUrl: string): Prom
     );
   };
   const server = createServer((client) => {
+    if (link.severed) {
+      client.destroy();
+      return;
+    }
     const upstream = connect(upstreamPort, upstreamHost);
     sockets.add(client);
     sockets.add(upstream);
@@ -90,6 +132,10 @@ export async function linkPostgres(link: NetworkLink, databaseUrl: string): Prom
     };
     client.on('error', close).on('close', close);
     upstream.on('error', close).on('close', close);
+  });
+  // Killed: every connection ends at once, both ways, and new ones are refused above.
+  link.whenSevered(() => {
+    for (const socket of sockets) socket.destroy();
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

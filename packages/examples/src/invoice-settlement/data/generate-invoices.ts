@@ -9,24 +9,13 @@
 import { writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { mulberry32 } from '../../shared/seeded-random.js';
 import { CURRENCIES, type CurrencyCode } from '../currencies.js';
 
 const SEED = 0x20260401;
 const VALID_ROWS = 240;
 const CUSTOMERS = 72;
 const HEADER = ['invoice_number', 'customer', 'currency', 'amount_minor', 'due_date'] as const;
-
-/** mulberry32: a tiny, well-distributed 32-bit PRNG; enough for test data, never for secrets. */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
-}
 
 /** Where customers are, the currency they are billed in, and how businesses there are named. */
 const REGIONS: readonly {
