@@ -15,7 +15,7 @@ import {
 import type { Engine } from '@palisade/engine';
 import { advanceClock, setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { until, warmUp } from './workflow-rows.js';
+import { stepsOf, until, warmUp } from './workflow-rows.js';
 
 const release = defineSignal({ name: 'release', payload: z.null() });
 
@@ -93,6 +93,33 @@ const retryParent = defineWorkflow({
   input: z.object({}),
   output: z.string(),
   run: (_input, ctx) => ctx.runChild(flakyChild, {}),
+});
+
+const failsFast = defineActivity({
+  name: 'fails-fast',
+  input: z.object({}),
+  output: z.string(),
+  run: () => Promise.reject(ApplicationFailure.nonRetryable('fast failure', 'Fast')),
+});
+/** Steps that fail while the code awaits another one, awaited only afterwards (in a try). */
+const lateAwait = defineWorkflow({
+  name: 'late-await',
+  input: z.object({}),
+  output: z.array(z.string()),
+  async run(_input, ctx) {
+    const failedActivity = ctx.run(failsFast, {});
+    const failedChild = ctx.runChild(child, { text: 'bad', fail: true });
+    const late = await ctx.runChild(child, { text: 'late', wait: true });
+    const seen = [late.shouted];
+    for (const step of [failedActivity, failedChild]) {
+      try {
+        await step;
+      } catch (error) {
+        seen.push((error as { code: string }).code);
+      }
+    }
+    return seen;
+  },
 });
 
 async function childrenOf(engine: Engine, runId: string) {
@@ -207,6 +234,34 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(description.steps.map((s) => [s.kind, s.status, s.retired_at !== null])).toEqual([
         ['child', 'failed', true],
         ['child', 'completed', false],
+      ]);
+    });
+
+    it('hands the code a failure it awaits only after another step, without an unhandled rejection', async () => {
+      const engine = await target.engine();
+      const worker = engine.worker({
+        workflows: [lateAwait, child],
+        activities: [failsFast, shout],
+        pollIntervalMs: 50,
+      });
+      await worker.start();
+      onTestFinished(() => worker.stop());
+      const handle = await engine.client.start(lateAwait, {});
+      // Both failures delivered (the code was awaiting the third step then), before that step can end.
+      await until(
+        [worker],
+        async () => {
+          const steps = await stepsOf(engine, handle.runId);
+          return steps.filter((s) => s.status === 'failed' && s.delivered_seq !== null).length === 2;
+        },
+        'the two failures delivered',
+      );
+      const waiting = (await childrenOf(engine, handle.runId)).find((c) => c.status !== 'failed');
+      await engine.client.signal(waiting!.id, release, null);
+      await expect(handle.result({ timeoutMs: 20_000 })).resolves.toEqual([
+        'LATE',
+        'ACTIVITY_FAILURE',
+        'CHILD_WORKFLOW_FAILURE',
       ]);
     });
 

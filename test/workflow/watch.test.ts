@@ -116,6 +116,14 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const handle = await engine.client.start(fanOut, { n: 0 });
       await expect(handle.watch({ after: 'page-2' }).next()).rejects.toThrow(/after.*not a cursor.*page-2/s);
       await expect(handle.watch({ pollIntervalMs: 1 }).next()).rejects.toThrow(/pollIntervalMs/);
+      const watching = handle.watch();
+      const first = await watching.next();
+      await watching.return();
+      const other = await engine.client.start(fanOut, { n: 0 });
+      await expect(other.watch({ after: first.value!.cursor }).next()).rejects.toThrow(
+        /after.*a cursor of another run's events, not of run/s,
+      );
+      await other.cancel('test over');
       await handle.cancel('test over');
     });
   });

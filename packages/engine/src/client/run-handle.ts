@@ -119,19 +119,24 @@ const WATCH_PAGE = 500;
 const WATCH_HELD_BACK_MS = 25;
 const RUN_ENDINGS = new Set(['completed', 'failed', 'cancelled']);
 
-/** `w1.<at µs>.<rank>.<ord>.<id>`: a place in a run's history (see readRunEventsAfter). */
-function encodeCursor(e: WatchedEventRow): string {
-  return `w1.${e.at_us}.${e.rank}.${e.ord}.${e.id}`;
+/** `w1.<run id, hex>.<at µs>.<rank>.<ord>.<id>`: a place in one run's history (see readRunEventsAfter). */
+function encodeCursor(runId: string, e: WatchedEventRow): string {
+  return `w1.${runId.replaceAll('-', '')}.${e.at_us}.${e.rank}.${e.ord}.${e.id}`;
 }
 
-function decodeCursor(cursor: string): WatchPosition {
-  const m = /^w1\.(-?\d{1,19})\.(\d{1,2})\.(-?\d{1,19})\.(\S{1,80})$/.exec(cursor);
+function decodeCursor(runId: string, cursor: string): WatchPosition {
+  const m = /^w1\.([0-9a-f]{32})\.(-?\d{1,19})\.(\d{1,2})\.(-?\d{1,19})\.(\S{1,80})$/.exec(cursor);
   if (!m) {
     throw new InvalidOptionsError('watch options', [
       { path: 'after', message: `is not a cursor from an event watch() yielded: ${cursor.slice(0, 80)}` },
     ]);
   }
-  return { atUs: m[1]!, rank: Number(m[2]), ord: m[3]!, id: m[4]! };
+  if (m[1] !== runId.replaceAll('-', '').toLowerCase()) {
+    throw new InvalidOptionsError('watch options', [
+      { path: 'after', message: `is a cursor of another run's events, not of run ${runId}` },
+    ]);
+  }
+  return { atUs: m[2]!, rank: Number(m[3]), ord: m[4]!, id: m[5]! };
 }
 
 /** A reference to one run: wait for its result, describe it, cancel it. Cheap to create; holds no resources. */
@@ -293,7 +298,7 @@ export class RunHandle<O = unknown> {
     assertUsableOutsideTransaction(this.db, 'handle.watch');
     const parsed = watchSchema.safeParse(options);
     if (!parsed.success) throw new InvalidOptionsError('watch options', formatIssues(parsed.error.issues));
-    let after = parsed.data.after === undefined ? undefined : decodeCursor(parsed.data.after);
+    let after = parsed.data.after === undefined ? undefined : decodeCursor(this.runId, parsed.data.after);
     const pollIntervalMs = parsed.data.pollIntervalMs ?? 1_000;
     let wake: (() => void) | undefined;
     let notified = false;
@@ -320,7 +325,10 @@ export class RunHandle<O = unknown> {
         const horizonUs = await readWatchHorizon(this.db, this.names);
         const read = await readRunEventsAfter(this.db, this.names, this.runId, after, horizonUs, WATCH_PAGE);
         for (const { at_us: _at, rank: _rank, ord: _ord, ...event } of read.events) {
-          yield { ...event, cursor: encodeCursor({ at_us: _at, rank: _rank, ord: _ord, ...event }) };
+          yield {
+            ...event,
+            cursor: encodeCursor(this.runId, { at_us: _at, rank: _rank, ord: _ord, ...event }),
+          };
         }
         const last = read.events.at(-1);
         if (last) after = { atUs: last.at_us, rank: last.rank, ord: last.ord, id: last.id };

@@ -579,7 +579,7 @@ class Replay implements WorkflowInstance {
     const { seq, recorded, ok } = this.take(kind, name);
     if (!ok) return never<T>();
     if (!recorded) this.newSteps.push({ ...schedule(seq), afterDeliveredSeq: this.seenDeliveredSeq });
-    return new Promise<T>((resolve, reject) => {
+    const promise = new Promise<T>((resolve, reject) => {
       this.requested.set(seq, {
         kind,
         name,
@@ -589,6 +589,11 @@ class Replay implements WorkflowInstance {
         reject,
       });
     });
+    // A step may fail before the code awaits it (it awaits another step first, then this one in a try): marked
+    // handled here, so that Node does not take it for an unhandled rejection and end the worker's process. The
+    // code's own await still gets the failure; a failure the code never awaits is ignored, as in Temporal.
+    promise.catch(() => undefined);
+    return promise;
   }
 
   private value<T>(name: string, make: () => T): T {
