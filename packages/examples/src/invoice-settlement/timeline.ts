@@ -96,7 +96,7 @@ export class Timeline {
       this.line(
         workerId,
         `${error.operation} REJECTED by the database for ${this.label(attempt.stepId, attempt.stepLabel)}: ` +
-          `stale token ${error.staleToken}, current token ${error.currentToken ?? 'none'}`,
+          `stale token ${error.staleToken}, current token ${error.currentToken ?? 'none'} (${error.reason})`,
       ),
     );
     e.on('heartbeat:failed', ({ error }) => {

@@ -86,7 +86,7 @@ export class Timeline {
       this.line(
         workerId,
         `${error.operation} REJECTED by the database for ${attempt.stepLabel} of ${emailId}: stale token ` +
-          `${error.staleToken}, current token ${error.currentToken ?? 'none'}`,
+          `${error.staleToken}, current token ${error.currentToken ?? 'none'} (${error.reason})`,
       );
     });
     e.on('heartbeat:failed', ({ error }) => {
