@@ -17,6 +17,7 @@ import type { EndedRun, NotificationHub } from '../db/notification-hub.js';
 import {
   readRun,
   registerResultWaiter,
+  registerWatcher,
   readRunHistory,
   readChildRuns,
   type AttemptRow,
@@ -311,8 +312,8 @@ export class RunHandle<O = unknown> {
       this.hub.subscribe(`watch:${this.runId}`, onNotify),
     ]);
     try {
-      // Registered as a waiter: the run's turns and its end then NOTIFY (see commitTurn).
-      if (!(await registerResultWaiter(this.db, this.names, this.runId))) {
+      // Registered as a watcher: the run's turns and its end then NOTIFY (see commitTurn).
+      if (!(await registerWatcher(this.db, this.names, this.runId))) {
         throw new RunNotFoundError(`run ${this.runId}`);
       }
       for (;;) {

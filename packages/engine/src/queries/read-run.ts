@@ -56,6 +56,21 @@ export async function registerResultWaiter(
   return rows[0] ?? (await readRun(db, n, runId));
 }
 
+/**
+ * Register a `handle.watch()` on a run that has not ended: as {@link registerResultWaiter} (its end NOTIFYs), and
+ * `runs.watchers`, so that each turn commit that goes on NOTIFYs `watch:<id>` too. @returns whether the run exists.
+ */
+export async function registerWatcher(db: Database, n: SchemaNames, runId: string): Promise<boolean> {
+  if (!/^[0-9a-f-]{36}$/i.test(runId)) return false;
+  const rows = await db.rows<{ id: string }>(sql`
+    WITH w AS (
+      UPDATE ${n.runs} r SET result_waiters = r.result_waiters + 1, watchers = r.watchers + 1
+       WHERE r.id = ${runId}::uuid AND r.status IN ('pending', 'running')
+      RETURNING r.id)
+    SELECT id::text FROM w UNION ALL SELECT id::text FROM ${n.runs} WHERE id = ${runId}::uuid`);
+  return rows.length > 0;
+}
+
 /** One run by id; plain read. */
 export async function readRun(db: Database, n: SchemaNames, runId: string): Promise<RunRow | undefined> {
   if (!/^[0-9a-f-]{36}$/i.test(runId)) return undefined;

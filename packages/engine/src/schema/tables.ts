@@ -64,6 +64,11 @@ export function defineTables(schemaName: string) {
        * only when one has (PostgreSQL serializes the commits of every NOTIFY behind one lock).
        */
       resultWaiters: integer('result_waiters').notNull().default(0),
+      /**
+       * `handle.watch()` calls that have watched the run: each turn commit that does not end it sends a `watch:`
+       * NOTIFY item only when one has (a result waiter alone needs only the end's).
+       */
+      watchers: integer('watchers').notNull().default(0),
       createdAt: ts('created_at').notNull().defaultNow(),
       startedAt: ts('started_at'),
       finishedAt: ts('finished_at'),
