@@ -325,11 +325,9 @@ export class RunHandle<O = unknown> {
         notified = false;
         const horizonUs = await readWatchHorizon(this.db, this.names);
         const read = await readRunEventsAfter(this.db, this.names, this.runId, after, horizonUs, WATCH_PAGE);
-        for (const { at_us: _at, rank: _rank, ord: _ord, ...event } of read.events) {
-          yield {
-            ...event,
-            cursor: encodeCursor(this.runId, { at_us: _at, rank: _rank, ord: _ord, ...event }),
-          };
+        for (const row of read.events) {
+          const { at_us: _at, rank: _rank, ord: _ord, ...event } = row;
+          yield { ...event, cursor: encodeCursor(this.runId, row) };
         }
         const last = read.events.at(-1);
         if (last) after = { atUs: last.at_us, rank: last.rank, ord: last.ord, id: last.id };

@@ -36,74 +36,72 @@ async function cancelInTransaction(
   n: SchemaNames,
   p: { runId: string; reason: string },
 ): Promise<string | undefined> {
-  {
-    // The run row alone: a statement that waited for it reads with the snapshot it began with, so steps that the
-    // holder (a turn's commit) added meanwhile would be missed here and first locked by the next statement, out
-    // of order. They are locked below, by a statement that begins once the run row is held.
-    const runs = await tx.rows<{ kind: string; status: string; queue: string }>(sql`
-      SELECT kind, status, queue FROM ${n.runs} WHERE id = ${p.runId}::uuid FOR NO KEY UPDATE`);
-    const run = runs[0];
-    if (!run) return undefined;
-    if (!['pending', 'running'].includes(run.status)) return run.status;
-    const error = JSON.stringify({
-      type: 'CancelledFailure',
-      message: `cancelled: ${p.reason}`,
-      nonRetryable: true,
+  // The run row alone: a statement that waited for it reads with the snapshot it began with, so steps that the
+  // holder (a turn's commit) added meanwhile would be missed here and first locked by the next statement, out
+  // of order. They are locked below, by a statement that begins once the run row is held.
+  const runs = await tx.rows<{ kind: string; status: string; queue: string }>(sql`
+    SELECT kind, status, queue FROM ${n.runs} WHERE id = ${p.runId}::uuid FOR NO KEY UPDATE`);
+  const run = runs[0];
+  if (!run) return undefined;
+  if (!['pending', 'running'].includes(run.status)) return run.status;
+  const error = JSON.stringify({
+    type: 'CancelledFailure',
+    message: `cancelled: ${p.reason}`,
+    nonRetryable: true,
+  });
+  const cancelled = await tx.rows<{ cascade: string[] | null }>(sql`
+    WITH marked AS (
+      UPDATE ${n.runs} SET cancel_requested_at = coalesce(cancel_requested_at, ${n.now}),
+                           cancel_reason = coalesce(cancel_reason, ${p.reason}),
+                           turn_next_run_at = CASE WHEN kind = 'workflow' THEN ${n.now} ELSE turn_next_run_at END,
+                           wake_count = wake_count + 1
+       WHERE id = ${p.runId}::uuid RETURNING id),
+    -- Every live step, locked by id (invariant 14) before any is changed; a lock that waited returns the
+    -- version committed meanwhile, so a claim that committed first is seen as running.
+    live AS MATERIALIZED (
+      SELECT id, status FROM ${n.steps}
+       WHERE run_id = ${p.runId}::uuid AND status IN ('scheduled', 'running') AND retired_at IS NULL
+       ORDER BY id FOR NO KEY UPDATE),
+    dropped AS (
+      UPDATE ${n.steps} s SET status = 'cancelled', cancel_requested_at = ${n.now}, finished_at = ${n.now},
+                              next_run_at = NULL, error = ${error}::jsonb
+        FROM live WHERE s.id = live.id
+      RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, live.status AS prev_status, s.kind,
+                s.input->>'runId' AS child_run_id, s.input->>'cancellation' AS cancellation),
+    ended_attempts AS (
+      UPDATE ${n.attempts} a SET outcome = 'cancelled', ended_at = ${n.now}
+        FROM dropped d WHERE d.prev_status = 'running' AND a.fencing_token = d.fencing_token AND a.outcome IS NULL
+      RETURNING 1),
+    dropped_events AS (
+      INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
+      SELECT run_id, id, 'step:cancelled', attempt, epoch, fencing_token,
+             jsonb_build_object('reason', ${p.reason}::text, 'whileRunning', prev_status = 'running'), true, ${n.now}
+        FROM dropped
+      RETURNING 1),
+    requested_event AS (
+      INSERT INTO ${n.events} (run_id, type, data, at)
+      SELECT id, 'run:cancel-requested', jsonb_build_object('reason', ${p.reason}::text), ${n.now} FROM marked
+      RETURNING 1)
+    SELECT (SELECT count(*) FROM dropped_events) + (SELECT count(*) FROM requested_event)
+             + (SELECT count(*) FROM ended_attempts) AS effects,
+           (SELECT jsonb_agg(child_run_id) FROM dropped WHERE kind = 'child' AND cancellation = 'cascade') AS cascade`);
+  for (const childRunId of cancelled[0]?.cascade ?? []) {
+    await cancelInTransaction(tx, n, {
+      runId: childRunId,
+      reason: `its parent run ${p.runId} was cancelled`,
     });
-    const cancelled = await tx.rows<{ cascade: string[] | null }>(sql`
-      WITH marked AS (
-        UPDATE ${n.runs} SET cancel_requested_at = coalesce(cancel_requested_at, ${n.now}),
-                             cancel_reason = coalesce(cancel_reason, ${p.reason}),
-                             turn_next_run_at = CASE WHEN kind = 'workflow' THEN ${n.now} ELSE turn_next_run_at END,
-                             wake_count = wake_count + 1
-         WHERE id = ${p.runId}::uuid RETURNING id),
-      -- Every live step, locked by id (invariant 14) before any is changed; a lock that waited returns the
-      -- version committed meanwhile, so a claim that committed first is seen as running.
-      live AS MATERIALIZED (
-        SELECT id, status FROM ${n.steps}
-         WHERE run_id = ${p.runId}::uuid AND status IN ('scheduled', 'running') AND retired_at IS NULL
-         ORDER BY id FOR NO KEY UPDATE),
-      dropped AS (
-        UPDATE ${n.steps} s SET status = 'cancelled', cancel_requested_at = ${n.now}, finished_at = ${n.now},
-                                next_run_at = NULL, error = ${error}::jsonb
-          FROM live WHERE s.id = live.id
-        RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, live.status AS prev_status, s.kind,
-                  s.input->>'runId' AS child_run_id, s.input->>'cancellation' AS cancellation),
-      ended_attempts AS (
-        UPDATE ${n.attempts} a SET outcome = 'cancelled', ended_at = ${n.now}
-          FROM dropped d WHERE d.prev_status = 'running' AND a.fencing_token = d.fencing_token AND a.outcome IS NULL
-        RETURNING 1),
-      dropped_events AS (
-        INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
-        SELECT run_id, id, 'step:cancelled', attempt, epoch, fencing_token,
-               jsonb_build_object('reason', ${p.reason}::text, 'whileRunning', prev_status = 'running'), true, ${n.now}
-          FROM dropped
-        RETURNING 1),
-      requested_event AS (
-        INSERT INTO ${n.events} (run_id, type, data, at)
-        SELECT id, 'run:cancel-requested', jsonb_build_object('reason', ${p.reason}::text), ${n.now} FROM marked
-        RETURNING 1)
-      SELECT (SELECT count(*) FROM dropped_events) + (SELECT count(*) FROM requested_event)
-               + (SELECT count(*) FROM ended_attempts) AS effects,
-             (SELECT jsonb_agg(child_run_id) FROM dropped WHERE kind = 'child' AND cancellation = 'cascade') AS cascade`);
-    for (const childRunId of cancelled[0]?.cascade ?? []) {
-      await cancelInTransaction(tx, n, {
-        runId: childRunId,
-        reason: `its parent run ${p.runId} was cancelled`,
-      });
-    }
-    if (run.kind === 'activity') {
-      await tx.rows(sql`
-        WITH ended AS (
-          UPDATE ${n.runs} SET status = 'cancelled', finished_at = ${n.now}, error = ${error}::jsonb
-           WHERE id = ${p.runId}::uuid RETURNING id),
-        ev AS (INSERT INTO ${n.events} (run_id, type, data, terminal, at)
-               SELECT id, 'run:cancelled', jsonb_build_object('reason', ${p.reason}::text), true, ${n.now} FROM ended
-               RETURNING 1)
-        SELECT pg_notify(${n.channel}, 'run:' || id::text), (SELECT count(*) FROM ev) FROM ended`);
-      return 'cancelled';
-    }
-    if (run.kind === 'workflow') await tx.rows(sql`SELECT pg_notify(${n.channel}, ${'turn:' + run.queue})`);
-    return run.status;
   }
+  if (run.kind === 'activity') {
+    await tx.rows(sql`
+      WITH ended AS (
+        UPDATE ${n.runs} SET status = 'cancelled', finished_at = ${n.now}, error = ${error}::jsonb
+         WHERE id = ${p.runId}::uuid RETURNING id),
+      ev AS (INSERT INTO ${n.events} (run_id, type, data, terminal, at)
+             SELECT id, 'run:cancelled', jsonb_build_object('reason', ${p.reason}::text), true, ${n.now} FROM ended
+             RETURNING 1)
+      SELECT pg_notify(${n.channel}, 'run:' || id::text), (SELECT count(*) FROM ev) FROM ended`);
+    return 'cancelled';
+  }
+  if (run.kind === 'workflow') await tx.rows(sql`SELECT pg_notify(${n.channel}, ${'turn:' + run.queue})`);
+  return run.status;
 }

@@ -83,12 +83,11 @@ export async function readRunEventsAfter(
     status: string | null;
     finished_us: string | null;
   }>(sql`
-    SELECT (SELECT jsonb_agg(x ORDER BY x.k_at, x.rank, x.k_ord, x.id) FROM (
+    SELECT (SELECT jsonb_agg(x ORDER BY x.at_us::bigint, x.rank, x.ord::bigint, x.id) FROM (
               SELECT e.id, e.step_id::text, s.name AS step_name, e.type, e.attempt, e.epoch,
                      e.fencing_token::text AS token, e.worker_id, e.data,
                      to_char(e.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS at,
-                     (extract(epoch FROM e.at) * 1000000)::bigint::text AS at_us, e.rank, e.ord::text AS ord,
-                     e.at AS k_at, e.ord AS k_ord
+                     (extract(epoch FROM e.at) * 1000000)::bigint::text AS at_us, e.rank, e.ord::text AS ord
                 FROM ${n.runEvents} e LEFT JOIN ${n.steps} s ON s.id = e.step_id
                WHERE e.run_id = ${runId}::uuid
                  AND e.at < 'epoch'::timestamptz + ${horizonUs}::bigint * interval '1 microsecond' ${afterClause}
@@ -102,9 +101,7 @@ export async function readRunEventsAfter(
       FROM (SELECT 1) one LEFT JOIN ${n.runs} r ON r.id = ${runId}::uuid`);
   const row = rows[0];
   return {
-    events: (row?.events ?? []).map(
-      ({ k_at: _a, k_ord: _o, ...e }: WatchedEventRow & { k_at?: unknown; k_ord?: unknown }) => e,
-    ),
+    events: row?.events ?? [],
     heldBack: row?.held_back ?? false,
     status: row?.status ?? undefined,
     finishedUs: row?.finished_us ?? null,
