@@ -204,14 +204,16 @@ export class RunHandle<O = unknown> {
         throwIfClosed();
         notified = false;
         // The first read registers this waiter on the run, so that the statement ending it NOTIFYs.
+        // A read that meets a lost connection is tried again (a registration counted twice only costs a NOTIFY).
         const run =
           endedHere ??
-          (await (read === 0 ? registerResultWaiter : readRun)(this.db, this.names, this.runId).catch(
-            (error: unknown) => {
-              throwIfClosed(); // the read failed because the engine closed its connections under it
-              throw error;
-            },
-          ));
+          (await withInfraRetry(() => {
+            throwIfClosed();
+            return (read === 0 ? registerResultWaiter : readRun)(this.db, this.names, this.runId);
+          }).catch((error: unknown) => {
+            throwIfClosed(); // the read failed because the engine closed its connections under it
+            throw error;
+          }));
         if (!run) throw new RunNotFoundError(`run ${this.runId}`);
         if (run.status === 'completed') return run.output as O;
         if (run.status === 'failed') throw new RunFailedError(this.runId, run.error as SerializedFailure);
@@ -261,13 +263,21 @@ export class RunHandle<O = unknown> {
     assertUsableOutsideTransaction(this.db, 'handle.describe');
     const parsed = describeSchema.safeParse(options);
     if (!parsed.success) throw new InvalidOptionsError('describe options', formatIssues(parsed.error.issues));
-    const run = await readRun(this.db, this.names, this.runId);
+    // Plain reads: one that meets a lost connection is tried again.
+    const run = await withInfraRetry(() => readRun(this.db, this.names, this.runId));
     if (!run) throw new RunNotFoundError(`run ${this.runId}`);
     const [history, unclaimed, signals, children] = await Promise.all([
-      readRunHistory(this.db, this.names, this.runId),
-      readUnclaimedWork(this.db, this.names, this.runId, parsed.data.unclaimedAfterMs ?? UNCLAIMED_AFTER_MS),
-      readSignals(this.db, this.names, this.runId),
-      readChildRuns(this.db, this.names, this.runId),
+      withInfraRetry(() => readRunHistory(this.db, this.names, this.runId)),
+      withInfraRetry(() =>
+        readUnclaimedWork(
+          this.db,
+          this.names,
+          this.runId,
+          parsed.data.unclaimedAfterMs ?? UNCLAIMED_AFTER_MS,
+        ),
+      ),
+      withInfraRetry(() => readSignals(this.db, this.names, this.runId)),
+      withInfraRetry(() => readChildRuns(this.db, this.names, this.runId)),
     ]);
     return {
       run,
