@@ -7,10 +7,19 @@ import { fileURLToPath } from 'node:url';
 export const DEFAULT_DATABASE_URL = 'postgres://postgres@127.0.0.1:5432/test';
 
 export type ScenarioName =
-  'baseline' | 'activities' | 'workflows' | 'overhead' | 'latency' | 'long-workflow' | 'history' | 'memory';
+  | 'baseline'
+  | 'activities'
+  | 'concurrency-keys'
+  | 'workflows'
+  | 'overhead'
+  | 'latency'
+  | 'long-workflow'
+  | 'history'
+  | 'memory';
 export const SCENARIOS: readonly ScenarioName[] = [
   'baseline',
   'activities',
+  'concurrency-keys',
   'workflows',
   'overhead',
   'latency',

@@ -4,6 +4,7 @@ import type { MachineInfo, PostgresInfo } from './machine.js';
 import type { WorkCost } from './costs.js';
 import type { PhaseStats, TableCounters } from './meter.js';
 import type { ActivityThroughputResult } from './scenarios/activities.js';
+import type { ConcurrencyKeysResult } from './scenarios/concurrency-keys.js';
 import type { BaselineResult } from './scenarios/baseline.js';
 import type { WorkerSettings } from './scenarios/context.js';
 import type { HistorySizeResult } from './scenarios/history-size.js';
@@ -36,6 +37,7 @@ export interface BenchResults {
   readonly worker: WorkerSettings | undefined;
   readonly baseline?: BaselineResult;
   readonly activities: ActivityThroughputResult[];
+  readonly concurrencyKeys?: ConcurrencyKeysResult;
   readonly workflows?: WorkflowThroughputResult;
   readonly overhead?: StepOverheadResult;
   readonly latency?: StartLatencyResult;
@@ -146,6 +148,17 @@ function results(r: BenchResults): string {
       int(a.drain.perSecond),
       `${int(a.activities)} in ${secs(a.drain.wallMs)} from worker.start(); enqueue ${int(a.enqueue.perSecond)}/s` +
         ` (${secs(a.enqueue.wallMs)})`,
+    ]);
+  }
+  if (r.concurrencyKeys) {
+    const k = r.concurrencyKeys;
+    const keyed = k.keyed.keyed;
+    rows.push([
+      '1b',
+      'no-op activities/s under concurrency keys, c=50',
+      int(k.keyed.drain.perSecond),
+      `${keyed ? `${keyed.keys} keys of limit ${keyed.limit}` : ''}; without keys ${int(k.plain.drain.perSecond)}/s` +
+        ` just before: ratio ${k.ratio}`,
     ]);
   }
   if (r.workflows) {

@@ -27,6 +27,7 @@ import { loadAverage, machineInfo, postgresInfo } from './machine.js';
 import { renderReport, type BenchResults, type MemorySnapshot } from './report.js';
 import { activityThroughput, type ActivityThroughputResult } from './scenarios/activities.js';
 import { plainUpdateBaseline, type BaselineResult } from './scenarios/baseline.js';
+import { concurrencyKeys, type ConcurrencyKeysResult } from './scenarios/concurrency-keys.js';
 import type { ScenarioContext, WorkerSettings } from './scenarios/context.js';
 import { historySize, type HistorySizeResult } from './scenarios/history-size.js';
 import { longWorkflow, type LongWorkflowResult } from './scenarios/long-workflow.js';
@@ -65,6 +66,7 @@ function progress(message: string): void {
 interface Collected {
   baseline?: BaselineResult;
   activities: ActivityThroughputResult[];
+  concurrencyKeys?: ConcurrencyKeysResult;
   workflows?: WorkflowThroughputResult;
   overhead?: StepOverheadResult;
   latency?: StartLatencyResult;
@@ -107,6 +109,10 @@ async function runScenarios(config: BenchConfig, ctx: ScenarioContext): Promise<
         });
       }
     },
+    'concurrency-keys': () =>
+      attempt('activities with concurrency keys beside the same without', async () => {
+        out.concurrencyKeys = await concurrencyKeys(ctx);
+      }),
     workflows: () =>
       attempt('3-step workflows', async () => {
         out.workflows = await workflowThroughput(ctx);
@@ -191,6 +197,7 @@ async function main(): Promise<number> {
       worker: collected.worker,
       ...(collected.baseline ? { baseline: collected.baseline } : {}),
       activities: collected.activities,
+      ...(collected.concurrencyKeys ? { concurrencyKeys: collected.concurrencyKeys } : {}),
       ...(collected.workflows ? { workflows: collected.workflows } : {}),
       ...(collected.overhead ? { overhead: collected.overhead } : {}),
       ...(collected.latency ? { latency: collected.latency } : {}),

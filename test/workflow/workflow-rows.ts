@@ -94,12 +94,20 @@ export async function dbNowMs(engine: Engine): Promise<number> {
   return Number(rows[0]?.ms);
 }
 
+/** Anything else `until` may listen to: a test's own emitter of the same event names. */
+export interface EventSource {
+  readonly events: {
+    on(name: 'turn:committed' | 'attempt:completed' | 'attempt:failed', listener: () => void): unknown;
+    off(name: 'turn:committed' | 'attempt:completed' | 'attempt:failed', listener: () => void): unknown;
+  };
+}
+
 /**
  * Resolve once `check()` holds: checked now and again after every `turn:committed`, `attempt:completed` or
  * `attempt:failed` of the given workers (no sleeping); reject after `timeoutMs`.
  */
 export function until(
-  workers: readonly Worker[],
+  workers: readonly (Worker | EventSource)[],
   check: () => Promise<boolean> | boolean,
   what: string,
   timeoutMs = 20_000,

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { rateLimitSchema, type RateLimit, type ResolvedRateLimit } from './flow-control.js';
 import { durationMs, type Duration } from './duration.js';
 import { InvalidOptionsError, formatIssues } from './errors.js';
 import { resolveRetryPolicy, type ResolvedRetryPolicy, type RetryPolicy } from './retry-policy.js';
@@ -121,6 +122,11 @@ export interface ActivityOptions<I extends z.ZodType, O extends z.ZodType> {
   readonly leaseMs?: Duration;
   /** Queue a step of this activity is put on unless the caller says otherwise. @defaultValue `'default'` */
   readonly queue?: string;
+  /**
+   * At most `limit` starts (claimed attempts) per `period` for each `key`, judged by the database clock; a call's
+   * own `rateLimit` replaces it. @defaultValue none
+   */
+  readonly rateLimit?: RateLimit;
   /** The side-effecting function. Throw `ApplicationFailure` to control retryability. */
   run(input: z.output<I>, ctx: ActivityContext): Promise<z.input<O>>;
 }
@@ -135,6 +141,8 @@ export interface ActivityDefinition<I extends z.ZodType = z.ZodType, O extends z
   readonly startToCloseTimeoutMs: number;
   readonly leaseMs: number;
   readonly queue: string;
+  /** The activity's rate limit, if it has one. */
+  readonly rateLimit: ResolvedRateLimit | undefined;
   run(input: z.output<I>, ctx: ActivityContext): Promise<z.input<O>>;
 }
 
@@ -160,6 +168,7 @@ const activityOptionsSchema = z
     startToCloseTimeoutMs: durationMs.pipe(z.number().min(1, 'must be > 0')).optional(),
     leaseMs: durationMs.pipe(z.number().max(3_600_000, 'must be ≤ 1 hour')).optional(),
     queue: z.string().regex(NAME, 'must be 1–128 characters of letters, digits, and _ . : -').optional(),
+    rateLimit: rateLimitSchema.optional(),
   })
   .strict();
 
@@ -197,6 +206,7 @@ export function defineActivity<I extends z.ZodType, O extends z.ZodType>(
     startToCloseTimeoutMs: parsed.data.startToCloseTimeoutMs ?? ACTIVITY_DEFAULTS.startToCloseTimeoutMs,
     leaseMs: parsed.data.leaseMs ?? ACTIVITY_DEFAULTS.leaseMs,
     queue: parsed.data.queue ?? ACTIVITY_DEFAULTS.queue,
+    rateLimit: parsed.data.rateLimit,
     run: (input: z.output<I>, ctx: ActivityContext) => options.run(input, ctx),
   });
 }

@@ -20,6 +20,13 @@ export {
   toMs,
   type Duration,
 } from './duration.js';
+export {
+  concurrencyLimitSchema,
+  rateLimitSchema,
+  type ConcurrencyLimit,
+  type RateLimit,
+  type ResolvedRateLimit,
+} from './flow-control.js';
 export { MAX_PAYLOAD_DEPTH, jsonProblems, textProblem, type JsonProblem } from './json-value.js';
 export { PAYLOAD_LIMITS, checkPayload, checkText } from './payload.js';
 export {

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import type { ActivityDefinition } from './activity.js';
 import type { Duration } from './duration.js';
+import type { ConcurrencyLimit, RateLimit } from './flow-control.js';
 import { InvalidOptionsError, formatIssues } from './errors.js';
 import type { RetryPolicy } from './retry-policy.js';
 import type { SignalDefinition, SignalWait } from './signal.js';
@@ -33,6 +34,10 @@ export interface RunActivityOptions {
   readonly queue?: string;
   /** Higher runs first. @defaultValue the run's priority */
   readonly priority?: number;
+  /** At most `limit` attempts of this activity with `key` running at once (see ConcurrencyLimit). @defaultValue none */
+  readonly concurrency?: ConcurrencyLimit;
+  /** A rate limit for this call, replacing the activity's own (see RateLimit). @defaultValue the activity's */
+  readonly rateLimit?: RateLimit;
 }
 
 /** Options of `ctx.runChild(workflow, input, options)`. */

@@ -16,6 +16,9 @@ import {
 
 export interface ActivityThroughputResult {
   readonly concurrency: number;
+  /** Per-key concurrency the runs were enqueued with (job k under key `k mod keys`), if any. */
+  readonly keyed?: KeyedLoad;
+
   readonly activities: number;
   readonly worker: WorkerSettings;
   readonly enqueue: PhaseStats;
@@ -28,45 +31,63 @@ export interface ActivityThroughputResult {
   readonly costs: WorkCost;
 }
 
+/** Concurrency keys for a throughput run: `keys` keys, each with `limit` places. */
+export interface KeyedLoad {
+  readonly keys: number;
+  readonly limit: number;
+}
+
 export async function activityThroughput(
   ctx: ScenarioContext,
   concurrency: number,
+  keyed?: KeyedLoad,
 ): Promise<ActivityThroughputResult> {
   const { config } = ctx;
   const total = config.activities;
   const noop = noopActivity(config.leaseMs);
-  const { result, tables, costs } = await withEngine(ctx, `act${concurrency}`, async (run) => {
-    const enqueue = await run.phase('enqueue');
-    await inParallel(total, config.enqueueConcurrency, () => run.engine.client.enqueue(noop, {}));
-    const enqueueStats = await enqueue.stop(total);
+  const { result, tables, costs } = await withEngine(
+    ctx,
+    `act${concurrency}${keyed ? 'k' : ''}`,
+    async (run) => {
+      const enqueue = await run.phase('enqueue');
+      await inParallel(total, config.enqueueConcurrency, (i) =>
+        run.engine.client.enqueue(
+          noop,
+          {},
+          keyed ? { concurrency: { key: `tenant-${i % keyed.keys}`, limit: keyed.limit } } : {},
+        ),
+      );
+      const enqueueStats = await enqueue.stop(total);
 
-    const worker = run.engine.worker({
-      activities: [noop],
-      concurrency,
-      pollIntervalMs: config.pollIntervalMs,
-    });
-    const completed = countdown(total, config.phaseTimeoutMs, `activities at concurrency ${concurrency}`);
-    let workerErrors = 0;
-    worker.events.on('attempt:completed', () => completed.tick());
-    worker.events.on('attempt:failed', ({ failure }) =>
-      completed.fail(new Error(`a no-op activity failed: ${failure.message}`)),
-    );
-    worker.events.on('worker:error', () => workerErrors++);
-    const drain = await run.phase('drain');
-    await worker.start();
-    await completed.done;
-    const drainStats = await drain.stop(total);
-    await worker.stop({ graceMs: 0 });
-    return {
-      enqueueStats,
-      drainStats,
-      workerErrors,
-      settings: workerSettings(worker),
-      stepStatuses: await run.countBy('steps', 'status'),
-    };
-  });
+      const worker = run.engine.worker({
+        activities: [noop],
+        concurrency,
+        pollIntervalMs: config.pollIntervalMs,
+      });
+      const completed = countdown(total, config.phaseTimeoutMs, `activities at concurrency ${concurrency}`);
+      let workerErrors = 0;
+      worker.events.on('attempt:completed', () => completed.tick());
+      worker.events.on('attempt:failed', ({ failure }) =>
+        completed.fail(new Error(`a no-op activity failed: ${failure.message}`)),
+      );
+      worker.events.on('worker:error', () => workerErrors++);
+      const drain = await run.phase('drain');
+      await worker.start();
+      await completed.done;
+      const drainStats = await drain.stop(total);
+      await worker.stop({ graceMs: 0 });
+      return {
+        enqueueStats,
+        drainStats,
+        workerErrors,
+        settings: workerSettings(worker),
+        stepStatuses: await run.countBy('steps', 'status'),
+      };
+    },
+  );
   return {
     concurrency,
+    ...(keyed ? { keyed } : {}),
     activities: total,
     worker: result.settings,
     enqueue: result.enqueueStats,

@@ -6,13 +6,17 @@ import {
   PalisadeError,
   RunNotFoundError,
   checkPayload,
+  concurrencyLimitSchema,
   durationMs,
   formatIssues,
   mergeRetryPolicy,
+  rateLimitSchema,
   textProblem,
   validate,
   type ActivityDefinition,
+  type ConcurrencyLimit,
   type Duration,
+  type RateLimit,
   type RetryPolicy,
   type SignalDefinition,
   type WorkflowDefinition,
@@ -63,6 +67,13 @@ export interface EnqueueOptions {
   readonly leaseMs?: Duration;
   /** @defaultValue the activity's startToCloseTimeoutMs */
   readonly startToCloseTimeoutMs?: Duration;
+  /**
+   * At most `limit` runs of this activity with `key` running at once; the others wait, without holding back other
+   * keys (see ConcurrencyLimit). @defaultValue none
+   */
+  readonly concurrency?: ConcurrencyLimit;
+  /** Rate limit of this run's starts, replacing the activity's own (see RateLimit). @defaultValue the activity's */
+  readonly rateLimit?: RateLimit;
 }
 
 /** Options of {@link Client.start}. */
@@ -78,6 +89,12 @@ export interface StartOptions {
   readonly queue?: string;
   /** Higher runs first; also the default priority of its steps. @defaultValue 0 */
   readonly priority?: number;
+  /**
+   * At most `limit` runs of this workflow with `key` running at once, from their first turn to their end (sleeps
+   * and waits included); the others stay `pending`, without holding back other keys (see ConcurrencyLimit).
+   * @defaultValue none
+   */
+  readonly concurrency?: ConcurrencyLimit;
 }
 
 /**
@@ -135,6 +152,7 @@ const runOptionsSchema = z
       .optional(),
     priority: z.number().int().min(-1000).max(1000).optional(),
     onConflict: z.enum(['fail', 'use-existing']).optional(),
+    concurrency: concurrencyLimitSchema.optional(),
   })
   .strict();
 
@@ -146,6 +164,7 @@ const enqueueSchema = runOptionsSchema
     retry: z.any().optional(),
     leaseMs: durationMs.optional(),
     startToCloseTimeoutMs: durationMs.pipe(z.number().min(1)).optional(),
+    rateLimit: rateLimitSchema.optional(),
   })
   .strict();
 
@@ -294,6 +313,8 @@ function enqueueParams(
     leaseMs: o.leaseMs ?? activity.leaseMs,
     startToCloseTimeoutMs: o.startToCloseTimeoutMs ?? activity.startToCloseTimeoutMs,
     delayMs: o.delayMs ?? 0,
+    concurrency: o.concurrency,
+    rateLimit: o.rateLimit ?? activity.rateLimit,
   };
 }
 
@@ -302,7 +323,12 @@ function startParams(
   workflow: WorkflowDefinition<z.ZodType, z.ZodType>,
   o: z.output<typeof startManySchema>,
 ): Omit<InsertWorkflowRunsParams, 'items'> {
-  return { workflowName: workflow.name, queue: o.queue ?? workflow.queue, priority: o.priority ?? 0 };
+  return {
+    workflowName: workflow.name,
+    queue: o.queue ?? workflow.queue,
+    priority: o.priority ?? 0,
+    concurrency: o.concurrency,
+  };
 }
 
 /**
@@ -466,7 +492,8 @@ export class Client {
     const params = startParams(workflow, o);
     // Eager start: when a worker of this engine runs this workflow's turns and has a slot free, the statement
     // that creates the run grants it the first turn, which starts at once: no NOTIFY, no claim.
-    const host = this.eagerStart?.(workflow.name, params.queue);
+    // Not a run with a concurrency key: its first turn must wait for a place, which only a claim grants.
+    const host = o.concurrency ? undefined : this.eagerStart?.(workflow.name, params.queue);
     let granted: ClaimedTurnRow[] = [];
     try {
       const [handle] = await this.insertRuns<z.output<O>>(

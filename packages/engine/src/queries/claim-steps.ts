@@ -1,6 +1,14 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { nextDueMsSql } from './next-due-step.js';
+import {
+  flowKeyLocks,
+  flowKeysBumped,
+  stepAdmission,
+  stepKeyHasRoom,
+  stepRateKey,
+  stepSlotKey,
+} from './flow-control.js';
 import { stepInputSql } from './job-run.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
@@ -62,6 +70,12 @@ export interface ClaimedStepRow {
  * deadline and `claimed_at` all start there, so a recorded claim never precedes the end recorded for the attempt
  * it took over, and an attempt records exactly the lease it was granted. It never waits for a lock (SKIP LOCKED),
  * so it can take part in no deadlock (invariant 14).
+ *
+ * Flow control (flow-control.ts): the scan skips scheduled steps whose concurrency key is full in its snapshot;
+ * of the picked steps that need a place under a key or a start under a rate limit, only those the claim may admit
+ * are claimed. It locks their `flow_keys` rows (SKIP LOCKED, after the steps), admits under a key only when the
+ * row it locked is the version its snapshot shows, and bumps each key it admitted under. A picked step over its
+ * rate limit gets the due time at which the window has room; one over its concurrency limit is left as it is.
  */
 export async function claimSteps(
   db: Database,
@@ -77,19 +91,29 @@ export async function claimSteps(
              s.attempt_deadline_at AS prev_deadline_at, s.attempt AS prev_attempt,
              s.run_id,
              CASE WHEN s.attempt + 1 >= ${maxAttempts} THEN 0
-                  ELSE ${n.retryDelayMs}(s.retry_policy, s.attempt + 1) END AS reclaim_delay_ms
+                  ELSE ${n.retryDelayMs}(s.retry_policy, s.attempt + 1) END AS reclaim_delay_ms,
+             -- Flow control (flow-control.ts): a scheduled step with a concurrency key needs a place under it; a
+             -- reclaimed one keeps its own. Every start of a rate-limited step counts.
+             s.name, s.concurrency_key, s.priority, s.next_run_at AS due_at, s.concurrency_limit,
+             CASE WHEN s.concurrency_key IS NOT NULL AND s.status = 'scheduled' THEN ${stepSlotKey(sql`s`)} END AS slot_key,
+             CASE WHEN s.rate_key IS NOT NULL THEN ${stepRateKey(sql`s`)} END AS rate_id, s.rate_limit, s.rate_period_ms
         FROM ${n.steps} s
        WHERE s.queue IN ${p.queues} AND s.name IN ${p.activityNames} AND s.kind = 'activity'
          AND s.status IN ('scheduled', 'running')
          AND s.next_run_at <= (SELECT t FROM clock)
          AND NOT (s.status = 'running' AND (s.cancel_requested_at IS NOT NULL OR s.attempt >= ${maxAttempts}))
+         AND ${stepKeyHasRoom(n, sql`s`)}
        ORDER BY s.priority DESC, s.next_run_at
        LIMIT ${p.limit}
        FOR NO KEY UPDATE OF s SKIP LOCKED),
-    -- The clock the grant is made at, read once the picked rows are locked: the lease, the attempt deadline and
-    -- the attempt's claimed_at all start here, so the lease an attempt records (claimed_at to granted_until) is
-    -- the lease it was granted, and a claim is never recorded before the end of an attempt it took over.
-    grant_clock AS MATERIALIZED (SELECT ${n.now} AS t FROM (SELECT count(*) FROM picked) locked),
+    ${flowKeyLocks(n)}
+    -- The clock the grant is made at, read once the picked rows (and their flow-control keys) are locked: the
+    -- lease, the attempt deadline and the attempt's claimed_at all start here, so the lease an attempt records
+    -- (claimed_at to granted_until) is the lease it was granted, and a claim is never recorded before the end of
+    -- an attempt it took over.
+    grant_clock AS MATERIALIZED (
+      SELECT ${n.now} AS t FROM (SELECT count(*) FROM picked) locked, (SELECT count(*) FROM key_held) held),
+    ${stepAdmission(n)}
     claimed AS (
       UPDATE ${n.steps} s
          SET status = 'running',
@@ -105,7 +129,7 @@ export async function claimSteps(
              next_run_at = (SELECT t FROM grant_clock) + ${msInterval(sql`least(s.lease_ms, s.start_to_close_timeout_ms) + p.reclaim_delay_ms`)},
              started_at = coalesce(s.started_at, (SELECT t FROM grant_clock)),
              last_heartbeat_at = NULL
-        FROM picked p
+        FROM picked p JOIN admission a ON a.id = p.id AND a.admitted
        WHERE s.id = p.id
          AND (s.status = 'scheduled' OR (s.status = 'running' AND s.lease_expires_at <= (SELECT t FROM grant_clock)))
       RETURNING s.id, s.run_id, s.seq, s.name, s.queue, s.input, s.attempt, s.epoch, s.fencing_token, s.nonce,
@@ -124,6 +148,13 @@ export async function claimSteps(
              ended_at = c.prev_lease_expires_at
         FROM claimed c
        WHERE c.prev_status = 'running' AND a.fencing_token = c.prev_token AND a.outcome IS NULL
+      RETURNING 1),
+    ${flowKeysBumped(n, sql`(SELECT id FROM claimed)`)},
+    -- A rate-limited step over its limit is due again when its window has room: it leaves the scan until then.
+    rate_deferred AS (
+      UPDATE ${n.steps} s SET next_run_at = a.deferred_until
+        FROM admission a
+       WHERE s.id = a.id AND a.deferred_until IS NOT NULL
       RETURNING 1)
     SELECT c.id::text, c.run_id::text, c.seq, c.name, c.queue, ${stepInputSql(n, sql`c`)} AS input, c.attempt,
            c.epoch, c.fencing_token::text AS token, c.nonce::text, c.lease_ms, c.start_to_close_timeout_ms,
@@ -131,6 +162,7 @@ export async function claimSteps(
            (extract(epoch FROM (c.lease_expires_at - ${n.now})) * 1000)::float8 AS remaining_ms,
            c.prev_token::text, c.fencing_scope,
            ${nextDueMsSql(n, p, sql`(SELECT id FROM claimed)`, sql`(SELECT t FROM clock)`)} AS next_due_ms,
-           (SELECT count(*) FROM new_attempts) + (SELECT count(*) FROM ended_attempts) AS effects
+           (SELECT count(*) FROM new_attempts) + (SELECT count(*) FROM ended_attempts)
+             + (SELECT count(*) FROM keys_bumped) + (SELECT count(*) FROM rate_deferred) AS effects
       FROM claimed c`);
 }

@@ -1,5 +1,6 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
+import { flowKeyLocks, flowKeysBumped, runAdmission, runKeyHasRoom, runSlotKey } from './flow-control.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 export interface ClaimTurnsParams {
@@ -93,6 +94,9 @@ export interface RunHistoryNews {
  * when the row version the snapshot sees is the one locked (same `xmin`); every writer of a workflow run's history
  * also writes its run row, in the same transaction. Otherwise null: the worker that ran the previous turn reads
  * the news with {@link readHistoryNews}, any other the whole history.
+ *
+ * Flow control (flow-control.ts): the first turn of a `pending` run with a concurrency key is claimed only when
+ * the claim may admit it under its key, as claimSteps admits steps; the scan skips such runs whose key is full.
  */
 export async function claimTurns(
   db: Database,
@@ -105,25 +109,33 @@ export async function claimTurns(
     picked AS (
       SELECT r.id, r.turn_token AS prev_token,
              ${p.keepsInstances}::boolean AND r.turn_worker_id IS NOT DISTINCT FROM ${p.workerId} AS ran_last_turn,
-             r.xmin::text AS locked_xmin
+             r.xmin::text AS locked_xmin,
+             -- Flow control (flow-control.ts): a pending run with a concurrency key needs a place for its first turn.
+             r.name, r.concurrency_key, r.priority, r.turn_next_run_at AS due_at, r.concurrency_limit,
+             CASE WHEN r.concurrency_key IS NOT NULL AND r.status = 'pending' THEN ${runSlotKey(sql`r`)} END AS slot_key,
+             NULL::text AS rate_id, NULL::int AS rate_limit, NULL::int AS rate_period_ms
         FROM ${n.runs} r
        WHERE r.kind = 'workflow' AND r.queue IN ${p.queues} AND r.name IN ${p.workflowNames}
          AND r.status IN ('pending', 'running')
          AND r.turn_next_run_at <= (SELECT t FROM clock)
          AND (r.turn_lease_expires_at IS NULL OR r.turn_lease_expires_at <= (SELECT t FROM clock))
+         AND ${runKeyHasRoom(n, sql`r`)}
        ORDER BY r.priority DESC, r.turn_next_run_at
        LIMIT ${p.limit}
        FOR NO KEY UPDATE OF r SKIP LOCKED),
-    -- The grant's clock, read once the picked rows are locked (see claimSteps): the turn lease and the attempt's
-    -- claimed_at start there, and the attempt it took over ends there.
-    grant_clock AS MATERIALIZED (SELECT ${n.now} AS t FROM (SELECT count(*) FROM picked) locked),
+    ${flowKeyLocks(n)}
+    -- The grant's clock, read once the picked rows (and their flow-control keys) are locked (see claimSteps): the
+    -- turn lease and the attempt's claimed_at start there, and the attempt it took over ends there.
+    grant_clock AS MATERIALIZED (
+      SELECT ${n.now} AS t FROM (SELECT count(*) FROM picked) locked, (SELECT count(*) FROM key_held) held),
+    ${runAdmission(n)}
     claimed AS (
       UPDATE ${n.runs} r
          SET turn_token = ${n.nextToken}, turn_nonce = gen_random_uuid(), turn_epoch = r.turn_epoch + 1,
              turn_attempt = r.turn_attempt + 1, turn_worker_id = ${p.workerId},
              turn_lease_expires_at = (SELECT t FROM grant_clock) + ${msInterval(sql`${p.leaseMs}::int`)},
              status = 'running', started_at = coalesce(r.started_at, (SELECT t FROM grant_clock))
-        FROM picked p
+        FROM picked p JOIN admission a ON a.id = p.id AND a.admitted
        WHERE r.id = p.id AND (r.turn_lease_expires_at IS NULL OR r.turn_lease_expires_at <= (SELECT t FROM grant_clock))
       RETURNING r.id, r.name, r.queue, r.priority, r.input, r.turn_attempt, r.turn_epoch, r.turn_token, r.turn_nonce,
                 r.wake_count, r.cancel_requested_at, r.cancel_reason, r.turn_lease_expires_at, p.prev_token, (SELECT t FROM grant_clock) AS t,
@@ -136,7 +148,8 @@ export async function claimTurns(
     new_attempts AS (
       INSERT INTO ${n.attempts} (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at)
       SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, ${p.workerId}, (SELECT t FROM grant_clock) FROM claimed
-      RETURNING 1)
+      RETURNING 1),
+    ${flowKeysBumped(n, sql`(SELECT id FROM claimed)`)}
     SELECT c.id::text, c.name, c.queue, c.priority, c.input, c.turn_attempt, c.turn_epoch, c.turn_token::text AS token,
            c.turn_nonce::text AS nonce, c.wake_count, c.cancel_requested_at IS NOT NULL AS cancel_requested,
            c.cancel_reason,
@@ -144,7 +157,8 @@ export async function claimTurns(
            (extract(epoch FROM c.t) * 1000)::float8 AS now_ms,
            CASE WHEN c.sticky THEN h.news END AS history_news, c.ran_last_turn,
            ${pendingSignalsJson(n, sql`c.id`)} AS signals,
-           (SELECT count(*) FROM ended_turns) + (SELECT count(*) FROM new_attempts) AS effects
+           (SELECT count(*) FROM ended_turns) + (SELECT count(*) FROM new_attempts) + (SELECT count(*) FROM keys_bumped)
+             AS effects
       FROM claimed c
       LEFT JOIN LATERAL (${historyNews(n, sql`c.id`, sql`(extract(epoch FROM c.t) * 1000)::float8`, sql`c.sticky`)}) h ON true`);
 }
@@ -256,8 +270,8 @@ export async function msUntilNextDueTurn(
   if (p.queues.length === 0 || p.workflowNames.length === 0) return null;
   const rows = await db.rows<{ wait_ms: number | null }>(sql`
     SELECT (extract(epoch FROM (min(greatest(turn_next_run_at, coalesce(turn_lease_expires_at, turn_next_run_at))) - ${n.now})) * 1000)::float8 AS wait_ms
-      FROM ${n.runs}
+      FROM ${n.runs} r
      WHERE queue IN ${p.queues} AND name IN ${p.workflowNames} AND kind = 'workflow'
-       AND status IN ('pending', 'running') AND turn_next_run_at IS NOT NULL`);
+       AND status IN ('pending', 'running') AND turn_next_run_at IS NOT NULL AND ${runKeyHasRoom(n, sql`r`)}`);
   return rows[0]?.wait_ms ?? null;
 }

@@ -7,6 +7,7 @@ import type { Delivery, NewStep, TurnOutcome } from '../workflow/turn-runtime.js
 import { endedRunItems, notifyOnce } from './notify.js';
 import { requestCancel } from './request-cancel.js';
 import { withInfraRetry } from '../infra-retry.js';
+import { flowKeysInserted, stepRateKey, stepSlotKey } from './flow-control.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 export interface TurnRef {
@@ -275,7 +276,14 @@ async function turnStatement(
             : null,
     due_at_ms: s.kind === 'timer' ? (s.dueAtMs ?? null) : null,
     signal_id: s.kind === 'signal' ? (s.signalId ?? null) : null,
+    concurrency_key: (s.kind === 'activity' && s.concurrency?.key) || null,
+    concurrency_limit: (s.kind === 'activity' && s.concurrency?.limit) || null,
+    rate_key: s.kind === 'activity' && s.rateLimit ? s.rateLimit.key : null,
+    rate_limit: (s.kind === 'activity' && s.rateLimit?.limit) || null,
+    rate_period_ms: (s.kind === 'activity' && s.rateLimit?.periodMs) || null,
   }));
+  // Flow-control keys the turn's new steps name: only then does the commit insert them (flow-control.ts).
+  const flowKeyed = steps.some((s) => s.concurrency_key !== null || s.rate_key !== null);
   const deliveries: {
     id: string | null;
     seq: number | null;
@@ -422,7 +430,8 @@ ${
       SELECT * FROM jsonb_to_recordset(${JSON.stringify(steps)}::jsonb) AS x(
         seq int, kind text, name text, after_delivered_seq int, status text, delivered_seq int, error jsonb, input jsonb, output jsonb,
         queue text, priority int, retry_policy jsonb, lease_ms int, start_to_close_timeout_ms int,
-        delay_ms float8, due_at_ms float8, signal_id bigint)),
+        delay_ms float8, due_at_ms float8, signal_id bigint, concurrency_key text, concurrency_limit int,
+        rate_key text, rate_limit int, rate_period_ms int)),
     -- A position a retry retired and the code now schedules again is the same unit of work (invariant 13):
     -- the new row takes the retired rows' fencing scope and highest epoch, and is not due before the lease of
     -- an attempt that may still hold one of them (ended by the retirement, not by itself) runs out.
@@ -443,6 +452,8 @@ ${
          AND ns.name IN (SELECT jsonb_array_elements_text(${JSON.stringify(dispatch.activityNames)}::jsonb))
          AND ns.queue IN (SELECT jsonb_array_elements_text(${JSON.stringify(dispatch.queues)}::jsonb))
          AND (prev.held_until IS NULL OR prev.held_until <= (SELECT t FROM clock))
+         -- Not a step under a concurrency key or a rate limit: only a claim admits those (flow-control.ts).
+         AND ns.concurrency_key IS NULL AND ns.rate_key IS NULL
        ORDER BY ns.seq
        LIMIT ${dispatch.limit}),
     ${
@@ -470,7 +481,8 @@ ${
                               delivered_seq, error, input, output, queue, priority, retry_policy, lease_ms,
                               start_to_close_timeout_ms, next_run_at, finished_at, cancel_requested_at, created_at,
                               attempt, fencing_token, nonce, worker_id, attempt_deadline_at, lease_expires_at,
-                              reclaim_delay_ms, started_at)
+                              reclaim_delay_ms, started_at, concurrency_key, concurrency_limit, rate_key, rate_limit,
+                              rate_period_ms)
       SELECT ${runId}::uuid, p.seq, p.kind, p.name,
              coalesce(p.prev_scope, ${'run:' + runId + '/seq:'} || p.seq::text),
              coalesce(p.prev_epoch, 0) + CASE WHEN p.eager THEN 1 ELSE 0 END,
@@ -516,7 +528,8 @@ ${
              CASE WHEN p.eager THEN (SELECT t FROM clock)
                                     + ${msInterval(sql`least(p.lease_ms, p.start_to_close_timeout_ms)`)} END,
              CASE WHEN p.eager THEN p.first_reclaim_delay_ms ELSE 0 END,
-             CASE WHEN p.eager THEN (SELECT t FROM clock) END
+             CASE WHEN p.eager THEN (SELECT t FROM clock) END,
+             p.concurrency_key, p.concurrency_limit, p.rate_key, p.rate_limit, p.rate_period_ms
         FROM planned p
       RETURNING id, seq, kind, name, status, queue, priority, error, next_run_at, input, attempt, epoch, fencing_token, nonce,
                 lease_ms, start_to_close_timeout_ms, retry_policy, lease_expires_at, fencing_scope, started_at,
@@ -528,7 +541,16 @@ ${
       SELECT ${runId}::uuid, id, 'activity', attempt, epoch, fencing_token, nonce, ${dispatch.workerId}, started_at,
              lease_expires_at
         FROM inserted WHERE kind = 'activity' AND status = 'running'
-      RETURNING 1),
+      RETURNING 1),${
+        flowKeyed
+          ? flowKeysInserted(
+              n,
+              sql`SELECT ${stepSlotKey(sql`x`)} FROM ns x WHERE x.concurrency_key IS NOT NULL AND EXISTS (SELECT 1 FROM go)
+                  UNION ALL
+                  SELECT ${stepRateKey(sql`x`)} FROM ns x WHERE x.rate_key IS NOT NULL AND EXISTS (SELECT 1 FROM go)`,
+            )
+          : sql``
+      }
     scheduled_events AS (
       INSERT INTO ${n.events} (run_id, step_id, type, data, at)
       SELECT ${runId}::uuid, id,

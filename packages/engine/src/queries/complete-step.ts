@@ -105,6 +105,8 @@ export async function completeSteps(
          AND rl.name IN (SELECT jsonb_array_elements_text(${JSON.stringify(eager.workflowNames)}::jsonb))
          AND rl.queue IN (SELECT jsonb_array_elements_text(${JSON.stringify(eager.queues)}::jsonb))
          AND (rl.turn_lease_expires_at IS NULL OR rl.turn_lease_expires_at <= ${lockNow})
+         -- Not the first turn of a run under a concurrency key (a retried one is pending again): a claim admits it.
+         AND (rl.concurrency_key IS NULL OR rl.status <> 'pending')
        ORDER BY rl.id
        LIMIT ${eager.limit}),
     -- Every woken run is due now; an eagerly picked one is also claimed, as claimTurns claims: a fresh token from

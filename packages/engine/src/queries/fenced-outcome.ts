@@ -99,7 +99,7 @@ export function stepFenceOnInput(_n: SchemaNames, alias: string): SQL {
  */
 export const runLockCte = (n: SchemaNames): SQL => sql`run_lock AS MATERIALIZED (
     SELECT r.id, r.kind, r.status, r.name, r.queue, r.turn_lease_expires_at, r.turn_token, r.turn_worker_id,
-           r.xmin::text AS locked_xmin
+           r.concurrency_key, r.xmin::text AS locked_xmin
       FROM ${n.runs} r
      WHERE r.id IN (SELECT s.run_id FROM ${n.steps} s WHERE s.id IN (SELECT step_id FROM inp))
      ORDER BY r.id

@@ -7,6 +7,8 @@ import {
   type RunInsertOutcome,
   type RunItem,
 } from './run-by-key.js';
+import type { ResolvedRateLimit } from '@palisade/sdk';
+import { flowKeyOf, flowKeysInserted } from './flow-control.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 /** A batch of standalone-activity runs: one activity and one set of options, an id, key and input per run. */
@@ -21,6 +23,10 @@ export interface InsertStandaloneRunsParams {
   readonly startToCloseTimeoutMs: number;
   /** Delay before the steps become claimable, in ms (0: now by the DB clock). */
   readonly delayMs: number;
+  /** Per-key concurrency of the runs' steps (see flow-control.ts). */
+  readonly concurrency?: { readonly key: string; readonly limit: number } | undefined;
+  /** Per-key rate limit of the runs' starts (see flow-control.ts). */
+  readonly rateLimit?: ResolvedRateLimit | undefined;
 }
 
 /**
@@ -39,6 +45,8 @@ export async function insertStandaloneRuns(
 ): Promise<RunInsertOutcome[]> {
   // The DB clock read once per statement (an InitPlan), not once per row: a batch shares its times.
   const now = sql`(SELECT ${n.now})`;
+  // Keyed runs only: the statement of unkeyed ones stays as it was (one prepared text each).
+  const flow = p.concurrency !== undefined || p.rateLimit !== undefined;
   const statement = sql`
     WITH ${runItemsCte(p.items)},
     r AS (
@@ -49,18 +57,37 @@ export async function insertStandaloneRuns(
       RETURNING id),
     s AS (
       INSERT INTO ${n.steps} (run_id, seq, kind, name, fencing_scope, status, queue, priority, retry_policy,
-                              lease_ms, start_to_close_timeout_ms, next_run_at, created_at)
+                              lease_ms, start_to_close_timeout_ms, next_run_at, created_at${
+                                flow
+                                  ? sql`, concurrency_key, concurrency_limit, rate_key, rate_limit, rate_period_ms`
+                                  : sql``
+                              })
       SELECT r.id, 0, 'activity', ${p.activityName}, 'run:' || r.id::text, 'scheduled',
              ${p.queue}, ${p.priority}, ${JSON.stringify(p.retryPolicy)}::jsonb, ${p.leaseMs},
-             ${p.startToCloseTimeoutMs}, ${now} + ${msInterval(sql`${p.delayMs}::int`)}, ${now}
+             ${p.startToCloseTimeoutMs}, ${now} + ${msInterval(sql`${p.delayMs}::int`)}, ${now}${
+               flow
+                 ? sql`, ${p.concurrency?.key ?? null}::text, ${p.concurrency?.limit ?? null}::int,
+             ${p.rateLimit?.key ?? null}::text, ${p.rateLimit?.limit ?? null}::int, ${p.rateLimit?.periodMs ?? null}::int`
+                 : sql``
+             }
         FROM r JOIN inp i ON i.run_id = r.id
        ORDER BY i.ord
-      RETURNING id, run_id),
+      RETURNING id, run_id),${
+        flow
+          ? flowKeysInserted(
+              n,
+              sql`SELECT ${flowKeyOf('step', p.activityName, p.concurrency?.key)} WHERE EXISTS (SELECT 1 FROM s)
+                  UNION ALL SELECT ${flowKeyOf('rate', p.activityName, p.rateLimit?.key)}`,
+            )
+          : sql``
+      }
     notified AS (SELECT pg_notify(${n.channel}, ${'step:' + p.queue}) WHERE ${p.delayMs}::int = 0 AND EXISTS (SELECT 1 FROM s)),
     ${runOutcomeSelect(n, {
       kind: 'activity',
       name: p.activityName,
-      extra: sql`(SELECT count(*) FROM notified)::int AS notified`,
+      extra: sql`(SELECT count(*) FROM notified)::int AS notified${
+        flow ? sql`, (SELECT count(*) FROM flow_keys_made)::int AS flow_keys_made` : sql``
+      }`,
     })}`;
   return settleRunInserts(db, p.items, statement, `enqueue of ${p.activityName}`);
 }

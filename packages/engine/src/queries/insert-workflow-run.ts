@@ -9,6 +9,7 @@ import {
 } from './run-by-key.js';
 import { grantedTurnJson, type ClaimedTurnRow } from './claim-turns.js';
 import { NO_EAGER_TURNS, type EagerTurns } from './complete-step.js';
+import { flowKeyOf, flowKeysInserted } from './flow-control.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 /** A batch of workflow runs: one workflow and one set of options, an id, key and input per run. */
@@ -18,6 +19,8 @@ export interface InsertWorkflowRunsParams {
   readonly workflowName: string;
   readonly queue: string;
   readonly priority: number;
+  /** Per-key concurrency of the runs (see flow-control.ts); never with `eager`. */
+  readonly concurrency?: { readonly key: string; readonly limit: number } | undefined;
   /**
    * Eager start (Temporal's eager workflow start): a worker of this process that runs the workflow's turns, with
    * a turn slot set aside; the first turn of each run this statement creates (at most `limit`) is granted to it.
@@ -51,6 +54,8 @@ export async function insertWorkflowRuns(
 ): Promise<WorkflowRunsInserted> {
   // The DB clock read once per statement, not once per row or per use: a batch, and an eager grant, share its times.
   const now = sql`(SELECT t FROM clock)`;
+  if (p.eager && p.concurrency)
+    throw new Error('insertWorkflowRuns: a run with a concurrency key is never eager');
   const eager = p.eager ?? NO_EAGER_TURNS;
   const statement = sql`
     WITH ${runItemsCte(p.items)},
@@ -59,7 +64,7 @@ export async function insertWorkflowRuns(
     r AS (
       INSERT INTO ${n.runs} (id, kind, name, status, input, idempotency_key, queue, priority, turn_next_run_at, created_at,
                              started_at, turn_token, turn_nonce, turn_epoch, turn_attempt, turn_worker_id,
-                             turn_lease_expires_at)
+                             turn_lease_expires_at, concurrency_key, concurrency_limit)
       SELECT i.run_id, 'workflow', ${p.workflowName}, CASE WHEN k.eager THEN 'running' ELSE 'pending' END, i.input,
              i.idempotency_key, ${p.queue}, ${p.priority}, ${now}, ${now},
              CASE WHEN k.eager THEN ${now} END,
@@ -68,7 +73,8 @@ export async function insertWorkflowRuns(
              CASE WHEN k.eager THEN 1 ELSE 0 END,
              CASE WHEN k.eager THEN 1 ELSE 0 END,
              CASE WHEN k.eager THEN ${eager.workerId} END,
-             CASE WHEN k.eager THEN ${now} + ${msInterval(sql`${eager.leaseMs}::int`)} END
+             CASE WHEN k.eager THEN ${now} + ${msInterval(sql`${eager.leaseMs}::int`)} END,
+             ${p.concurrency?.key ?? null}::text, ${p.concurrency?.limit ?? null}::int
         FROM inp i JOIN picked k ON k.run_id = i.run_id ORDER BY i.ord
       ON CONFLICT DO NOTHING
       RETURNING id, name, queue, priority, input, turn_attempt, turn_epoch, turn_token, turn_nonce, wake_count,
@@ -83,7 +89,12 @@ export async function insertWorkflowRuns(
       SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, ${eager.workerId}, ${now}
         FROM r WHERE turn_token IS NOT NULL
       RETURNING 1),
-    notified AS (
+${
+  p.concurrency
+    ? sql`    ${flowKeysInserted(n, sql`SELECT ${flowKeyOf('run', p.workflowName, p.concurrency.key)} WHERE EXISTS (SELECT 1 FROM r)`)}
+`
+    : sql``
+}    notified AS (
       SELECT pg_notify(${n.channel}, ${'turn:' + p.queue}) WHERE EXISTS (SELECT 1 FROM r WHERE turn_token IS NULL)),
     eager_turns AS (
       SELECT jsonb_agg(${grantedTurnJson(n, sql`r`, {
@@ -97,7 +108,9 @@ export async function insertWorkflowRuns(
       kind: 'workflow',
       name: p.workflowName,
       extra: sql`(SELECT count(*) FROM e)::int AS events, (SELECT count(*) FROM notified)::int AS notified,
-                 (SELECT count(*) FROM turn_attempts)::int AS turn_attempts,
+                 (SELECT count(*) FROM turn_attempts)::int AS turn_attempts,${
+                   p.concurrency ? sql` (SELECT count(*) FROM flow_keys_made)::int AS flow_keys_made,` : sql``
+                 }
                  CASE WHEN i.ord = 1 THEN (SELECT turns FROM eager_turns) END AS eager_turns`,
     })}`;
   let eagerTurns: ClaimedTurnRow[] = [];

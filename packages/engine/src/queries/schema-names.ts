@@ -17,6 +17,8 @@ export interface SchemaNames {
   readonly fences: SQL;
   /** Signals sent to workflow runs (migration 0012). */
   readonly signals: SQL;
+  /** Flow-control keys: per-key concurrency and rate limits (migration 0016). */
+  readonly flowKeys: SQL;
   readonly clockOffset: SQL;
   /** `nextval(...)` of the global fencing-token sequence. */
   readonly nextToken: SQL;
@@ -45,6 +47,7 @@ export function schemaNames(schema: string): SchemaNames {
     runEvents: t('run_events'),
     fences: t('fences'),
     signals: t('signals'),
+    flowKeys: t('flow_keys'),
     clockOffset: t('clock_offset'),
     nextToken: sql.raw(`nextval('${q}."fencing_token_seq"')`),
     now: sql.raw(`${q}."now"()`),

@@ -3,5 +3,15 @@
 import { DEFAULT_SCHEMA, defineTables } from './tables.js';
 
 const tables = defineTables(DEFAULT_SCHEMA);
-export const { schema, fencingTokenSeq, runs, steps, attempts, events, fences, signals, clockOffset } =
-  tables;
+export const {
+  schema,
+  fencingTokenSeq,
+  runs,
+  steps,
+  attempts,
+  events,
+  fences,
+  signals,
+  flowKeys,
+  clockOffset,
+} = tables;

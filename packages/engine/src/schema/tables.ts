@@ -47,6 +47,12 @@ export function defineTables(schemaName: string) {
       parentStepId: uuid('parent_step_id'),
       queue: text('queue').notNull(),
       priority: integer('priority').notNull().default(0),
+      /**
+       * Per-key concurrency of a workflow run (`start`'s `concurrency`): a `pending` run's first turn is claimed only
+       * while fewer than `concurrency_limit` runs of its workflow with this key are `running` (see claim-turns.ts).
+       */
+      concurrencyKey: text('concurrency_key'),
+      concurrencyLimit: integer('concurrency_limit'),
       cancelRequestedAt: ts('cancel_requested_at'),
       cancelReason: text('cancel_reason'),
       // The workflow turn's own lease: a turn is an attempt (DESIGN.md §4, last paragraph).
@@ -88,6 +94,11 @@ export function defineTables(schemaName: string) {
         .on(t.queue, t.priority.desc().nullsFirst(), t.turnNextRunAt)
         .where(sql`${t.turnNextRunAt} IS NOT NULL`),
       index('runs_parent_run_id_idx').on(t.parentRunId),
+      // The runs of one concurrency key, for the turn claim's count of those running. Not on status: a run's
+      // status changes on its hot path, and a column in an index predicate would end its HOT updates too.
+      index('runs_concurrency_key_idx')
+        .on(t.name, t.concurrencyKey)
+        .where(sql`${t.concurrencyKey} IS NOT NULL`),
     ],
   );
 
@@ -110,6 +121,16 @@ export function defineTables(schemaName: string) {
       error: jsonb('error'),
       queue: text('queue').notNull(),
       priority: integer('priority').notNull().default(0),
+      /**
+       * Per-key concurrency (`concurrency` of `enqueue` / `ctx.run`): a `scheduled` step is claimed only while fewer
+       * than `concurrency_limit` steps of its activity with this key are `running` (see claim-steps.ts).
+       */
+      concurrencyKey: text('concurrency_key'),
+      concurrencyLimit: integer('concurrency_limit'),
+      /** Per-key rate limit: at most `rate_limit` claims of its activity with this key per `rate_period_ms`. */
+      rateKey: text('rate_key'),
+      rateLimit: integer('rate_limit'),
+      ratePeriodMs: integer('rate_period_ms'),
       /** Claims charged to the retry budget (a fenced release is not charged). */
       attempt: integer('attempt').notNull().default(0),
       /** Every claim, shown to humans; never decreases. */
@@ -172,6 +193,11 @@ export function defineTables(schemaName: string) {
         .on(t.leaseExpiresAt)
         .where(sql`${t.status} = 'running'`),
       index('steps_run_id_idx').on(t.runId),
+      // The running steps of one concurrency key, counted by every claim that would add one (status is in the
+      // predicates of the claim indexes already, so this costs the hot path no HOT update).
+      index('steps_concurrency_running_idx')
+        .on(t.name, t.concurrencyKey)
+        .where(sql`${t.concurrencyKey} IS NOT NULL AND ${t.status} = 'running'`),
     ],
   );
 
@@ -272,13 +298,31 @@ export function defineTables(schemaName: string) {
     ],
   );
 
+  /**
+   * One row per flow-control key (`step/<activity>/<key>`, `run/<workflow>/<key>` for concurrency,
+   * `rate/<activity>/<key>` for rate limits), inserted with the first step or run that names it. A claim that
+   * admits work under a key locks its row and bumps `version` in the same statement, so a claim whose snapshot
+   * predates another's admission sees a newer version than its snapshot shows and admits nothing under that key
+   * (see claim-steps.ts). `recent`: the claim times (DB clock) of a rate key's starts still inside its window.
+   */
+  const flowKeys = schema.table('flow_keys', {
+    key: text('key').primaryKey(),
+    version: bigint('version', { mode: 'bigint' })
+      .notNull()
+      .default(sql`0`),
+    recent: timestamp('recent', { withTimezone: true, mode: 'date' })
+      .array()
+      .notNull()
+      .default(sql`'{}'`),
+  });
+
   /** Test-only offset of `<schema>.now()` (time travel); one row at most, absent in production. */
   const clockOffset = schema.table('clock_offset', {
     id: boolean('id').primaryKey().default(true),
     offsetMs: bigint('offset_ms', { mode: 'number' }).notNull(),
   });
 
-  return { schema, fencingTokenSeq, runs, steps, attempts, events, fences, signals, clockOffset };
+  return { schema, fencingTokenSeq, runs, steps, attempts, events, fences, signals, flowKeys, clockOffset };
 }
 
 /** The engine's tables, typed; one instance per configured schema name. */

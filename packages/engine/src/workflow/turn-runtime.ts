@@ -9,14 +9,17 @@ import {
   PAYLOAD_LIMITS,
   PalisadeError,
   checkPayload,
+  concurrencyLimitSchema,
   formatIssues,
   mergeRetryPolicy,
+  rateLimitSchema,
   serializeFailure,
   textProblem,
   toMs,
   validate,
   type ActivityDefinition,
   type Duration,
+  type ResolvedRateLimit,
   type ResolvedRetryPolicy,
   type RunActivityOptions,
   type RunChildOptions,
@@ -48,6 +51,8 @@ type StepCall =
       readonly retryPolicy: ResolvedRetryPolicy;
       readonly leaseMs: number;
       readonly startToCloseTimeoutMs: number;
+      readonly concurrency?: { readonly key: string; readonly limit: number } | undefined;
+      readonly rateLimit?: ResolvedRateLimit | undefined;
       /** Recorded already cancelled, its rejection delivered at `deliveredSeq` (a cancel the code had not seen). */
       readonly cancelled?: boolean;
       readonly deliveredSeq?: number;
@@ -232,6 +237,8 @@ const runActivityOptionsSchema = z
       .regex(/^[A-Za-z0-9_.:-]{1,128}$/, 'must be 1–128 letters, digits, _ . : -')
       .optional(),
     priority: z.number().int('must be a whole number').min(-1000).max(1000).optional(),
+    concurrency: concurrencyLimitSchema.optional(),
+    rateLimit: rateLimitSchema.optional(),
   })
   .strict();
 
@@ -685,6 +692,8 @@ class Replay implements WorkflowInstance {
             options.startToCloseTimeoutMs !== undefined
               ? toMs(options.startToCloseTimeoutMs, `startToCloseTimeoutMs of ctx.run(${activity.name})`)
               : activity.startToCloseTimeoutMs,
+          concurrency: parsedOptions.data.concurrency,
+          rateLimit: parsedOptions.data.rateLimit ?? activity.rateLimit,
         }));
       },
       runChild: <O>(workflow: WorkflowDefinition, input: unknown, options: RunChildOptions = {}) => {

@@ -1,0 +1,272 @@
+/**
+ * Flow control (issue 14): per-key concurrency on `enqueue`, `ctx.run` and `start`, enforced by the claim
+ * statements without holding back other keys, and per-key rate limits of activity starts, by the database clock.
+ * The audits read the attempts and steps tables (../support/flow-audit.ts), not the engine's counters. The same
+ * limits under several worker processes: ../cases/concurrency-keys-processes.test.ts.
+ */
+import { EventEmitter } from 'node:events';
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { advanceClock } from '@palisade/engine/testing';
+import { defineActivity, defineSignal, defineWorkflow, isPalisadeError } from '@palisade/sdk';
+import { useEngineTarget } from '../support/engine.js';
+import { claimTimesMs, maxInWindow, maxRunningPerKey, runningNowPerKey } from '../support/flow-audit.js';
+import { stepsOf, until, warmUp } from '../workflow/workflow-rows.js';
+import { gate, type Gate } from './helpers.js';
+
+const go = defineSignal({ name: 'go', payload: z.null() });
+
+for (const driver of ['postgres', 'pglite'] as const) {
+  describe(`flow control on ${driver}`, () => {
+    const target = useEngineTarget(driver);
+    warmUp(target);
+
+    it('runs at most the limit of one key at once and never holds back the other keys', async () => {
+      const engine = await target.engine();
+      const held: { key: string; n: number; g: Gate; opened: boolean }[] = [];
+      const starts = { events: new EventEmitter() };
+      const hold = defineActivity({
+        name: 'hold',
+        input: z.object({ key: z.string(), n: z.number() }),
+        output: z.string(),
+        async run({ key, n }) {
+          const g = gate();
+          held.push({ key, n, g, opened: false });
+          // A start is no event of the worker's own that until() hears: tell it.
+          starts.events.emit('attempt:completed');
+          await g.promise;
+          return `${key}#${n}`;
+        },
+      });
+      // Key A first and at a higher priority: 12 steps at the head of the queue, limit 1.
+      const a = await engine.client.enqueueMany(
+        hold,
+        Array.from({ length: 12 }, (_, n) => ({ key: 'A', n })),
+        { concurrency: { key: 'A', limit: 1 }, priority: 5 },
+      );
+      const b = await engine.client.enqueueMany(
+        hold,
+        Array.from({ length: 6 }, (_, n) => ({ key: 'B', n })),
+        { concurrency: { key: 'B', limit: 3 } },
+      );
+      const total = { A: 12, B: 6 } as Record<string, number>;
+      const limit = { A: 1, B: 3 } as Record<string, number>;
+      const started = (key: string) => held.filter((h) => h.key === key).length;
+      const opened = (key: string) => held.filter((h) => h.key === key && h.opened).length;
+      const worker = engine.worker({ activities: [hold], concurrency: 8, pollIntervalMs: 50 });
+      await worker.start();
+      // A's first step and B's first three run, although A's eleven others sit ahead of B's in the queue.
+      await until(
+        [worker, starts],
+        () => started('A') === 1 && started('B') === 3,
+        'one of A and three of B',
+      );
+      expect(await runningNowPerKey(engine, 'hold')).toEqual({ A: 1, B: 3 });
+      // Each step that ends gives its place to the next of its key, and only of its key.
+      for (let done = 0; done < 18; done++) {
+        const next = held.find((h) => !h.opened);
+        if (!next) throw new Error(`nothing running after ${done} steps`);
+        next.opened = true;
+        next.g.open();
+        const { key } = next;
+        await until(
+          [worker, starts],
+          () => started(key) === Math.min(total[key] ?? 0, opened(key) + (limit[key] ?? 0)),
+          `the place of ${key}#${next.n} taken`,
+        );
+        const now = await runningNowPerKey(engine, 'hold');
+        expect(now.A ?? 0).toBeLessThanOrEqual(1);
+        expect(now.B ?? 0).toBeLessThanOrEqual(3);
+      }
+      await expect(
+        Promise.all([...a, ...b].map((h) => h.result({ timeoutMs: 15_000 }))),
+      ).resolves.toHaveLength(18);
+      expect(await maxRunningPerKey(engine, 'hold')).toEqual({ A: 1, B: 3 });
+      await worker.stop();
+    });
+
+    it('limits ctx.run calls of one key across runs, and starts the next when one ends', async () => {
+      const engine = await target.engine();
+      let running = 0;
+      let most = 0;
+      const refund = defineActivity({
+        name: 'refund',
+        input: z.object({ customer: z.string() }),
+        output: z.null(),
+        async run() {
+          most = Math.max(most, ++running);
+          await new Promise((resolve) => setTimeout(resolve, 20));
+          running--;
+          return null;
+        },
+      });
+      const settle = defineWorkflow({
+        name: 'settle',
+        input: z.object({ customer: z.string() }),
+        output: z.number(),
+        async run({ customer }, ctx) {
+          await Promise.all(
+            [1, 2, 3].map(() => ctx.run(refund, { customer }, { concurrency: { key: customer, limit: 1 } })),
+          );
+          return 3;
+        },
+      });
+      const worker = engine.worker({
+        workflows: [settle],
+        activities: [refund],
+        concurrency: 10,
+        pollIntervalMs: 50,
+      });
+      await worker.start();
+      const handles = await engine.client.startMany(settle, [
+        { customer: 'c1' },
+        { customer: 'c1' },
+        { customer: 'c2' },
+      ]);
+      await expect(Promise.all(handles.map((h) => h.result({ timeoutMs: 20_000 })))).resolves.toEqual([
+        3, 3, 3,
+      ]);
+      // Nine refunds, one at a time per customer: never all of c1's six, nor c1's with c2's beyond two.
+      expect(await maxRunningPerKey(engine, 'refund')).toEqual({ c1: 1, c2: 1 });
+      expect(most).toBeLessThanOrEqual(2);
+      await worker.stop();
+    });
+
+    it('keeps a workflow run pending until a run of its key ends, sleeps and waits included', async () => {
+      const engine = await target.engine();
+      const session = defineWorkflow({
+        name: 'session',
+        input: z.object({ n: z.number() }),
+        output: z.number(),
+        async run({ n }, ctx) {
+          await ctx.sleep('1s');
+          await ctx.waitForSignal(go);
+          return n;
+        },
+      });
+      const worker = engine.worker({ workflows: [session], concurrency: 10, pollIntervalMs: 50 });
+      await worker.start();
+      const t1 = await engine.client.startMany(
+        session,
+        [0, 1, 2, 3, 4].map((n) => ({ n })),
+        { concurrency: { key: 'tenant-1', limit: 2 } },
+      );
+      const other = await engine.client.start(
+        session,
+        { n: 9 },
+        { concurrency: { key: 'tenant-2', limit: 1 } },
+      );
+      const statuses = async () => Promise.all(t1.map(async (h) => (await h.describe()).run.status));
+      const started = async (h: (typeof t1)[number]) => (await stepsOf(engine, h.runId)).length > 0;
+      await until(
+        [worker],
+        async () => (await Promise.all([...t1, other].map(started))).filter(Boolean).length === 3,
+        'two runs of tenant-1 and the run of tenant-2 asleep',
+      );
+      expect((await statuses()).sort()).toEqual(['pending', 'pending', 'pending', 'running', 'running']);
+      expect((await other.describe()).run.status).toBe('running');
+      // The sleeps end (time travel); the waits hold the places: still two.
+      await advanceClock(engine, 1_500);
+      await until(
+        [worker],
+        async () => (await stepsOf(engine, other.runId)).some((s) => s.kind === 'signal'),
+        'the wait of tenant-2',
+      );
+      expect((await statuses()).filter((s) => s === 'running')).toHaveLength(2);
+      const first = [];
+      for (const h of t1) if (await started(h)) first.push(h);
+      expect(first).toHaveLength(2);
+      await first[0]?.signal(go, null);
+      await until(
+        [worker],
+        async () => (await Promise.all(t1.map(started))).filter(Boolean).length === 3,
+        'a third run of tenant-1 started',
+      );
+      expect((await statuses()).sort()).toEqual(['completed', 'pending', 'pending', 'running', 'running']);
+      await worker.stop();
+    });
+
+    it('starts at most the rate limit of a key per period, by the database clock', async () => {
+      const engine = await target.engine();
+      const call = defineActivity({
+        name: 'call-api',
+        input: z.object({ n: z.number() }),
+        output: z.number(),
+        rateLimit: { limit: 3, period: '10s' },
+        run: ({ n }) => Promise.resolve(n),
+      });
+      const worker = engine.worker({ activities: [call], concurrency: 10, pollIntervalMs: 50 });
+      const handles = await engine.client.enqueueMany(
+        call,
+        Array.from({ length: 7 }, (_, n) => ({ n })),
+      );
+      // Another key has its own window.
+      const own = await engine.client.enqueue(
+        call,
+        { n: 100 },
+        { rateLimit: { key: 'own', limit: 1, period: '10s' } },
+      );
+      await worker.start();
+      const done = async () =>
+        (await Promise.all([...handles, own].map(async (h) => (await h.describe()).run.status))).filter(
+          (s) => s === 'completed',
+        ).length;
+      await until([worker], async () => (await done()) === 4, 'three starts and the other key');
+      expect(await claimTimesMs(engine, 'call-api')).toHaveLength(4);
+      // The others wait for the window, holding no lease: scheduled, due when the first start leaves it.
+      await advanceClock(engine, 10_000);
+      await until([worker], async () => (await done()) === 7, 'three more after one period');
+      await advanceClock(engine, 10_000);
+      await expect(Promise.all(handles.map((h) => h.result({ timeoutMs: 15_000 })))).resolves.toEqual([
+        0, 1, 2, 3, 4, 5, 6,
+      ]);
+      expect(await claimTimesMs(engine, 'call-api')).toHaveLength(8);
+      // The default key's seven starts: three, three and one, at most three in any 10 s of database time.
+      const times = await claimTimesMs(engine, 'call-api', '');
+      expect(times).toHaveLength(7);
+      expect(maxInWindow(times, 10_000)).toBe(3);
+      await worker.stop();
+    });
+
+    it('refuses bad limits naming the option', async () => {
+      const engine = await target.engine();
+      const noop = defineActivity({
+        name: 'noop',
+        input: z.null(),
+        output: z.null(),
+        run: () => Promise.resolve(null),
+      });
+      const flow = defineWorkflow({
+        name: 'flow',
+        input: z.null(),
+        output: z.null(),
+        run: () => Promise.resolve(null),
+      });
+      const cases: [Promise<unknown>, RegExp][] = [
+        [
+          engine.client.enqueue(noop, null, { concurrency: { key: 'k', limit: 0 } }),
+          /concurrency\.limit.*≥ 1/,
+        ],
+        [engine.client.enqueue(noop, null, { concurrency: { key: '', limit: 1 } }), /concurrency\.key/],
+        [engine.client.start(flow, null, { concurrency: { limit: 2 } as never }), /concurrency\.key/],
+        [engine.client.enqueue(noop, null, { rateLimit: { limit: 1, period: 'soon' } }), /rateLimit\.period/],
+        [engine.client.enqueue(noop, null, { rateLimit: { limit: 1.5, period: '1s' } }), /rateLimit\.limit/],
+      ];
+      for (const [call, message] of cases) {
+        const error = await call.catch((e: unknown) => e);
+        expect(isPalisadeError(error, 'INVALID_OPTIONS')).toBe(true);
+        expect((error as Error).message).toMatch(message);
+      }
+      expect(() =>
+        defineActivity({
+          name: 'bad',
+          input: z.null(),
+          output: z.null(),
+          rateLimit: { limit: 1, period: '2d' },
+          run: () => Promise.resolve(null),
+        }),
+      ).toThrow(/rateLimit\.period.*1 day/);
+      expect(await engine.client.list()).toEqual([]);
+    });
+  });
+}
