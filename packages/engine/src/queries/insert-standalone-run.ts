@@ -21,11 +21,13 @@ export interface InsertStandaloneRunsParams {
   readonly startToCloseTimeoutMs: number;
   /** Delay before the steps become claimable, in ms (0: now by the DB clock). */
   readonly delayMs: number;
+  /** Epoch ms before which the steps are not claimable (null: no such time; a time in the past: now). */
+  readonly startAtMs: number | null;
 }
 
 /**
  * Create standalone-activity runs, each with its one step (seq 0) `scheduled` and due after `delayMs` by the DB
- * clock (its `step:scheduled` event is read off the step row: see the `run_events` view; its input is stored on
+ * clock, and no earlier than `startAtMs` (its `step:scheduled` event is read off the step row: see the `run_events` view; its input is stored on
  * the run only, see job-run.ts), and NOTIFY workers of the queue once (not once per run) — one statement for the
  * whole batch, whose items are one jsonb parameter. Only the first item of each key is inserted.
  * Predicate: `ON CONFLICT DO NOTHING` on the run id and on (kind, name, key), so the same key returns the
@@ -33,12 +35,14 @@ export interface InsertStandaloneRunsParams {
  * @returns per item, in order, the run it names and whether this call created it (see {@link settleRunInserts}).
  */
 export async function insertStandaloneRuns(
-  db: Database,
+  db: Pick<Database, 'rows'>,
   n: SchemaNames,
   p: InsertStandaloneRunsParams,
 ): Promise<RunInsertOutcome[]> {
   // The DB clock read once per statement (an InitPlan), not once per row: a batch shares its times.
   const now = sql`(SELECT ${n.now})`;
+  const due = sql`greatest(${now} + ${msInterval(sql`${p.delayMs}::int`)},
+                           coalesce(to_timestamp(${p.startAtMs}::float8 / 1000), ${now}))`;
   const statement = sql`
     WITH ${runItemsCte(p.items)},
     r AS (
@@ -51,12 +55,15 @@ export async function insertStandaloneRuns(
       INSERT INTO ${n.steps} (run_id, seq, kind, name, fencing_scope, status, queue, priority, retry_policy,
                               lease_ms, start_to_close_timeout_ms, next_run_at, created_at)
       SELECT r.id, 0, 'activity', ${p.activityName}, 'run:' || r.id::text, 'scheduled',
-             ${p.queue}, ${p.priority}, ${JSON.stringify(p.retryPolicy)}::jsonb, ${p.leaseMs},
-             ${p.startToCloseTimeoutMs}, ${now} + ${msInterval(sql`${p.delayMs}::int`)}, ${now}
+             ${p.queue}, ${p.priority}, ${JSON.stringify(p.retryPolicy)}::text::jsonb, ${p.leaseMs},
+             ${p.startToCloseTimeoutMs}, ${due}, ${now}
         FROM r JOIN inp i ON i.run_id = r.id
        ORDER BY i.ord
       RETURNING id, run_id),
-    notified AS (SELECT pg_notify(${n.channel}, ${'step:' + p.queue}) WHERE ${p.delayMs}::int = 0 AND EXISTS (SELECT 1 FROM s)),
+    -- A delayed step wakes nobody: a worker learns its due time from the claim's next-due read (next-due-step.ts).
+    notified AS (SELECT pg_notify(${n.channel}, ${'step:' + p.queue})
+                  WHERE ${p.delayMs}::int = 0 AND coalesce(to_timestamp(${p.startAtMs}::float8 / 1000) <= ${now}, true)
+                    AND EXISTS (SELECT 1 FROM s)),
     ${runOutcomeSelect(n, {
       kind: 'activity',
       name: p.activityName,
