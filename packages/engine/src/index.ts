@@ -10,6 +10,7 @@ declare module '@palisade/sdk' {
 export {
   BULK_START_LIMITS,
   Client,
+  type CallerTransactionLike,
   type EnqueueManyOptions,
   type EnqueueOptions,
   type OnKeyConflict,

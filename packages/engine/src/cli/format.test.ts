@@ -93,6 +93,7 @@ const run: RunRow = {
   priority: 0,
   cancel_reason: null,
   created_at: '2025-06-01T12:00:00.000Z',
+  start_at: null,
   started_at: '2025-06-01T12:00:00.100Z',
   finished_at: '2025-06-01T12:01:01.300Z',
 };

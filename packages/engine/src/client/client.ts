@@ -23,6 +23,7 @@ import {
 } from '@palisade/sdk';
 import type { Logger } from 'pino';
 import type { Database } from '../db/database.js';
+import { callerTransaction, type CallerTransaction } from '../db/caller-transaction.js';
 import type { NotificationHub } from '../db/notification-hub.js';
 import { withInfraRetry } from '../infra-retry.js';
 import { faultHooks } from '../internal/fault-points.js';
@@ -31,6 +32,7 @@ import { insertStandaloneRuns, type InsertStandaloneRunsParams } from '../querie
 import { listRuns, readRun, type ListRunsFilter, type RunRow } from '../queries/read-run.js';
 import { insertWorkflowRuns, type InsertWorkflowRunsParams } from '../queries/insert-workflow-run.js';
 import { retryRun } from '../queries/retry-run.js';
+import { inSavepoint } from '../queries/savepoint.js';
 import type { RunInsertOutcome, RunItem } from '../queries/run-by-key.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import { assertUsableOutsideTransaction } from '../worker/fenced-scope.js';
@@ -46,6 +48,16 @@ import type { EagerTurns } from '../queries/complete-step.js';
  */
 export type OnKeyConflict = 'fail' | 'use-existing';
 
+/**
+ * The caller's open transaction, for a start or an enqueue that commits with it (`{ tx }`): the run exists if and
+ * only if this transaction commits, and workers are woken at its COMMIT, never before. One of: the `tx` of a
+ * postgres.js `sql.begin(async (tx) => …)` (or of a savepoint in it); the `tx` of a drizzle
+ * `db.transaction(async (tx) => …)` on the postgres-js or PGlite driver; the `tx` of a PGlite
+ * `pglite.transaction(async (tx) => …)`. It must be on the engine's database and driver (postgres.js for an
+ * engine on PostgreSQL, PGlite for an embedded engine), and still open.
+ */
+export type CallerTransactionLike = unknown;
+
 /** Options of {@link Client.enqueue}. */
 export interface EnqueueOptions {
   /**
@@ -59,8 +71,13 @@ export interface EnqueueOptions {
   readonly queue?: string;
   /** Higher runs first. @defaultValue 0 */
   readonly priority?: number;
-  /** Start no earlier than this long from now, by the database clock. @defaultValue 0 */
+  /** Start no earlier than this long from now, by the database clock. Not with `startAt`. @defaultValue 0 */
   readonly delayMs?: Duration;
+  /**
+   * Start no earlier than this time, by the database clock (a time in the past: now). Not with `delayMs`.
+   * @defaultValue now
+   */
+  readonly startAt?: Date;
   /** Overrides of the activity's retry policy, for this run. */
   readonly retry?: RetryPolicy;
   /** @defaultValue the activity's leaseMs */
@@ -74,6 +91,13 @@ export interface EnqueueOptions {
   readonly concurrency?: ConcurrencyLimit;
   /** Rate limit of this run's starts, replacing the activity's own (see RateLimit). @defaultValue the activity's */
   readonly rateLimit?: RateLimit;
+  /**
+   * Enqueue inside this open transaction of the caller's ({@link CallerTransactionLike}): the run is written by it
+   * and exists only if it commits; workers are woken at its COMMIT. Not retried on a transient error (the
+   * transaction is aborted: retry it whole). Use the handle after the commit.
+   * @defaultValue none: the engine's own connection, retried on transient errors
+   */
+  readonly tx?: CallerTransactionLike;
 }
 
 /** Options of {@link Client.start}. */
@@ -95,6 +119,21 @@ export interface StartOptions {
    * @defaultValue none
    */
   readonly concurrency?: ConcurrencyLimit;
+  /**
+   * Start no earlier than this time, by the database clock: the run is created `pending` with its first turn due
+   * then (a time in the past: now). No worker is woken for it; one claims it once it is due, within its
+   * `pollIntervalMs`. Not with `delay`. @defaultValue now
+   */
+  readonly startAt?: Date;
+  /** Start no earlier than this long from now (ms, or `'10m'`), by the database clock, as `startAt`. @defaultValue 0 */
+  readonly delay?: Duration;
+  /**
+   * Start inside this open transaction of the caller's ({@link CallerTransactionLike}): the run is written by it
+   * and exists only if it commits; workers are woken at its COMMIT (never an eager start inside it). Not retried on
+   * a transient error (the transaction is aborted: retry it whole). Use the handle (`result()`…) after the commit.
+   * @defaultValue none: the engine's own connection, retried on transient errors
+   */
+  readonly tx?: CallerTransactionLike;
 }
 
 /**
@@ -153,10 +192,16 @@ const runOptionsSchema = z
     priority: z.number().int().min(-1000).max(1000).optional(),
     onConflict: z.enum(['fail', 'use-existing']).optional(),
     concurrency: concurrencyLimitSchema.optional(),
+    // Checked by callerTransaction(), which says what kinds it takes.
+    tx: z.unknown().optional(),
+    startAt: z
+      .date('must be a Date')
+      .refine((d) => Number.isFinite(d.getTime()), 'must be a valid Date')
+      .optional(),
   })
   .strict();
 
-const startSchema = runOptionsSchema;
+const startSchema = runOptionsSchema.extend({ delay: durationMs.optional() }).strict();
 
 const enqueueSchema = runOptionsSchema
   .extend({
@@ -295,6 +340,7 @@ function enqueueParams(
   o: z.output<typeof enqueueManySchema>,
   call: 'enqueue' | 'enqueueMany',
 ): Omit<InsertStandaloneRunsParams, 'items'> {
+  const start = startTime(o, o.delayMs, 'delayMs', `${call} options of ${activity.name}`);
   const retryPolicy = mergeRetryPolicy(
     activity.retry,
     o.retry as RetryPolicy | undefined,
@@ -312,22 +358,42 @@ function enqueueParams(
     retryPolicy,
     leaseMs: o.leaseMs ?? activity.leaseMs,
     startToCloseTimeoutMs: o.startToCloseTimeoutMs ?? activity.startToCloseTimeoutMs,
-    delayMs: o.delayMs ?? 0,
+    ...start,
     concurrency: o.concurrency,
     rateLimit: o.rateLimit ?? activity.rateLimit,
   };
+}
+
+/**
+ * When the runs of a call start: `startAt` (epoch ms, or null) or a delay (ms) from the statement's DB time.
+ * @throws InvalidOptionsError (`where`) when both `startAt` and the delay option (`delayName`) are given.
+ */
+function startTime(
+  o: { readonly startAt?: Date | undefined },
+  delayMs: number | undefined,
+  delayName: 'delay' | 'delayMs',
+  where: string,
+): { startAtMs: number | null; delayMs: number } {
+  if (o.startAt !== undefined && delayMs !== undefined) {
+    throw new InvalidOptionsError(where, [
+      { path: 'startAt', message: `cannot be given with ${delayName}: give one of them` },
+    ]);
+  }
+  return { startAtMs: o.startAt?.getTime() ?? null, delayMs: delayMs ?? 0 };
 }
 
 /** The start options resolved against the workflow: every parameter of its runs but the items. */
 function startParams(
   workflow: WorkflowDefinition<z.ZodType, z.ZodType>,
   o: z.output<typeof startManySchema>,
+  where: string,
 ): Omit<InsertWorkflowRunsParams, 'items'> {
   return {
     workflowName: workflow.name,
     queue: o.queue ?? workflow.queue,
     priority: o.priority ?? 0,
     concurrency: o.concurrency,
+    ...startTime(o, o.delay, 'delay', where),
   };
 }
 
@@ -412,15 +478,16 @@ export class Client {
     options: EnqueueOptions = {},
   ): Promise<RunHandle<z.output<O>>> {
     assertDefinition(activity, 'activity', 'enqueue');
-    assertUsableOutsideTransaction(this.db, 'client.enqueue');
-    const o = parseOptions(enqueueSchema, options, `enqueue options of ${activity.name}`);
+    const where = `enqueue options of ${activity.name}`;
+    const o = parseOptions(enqueueSchema, options, where);
+    const tx = this.transactionOf(o.tx, where, 'client.enqueue');
     const items = runItems([input], [o.key], activity.input, () => `input of activity ${activity.name}`);
     const params = enqueueParams(activity, o, 'enqueue');
     const [handle] = await this.insertRuns<z.output<O>>(
       items,
       o.onConflict,
       (db, chunk) => insertStandaloneRuns(db, this.names, { ...params, items: chunk }),
-      { what: `enqueue of activity ${activity.name}`, many: false },
+      { what: `enqueue of activity ${activity.name}`, many: false, tx },
     );
     if (!handle) throw new Error(`enqueue of activity ${activity.name} returned no run`);
     return handle;
@@ -451,7 +518,6 @@ export class Client {
     options: EnqueueManyOptions = {},
   ): Promise<RunHandle<z.output<O>>[]> {
     assertDefinition(activity, 'activity', 'enqueueMany');
-    assertUsableOutsideTransaction(this.db, 'client.enqueueMany');
     const { o, items } = manyItems(
       (where) => parseOptions(enqueueManySchema, options, where),
       inputs,
@@ -461,12 +527,13 @@ export class Client {
         label: (k) => `inputs[${k}] of activity ${activity.name}`,
       },
     );
+    const tx = this.transactionOf(o.tx, `enqueueMany options of ${activity.name}`, 'client.enqueueMany');
     const params = enqueueParams(activity, o, 'enqueueMany');
     return this.insertRuns<z.output<O>>(
       items,
       o.onConflict,
       (db, chunk) => insertStandaloneRuns(db, this.names, { ...params, items: chunk }),
-      { what: `enqueueMany of activity ${activity.name}`, many: true },
+      { what: `enqueueMany of activity ${activity.name}`, many: true, tx },
     );
   }
 
@@ -486,14 +553,18 @@ export class Client {
     options: StartOptions = {},
   ): Promise<RunHandle<z.output<O>>> {
     assertDefinition(workflow, 'workflow', 'start');
-    assertUsableOutsideTransaction(this.db, 'client.start');
-    const o = parseOptions(startSchema, options, `start options of ${workflow.name}`);
+    const where = `start options of ${workflow.name}`;
+    const o = parseOptions(startSchema, options, where);
+    const tx = this.transactionOf(o.tx, where, 'client.start');
     const items = runItems([input], [o.key], workflow.input, () => `input of workflow ${workflow.name}`);
-    const params = startParams(workflow, o);
+    const params = startParams(workflow, o, where);
     // Eager start: when a worker of this engine runs this workflow's turns and has a slot free, the statement
-    // that creates the run grants it the first turn, which starts at once: no NOTIFY, no claim.
-    // Not a run with a concurrency key: its first turn must wait for a place, which only a claim grants.
-    const host = o.concurrency ? undefined : this.eagerStart?.(workflow.name, params.queue);
+    // that creates the run grants it the first turn, which starts at once: no NOTIFY, no claim. Never inside the
+    // caller's transaction (the worker would run a turn of a run that may never commit, and could not see it),
+    // nor for a delayed start (its first turn is not due), nor for a run with a concurrency key (its first turn
+    // waits for a place, which only a claim grants).
+    const delayed = params.startAtMs !== null || params.delayMs > 0;
+    const host = tx || delayed || o.concurrency ? undefined : this.eagerStart?.(workflow.name, params.queue);
     let granted: ClaimedTurnRow[] = [];
     try {
       const [handle] = await this.insertRuns<z.output<O>>(
@@ -508,7 +579,7 @@ export class Client {
           granted = inserted.eagerTurns;
           return inserted.outcomes;
         },
-        { what: `start of workflow ${workflow.name}`, many: false },
+        { what: `start of workflow ${workflow.name}`, many: false, tx },
       );
       if (!handle) throw new Error(`start of workflow ${workflow.name} returned no run`);
       return handle;
@@ -537,7 +608,6 @@ export class Client {
     options: StartManyOptions = {},
   ): Promise<RunHandle<z.output<O>>[]> {
     assertDefinition(workflow, 'workflow', 'startMany');
-    assertUsableOutsideTransaction(this.db, 'client.startMany');
     const { o, items } = manyItems(
       (where) => parseOptions(startManySchema, options, where),
       inputs,
@@ -547,13 +617,29 @@ export class Client {
         label: (k) => `inputs[${k}] of workflow ${workflow.name}`,
       },
     );
-    const params = startParams(workflow, o);
+    const where = `startMany options of ${workflow.name}`;
+    const tx = this.transactionOf(o.tx, where, 'client.startMany');
+    const params = startParams(workflow, o, where);
     return this.insertRuns<z.output<O>>(
       items,
       o.onConflict,
       async (db, chunk) => (await insertWorkflowRuns(db, this.names, { ...params, items: chunk })).outcomes,
-      { what: `startMany of workflow ${workflow.name}`, many: true },
+      { what: `startMany of workflow ${workflow.name}`, many: true, tx },
     );
+  }
+
+  /**
+   * The caller's transaction given as `tx`, checked and wrapped; or, without one, undefined once checked that the
+   * engine's database is usable here (`what` names the call).
+   * @throws InvalidOptionsError naming `tx` (see {@link callerTransaction}); PalisadeError
+   * `FENCED_TRANSACTION_NESTED` without `tx` inside a fenced transaction on PGlite.
+   */
+  private transactionOf(tx: unknown, where: string, what: string): CallerTransaction | undefined {
+    if (tx === undefined) {
+      assertUsableOutsideTransaction(this.db, what);
+      return undefined;
+    }
+    return callerTransaction(tx, { driver: this.db.driver, schema: this.names.schema }, where);
   }
 
   /**
@@ -564,17 +650,22 @@ export class Client {
    * runs in a transaction that the refusal rolls back (the conflict is known only once the statement ran: the
    * run holding the key may have committed while it waited on the key). One run alone, or no key, needs none: a
    * refused run is not inserted, and without keys nothing can be refused.
+   *
+   * With `call.tx` (the caller's transaction) every statement runs in it, and nothing is retried: on PostgreSQL a
+   * failed statement has aborted the caller's transaction, so a retry could only fail again (the caller retries
+   * the transaction whole). The transaction of an atomic statement is a savepoint in it, so that a refusal undoes
+   * that statement's runs and nothing else of the caller's.
    */
   private async insertRuns<O>(
     items: readonly RunItem[],
     onConflict: OnKeyConflict | undefined,
-    insert: (db: Database, chunk: readonly RunItem[]) => Promise<RunInsertOutcome[]>,
-    call: { what: string; many: boolean },
+    insert: (db: Pick<Database, 'rows'>, chunk: readonly RunItem[]) => Promise<RunInsertOutcome[]>,
+    call: { what: string; many: boolean; tx: CallerTransaction | undefined },
   ): Promise<RunHandle<O>[]> {
     const handles: RunHandle<O>[] = [];
     for (const chunk of statementChunks(items)) {
       const from = handles.length;
-      const once = async (db: Database): Promise<RunInsertOutcome[]> => {
+      const once = async (db: Pick<Database, 'rows'>): Promise<RunInsertOutcome[]> => {
         const outcomes = await insert(db, chunk);
         const refused = onConflict === 'use-existing' ? -1 : outcomes.findIndex((o) => !o.sameInput);
         const outcome = outcomes[refused];
@@ -590,11 +681,16 @@ export class Client {
       };
       const atomic =
         chunk.length > 1 && onConflict !== 'use-existing' && chunk.some((i) => i.idempotencyKey !== null);
-      const outcomes = await withInfraRetry(async () => {
-        const inserted = atomic ? await this.db.transaction(once) : await once(this.db);
-        await faultHooks['client:after-insert-run']?.(inserted[0]?.runId ?? '');
-        return inserted;
-      });
+      const tx = call.tx;
+      const outcomes = tx
+        ? atomic
+          ? await inSavepoint(tx, () => once(tx))
+          : await once(tx)
+        : await withInfraRetry(async () => {
+            const inserted = atomic ? await this.db.transaction(once) : await once(this.db);
+            await faultHooks['client:after-insert-run']?.(inserted[0]?.runId ?? '');
+            return inserted;
+          });
       for (const o of outcomes) {
         handles.push(new RunHandle<O>(o.runId, this.db, this.names, this.hub, this.logger, o.created));
       }
@@ -629,7 +725,8 @@ export class Client {
    * so a second call with the same key signals the same run again; the payload is checked before anything is
    * stored, so a bad payload starts nothing.
    * @returns a handle to the run (`handle.created` says whether this call started it).
-   * @throws InvalidOptionsError when `options.key` is missing, or as {@link Client.start} and {@link Client.signal};
+   * @throws InvalidOptionsError when `options.key` is missing, or `options.tx` is given (a signal-with-start does not
+   * take the caller's transaction), or as {@link Client.start} and {@link Client.signal};
    * RunEndedError (`RUN_ENDED`) when the key names a run that has ended (a key names one run until it is pruned).
    */
   async signalWithStart<I extends z.ZodType, O extends z.ZodType, P extends z.ZodType>(
@@ -637,13 +734,23 @@ export class Client {
     input: z.input<I>,
     signal: SignalDefinition<P>,
     payload: z.input<P>,
-    options: StartOptions & { readonly key: string },
+    options: Omit<StartOptions, 'tx'> & { readonly key: string },
   ): Promise<RunHandle<z.output<O>>> {
     assertUsableOutsideTransaction(this.db, 'client.signalWithStart');
     const stored = signalPayload(signal, payload, 'client.signalWithStart');
     if (typeof options?.key !== 'string') {
       throw new InvalidOptionsError(`signalWithStart options of ${String(workflow?.name)}`, [
         { path: 'key', message: 'is required: it names the run to signal or start' },
+      ]);
+    }
+    // The signal goes on the engine's connection: a start in the caller's transaction beside it would leave a
+    // signal whose run may never commit.
+    if ((options as StartOptions).tx !== undefined) {
+      throw new InvalidOptionsError(`signalWithStart options of ${workflow.name}`, [
+        {
+          path: 'tx',
+          message: 'is not supported by signalWithStart: call start with { tx }, and signal after the commit',
+        },
       ]);
     }
     const handle = await this.start(workflow, input, { onConflict: 'use-existing', ...options });

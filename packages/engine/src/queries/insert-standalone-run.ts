@@ -27,11 +27,13 @@ export interface InsertStandaloneRunsParams {
   readonly concurrency?: { readonly key: string; readonly limit: number } | undefined;
   /** Per-key rate limit of the runs' starts (see flow-control.ts). */
   readonly rateLimit?: ResolvedRateLimit | undefined;
+  /** Epoch ms before which the steps are not claimable (null: no such time; a time in the past: now). */
+  readonly startAtMs: number | null;
 }
 
 /**
  * Create standalone-activity runs, each with its one step (seq 0) `scheduled` and due after `delayMs` by the DB
- * clock (its `step:scheduled` event is read off the step row: see the `run_events` view; its input is stored on
+ * clock, and no earlier than `startAtMs` (its `step:scheduled` event is read off the step row: see the `run_events` view; its input is stored on
  * the run only, see job-run.ts), and NOTIFY workers of the queue once (not once per run) — one statement for the
  * whole batch, whose items are one jsonb parameter. Only the first item of each key is inserted.
  * Predicate: `ON CONFLICT DO NOTHING` on the run id and on (kind, name, key), so the same key returns the
@@ -39,7 +41,7 @@ export interface InsertStandaloneRunsParams {
  * @returns per item, in order, the run it names and whether this call created it (see {@link settleRunInserts}).
  */
 export async function insertStandaloneRuns(
-  db: Database,
+  db: Pick<Database, 'rows'>,
   n: SchemaNames,
   p: InsertStandaloneRunsParams,
 ): Promise<RunInsertOutcome[]> {
@@ -47,6 +49,8 @@ export async function insertStandaloneRuns(
   const now = sql`(SELECT ${n.now})`;
   // Keyed runs only: the statement of unkeyed ones stays as it was (one prepared text each).
   const flow = p.concurrency !== undefined || p.rateLimit !== undefined;
+  const due = sql`greatest(${now} + ${msInterval(sql`${p.delayMs}::int`)},
+                           coalesce(to_timestamp(${p.startAtMs}::float8 / 1000), ${now}))`;
   const statement = sql`
     WITH ${runItemsCte(p.items)},
     r AS (
@@ -63,8 +67,8 @@ export async function insertStandaloneRuns(
                                   : sql``
                               })
       SELECT r.id, 0, 'activity', ${p.activityName}, 'run:' || r.id::text, 'scheduled',
-             ${p.queue}, ${p.priority}, ${JSON.stringify(p.retryPolicy)}::jsonb, ${p.leaseMs},
-             ${p.startToCloseTimeoutMs}, ${now} + ${msInterval(sql`${p.delayMs}::int`)}, ${now}${
+             ${p.queue}, ${p.priority}, ${JSON.stringify(p.retryPolicy)}::text::jsonb, ${p.leaseMs},
+             ${p.startToCloseTimeoutMs}, ${due}, ${now}${
                flow
                  ? sql`, ${p.concurrency?.key ?? null}::text, ${p.concurrency?.limit ?? null}::int,
              ${p.rateLimit?.key ?? null}::text, ${p.rateLimit?.limit ?? null}::int, ${p.rateLimit?.periodMs ?? null}::int`
@@ -81,7 +85,10 @@ export async function insertStandaloneRuns(
             )
           : sql``
       }
-    notified AS (SELECT pg_notify(${n.channel}, ${'step:' + p.queue}) WHERE ${p.delayMs}::int = 0 AND EXISTS (SELECT 1 FROM s)),
+    -- A delayed step wakes nobody: a worker learns its due time from the claim's next-due read (next-due-step.ts).
+    notified AS (SELECT pg_notify(${n.channel}, ${'step:' + p.queue})
+                  WHERE ${p.delayMs}::int = 0 AND coalesce(to_timestamp(${p.startAtMs}::float8 / 1000) <= ${now}, true)
+                    AND EXISTS (SELECT 1 FROM s)),
     ${runOutcomeSelect(n, {
       kind: 'activity',
       name: p.activityName,

@@ -21,6 +21,10 @@ export interface InsertWorkflowRunsParams {
   readonly priority: number;
   /** Per-key concurrency of the runs (see flow-control.ts); never with `eager`. */
   readonly concurrency?: { readonly key: string; readonly limit: number } | undefined;
+  /** Delay before the first turn is due, in ms (0: now by the DB clock). */
+  readonly delayMs: number;
+  /** Epoch ms before which the first turn is not due (null: no such time; a time in the past: now). */
+  readonly startAtMs: number | null;
   /**
    * Eager start (Temporal's eager workflow start): a worker of this process that runs the workflow's turns, with
    * a turn slot set aside; the first turn of each run this statement creates (at most `limit`) is granted to it.
@@ -35,20 +39,22 @@ export interface WorkflowRunsInserted {
 }
 
 /**
- * Create workflow runs, `pending` with their first turn due now by the DB clock, append `run:started` to each,
- * and NOTIFY workers of the queue once (not once per run) — one statement for the whole batch, whose items are
- * one jsonb parameter. Only the first item of each key is inserted. `ON CONFLICT DO NOTHING` on the id and on
+ * Create workflow runs, `pending` with their first turn due now by the DB clock (or after `delayMs`, or at
+ * `startAtMs`: a delayed start), append `run:started` to each, and NOTIFY workers of the queue once (not once per
+ * run; not for a delayed start, which a worker finds by its next-due read, `msUntilNextDueTurn`) — one statement
+ * for the whole batch, whose items are one jsonb parameter. Only the first item of each key is inserted. `ON CONFLICT DO NOTHING` on the id and on
  * (kind, name, key): the same key returns the existing run. Takes no locks beyond the inserted rows (and waits on
  * a concurrent insert of the same key).
  *
  * With `eager`, the first turn of each run created (at most `eager.limit`) is granted to that worker in the same
  * statement, as claimTurns grants a turn: a fresh token from the global sequence, a fresh nonce, turn epoch and
  * attempt 1, a turn lease from the database clock, an attempts row; the run is `running`. No NOTIFY for those.
+ * A delayed start is never granted (its turn is not due).
  * @returns per item, in order, the run it names and whether this call created it (see {@link settleRunInserts}),
  * and the turns granted eagerly, to start now.
  */
 export async function insertWorkflowRuns(
-  db: Database,
+  db: Pick<Database, 'rows'>,
   n: SchemaNames,
   p: InsertWorkflowRunsParams,
 ): Promise<WorkflowRunsInserted> {
@@ -60,13 +66,19 @@ export async function insertWorkflowRuns(
   const statement = sql`
     WITH ${runItemsCte(p.items)},
     clock AS MATERIALIZED (SELECT ${n.now} AS t),
-    picked AS (SELECT run_id, ord <= ${eager.limit} AS eager FROM inp WHERE ord = lead),
+    -- When the first turn is due (a start time in the past: now), and whether that is now.
+    due AS MATERIALIZED (
+      SELECT d.t, d.t <= c.t AS now
+        FROM clock c
+        CROSS JOIN LATERAL (SELECT greatest(c.t + ${msInterval(sql`${p.delayMs}::float8`)},
+                                            coalesce(to_timestamp(${p.startAtMs}::float8 / 1000), c.t)) AS t) d),
+    picked AS (SELECT run_id, ord <= ${eager.limit} AND (SELECT now FROM due) AS eager FROM inp WHERE ord = lead),
     r AS (
       INSERT INTO ${n.runs} (id, kind, name, status, input, idempotency_key, queue, priority, turn_next_run_at, created_at,
                              started_at, turn_token, turn_nonce, turn_epoch, turn_attempt, turn_worker_id,
                              turn_lease_expires_at, concurrency_key, concurrency_limit)
       SELECT i.run_id, 'workflow', ${p.workflowName}, CASE WHEN k.eager THEN 'running' ELSE 'pending' END, i.input,
-             i.idempotency_key, ${p.queue}, ${p.priority}, ${now}, ${now},
+             i.idempotency_key, ${p.queue}, ${p.priority}, (SELECT t FROM due), ${now},
              CASE WHEN k.eager THEN ${now} END,
              CASE WHEN k.eager THEN ${n.nextToken} END,
              CASE WHEN k.eager THEN gen_random_uuid() END,
@@ -81,7 +93,12 @@ export async function insertWorkflowRuns(
                 turn_lease_expires_at, cancel_requested_at, cancel_reason),
     e AS (
       INSERT INTO ${n.events} (run_id, type, data, at)
-      SELECT id, 'run:started', jsonb_build_object('workflow', ${p.workflowName}::text, 'queue', ${p.queue}::text), ${now}
+      SELECT id, 'run:started',
+             jsonb_build_object('workflow', ${p.workflowName}::text, 'queue', ${p.queue}::text)
+               || CASE WHEN (SELECT now FROM due) THEN '{}'::jsonb
+                       ELSE jsonb_build_object('start_at', to_char((SELECT t FROM due) AT TIME ZONE 'UTC',
+                                                                   'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')) END,
+             ${now}
         FROM r
       RETURNING 1),
     turn_attempts AS (
@@ -95,7 +112,8 @@ ${
 `
     : sql``
 }    notified AS (
-      SELECT pg_notify(${n.channel}, ${'turn:' + p.queue}) WHERE EXISTS (SELECT 1 FROM r WHERE turn_token IS NULL)),
+      SELECT pg_notify(${n.channel}, ${'turn:' + p.queue})
+       WHERE (SELECT now FROM due) AND EXISTS (SELECT 1 FROM r WHERE turn_token IS NULL)),
     eager_turns AS (
       SELECT jsonb_agg(${grantedTurnJson(n, sql`r`, {
         nowMs: sql`(extract(epoch FROM ${now}) * 1000)::float8`,

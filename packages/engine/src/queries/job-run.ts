@@ -12,10 +12,11 @@ import type { SchemaNames } from './schema-names.js';
  */
 
 /**
- * The columns `status` and `started_at` of run alias `r`, a standalone job's read off its step: `running` and the
- * step's first start while its step has had an attempt and the run has not ended.
+ * The columns `status`, `started_at` and `start_at` of run alias `r`, a standalone job's read off its step: `running`
+ * and the step's first start while its step has had an attempt and the run has not ended; the time a delayed start
+ * becomes due while it is ahead.
  */
-export function jobRunColumns(n: SchemaNames, r: SQL): { status: SQL; startedAt: SQL } {
+export function jobRunColumns(n: SchemaNames, r: SQL): { status: SQL; startedAt: SQL; startAt: SQL } {
   const step = (column: string) =>
     sql`(SELECT js.${sql.raw(column)} FROM ${n.steps} js WHERE js.run_id = ${r}.id AND js.retired_at IS NULL
           ORDER BY js.seq LIMIT 1)`;
@@ -24,6 +25,10 @@ export function jobRunColumns(n: SchemaNames, r: SQL): { status: SQL; startedAt:
                      THEN 'running' ELSE ${r}.status END`,
     startedAt: sql`CASE WHEN ${r}.kind = 'activity' THEN coalesce(${r}.started_at, ${step('started_at')})
                         ELSE ${r}.started_at END`,
+    // A delayed start not yet due: a workflow's first turn, or a job's step before its first attempt.
+    startAt: sql`(SELECT d.t FROM (SELECT CASE WHEN ${r}.kind = 'workflow' THEN ${r}.turn_next_run_at
+                                               WHEN ${step('attempt')} = 0 THEN ${step('next_run_at')} END AS t) d
+                   WHERE ${r}.status = 'pending' AND d.t > ${n.now})`,
   };
 }
 

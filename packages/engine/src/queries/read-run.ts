@@ -20,6 +20,11 @@ export interface RunRow {
   priority: number;
   cancel_reason: string | null;
   created_at: string;
+  /**
+   * When a run whose start was delayed (`startAt`, `delay`, `delayMs`) becomes due, while it is `pending` and that
+   * time is still ahead by the database clock; null otherwise.
+   */
+  start_at: string | null;
   started_at: string | null;
   finished_at: string | null;
 }
@@ -31,6 +36,7 @@ function runColumns(n: SchemaNames): SQL {
   r.parent_run_id::text, r.idempotency_key,
   r.queue, r.priority, r.cancel_reason,
   to_char(r.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS created_at,
+  to_char(${job.startAt} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS start_at,
   to_char(${job.startedAt} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS started_at,
   to_char(r.finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS finished_at`;
 }

@@ -33,8 +33,9 @@ export interface RunInsertOutcome {
 }
 
 /**
- * The CTE `inp` over a batch of run items, one jsonb parameter (so the statement text does not change with the
- * batch size): `run_id`, `input`, `idempotency_key`, `ord` (from 1, in the order given) and `lead`, the `ord` of
+ * The CTE `inp` over a batch of run items, one jsonb parameter sent as text (so the statement text does not change
+ * with the batch size, and a caller's postgres.js transaction, whose jsonb serializer is `JSON.stringify`, stores
+ * the same value as the engine's client): `run_id`, `input`, `idempotency_key`, `ord` (from 1, in the order given) and `lead`, the `ord` of
  * the first item with the same key (its own `ord` when unkeyed). Only leads are inserted: a later item of a key
  * names the run its lead names, as a second call with the key would.
  */
@@ -43,7 +44,7 @@ export function runItemsCte(items: readonly RunItem[]): SQL {
   const [only] = items;
   if (items.length === 1 && only) {
     return sql`inp AS MATERIALIZED (
-    SELECT ${only.runId}::uuid AS run_id, ${only.inputJson}::jsonb AS input, ${only.idempotencyKey}::text AS idempotency_key,
+    SELECT ${only.runId}::uuid AS run_id, ${only.inputJson}::text::jsonb AS input, ${only.idempotencyKey}::text AS idempotency_key,
            1 AS ord, 1 AS lead)`;
   }
   // Built as text: each input is already JSON (checkPayload), so it is not parsed and serialized again.
@@ -57,7 +58,7 @@ export function runItemsCte(items: readonly RunItem[]): SQL {
            CASE WHEN idempotency_key IS NULL THEN ord
                 ELSE min(ord) OVER (PARTITION BY idempotency_key) END AS lead
       FROM (SELECT (e->>'id')::uuid AS run_id, e->'i' AS input, e->>'k' AS idempotency_key, ord::int AS ord
-              FROM jsonb_array_elements(${rows}::jsonb) WITH ORDINALITY AS x(e, ord)) x)`;
+              FROM jsonb_array_elements(${rows}::text::jsonb) WITH ORDINALITY AS x(e, ord)) x)`;
 }
 
 /**
@@ -110,7 +111,7 @@ interface OutcomeRow {
  * @throws Error when a run is still neither created nor found after three runs (`what` names the call).
  */
 export async function settleRunInserts(
-  db: Database,
+  db: Pick<Database, 'rows'>,
   items: readonly RunItem[],
   statement: SQL,
   what: string,

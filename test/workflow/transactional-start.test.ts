@@ -1,0 +1,463 @@
+/**
+ * Transactional start: `client.start` / `startMany` / `enqueue` / `enqueueMany` with `{ tx }` write the run in the
+ * caller's transaction (drizzle on postgres-js or PGlite, postgres.js `sql.begin`), so it exists if and only if that
+ * transaction commits, and workers are woken by the NOTIFY PostgreSQL delivers at its COMMIT, never before.
+ * Delayed starts (`startAt`, `delay`) are due by the database clock and wake nobody until then; a workflow's
+ * priority orders its turn claims.
+ */
+import { sql } from 'drizzle-orm';
+import { pgSchema, text } from 'drizzle-orm/pg-core';
+import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
+import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js';
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { PGlite } from '@electric-sql/pglite';
+import { defineActivity, defineWorkflow, isPalisadeError } from '@palisade/sdk';
+import type { Engine, Worker } from '@palisade/engine';
+import { advanceClock } from '@palisade/engine/testing';
+import { useEngineTarget, type EngineTarget } from '../support/engine.js';
+import { attemptsOf, dbNowMs, deferred, runOf, stepsOf, until, warmUp } from './workflow-rows.js';
+
+const pack = defineActivity({
+  name: 'pack',
+  input: z.object({ orderId: z.string() }),
+  output: z.string(),
+  run: ({ orderId }) => Promise.resolve(`packed ${orderId}`),
+});
+
+const fulfil = defineWorkflow({
+  name: 'fulfil',
+  input: z.object({ orderId: z.string() }),
+  output: z.string(),
+  run: ({ orderId }, ctx) => ctx.run(pack, { orderId }),
+});
+
+/** The application's own table, in the engine's schema of the test. */
+function ordersTable(engine: Engine) {
+  return pgSchema(engine.names.schema).table('orders', { id: text('id').primaryKey() });
+}
+
+async function createOrders(engine: Engine): Promise<void> {
+  await engine.database.rows(
+    sql`CREATE TABLE ${sql.identifier(engine.names.schema)}.orders (id text PRIMARY KEY)`,
+  );
+}
+
+async function count(engine: Engine, table: 'runs' | 'events' | 'orders'): Promise<number> {
+  const from = table === 'orders' ? sql`${sql.identifier(engine.names.schema)}.orders` : engine.names[table];
+  const rows = await engine.database.rows<{ n: number }>(sql`SELECT count(*)::int AS n FROM ${from}`);
+  return Number(rows[0]?.n);
+}
+
+/** How long after its creation a run's first turn is due (ms, database clock), as stored. */
+async function firstTurnDelayMs(engine: Engine, runId: string): Promise<number> {
+  const rows = await engine.database.rows<{ ms: number }>(sql`
+    SELECT (extract(epoch FROM turn_next_run_at - created_at) * 1000)::float8 AS ms
+      FROM ${engine.names.runs} WHERE id = ${runId}::uuid`);
+  return Number(rows[0]?.ms);
+}
+
+/**
+ * Every NOTIFY on the engine's channel from now on, in delivery order, and `marker()`: sends a NOTIFY of its own
+ * from another session and resolves once it has arrived — every notification committed before it has arrived too
+ * (PostgreSQL delivers them in commit order), so "nothing else arrived" can be asserted without a sleep.
+ */
+async function listenTo(
+  target: EngineTarget,
+  engine: Engine,
+): Promise<{ payloads: string[]; marker(): Promise<void> }> {
+  const channel = engine.names.channel;
+  const payloads: string[] = [];
+  const waiters: (() => void)[] = [];
+  const onPayload = (payload: string) => {
+    payloads.push(payload);
+    if (payload === 'marker') waiters.shift()?.();
+  };
+  let send: () => Promise<unknown>;
+  if (target.driver === 'postgres') {
+    const admin = target.sql();
+    await admin.listen(channel, onPayload);
+    send = () => admin.notify(channel, 'marker');
+  } else {
+    const pglite = target.pglite();
+    await pglite.listen(channel, onPayload);
+    send = () => pglite.query('SELECT pg_notify($1, $2)', [channel, 'marker']);
+  }
+  return {
+    payloads,
+    async marker() {
+      const arrived = new Promise<void>((resolve) => waiters.push(resolve));
+      await send();
+      await arrived;
+    },
+  };
+}
+
+/** A drizzle instance over the caller's own connection to the test database (postgres-js or PGlite). */
+function callerDrizzle(target: EngineTarget) {
+  return target.driver === 'postgres' ? drizzlePostgres(target.sql()) : drizzlePglite(target.pglite());
+}
+
+class Rollback extends Error {}
+
+async function startedWorker(engine: Engine, options: { concurrency?: number } = {}): Promise<Worker> {
+  const worker = engine.worker({ workflows: [fulfil], activities: [pack], pollIntervalMs: 50, ...options });
+  await worker.start();
+  return worker;
+}
+
+for (const driver of ['postgres', 'pglite'] as const) {
+  describe(`transactional start with a drizzle transaction on ${driver}`, () => {
+    const target = useEngineTarget(driver);
+    warmUp(target);
+
+    it('commits the run with the caller’s write, and a worker runs it after the commit', async () => {
+      const engine = await target.engine();
+      await createOrders(engine);
+      const worker = await startedWorker(engine);
+      const orders = ordersTable(engine);
+      const db = callerDrizzle(target);
+      const handle = await db.transaction(async (tx) => {
+        await tx.insert(orders).values({ id: 'o-1' });
+        return engine.client.start(fulfil, { orderId: 'o-1' }, { tx, key: 'order-o-1' });
+      });
+      expect(handle.created).toBe(true);
+      await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe('packed o-1');
+      expect(await count(engine, 'orders')).toBe(1);
+      // Not started eagerly inside the transaction: its first turn was claimed after the commit.
+      expect(
+        (await attemptsOf(engine, handle.runId)).filter((a) => a.kind === 'turn').length,
+      ).toBeGreaterThan(0);
+      await worker.stop();
+    });
+
+    it('leaves no run, no event and no wake-up when the transaction rolls back, and the key free', async () => {
+      const engine = await target.engine();
+      await createOrders(engine);
+      const worker = await startedWorker(engine);
+      const committed: string[] = [];
+      worker.events.on('turn:committed', (e) => committed.push(e.runId));
+      const notes = await listenTo(target, engine);
+      const orders = ordersTable(engine);
+      const db = callerDrizzle(target);
+      let runId = '';
+      await expect(
+        db.transaction(async (tx) => {
+          await tx.insert(orders).values({ id: 'o-2' });
+          runId = (await engine.client.start(fulfil, { orderId: 'o-2' }, { tx, key: 'order-o-2' })).runId;
+          throw new Rollback('the order was refused');
+        }),
+      ).rejects.toBeInstanceOf(Rollback);
+      expect(runId).not.toBe('');
+      await notes.marker();
+      expect(notes.payloads).toEqual(['marker']);
+      expect(await count(engine, 'runs')).toBe(0);
+      expect(await count(engine, 'events')).toBe(0);
+      expect(await count(engine, 'orders')).toBe(0);
+      // The key is free: a start with it creates a new run (another id), which the worker runs.
+      const again = await engine.client.start(fulfil, { orderId: 'o-3' }, { key: 'order-o-2' });
+      expect(again.created).toBe(true);
+      expect(again.runId).not.toBe(runId);
+      await expect(again.result({ timeoutMs: 15_000 })).resolves.toBe('packed o-3');
+      expect(new Set(committed)).toEqual(new Set([again.runId]));
+      await worker.stop();
+    });
+
+    it('starts and enqueues many in the transaction; a refused key undoes only its own statement', async () => {
+      const engine = await target.engine();
+      await createOrders(engine);
+      const worker = await startedWorker(engine);
+      const orders = ordersTable(engine);
+      const db = callerDrizzle(target);
+      const { runs, jobs } = await db.transaction(async (tx) => {
+        await tx.insert(orders).values({ id: 'batch' });
+        const runs = await engine.client.startMany(fulfil, [{ orderId: 'a' }, { orderId: 'b' }], {
+          tx,
+          keys: ['k-a', 'k-b'],
+        });
+        // Same key, another input: RUN_KEY_CONFLICT; the caller goes on with its transaction.
+        const refused = await engine.client
+          .startMany(fulfil, [{ orderId: 'c' }, { orderId: 'd' }], { tx, keys: ['k-c', 'k-c'] })
+          .catch((error: unknown) => error);
+        expect(isPalisadeError(refused, 'RUN_KEY_CONFLICT')).toBe(true);
+        const jobs = await engine.client.enqueueMany(pack, [{ orderId: 'e' }, { orderId: 'f' }], {
+          tx,
+          keys: ['j-e', 'j-f'],
+        });
+        await tx.insert(orders).values({ id: 'after-the-refusal' });
+        return { runs, jobs };
+      });
+      await expect(Promise.all(runs.map((h) => h.result({ timeoutMs: 15_000 })))).resolves.toEqual([
+        'packed a',
+        'packed b',
+      ]);
+      await expect(Promise.all(jobs.map((h) => h.result({ timeoutMs: 15_000 })))).resolves.toEqual([
+        'packed e',
+        'packed f',
+      ]);
+      // 2 workflow runs + 2 jobs; nothing of the refused statement (its runs were rolled back to the savepoint).
+      const keys = await engine.database.rows<{ idempotency_key: string }>(
+        sql`SELECT idempotency_key FROM ${engine.names.runs} WHERE parent_run_id IS NULL ORDER BY 1`,
+      );
+      expect(keys.map((k) => k.idempotency_key)).toEqual(['j-e', 'j-f', 'k-a', 'k-b']);
+      expect(await count(engine, 'orders')).toBe(2);
+      await worker.stop();
+    });
+
+    it('enqueues a job with the caller’s write', async () => {
+      const engine = await target.engine();
+      await createOrders(engine);
+      const worker = await startedWorker(engine);
+      const db = callerDrizzle(target);
+      const job = await db.transaction(async (tx) => {
+        await tx.insert(ordersTable(engine)).values({ id: 'j-1' });
+        return engine.client.enqueue(pack, { orderId: 'j-1' }, { tx });
+      });
+      await expect(job.result({ timeoutMs: 15_000 })).resolves.toBe('packed j-1');
+      await worker.stop();
+    });
+
+    it('refuses a drizzle database, a client and values that are not transactions, naming tx', async () => {
+      const engine = await target.engine();
+      const db = callerDrizzle(target);
+      const client = target.driver === 'postgres' ? target.sql() : target.pglite();
+      for (const tx of [db, client, {}, 42, 'tx', null]) {
+        const error = await engine.client.start(fulfil, { orderId: 'x' }, { tx }).catch((e: unknown) => e);
+        expect(isPalisadeError(error, 'INVALID_OPTIONS'), String(error)).toBe(true);
+        expect((error as { issues: { path: string }[] }).issues.map((i) => i.path)).toEqual(['tx']);
+      }
+      const bulk = await engine.client
+        .enqueueMany(pack, [{ orderId: 'x' }], { tx: db })
+        .catch((e: unknown) => e);
+      expect((bulk as { issues?: { path: string }[] }).issues?.map((i) => i.path)).toEqual(['tx']);
+      expect(await count(engine, 'runs')).toBe(0);
+    });
+  });
+}
+
+describe('transactional start with a postgres.js transaction (sql.begin)', () => {
+  const target = useEngineTarget('postgres');
+
+  it('commits the run with the caller’s write, never waking a worker before the commit', async () => {
+    const engine = await target.engine();
+    await createOrders(engine);
+    const worker = await startedWorker(engine);
+    const notes = await listenTo(target, engine);
+    const caller = target.sql();
+    const started = deferred<string>();
+    const commit = deferred();
+    const committing = caller.begin(async (tx) => {
+      await tx.unsafe(`INSERT INTO "${engine.names.schema}".orders (id) VALUES ($1)`, ['o-9']);
+      const handle = await engine.client.start(fulfil, { orderId: 'o-9' }, { tx });
+      started.resolve(handle.runId);
+      await commit.promise;
+      return handle;
+    });
+    const runId = await started.promise;
+    // The transaction is open: the run is invisible from outside, and no NOTIFY has been delivered.
+    expect(await count(engine, 'runs')).toBe(0);
+    await expect(engine.client.getHandle(runId).describe()).rejects.toMatchObject({ code: 'RUN_NOT_FOUND' });
+    await notes.marker();
+    expect(notes.payloads).toEqual(['marker']);
+    commit.resolve();
+    const handle = await committing;
+    await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe('packed o-9');
+    await notes.marker();
+    // The wake-up arrived after the first marker: at the commit.
+    expect(notes.payloads.filter((p) => p.startsWith('turn:'))).toEqual(['turn:default']);
+    expect(notes.payloads.indexOf('turn:default')).toBeGreaterThan(0);
+    // The caller's client keeps its own parsers: a timestamp still comes back as a Date (drizzle would have
+    // turned them into strings on that client).
+    const [row] = await caller`SELECT now() AS t`;
+    expect(row?.t).toBeInstanceOf(Date);
+    await worker.stop();
+  });
+
+  it('rolls the run back with the transaction, and stores inputs as the engine’s own client does', async () => {
+    const engine = await target.engine();
+    const worker = await startedWorker(engine);
+    const notes = await listenTo(target, engine);
+    const caller = target.sql();
+    await expect(
+      caller.begin(async (tx) => {
+        await engine.client.start(fulfil, { orderId: 'gone' }, { tx, key: 'k' });
+        throw new Rollback('no');
+      }),
+    ).rejects.toBeInstanceOf(Rollback);
+    await notes.marker();
+    expect(notes.payloads).toEqual(['marker']);
+    expect(await count(engine, 'runs')).toBe(0);
+    const handle = await caller.begin((tx) =>
+      engine.client.start(fulfil, { orderId: 'kept' }, { tx, key: 'k' }),
+    );
+    await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe('packed kept');
+    // The input is a jsonb object, not a JSON string (the caller's serializer was not used on it).
+    const [stored] = await engine.database.rows<{ type: string }>(
+      sql`SELECT jsonb_typeof(input) AS type FROM ${engine.names.runs} WHERE id = ${handle.runId}::uuid`,
+    );
+    expect(stored?.type).toBe('object');
+    await worker.stop();
+  });
+
+  it('surfaces a failed statement as an error that says the transaction is aborted, without retrying', async () => {
+    const engine = await target.engine({ migrate: false });
+    const caller = target.sql();
+    const error = await caller
+      .begin((tx) => engine.client.start(fulfil, { orderId: 'x' }, { tx }))
+      .catch((e: unknown) => e);
+    expect(isPalisadeError(error, 'DATABASE_ERROR')).toBe(true);
+    expect((error as Error).message).toContain(`no engine schema "${engine.names.schema}"`);
+    expect((error as Error).message).toContain('roll it back');
+  });
+
+  it('refuses the client itself and a PGlite transaction, naming tx', async () => {
+    const engine = await target.engine();
+    const pglite = new PGlite();
+    try {
+      await pglite.transaction(async (tx) => {
+        const error = await engine.client.start(fulfil, { orderId: 'x' }, { tx }).catch((e: unknown) => e);
+        expect(isPalisadeError(error, 'INVALID_OPTIONS')).toBe(true);
+        expect((error as Error).message).toMatch(
+          /tx: is a PGlite transaction, but this engine runs on PostgreSQL/,
+        );
+      });
+    } finally {
+      await pglite.close();
+    }
+    const error = await engine.client
+      .start(fulfil, { orderId: 'x' }, { tx: target.sql() })
+      .catch((e: unknown) => e);
+    expect((error as Error).message).toMatch(/tx: is a postgres.js client, not a transaction/);
+  });
+});
+
+describe('transactional start on an embedded (PGlite) engine', () => {
+  const target = useEngineTarget('pglite');
+  const server = useEngineTarget('postgres');
+  warmUp(target);
+
+  it('refuses a postgres.js transaction, naming tx', async () => {
+    const engine = await target.engine();
+    await server.sql().begin(async (tx) => {
+      const error = await engine.client.enqueue(pack, { orderId: 'x' }, { tx }).catch((e: unknown) => e);
+      expect(isPalisadeError(error, 'INVALID_OPTIONS')).toBe(true);
+      expect((error as Error).message).toMatch(
+        /tx: is a postgres.js transaction, but this engine runs on PGlite/,
+      );
+    });
+  });
+
+  it('takes a PGlite transaction of its own database', async () => {
+    const engine = await target.engine();
+    const worker = await startedWorker(engine);
+    const handle = await target
+      .pglite()
+      .transaction((tx) => engine.client.start(fulfil, { orderId: 'p-1' }, { tx }));
+    await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe('packed p-1');
+    await worker.stop();
+  });
+});
+
+for (const driver of ['postgres', 'pglite'] as const) {
+  describe(`delayed starts and priority on ${driver}`, () => {
+    const target = useEngineTarget(driver);
+    warmUp(target);
+    const TEN_MINUTES_MS = 600_000;
+
+    it('creates a delayed run pending, wakes nobody, and has it claimed only once due by the database clock', async () => {
+      const engine = await target.engine();
+      const worker = await startedWorker(engine);
+      const notes = await listenTo(target, engine);
+      const startAt = new Date((await dbNowMs(engine)) + TEN_MINUTES_MS);
+      const later = await engine.client.start(fulfil, { orderId: 'later' }, { startAt });
+      const run = await runOf(engine, later.runId);
+      expect(run.status).toBe('pending');
+      expect(run.turn_next_run_at_ms).toBe(startAt.getTime());
+      expect((await later.describe()).run.start_at).toBe(startAt.toISOString());
+      await notes.marker();
+      expect(notes.payloads).toEqual(['marker']);
+
+      // Half way: a run started now completes, the delayed one has not been claimed.
+      await advanceClock(engine, TEN_MINUTES_MS / 2);
+      const now = await engine.client.start(fulfil, { orderId: 'now' });
+      await expect(now.result({ timeoutMs: 15_000 })).resolves.toBe('packed now');
+      expect((await runOf(engine, later.runId)).status).toBe('pending');
+      expect(await attemptsOf(engine, later.runId)).toEqual([]);
+
+      await advanceClock(engine, TEN_MINUTES_MS / 2 + 1_000);
+      await expect(later.result({ timeoutMs: 15_000 })).resolves.toBe('packed later');
+      const [firstTurn] = await attemptsOf(engine, later.runId);
+      expect(firstTurn?.claimed_at_ms).toBeGreaterThanOrEqual(startAt.getTime());
+      expect((await later.describe()).run.start_at).toBeNull();
+      await worker.stop();
+    });
+
+    it('takes a delay as a duration, a start time in the past as now, and refuses both at once', async () => {
+      const engine = await target.engine();
+      const delayed = await engine.client.start(fulfil, { orderId: 'd' }, { delay: '10m' });
+      expect(await firstTurnDelayMs(engine, delayed.runId)).toBe(TEN_MINUTES_MS);
+      const [many] = await engine.client.startMany(fulfil, [{ orderId: 'm' }], { delay: 60_000 });
+      expect((await many?.describe())?.run.start_at).not.toBeNull();
+
+      const past = await engine.client.start(fulfil, { orderId: 'p' }, { startAt: new Date(0) });
+      expect((await past.describe()).run.start_at).toBeNull();
+      expect(await firstTurnDelayMs(engine, past.runId)).toBe(0);
+
+      const both = await engine.client
+        .start(fulfil, { orderId: 'x' }, { delay: '1m', startAt: new Date() })
+        .catch((e: unknown) => e);
+      expect(isPalisadeError(both, 'INVALID_OPTIONS')).toBe(true);
+      expect((both as { issues: { path: string }[] }).issues.map((i) => i.path)).toEqual(['startAt']);
+      const jobBoth = await engine.client
+        .enqueue(pack, { orderId: 'x' }, { delayMs: 10, startAt: new Date() })
+        .catch((e: unknown) => e);
+      expect((jobBoth as { issues?: { path: string }[] }).issues?.map((i) => i.path)).toEqual(['startAt']);
+      const notADate = await engine.client
+        .start(fulfil, { orderId: 'x' }, { startAt: '2030-01-01' as unknown as Date })
+        .catch((e: unknown) => e);
+      expect((notADate as { issues?: { path: string }[] }).issues?.map((i) => i.path)).toEqual(['startAt']);
+      expect(await count(engine, 'runs')).toBe(3);
+    });
+
+    it('enqueues a job that starts at a given time', async () => {
+      const engine = await target.engine();
+      const worker = await startedWorker(engine);
+      const startAt = new Date((await dbNowMs(engine)) + TEN_MINUTES_MS);
+      const job = await engine.client.enqueue(pack, { orderId: 'job' }, { startAt });
+      const [step] = await stepsOf(engine, job.runId);
+      expect(step?.next_run_at_ms).toBe(startAt.getTime());
+      expect((await job.describe()).run.start_at).toBe(startAt.toISOString());
+      await advanceClock(engine, TEN_MINUTES_MS + 1_000);
+      await expect(job.result({ timeoutMs: 15_000 })).resolves.toBe('packed job');
+      await worker.stop();
+    });
+
+    it('claims a higher-priority workflow turn before a lower-priority one queued earlier, and its steps inherit it', async () => {
+      const engine = await target.engine();
+      const low = await engine.client.start(fulfil, { orderId: 'low' }, { priority: -5 });
+      const high = await engine.client.start(fulfil, { orderId: 'high' }, { priority: 7 });
+      const worker = engine.worker({
+        workflows: [fulfil],
+        activities: [pack],
+        pollIntervalMs: 50,
+        concurrency: 1,
+      });
+      const firstTurns: string[] = [];
+      worker.events.on('turn:committed', (e) => {
+        if (!firstTurns.includes(e.runId)) firstTurns.push(e.runId);
+      });
+      await worker.start();
+      await until([worker], () => firstTurns.length === 2, 'both runs’ first turns');
+      expect(firstTurns).toEqual([high.runId, low.runId]);
+      await Promise.all([high.result({ timeoutMs: 15_000 }), low.result({ timeoutMs: 15_000 })]);
+      const priorities = await engine.database.rows<{ run_id: string; priority: number }>(
+        sql`SELECT run_id::text, priority FROM ${engine.names.steps} WHERE run_id IN (${low.runId}::uuid, ${high.runId}::uuid)`,
+      );
+      expect(Object.fromEntries(priorities.map((p) => [p.run_id, p.priority]))).toEqual({
+        [low.runId]: -5,
+        [high.runId]: 7,
+      });
+      await worker.stop();
+    });
+  });
+}
