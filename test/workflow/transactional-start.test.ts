@@ -441,6 +441,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
         activities: [pack],
         pollIntervalMs: 50,
         concurrency: 1,
+        // One turn at a time: with more slots one claim takes both turns, and their commits race.
+        workflowConcurrency: 1,
       });
       const firstTurns: string[] = [];
       worker.events.on('turn:committed', (e) => {
