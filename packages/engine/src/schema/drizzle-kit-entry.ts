@@ -3,5 +3,16 @@
 import { DEFAULT_SCHEMA, defineTables } from './tables.js';
 
 const tables = defineTables(DEFAULT_SCHEMA);
-export const { schema, fencingTokenSeq, runs, steps, attempts, events, fences, signals, clockOffset } =
+export const {
+  schema,
+  fencingTokenSeq,
+  runs,
+  steps,
+  attempts,
+  events,
+  fences,
+  signals,
+  schedules,
+  clockOffset,
+} =
   tables;
