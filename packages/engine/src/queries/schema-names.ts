@@ -17,6 +17,8 @@ export interface SchemaNames {
   readonly fences: SQL;
   /** Signals sent to workflow runs (migration 0012). */
   readonly signals: SQL;
+  /** Durable schedules (migration 0016). */
+  readonly schedules: SQL;
   readonly clockOffset: SQL;
   /** `nextval(...)` of the global fencing-token sequence. */
   readonly nextToken: SQL;
@@ -45,12 +47,23 @@ export function schemaNames(schema: string): SchemaNames {
     runEvents: t('run_events'),
     fences: t('fences'),
     signals: t('signals'),
+    schedules: t('schedules'),
     clockOffset: t('clock_offset'),
     nextToken: sql.raw(`nextval('${q}."fencing_token_seq"')`),
     now: sql.raw(`${q}."now"()`),
     retryDelayMs: sql.raw(`${q}."retry_delay_ms"`),
     channel: `palisade_${schema}`,
   };
+}
+
+/** A timestamptz from ms since the Unix epoch (a bigint-safe integer expression): exact, no float rounding. */
+export function msTimestamp(expr: SQL): SQL {
+  return sql`('epoch'::timestamptz + (${expr})::bigint * interval '1 millisecond')`;
+}
+
+/** A timestamptz as ms since the Unix epoch (float8; whole ms for times written by {@link msTimestamp}). */
+export function timestampMs(expr: SQL): SQL {
+  return sql`round(extract(epoch FROM ${expr}) * 1000)::float8`;
 }
 
 /** Milliseconds as an interval: `${ms(expr)}`. */

@@ -14,5 +14,4 @@ export const {
   signals,
   schedules,
   clockOffset,
-} =
-  tables;
+} = tables;
