@@ -256,6 +256,41 @@ for (const driver of ['postgres', 'pglite'] as const) {
       );
     });
 
+    it('a firing statement that fails fires nothing; the next evaluation fires the tick once', async () => {
+      const engine = await target.engine();
+      const s = await engine.schedules.create({
+        id: 'fragile',
+        every: '1m',
+        workflow: report,
+        input: { region: 'eu' },
+      });
+      // A real failure inside the statement: the database refuses the insert of a scheduled run, once armed.
+      const q = `"${engine.schema}"`;
+      for (const ddl of [
+        `CREATE TABLE ${q}.refuse (armed boolean NOT NULL)`,
+        `INSERT INTO ${q}.refuse VALUES (true)`,
+        `CREATE FUNCTION ${q}.refuse_run() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN
+             IF (SELECT armed FROM ${q}.refuse) THEN RAISE EXCEPTION 'refused by the test'; END IF;
+             RETURN NEW;
+           END $$`,
+        `CREATE TRIGGER refuse_run BEFORE INSERT ON ${q}.runs
+           FOR EACH ROW WHEN (NEW.schedule_id IS NOT NULL) EXECUTE FUNCTION ${q}.refuse_run()`,
+      ]) {
+        await engine.database.rows(sql.raw(ddl));
+      }
+      await moveClockTo(engine, s.nextTickAt.getTime(), 1_000);
+      await expect(engine.schedules.evaluate()).rejects.toThrow(/refused by the test/);
+      const untouched = await engine.schedules.get('fragile');
+      expect(untouched).toMatchObject({ version: s.version, nextTickAt: s.nextTickAt, lastRunId: null });
+      expect(await scheduleRuns(engine)).toEqual([]);
+
+      await engine.database.rows(sql.raw(`UPDATE ${q}.refuse SET armed = false`));
+      expect(await engine.schedules.evaluate()).toMatchObject({ applied: 1, runsCreated: 1 });
+      expect(await engine.schedules.evaluate()).toMatchObject({ evaluated: 0, runsCreated: 0 });
+      expect((await scheduleRuns(engine)).map((r) => r.tick_ms)).toEqual([s.nextTickAt.getTime()]);
+    });
+
     it('F05: after 3 h of downtime a minutely cron follows its catch-up policy without enumerating', async () => {
       const engine = await target.engine();
       await alignToMinute(engine);
