@@ -291,6 +291,23 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect((await scheduleRuns(engine)).map((r) => r.tick_ms)).toEqual([s.nextTickAt.getTime()]);
     });
 
+    it('a stored schedule whose ticks cannot be computed is refused alone; the others fire', async () => {
+      const engine = await target.engine();
+      await alignToMinute(engine);
+      const common = { cron: '* * * * *', workflow: report, input: { region: 'eu' } } as const;
+      const good = await engine.schedules.create({ ...common, id: 'good' });
+      await engine.schedules.create({ ...common, id: 'broken' });
+      // A row croner refuses (as one written by another version could be): evaluations must not stop on it.
+      await engine.database.rows(
+        sql`UPDATE ${engine.names.schedules} SET cron = 'not a cron' WHERE id = 'broken'`,
+      );
+      await moveClockTo(engine, good.nextTickAt.getTime(), 1_000);
+      const done = await engine.schedules.evaluate();
+      expect(done).toMatchObject({ evaluated: 2, applied: 1, runsCreated: 1 });
+      expect(done.refused.map((r) => r.id)).toEqual(['broken']);
+      expect((await scheduleRuns(engine)).map((r) => r.schedule_id)).toEqual(['good']);
+    });
+
     it('F05: after 3 h of downtime a minutely cron follows its catch-up policy without enumerating', async () => {
       const engine = await target.engine();
       await alignToMinute(engine);

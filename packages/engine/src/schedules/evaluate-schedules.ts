@@ -19,6 +19,11 @@ export interface ScheduleEvaluation {
   readonly runsCreated: number;
   /** How long until the earliest next tick by the database clock (ms; ≤ 0: due now), or null: no schedule. */
   readonly nextDueInMs: number | null;
+  /**
+   * Due schedules whose ticks could not be computed (a stored cron expression this croner refuses): left as they
+   * are, so one bad row never stops the others; the worker logs them.
+   */
+  readonly refused: readonly { readonly id: string; readonly error: string }[];
 }
 
 /** The tick spec of a schedule row. */
@@ -89,10 +94,18 @@ export async function evaluateDueSchedules(
   let evaluated = 0;
   let applied = 0;
   let runsCreated = 0;
+  const refused: { id: string; error: string }[] = [];
   for (;;) {
     const due = await readDueSchedules(db, n, { limit: batchSize });
     if (due.rows.length > 0) {
-      const firings = due.rows.map((row) => decide(row, due.nowMs));
+      const firings: ScheduleFiring[] = [];
+      for (const row of due.rows) {
+        try {
+          firings.push(decide(row, due.nowMs));
+        } catch (error) {
+          refused.push({ id: row.id, error: error instanceof Error ? error.message : String(error) });
+        }
+      }
       const mayCancel = due.rows.some((r) => r.overlap === 'cancel-previous');
       const fired = await applyFirings(db, n, firings, mayCancel);
       evaluated += due.rows.length;
@@ -101,6 +114,6 @@ export async function evaluateDueSchedules(
       // A full batch that was applied: more may be due. One that others got first: they are on it.
       if (due.rows.length === batchSize && fired.applied.length > 0 && (p.keepGoing?.() ?? true)) continue;
     }
-    return { evaluated, applied, runsCreated, nextDueInMs: due.nextDueInMs };
+    return { evaluated, applied, runsCreated, nextDueInMs: due.nextDueInMs, refused };
   }
 }

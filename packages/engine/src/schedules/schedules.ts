@@ -20,6 +20,7 @@ import {
   deleteSchedule,
   insertSchedule,
   listSchedules,
+  readDatabaseNowMs,
   readSchedule,
   updateSchedule,
   type ScheduleChanges,
@@ -362,7 +363,7 @@ export class Schedules {
     const t = target(o, issues, true);
     if (issues.length > 0 || !spec || !t) throw new InvalidOptionsError(where, issues);
     const inputJson = this.checkInput(o.id, t, o.input);
-    const { nowMs } = await withInfraRetry(() => readSchedule(this.db, this.names, o.id));
+    const nowMs = await withInfraRetry(() => readDatabaseNowMs(this.db, this.names));
     const inserted = await withInfraRetry(() =>
       insertSchedule(this.db, this.names, {
         id: o.id,

@@ -47,11 +47,17 @@ export class ScheduleEvaluator {
     let waitMs = pollIntervalMs;
     try {
       const done = await evaluateDueSchedules(db, names, { keepGoing: () => !this.stopped });
-      if (done.evaluated > 0) events.emit('schedules:evaluated', done);
+      for (const r of done.refused) logger.error({ schedule: r.id, error: r.error }, 'schedules:refused');
+      if (done.evaluated > 0) {
+        const { evaluated, applied, runsCreated, nextDueInMs } = done;
+        events.emit('schedules:evaluated', { evaluated, applied, runsCreated, nextDueInMs });
+      }
       if (done.nextDueInMs !== null) {
         // Due again at once only when this evaluation moved every schedule it read: one left to another
-        // evaluator (its row locked or moved on) is retried shortly, not in a tight loop.
-        const floor = done.applied === done.evaluated ? 0 : CONTENDED_WAIT_MS;
+        // evaluator (its row locked or moved on) is retried shortly, not in a tight loop; one it refused stays
+        // due, and waits for the next poll.
+        const floor =
+          done.refused.length > 0 ? pollIntervalMs : done.applied === done.evaluated ? 0 : CONTENDED_WAIT_MS;
         waitMs = Math.min(pollIntervalMs, Math.max(floor, Math.ceil(done.nextDueInMs)));
       }
     } catch (error) {
