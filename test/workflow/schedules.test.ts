@@ -6,13 +6,13 @@
  * its timer — except in the test of workers firing by themselves.
  */
 import { sql } from 'drizzle-orm';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
 import { defineActivity, defineWorkflow, isPalisadeError } from '@palisade/sdk';
 import type { Engine } from '@palisade/engine';
-import { advanceClock } from '@palisade/engine/testing';
+import { advanceClock, setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { dbNowMs, until, warmUp } from './workflow-rows.js';
+import { dbNowMs, deferred, until, warmUp } from './workflow-rows.js';
 
 const MINUTE_MS = 60_000;
 const HOUR_MS = 60 * MINUTE_MS;
@@ -254,6 +254,37 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect((await engine.schedules.describe('minutely')).recentRuns.map((r) => r.id)).toEqual(
         [...runs].reverse().map((r) => r.id),
       );
+    });
+
+    it('an evaluator that fires from a stale read applies nothing: the compare-and-set refuses it', async () => {
+      const engine = await target.engine();
+      const s = await engine.schedules.create({
+        id: 'stale',
+        every: '1m',
+        workflow: report,
+        input: { region: 'eu' },
+        overlap: 'allow-all',
+        catchup: { all: { windowMs: '1h' } },
+      });
+      const first = s.nextTickAt.getTime();
+      await moveClockTo(engine, first, 1_000);
+      const stalled = deferred();
+      const release = deferred();
+      setFaultHook('schedules:before-fire', async () => {
+        stalled.resolve();
+        await release.promise;
+      });
+      onTestFinished(() => setFaultHook('schedules:before-fire', undefined));
+      const stale = engine.schedules.evaluate(); // reads version 1 with tick `first` due, then stalls
+      await stalled.promise;
+      setFaultHook('schedules:before-fire', undefined);
+      expect(await engine.schedules.evaluate()).toMatchObject({ applied: 1, runsCreated: 1 });
+      release.resolve();
+      expect(await stale).toMatchObject({ evaluated: 1, applied: 0, runsCreated: 0 });
+      const after = await engine.schedules.get('stale');
+      expect(after.version).toBe(s.version + 1); // moved once, by the evaluation that read it last
+      expect(after.nextTickAt.getTime()).toBe(first + MINUTE_MS);
+      expect((await scheduleRuns(engine)).map((r) => r.tick_ms)).toEqual([first]);
     });
 
     it('a firing statement that fails fires nothing; the next evaluation fires the tick once', async () => {

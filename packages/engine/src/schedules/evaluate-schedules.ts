@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Database } from '../db/database.js';
+import { faultHooks } from '../internal/fault-points.js';
 import { fireScheduleTicks, type FiredTicks, type ScheduleFiring } from '../queries/fire-schedule-ticks.js';
 import { cancelInTransaction } from '../queries/request-cancel.js';
 import { readDueSchedules, type DueScheduleRow } from '../queries/schedule-rows.js';
@@ -106,6 +107,7 @@ export async function evaluateDueSchedules(
           refused.push({ id: row.id, error: error instanceof Error ? error.message : String(error) });
         }
       }
+      await faultHooks['schedules:before-fire']?.(firings.map((f) => f.id));
       const mayCancel = due.rows.some((r) => r.overlap === 'cancel-previous');
       const fired = await applyFirings(db, n, firings, mayCancel);
       evaluated += due.rows.length;
