@@ -137,6 +137,9 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await engine.schedules.delete('nightly');
       await expectCode(engine.schedules.get('nightly'), 'SCHEDULE_NOT_FOUND', 'nightly');
       expect((await engine.schedules.list()).map((s) => s.id)).toEqual(['every-5m']);
+      await engine.close();
+      await expectCode(engine.schedules.list(), 'ENGINE_CLOSED', 'schedules.list');
+      await expectCode(engine.schedules.trigger('every-5m'), 'ENGINE_CLOSED', 'schedules.trigger');
     });
 
     it('refuses bad options with an error naming the option, and unknown ids naming the id', async () => {

@@ -212,7 +212,7 @@ export async function createEngine(options: CreateEngineOptions = {}): Promise<E
   let closed = false;
   return {
     client,
-    schedules: new Schedules(database, names),
+    schedules: new Schedules(database, names, () => closed),
     schema: resolved.schema,
     options: resolved,
     database,

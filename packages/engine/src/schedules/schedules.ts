@@ -342,6 +342,8 @@ export class Schedules {
   constructor(
     private readonly db: Database,
     private readonly names: SchemaNames,
+    /** Whether the engine was closed (its calls then throw `ENGINE_CLOSED`). */
+    private readonly isClosed: () => boolean = () => false,
   ) {}
 
   /**
@@ -355,7 +357,7 @@ export class Schedules {
    * @throws PalisadeError `SCHEDULE_EXISTS` when a schedule with this id exists.
    */
   async create(options: ScheduleOptions): Promise<Schedule> {
-    assertUsableOutsideTransaction(this.db, 'schedules.create');
+    this.assertOpen('create');
     const where = `schedule options${typeof options?.id === 'string' ? ` of ${options.id}` : ''}`;
     const o = parse(createSchema, options, where);
     const issues: Issue[] = [];
@@ -396,7 +398,7 @@ export class Schedules {
    * ValidationError naming the bad input field; PalisadeError `SCHEDULE_NOT_FOUND`.
    */
   async update(id: string, patch: SchedulePatch): Promise<Schedule> {
-    assertUsableOutsideTransaction(this.db, 'schedules.update');
+    this.assertOpen('update');
     const where = `schedule update of ${String(id)}`;
     const o = parse(patchSchema, patch, where);
     const issues: Issue[] = [];
@@ -458,7 +460,7 @@ export class Schedules {
    * @throws PalisadeError `SCHEDULE_NOT_FOUND`.
    */
   async pause(id: string): Promise<Schedule> {
-    assertUsableOutsideTransaction(this.db, 'schedules.pause');
+    this.assertOpen('pause');
     return this.change(id, (row) => (row.paused ? undefined : { paused: true, clearBuffered: true }));
   }
 
@@ -469,7 +471,7 @@ export class Schedules {
    * @throws PalisadeError `SCHEDULE_NOT_FOUND`.
    */
   async resume(id: string): Promise<Schedule> {
-    assertUsableOutsideTransaction(this.db, 'schedules.resume');
+    this.assertOpen('resume');
     return this.change(id, (row, nowMs) =>
       row.paused ? { paused: false, nextTickMs: nextTickAfter(tickSpecOf(row), nowMs) } : undefined,
     );
@@ -482,7 +484,7 @@ export class Schedules {
    * @throws PalisadeError `SCHEDULE_NOT_FOUND`.
    */
   async trigger(id: string): Promise<string> {
-    assertUsableOutsideTransaction(this.db, 'schedules.trigger');
+    this.assertOpen('trigger');
     for (let i = 0; i < CAS_TRIES; i++) {
       const { row, nowMs } = await withInfraRetry(() => readSchedule(this.db, this.names, id));
       if (!row) throw notFound(id);
@@ -504,7 +506,7 @@ export class Schedules {
     id: string,
     range: { readonly from: Date | string | number; readonly to: Date | string | number },
   ): Promise<BackfillResult> {
-    assertUsableOutsideTransaction(this.db, 'schedules.backfill');
+    this.assertOpen('backfill');
     const where = `backfill of schedule ${String(id)}`;
     const r = parse(backfillSchema, range, where);
     const fromMs = instantMs(r.from);
@@ -553,7 +555,7 @@ export class Schedules {
    * @throws PalisadeError `SCHEDULE_NOT_FOUND`.
    */
   async delete(id: string): Promise<void> {
-    assertUsableOutsideTransaction(this.db, 'schedules.delete');
+    this.assertOpen('delete');
     if (!(await withInfraRetry(() => deleteSchedule(this.db, this.names, id)))) throw notFound(id);
   }
 
@@ -562,6 +564,7 @@ export class Schedules {
    * @throws InvalidOptionsError naming a bad `limit` (1 to 10,000; default 1,000).
    */
   async list(options: { readonly limit?: number } = {}): Promise<Schedule[]> {
+    this.assertOpen('list');
     const o = parse(
       z.object({ limit: z.number().int('must be a whole number').min(1).max(10_000).optional() }).strict(),
       options,
@@ -573,6 +576,7 @@ export class Schedules {
 
   /** One schedule. @throws PalisadeError `SCHEDULE_NOT_FOUND`. */
   async get(id: string): Promise<Schedule> {
+    this.assertOpen('get');
     const { row } = await withInfraRetry(() => readSchedule(this.db, this.names, id));
     if (!row) throw notFound(id);
     return toSchedule(row);
@@ -591,9 +595,20 @@ export class Schedules {
    * Evaluate the due schedules of this schema once, now, as every worker does on its schedule timer (tests, or a
    * process that runs no worker). Safe beside evaluating workers.
    */
-  evaluate(): Promise<ScheduleEvaluation> {
-    assertUsableOutsideTransaction(this.db, 'schedules.evaluate');
+  async evaluate(): Promise<ScheduleEvaluation> {
+    this.assertOpen('evaluate');
     return evaluateDueSchedules(this.db, this.names);
+  }
+
+  /**
+   * @throws PalisadeError `ENGINE_CLOSED` after `engine.close()`; FENCED_TRANSACTION_NESTED inside a fenced
+   * transaction.
+   */
+  private assertOpen(call: string): void {
+    if (this.isClosed()) {
+      throw new PalisadeError('ENGINE_CLOSED', `engine is closed; schedules.${call} needs an open engine`);
+    }
+    assertUsableOutsideTransaction(this.db, `schedules.${call}`);
   }
 
   /** Check `input` against the target's schema and its JSON round trip. */
