@@ -177,8 +177,18 @@ for (const driver of ['postgres', 'pglite'] as const) {
       );
       expect(await engine.schedules.list()).toEqual([]); // nothing refused was stored
 
-      await engine.schedules.create({ ...base, every: '1m' });
-      await expectCode(engine.schedules.create({ ...base, every: '1m' }), 'SCHEDULE_EXISTS', 'schedule s');
+      const created = await engine.schedules.create({ ...base, every: '1m' });
+      // The same id with the same options is the same schedule (a retry, an application's every start).
+      expect(await engine.schedules.create({ ...base, every: '1m' })).toEqual(created);
+      await expectCode(
+        engine.schedules.create({ ...base, every: '2m' }),
+        'SCHEDULE_EXISTS',
+        'schedule s already exists with other options',
+      );
+      await expectCode(
+        engine.schedules.create({ ...base, every: '1m', input: { region: 'us' } }),
+        'SCHEDULE_EXISTS',
+      );
       await expectCode(
         engine.schedules.update('s', { input: { region: 'us' } }),
         'INVALID_OPTIONS',

@@ -68,19 +68,37 @@ export interface NewScheduleRow {
 
 /**
  * Insert a schedule, version 1, created and updated now by the database clock. Predicate: `ON CONFLICT (id) DO
- * NOTHING`, so an existing id is left as it is (and reported). Locks only the new row.
- * @returns whether the row was inserted (false: the id is taken).
+ * NOTHING`, so an existing id is left as it is; the same statement tells whether the existing row holds exactly
+ * what was asked (spec, target, input, run options, policies, paused): a create retried after a lost reply, or
+ * run again at every start of an application, is then no conflict. Locks only the new row.
+ * @returns `inserted`, `same` (the id exists with these contents) or `different` (it exists with others).
  */
-export async function insertSchedule(db: Database, n: SchemaNames, p: NewScheduleRow): Promise<boolean> {
-  const rows = await db.rows<{ id: string }>(sql`
-    INSERT INTO ${n.schedules} (id, cron, every_ms, timezone, target_kind, target_name, input, run_options, overlap,
-                                catchup, paused, next_tick_at, created_at, updated_at)
-    VALUES (${p.id}, ${p.cron}, ${p.everyMs}, ${p.timezone}, ${p.targetKind}, ${p.targetName}, ${p.inputJson}::jsonb,
-            ${JSON.stringify(p.runOptions)}::jsonb, ${p.overlap}, ${JSON.stringify(p.catchup)}::jsonb, ${p.paused},
-            ${msTimestamp(sql`${p.nextTickMs}`)}, ${n.now}, ${n.now})
-    ON CONFLICT (id) DO NOTHING
-    RETURNING id`);
-  return rows.length === 1;
+export async function insertSchedule(
+  db: Database,
+  n: SchemaNames,
+  p: NewScheduleRow,
+): Promise<'inserted' | 'same' | 'different'> {
+  const runOptions = JSON.stringify(p.runOptions);
+  const catchup = JSON.stringify(p.catchup);
+  const rows = await db.rows<{ inserted: boolean; same: boolean }>(sql`
+    WITH ins AS (
+      INSERT INTO ${n.schedules} (id, cron, every_ms, timezone, target_kind, target_name, input, run_options,
+                                  overlap, catchup, paused, next_tick_at, created_at, updated_at)
+      VALUES (${p.id}, ${p.cron}, ${p.everyMs}, ${p.timezone}, ${p.targetKind}, ${p.targetName},
+              ${p.inputJson}::jsonb, ${runOptions}::jsonb, ${p.overlap}, ${catchup}::jsonb, ${p.paused},
+              ${msTimestamp(sql`${p.nextTickMs}`)}, ${n.now}, ${n.now})
+      ON CONFLICT (id) DO NOTHING
+      RETURNING id)
+    SELECT EXISTS (SELECT 1 FROM ins) AS inserted,
+           EXISTS (SELECT 1 FROM ${n.schedules} s
+                    WHERE s.id = ${p.id} AND s.cron IS NOT DISTINCT FROM ${p.cron}::text
+                      AND s.every_ms IS NOT DISTINCT FROM ${p.everyMs}::bigint AND s.timezone = ${p.timezone}
+                      AND s.target_kind = ${p.targetKind} AND s.target_name = ${p.targetName}
+                      AND s.input IS NOT DISTINCT FROM ${p.inputJson}::jsonb AND s.run_options = ${runOptions}::jsonb
+                      AND s.overlap = ${p.overlap} AND s.catchup = ${catchup}::jsonb AND s.paused = ${p.paused})
+             AS same`);
+  const row = rows[0];
+  return row?.inserted ? 'inserted' : row?.same ? 'same' : 'different';
 }
 
 /** One schedule by id, and the database time of the read (ms); plain read. */

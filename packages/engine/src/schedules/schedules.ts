@@ -348,13 +348,16 @@ export class Schedules {
 
   /**
    * Create a schedule. Its first tick is the first after now by the database clock (nothing fires for the past:
-   * see `backfill`). The input is checked against the target's schema now, as `client.start` does.
+   * see `backfill`). The input is checked against the target's schema now, as `client.start` does. Idempotent:
+   * when a schedule with this id exists with exactly these options (a call retried after a lost reply, or made at
+   * every start of an application), it is returned as it is.
    * @returns the schedule as stored.
    * @throws InvalidOptionsError naming the bad option: neither or both of `cron`/`every` or of
    * `workflow`/`activity`, a cron expression croner refuses, an unknown time zone, `timezone` with `every`, an
    * interval under 1 s, a bad overlap or catch-up policy, queue or priority.
    * @throws ValidationError naming the bad input field; PalisadeError `PAYLOAD_TOO_LARGE`.
-   * @throws PalisadeError `SCHEDULE_EXISTS` when a schedule with this id exists.
+   * @throws PalisadeError `SCHEDULE_EXISTS` when a schedule with this id exists with other options (or paused
+   * state): change it with `update`, `pause` or `resume`.
    */
   async create(options: ScheduleOptions): Promise<Schedule> {
     this.assertOpen('create');
@@ -382,10 +385,10 @@ export class Schedules {
         nextTickMs: nextTickAfter(spec, nowMs),
       }),
     );
-    if (!inserted) {
+    if (inserted === 'different') {
       throw new PalisadeError(
         'SCHEDULE_EXISTS',
-        `schedule ${o.id} already exists; update it, or delete it first, or choose another id`,
+        `schedule ${o.id} already exists with other options; update it, or delete it first, or choose another id`,
       );
     }
     return this.get(o.id);
