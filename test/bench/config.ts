@@ -15,7 +15,8 @@ export type ScenarioName =
   | 'latency'
   | 'long-workflow'
   | 'history'
-  | 'memory';
+  | 'memory'
+  | 'schedules';
 export const SCENARIOS: readonly ScenarioName[] = [
   'baseline',
   'activities',
@@ -26,6 +27,7 @@ export const SCENARIOS: readonly ScenarioName[] = [
   'long-workflow',
   'history',
   'memory',
+  'schedules',
 ];
 
 export interface BenchConfig {
@@ -70,6 +72,8 @@ export interface BenchConfig {
   readonly memorySampleEvery: number;
   /** 8. worker concurrency of that run. */
   readonly memoryConcurrency: number;
+  /** 9. schedules all due at once, evaluated in one tick. */
+  readonly schedules: number;
   /** Engine pool size (ENGINE_DEFAULTS.poolSize unless overridden). */
   readonly poolSize: number;
   /** Worker poll interval (WORKER_DEFAULTS.pollIntervalMs unless overridden). */
@@ -116,6 +120,7 @@ export const ENV: Readonly<Record<string, string>> = {
     'no-op activities run while the worker RSS is sampled (50000, a few minutes; 10^6 took 8.4 min on this 2-core machine)',
   BENCH_MEMORY_SAMPLE_EVERY: 'RSS sample after a full GC every this many steps (steps / 20)',
   BENCH_MEMORY_CONCURRENCY: 'worker concurrency of that run (50)',
+  BENCH_SCHEDULES: 'schedules due at once, evaluated in one tick by one and then by three evaluators (10000)',
   BENCH_POOL_SIZE: 'engine pool size (10, the engine default)',
   BENCH_POLL_INTERVAL_MS: 'worker poll interval (1000, the engine default)',
   BENCH_LEASE_MS: 'activity lease; heartbeat = lease / 3 (30000, the activity default)',
@@ -208,6 +213,7 @@ export function loadConfig(): BenchConfig {
     memorySteps,
     memorySampleEvery: int('BENCH_MEMORY_SAMPLE_EVERY', Math.max(1, Math.floor(memorySteps / 20)), 1),
     memoryConcurrency: int('BENCH_MEMORY_CONCURRENCY', 50, 1),
+    schedules: int('BENCH_SCHEDULES', 10_000, 1),
     poolSize: int('BENCH_POOL_SIZE', 10, 2),
     pollIntervalMs: int('BENCH_POLL_INTERVAL_MS', 1_000, 10),
     leaseMs,

@@ -30,6 +30,9 @@ export interface ProfileSnapshot {
 /** Statement kinds, first match wins; the patterns are distinctive fragments of each engine query. */
 const KINDS: readonly (readonly [string, RegExp])[] = [
   ['enqueue', /SELECT run_id, 'activity', \$, 'pending'/],
+  // Before start-workflow: the statement that fires schedule ticks starts runs too.
+  ['fire-schedule-ticks', /FOR NO KEY UPDATE OF s SKIP LOCKED/],
+  ['read-due-schedules', /s\.buffered_tick_at IS NOT NULL AND NOT s\.paused/],
   ['start-workflow', /'run:started'/],
   ['claim-steps', /prev_deadline_at/],
   // Before claim-turns: a completion that may claim the woken turn (an eager turn) also ends a turn attempt.

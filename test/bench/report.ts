@@ -10,6 +10,7 @@ import type { WorkerSettings } from './scenarios/context.js';
 import type { HistorySizeResult } from './scenarios/history-size.js';
 import type { LongWorkflowResult } from './scenarios/long-workflow.js';
 import type { StartLatencyResult } from './scenarios/start-latency.js';
+import type { ScheduleEvaluationResult } from './scenarios/schedules.js';
 import type { StepOverheadResult } from './scenarios/step-overhead.js';
 import type { WorkerMemoryResult } from './scenarios/worker-memory.js';
 import type { WorkflowThroughputResult } from './scenarios/workflows.js';
@@ -44,6 +45,7 @@ export interface BenchResults {
   readonly longWorkflow?: LongWorkflowResult;
   readonly history?: HistorySizeResult;
   readonly workerMemory?: WorkerMemoryResult;
+  readonly schedules?: ScheduleEvaluationResult;
   readonly memory: {
     readonly before: MemorySnapshot;
     readonly after: MemorySnapshot;
@@ -254,6 +256,23 @@ function results(r: BenchResults): string {
           : ''),
     ]);
   }
+  if (r.schedules) {
+    const sc = r.schedules;
+    rows.push([
+      '9',
+      `evaluate ${int(sc.schedules)} due schedules, one evaluator`,
+      `${int(sc.single.perSecond)}/s`,
+      `${dec2(sc.singleMsPerSchedule * 1000)} µs per schedule; ${int(sc.single.roundTrips)} round trips;` +
+        ` ${secs(sc.single.wallMs)}`,
+    ]);
+    rows.push([
+      '9',
+      'the same, three evaluators racing',
+      `${int(sc.contended.perSecond)}/s`,
+      `${dec2(sc.contendedMsPerSchedule * 1000)} µs per schedule; ${int(sc.runs)} runs, ` +
+        `${int(sc.duplicateTicks)} duplicate ticks`,
+    ]);
+  }
   return table(['#', 'benchmark', 'result', 'detail'], rows, 'llrl');
 }
 
@@ -311,6 +330,10 @@ function phases(r: BenchResults): NamedPhase[] {
   if (r.latency) out.push({ name: 'latency paced', stats: r.latency.paced });
   if (r.longWorkflow) out.push({ name: `${r.longWorkflow.steps}-step workflow`, stats: r.longWorkflow.run });
   if (r.workerMemory) out.push({ name: 'memory run', stats: r.workerMemory.run });
+  if (r.schedules) {
+    out.push({ name: 'schedules, 1 evaluator', stats: r.schedules.single });
+    out.push({ name: 'schedules, 3 evaluators', stats: r.schedules.contended });
+  }
   return out;
 }
 

@@ -11,6 +11,7 @@
  *   6. a sequential 1,000-step workflow: time of its last 100 steps / its first 100
  *   7. single-job claim and completion latency with 10^6 finished jobs in the tables / with none
  *   8. worker RSS (after GC) sampled over many steps: last sample vs first
+ *   9. evaluating 10,000 due schedules in one tick: time per schedule, by one evaluator and by three racing
  * and, for every engine run, rows written, WAL bytes and round trips per job, workflow run, step and turn.
  *
  * Every run gets a fresh schema that is dropped after it. Sizes and settings come from BENCH_* environment
@@ -31,6 +32,7 @@ import { concurrencyKeys, type ConcurrencyKeysResult } from './scenarios/concurr
 import type { ScenarioContext, WorkerSettings } from './scenarios/context.js';
 import { historySize, type HistorySizeResult } from './scenarios/history-size.js';
 import { longWorkflow, type LongWorkflowResult } from './scenarios/long-workflow.js';
+import { scheduleEvaluation, type ScheduleEvaluationResult } from './scenarios/schedules.js';
 import { startLatency, type StartLatencyResult } from './scenarios/start-latency.js';
 import { stepOverhead, type StepOverheadResult } from './scenarios/step-overhead.js';
 import { workerMemory, type WorkerMemoryResult } from './scenarios/worker-memory.js';
@@ -73,6 +75,7 @@ interface Collected {
   longWorkflow?: LongWorkflowResult;
   history?: HistorySizeResult;
   workerMemory?: WorkerMemoryResult;
+  schedules?: ScheduleEvaluationResult;
   worker?: WorkerSettings;
   failures: { scenario: string; error: string }[];
   afterEachScenario: { scenario: string; memory: MemorySnapshot }[];
@@ -142,6 +145,10 @@ async function runScenarios(config: BenchConfig, ctx: ScenarioContext): Promise<
         out.workerMemory = await workerMemory(ctx, collectGarbage);
         out.worker ??= out.workerMemory.worker;
       }),
+    schedules: () =>
+      attempt(`evaluate ${config.schedules} due schedules`, async () => {
+        out.schedules = (await scheduleEvaluation(ctx)).result;
+      }),
   };
   for (const scenario of config.scenarios) await run[scenario]();
   return out;
@@ -204,6 +211,7 @@ async function main(): Promise<number> {
       ...(collected.longWorkflow ? { longWorkflow: collected.longWorkflow } : {}),
       ...(collected.history ? { history: collected.history } : {}),
       ...(collected.workerMemory ? { workerMemory: collected.workerMemory } : {}),
+      ...(collected.schedules ? { schedules: collected.schedules } : {}),
       memory: {
         before,
         after,

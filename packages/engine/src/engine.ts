@@ -19,6 +19,7 @@ import {
 import { countPrunableRuns } from './queries/prune-runs.js';
 import { pruneFinishedRuns, type PruneResult } from './retention.js';
 import { schemaNames, type SchemaNames } from './queries/schema-names.js';
+import { Schedules } from './schedules/schedules.js';
 import { Worker, type StopOptions } from './worker/worker.js';
 import type { WorkerOptions } from './options.js';
 
@@ -34,6 +35,11 @@ export interface CreateEngineOptions extends EngineOptions {
  */
 export interface Engine {
   readonly client: Client;
+  /**
+   * Durable schedules on this schema: create, update, pause, resume, trigger, backfill, delete, list. Their ticks
+   * are fired by the workers of any engine on the schema (`WorkerOptions.schedules`, on by default).
+   */
+  readonly schedules: Schedules;
   readonly schema: string;
   readonly options: ResolvedEngineOptions;
   /** The engine's database handle (advanced use: tests, the CLI). */
@@ -206,6 +212,7 @@ export async function createEngine(options: CreateEngineOptions = {}): Promise<E
   let closed = false;
   return {
     client,
+    schedules: new Schedules(database, names, () => closed),
     schema: resolved.schema,
     options: resolved,
     database,

@@ -64,6 +64,18 @@ export type {
   RunRow,
   StepRow,
 } from './queries/read-run.js';
+export {
+  Schedules,
+  type BackfillResult,
+  type Schedule,
+  type ScheduleCatchup,
+  type ScheduleDescription,
+  type ScheduleOptions,
+  type ScheduleOverlap,
+  type SchedulePatch,
+} from './schedules/schedules.js';
+export { SCHEDULE_BATCH_SIZE, type ScheduleEvaluation } from './schedules/evaluate-schedules.js';
+export { MAX_BACKFILL_TICKS, MAX_CATCHUP_TICKS, ON_TIME_MS } from './schedules/schedule-ticks.js';
 export { PRUNE_BATCH_SIZE, type PruneResult, type PrunedCounts } from './retention.js';
 export { Worker, type StopOptions } from './worker/worker.js';
 export { RETENTION_SWEEP_INTERVAL_MS } from './worker/retention-sweeper.js';

@@ -298,6 +298,13 @@ export interface WorkerOptions {
   readonly pollIntervalMs?: Duration;
   /** Default grace period of `stop()`. @defaultValue 10_000 (ms) */
   readonly shutdownGraceMs?: Duration;
+  /**
+   * Evaluate durable schedules (`engine.schedules`): the worker fires the due ticks of every schedule of its
+   * engine's schema — whatever workflows, activities and queues it serves — when the earliest falls due by the
+   * database clock, and at least every `pollIntervalMs`. Any number of workers may evaluate at once: each tick
+   * still starts exactly one run. `false` leaves it to other workers. @defaultValue true
+   */
+  readonly schedules?: boolean;
 }
 
 export const WORKER_DEFAULTS = Object.freeze({
@@ -311,6 +318,7 @@ export const WORKER_DEFAULTS = Object.freeze({
   minGrantFreshness: 0.5,
   pollIntervalMs: 1_000,
   shutdownGraceMs: 10_000,
+  schedules: true,
 });
 
 /** Timing of one served activity, checked against the worker's heartbeat settings. */
@@ -343,6 +351,8 @@ export interface ResolvedWorkerOptions {
   readonly minGrantFreshness: number;
   readonly pollIntervalMs: number;
   readonly shutdownGraceMs: number;
+  /** Whether the worker evaluates schedules (see WorkerOptions.schedules). */
+  readonly schedules: boolean;
 }
 
 const NAME = /^[A-Za-z0-9_.:-]{1,128}$/;
@@ -389,6 +399,7 @@ const workerSchema = z
     minGrantFreshness: z.number().min(0).max(0.9, 'must be ≤ 0.9').optional(),
     pollIntervalMs: durationMs.pipe(z.number().min(10, 'must be ≥ 10 ms')).optional(),
     shutdownGraceMs: durationMs.optional(),
+    schedules: z.boolean().optional(),
   })
   .strict();
 
@@ -487,6 +498,7 @@ export function resolveWorkerOptions(options: WorkerOptions, defaultWorkerId: st
     minGrantFreshness: o.minGrantFreshness ?? WORKER_DEFAULTS.minGrantFreshness,
     pollIntervalMs: o.pollIntervalMs ?? WORKER_DEFAULTS.pollIntervalMs,
     shutdownGraceMs: o.shutdownGraceMs ?? WORKER_DEFAULTS.shutdownGraceMs,
+    schedules: o.schedules ?? WORKER_DEFAULTS.schedules,
   });
 }
 

@@ -18,6 +18,8 @@ export type PalisadeErrorCode =
   | 'INVALID_OPTIONS'
   | 'VALIDATION_FAILED'
   | 'RUN_NOT_FOUND'
+  | 'SCHEDULE_NOT_FOUND'
+  | 'SCHEDULE_EXISTS'
   | 'RUN_FAILED'
   | 'RUN_CANCELLED'
   | 'RUN_ENDED'

@@ -88,6 +88,8 @@ const run: RunRow = {
   error: null,
   progress: null,
   parent_run_id: null,
+  schedule_id: null,
+  schedule_tick_at: null,
   idempotency_key: 'batch-42',
   queue: 'default',
   priority: 0,

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
  * The `palisade` command line: migrate a schema, run a worker for a module, list, show, cancel, retry and prune
- * runs, and `dev`, a local PostgreSQL for development.
+ * runs, list, show, pause, resume, trigger and delete schedules, and `dev`, a local PostgreSQL for development.
  *
  * Exit codes: 0 success; 1 the operation failed (a Palisade error prints its message, which starts with
  * `[CODE]`, e.g. `[RUN_NOT_FOUND]`); 2 bad arguments (commander's message and the command's usage).
@@ -19,6 +19,14 @@ import { runsPruneCommand } from './runs-prune.js';
 import { runsRetryCommand } from './runs-retry.js';
 import { runsShowCommand } from './runs-show.js';
 import { runsWatchCommand } from './runs-watch.js';
+import {
+  schedulesDeleteCommand,
+  schedulesPauseCommand,
+  schedulesResumeCommand,
+  schedulesTriggerCommand,
+} from './schedules-change.js';
+import { schedulesListCommand } from './schedules-list.js';
+import { schedulesShowCommand } from './schedules-show.js';
 import { workerCommand } from './worker.js';
 
 /** Exit code of a run that failed, and of a command line that could not be understood. */
@@ -72,6 +80,20 @@ export function buildProgram(output: Output): Command {
     runs.addCommand(configure(command));
   }
   program.addCommand(runs);
+  const schedules = configure(
+    new Command('schedules').description('list, show, pause, resume, trigger and delete schedules'),
+  );
+  for (const command of [
+    schedulesListCommand(output),
+    schedulesShowCommand(output),
+    schedulesPauseCommand(output),
+    schedulesResumeCommand(output),
+    schedulesTriggerCommand(output),
+    schedulesDeleteCommand(output),
+  ]) {
+    schedules.addCommand(configure(command));
+  }
+  program.addCommand(schedules);
   return program;
 }
 

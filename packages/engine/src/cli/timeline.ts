@@ -188,6 +188,10 @@ export function formatRunTimeline(
   }
   if (run.cancel_reason) lines.push(field('cancel', run.cancel_reason));
   if (run.parent_run_id) lines.push(field('parent', `${run.parent_run_id} (it started this run)`));
+  if (run.schedule_id) {
+    const tick = run.schedule_tick_at ? `${formatTimestamp(run.schedule_tick_at, true)} UTC` : 'unknown';
+    lines.push(field('schedule', `${run.schedule_id} · tick ${tick}`));
+  }
   lines.push(field('input', compactJson(run.input, width - 10)));
   if (run.output !== null && run.output !== undefined)
     lines.push(field('output', compactJson(run.output, width - 10)));

@@ -86,6 +86,12 @@ export interface FaultHooks {
    * Receives the turn and the granted attempts.
    */
   'dispatch:before-start'?: (turn: TurnFault, granted: readonly AttemptRef[]) => Promise<void>;
+  /**
+   * In a schedule evaluation, after the due schedules were read (with the version of each) and their ticks
+   * decided, before the firing statement is sent: a stall here is an evaluator that wakes with a stale read.
+   * Receives the ids of the schedules it is about to fire.
+   */
+  'schedules:before-fire'?: (scheduleIds: readonly string[]) => Promise<void>;
 }
 
 export type FaultPoint = keyof FaultHooks;

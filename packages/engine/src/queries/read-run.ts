@@ -15,6 +15,10 @@ export interface RunRow {
   progress: unknown;
   /** The run that started this one with `ctx.runChild`, or null. */
   parent_run_id: string | null;
+  /** The schedule whose tick (or trigger, or backfill) created this run, or null. */
+  schedule_id: string | null;
+  /** The tick of `schedule_id` this run is for (ISO 8601, database clock), or null. */
+  schedule_tick_at: string | null;
   idempotency_key: string | null;
   queue: string;
   priority: number;
@@ -33,7 +37,8 @@ export interface RunRow {
 function runColumns(n: SchemaNames): SQL {
   const job = jobRunColumns(n, sql`r`);
   return sql`r.id::text, r.kind, r.name, ${job.status} AS status, r.input, r.output, r.error, r.progress,
-  r.parent_run_id::text, r.idempotency_key,
+  r.parent_run_id::text, r.schedule_id,
+  to_char(r.schedule_tick_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS schedule_tick_at, r.idempotency_key,
   r.queue, r.priority, r.cancel_reason,
   to_char(r.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS created_at,
   to_char(${job.startAt} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS start_at,
@@ -100,6 +105,22 @@ export async function listRuns(db: Database, n: SchemaNames, f: ListRunsFilter =
        AND (${f.name ?? null}::text IS NULL OR r.name = ${f.name ?? null})
      ORDER BY r.created_at DESC, r.id
      LIMIT ${f.limit ?? 50}`);
+}
+
+/**
+ * The runs schedule `scheduleId` started, newest tick first, at most `limit`; plain read off the unique
+ * (schedule_id, schedule_tick_at) index.
+ */
+export async function listScheduleRuns(
+  db: Database,
+  n: SchemaNames,
+  p: { scheduleId: string; limit: number },
+): Promise<RunRow[]> {
+  return db.rows<RunRow>(sql`
+    SELECT ${runColumns(n)} FROM ${n.runs} r
+     WHERE r.schedule_id = ${p.scheduleId}
+     ORDER BY r.schedule_tick_at DESC
+     LIMIT ${p.limit}`);
 }
 
 export interface StepRow {

@@ -31,7 +31,7 @@ export async function requestCancel(
  * `cancellation: 'cascade'`, the same for that child run, in the same transaction — a parent's run row and steps
  * before its children's (an ancestor before its descendants: the order a child's end locks its parent in).
  */
-async function cancelInTransaction(
+export async function cancelInTransaction(
   tx: Database,
   n: SchemaNames,
   p: { runId: string; reason: string },

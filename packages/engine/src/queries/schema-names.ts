@@ -19,6 +19,8 @@ export interface SchemaNames {
   readonly signals: SQL;
   /** Flow-control keys: per-key concurrency and rate limits (migration 0016). */
   readonly flowKeys: SQL;
+  /** Durable schedules (migration 0017). */
+  readonly schedules: SQL;
   readonly clockOffset: SQL;
   /** `nextval(...)` of the global fencing-token sequence. */
   readonly nextToken: SQL;
@@ -48,12 +50,23 @@ export function schemaNames(schema: string): SchemaNames {
     fences: t('fences'),
     signals: t('signals'),
     flowKeys: t('flow_keys'),
+    schedules: t('schedules'),
     clockOffset: t('clock_offset'),
     nextToken: sql.raw(`nextval('${q}."fencing_token_seq"')`),
     now: sql.raw(`${q}."now"()`),
     retryDelayMs: sql.raw(`${q}."retry_delay_ms"`),
     channel: `palisade_${schema}`,
   };
+}
+
+/** A timestamptz from ms since the Unix epoch (a bigint-safe integer expression): exact, no float rounding. */
+export function msTimestamp(expr: SQL): SQL {
+  return sql`('epoch'::timestamptz + (${expr})::bigint * interval '1 millisecond')`;
+}
+
+/** A timestamptz as ms since the Unix epoch (float8; whole ms for times written by {@link msTimestamp}). */
+export function timestampMs(expr: SQL): SQL {
+  return sql`round(extract(epoch FROM ${expr}) * 1000)::float8`;
 }
 
 /** Milliseconds as an interval: `${ms(expr)}`. */

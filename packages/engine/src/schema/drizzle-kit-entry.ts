@@ -13,5 +13,6 @@ export const {
   fences,
   signals,
   flowKeys,
+  schedules,
   clockOffset,
 } = tables;

@@ -75,11 +75,20 @@ export function defineTables(schemaName: string) {
        * NOTIFY item only when one has (a result waiter alone needs only the end's).
        */
       watchers: integer('watchers').notNull().default(0),
+      /** The schedule whose tick (or trigger, or backfill) created this run, or null. */
+      scheduleId: text('schedule_id'),
+      /** The tick of `schedule_id` this run is for, by the database clock. */
+      scheduleTickAt: ts('schedule_tick_at'),
       createdAt: ts('created_at').notNull().defaultNow(),
       startedAt: ts('started_at'),
       finishedAt: ts('finished_at'),
     },
     (t) => [
+      // Exactly one run per (schedule, tick): the statement that fires ticks inserts with ON CONFLICT DO NOTHING,
+      // so no evaluator, backfill or retry can make a second run for a tick, whatever else went wrong.
+      uniqueIndex('runs_schedule_tick_unique')
+        .on(t.scheduleId, t.scheduleTickAt)
+        .where(sql`${t.scheduleId} IS NOT NULL`),
       // A key is scoped to the workflow or activity it starts (kind + name): the same key may start one run of each.
       unique('runs_kind_name_idempotency_key_unique').on(t.kind, t.name, t.idempotencyKey),
       // Not (status, created_at): a run's status changes on its hot path, and an indexed column would make those
@@ -316,13 +325,73 @@ export function defineTables(schemaName: string) {
       .default(sql`'{}'`),
   });
 
+  /**
+   * Durable schedules (`engine.schedules`): a cron expression (croner, in `timezone`) or a fixed interval
+   * (`every_ms`), and the run each tick starts. `next_tick_at` is the next tick not yet fired, by the database
+   * clock; every write to a row bumps `version`, and the statement that fires ticks moves a row forward only
+   * where `version` is still the one its evaluator read (compare-and-set), so of several evaluators one wins.
+   */
+  const schedules = schema.table(
+    'schedules',
+    {
+      id: text('id').primaryKey(),
+      /** The cron expression, or null for an interval schedule. */
+      cron: text('cron'),
+      /** The interval in ms, or null for a cron schedule. */
+      everyMs: bigint('every_ms', { mode: 'number' }),
+      /** IANA time zone the cron expression is read in. */
+      timezone: text('timezone').notNull(),
+      targetKind: text('target_kind').notNull(), // 'workflow' | 'activity'
+      targetName: text('target_name').notNull(),
+      input: jsonb('input'),
+      /** Resolved run parameters: queue, priority (and for an activity its retry policy, lease, timeout). */
+      runOptions: jsonb('run_options').notNull(),
+      overlap: text('overlap').notNull(), // 'skip' | 'buffer-one' | 'allow-all' | 'cancel-previous'
+      /** `{"kind":"none"}`, `{"kind":"latest"}` or `{"kind":"all","windowMs":n}`. */
+      catchup: jsonb('catchup').notNull(),
+      paused: boolean('paused').notNull().default(false),
+      nextTickAt: ts('next_tick_at').notNull(),
+      version: bigint('version', { mode: 'number' }).notNull().default(1),
+      /** The run the latest fired tick started (the one overlap policies look at). */
+      lastRunId: uuid('last_run_id'),
+      lastTickAt: ts('last_tick_at'),
+      /** buffer-one: the tick waiting for the last run to end, or null. */
+      bufferedTickAt: ts('buffered_tick_at'),
+      /** Ticks that fired no run: skipped by the overlap policy or by catch-up. */
+      skippedTicks: bigint('skipped_ticks', { mode: 'number' }).notNull().default(0),
+      createdAt: ts('created_at').notNull(),
+      updatedAt: ts('updated_at').notNull(),
+    },
+    (t) => [
+      // The evaluator's read: due schedules in due order, off the index.
+      index('schedules_due_idx')
+        .on(t.nextTickAt)
+        .where(sql`NOT ${t.paused}`),
+      index('schedules_buffered_idx')
+        .on(t.bufferedTickAt)
+        .where(sql`${t.bufferedTickAt} IS NOT NULL AND NOT ${t.paused}`),
+    ],
+  );
+
   /** Test-only offset of `<schema>.now()` (time travel); one row at most, absent in production. */
   const clockOffset = schema.table('clock_offset', {
     id: boolean('id').primaryKey().default(true),
     offsetMs: bigint('offset_ms', { mode: 'number' }).notNull(),
   });
 
-  return { schema, fencingTokenSeq, runs, steps, attempts, events, fences, signals, flowKeys, clockOffset };
+  return {
+    schema,
+    fencingTokenSeq,
+    runs,
+    steps,
+    attempts,
+    events,
+    fences,
+    signals,
+    flowKeys,
+    schedules,
+    clockOffset,
+  };
 }
 
 /** The engine's tables, typed; one instance per configured schema name. */

@@ -40,6 +40,13 @@ export interface WorkerEventMap {
   'retention:pruned': [
     { runs: number; steps: number; attempts: number; events: number; olderThanMs: number },
   ];
+  /**
+   * The worker's schedule evaluation read due schedules (`WorkerOptions.schedules`): how many, how many it moved
+   * forward (the rest another evaluator got first), how many runs it created, and how long until the next tick.
+   */
+  'schedules:evaluated': [
+    { evaluated: number; applied: number; runsCreated: number; nextDueInMs: number | null },
+  ];
   'worker:started': [{ workerId: string }];
   'worker:stopping': [{ workerId: string }];
   'worker:stopped': [{ workerId: string }];

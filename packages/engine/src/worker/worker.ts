@@ -25,6 +25,7 @@ import { TurnLoop } from '../workflow/turn-loop.js';
 import { ActivityAttempt } from './activity-attempt.js';
 import { HeartbeatLoop } from './heartbeat-loop.js';
 import { RetentionSweeper } from './retention-sweeper.js';
+import { ScheduleEvaluator } from './schedule-evaluator.js';
 import { isGrantFresh, localLeaseDeadline, monotonicNow } from './lease-clock.js';
 import { WakeSignal, claimRetryDelayMs } from './wake-signal.js';
 import { WorkerEvents } from './worker-events.js';
@@ -53,7 +54,7 @@ export interface WorkerHost {
  * concurrency slot with a fenced context, renews all its leases in one statement per heartbeat interval on a
  * reserved connection, wakes on NOTIFY with bounded polling as a fallback and otherwise sleeps until the next
  * due time, and ends expired steps that must not be retried; with the engine's `retention`, it also deletes
- * finished runs past it, in the background. No global state: many workers (and engines) can
+ * finished runs past it, in the background, and (unless `schedules: false`) it fires the due ticks of schedules. No global state: many workers (and engines) can
  * live in one process.
  */
 export class Worker {
@@ -69,6 +70,7 @@ export class Worker {
   private heartbeats: HeartbeatLoop | undefined;
   private turns: TurnLoop | undefined;
   private retention: RetentionSweeper | undefined;
+  private schedules: ScheduleEvaluator | undefined;
   private heartbeatConnection: (Database & { release(): Promise<void> }) | undefined;
   private unlisten: (() => Promise<void>) | undefined;
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
@@ -173,6 +175,16 @@ export class Worker {
         logger,
       });
       this.retention.start();
+    }
+    if (this.options.schedules) {
+      this.schedules = new ScheduleEvaluator({
+        db,
+        names,
+        pollIntervalMs: this.options.pollIntervalMs,
+        events: this.events,
+        logger,
+      });
+      this.schedules.start();
     }
     this.events.emit('worker:started', { workerId: this.workerId });
     logger.info({ workerId: this.workerId, queues: this.options.queues }, 'worker:started');
@@ -486,6 +498,7 @@ export class Worker {
     this.startPrefetched();
     await this.turns?.stop();
     await this.retention?.stop();
+    await this.schedules?.stop();
     const graceMs = stop.graceMs ?? this.options.shutdownGraceMs;
     if (this.executions.size > 0) {
       let timer: NodeJS.Timeout | undefined;

@@ -1,0 +1,661 @@
+import { randomUUID } from 'node:crypto';
+import { z } from 'zod';
+import {
+  InvalidOptionsError,
+  PAYLOAD_LIMITS,
+  PalisadeError,
+  checkPayload,
+  durationMs,
+  formatIssues,
+  textProblem,
+  validate,
+  type ActivityDefinition,
+  type Duration,
+  type WorkflowDefinition,
+} from '@palisade/sdk';
+import type { Database } from '../db/database.js';
+import { withInfraRetry } from '../infra-retry.js';
+import { listScheduleRuns, type RunRow } from '../queries/read-run.js';
+import {
+  deleteSchedule,
+  insertSchedule,
+  listSchedules,
+  readDatabaseNowMs,
+  readSchedule,
+  updateSchedule,
+  type ScheduleChanges,
+  type ScheduleRow,
+  type ScheduleRunOptions,
+} from '../queries/schedule-rows.js';
+import type { SchemaNames } from '../queries/schema-names.js';
+import { assertUsableOutsideTransaction } from '../worker/fenced-scope.js';
+import {
+  applyFirings,
+  evaluateDueSchedules,
+  tickSpecOf,
+  type ScheduleEvaluation,
+} from './evaluate-schedules.js';
+import {
+  MAX_BACKFILL_TICKS,
+  cronOf,
+  isKnownTimezone,
+  nextTickAfter,
+  ticksBetween,
+  type CatchupPolicy,
+  type TickSpec,
+} from './schedule-ticks.js';
+
+/**
+ * What a tick does while the schedule's previous run (the run its latest fired tick started) is still pending or
+ * running:
+ * - `skip`: nothing; the tick is counted in `skippedTicks`.
+ * - `buffer-one`: the tick waits and starts once the previous run has ended (within a poll interval of a
+ *   worker); at most one tick waits, later ones are skipped.
+ * - `allow-all`: a run starts anyway.
+ * - `cancel-previous`: the previous run is cancelled (as `handle.cancel()`) and a run starts, in one transaction.
+ */
+export type ScheduleOverlap = 'skip' | 'buffer-one' | 'allow-all' | 'cancel-previous';
+
+/**
+ * What happens to ticks that fell due while no worker evaluated schedules (see `CatchupPolicy` in the docs of
+ * `schedule-ticks.ts`): `'none'` skips them (a tick fires only when it is the one due tick and at most 60 s late);
+ * `'latest'` fires the most recent one only; `{ all: { windowMs } }` fires each one at most `windowMs` old, at
+ * most 100 per evaluation, oldest first. None of them walks every missed tick of a long downtime.
+ */
+export type ScheduleCatchup = 'none' | 'latest' | { readonly all: { readonly windowMs: Duration } };
+
+/** Options of {@link Schedules.create}. Give `cron` or `every`, and `workflow` or `activity`. */
+export interface ScheduleOptions {
+  /** The schedule's id, chosen by the caller: 1–200 characters of storable text. */
+  readonly id: string;
+  /**
+   * A cron expression, read by croner: five fields (minute … weekday), or six with seconds first; names and
+   * `L`, `#`, `W` as croner reads them. Ticks are computed in `timezone`, DST included (a local time that does
+   * not exist that day fires at the first time after it; one that occurs twice fires once).
+   */
+  readonly cron?: string;
+  /** A fixed interval instead of `cron`: ticks at whole multiples of it since 1970-01-01T00:00Z. ≥ 1 s. */
+  readonly every?: Duration;
+  /** IANA time zone of `cron` (`'Europe/Berlin'`). Only with `cron`. @defaultValue `'UTC'` */
+  readonly timezone?: string;
+  /** The workflow each tick starts. */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  readonly workflow?: WorkflowDefinition<any, any>;
+  /** The activity each tick enqueues as a standalone run (with the activity's retry policy, lease and timeout). */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  readonly activity?: ActivityDefinition<any, any>;
+  /** The input of every run, checked against the workflow's or activity's schema here. */
+  readonly input?: unknown;
+  /** @defaultValue `'skip'` */
+  readonly overlap?: ScheduleOverlap;
+  /** @defaultValue `'latest'` */
+  readonly catchup?: ScheduleCatchup;
+  /** @defaultValue the workflow's or activity's queue */
+  readonly queue?: string;
+  /** Priority of the runs; −1000 to 1000, higher first. @defaultValue 0 */
+  readonly priority?: number;
+  /** Create it paused (no tick fires until `resume`). @defaultValue false */
+  readonly paused?: boolean;
+}
+
+/**
+ * Changes of {@link Schedules.update}: any of the options but `id` and `paused` (use pause/resume). A new `cron`,
+ * `every` or `timezone` sets the next tick from now by the database clock. A new `input` needs `workflow` or
+ * `activity` beside it, to check it against; a new target needs its input.
+ */
+export type SchedulePatch = Partial<Omit<ScheduleOptions, 'id' | 'paused'>>;
+
+/** A schedule as `get`, `list` and the changing calls return it. Times are by the database clock. */
+export interface Schedule {
+  readonly id: string;
+  /** `{ cron, timezone }` or `{ everyMs }`. */
+  readonly spec: { readonly cron: string; readonly timezone: string } | { readonly everyMs: number };
+  readonly target: { readonly kind: 'workflow' | 'activity'; readonly name: string };
+  readonly input: unknown;
+  readonly overlap: ScheduleOverlap;
+  readonly catchup: 'none' | 'latest' | { readonly all: { readonly windowMs: number } };
+  readonly queue: string;
+  readonly priority: number;
+  readonly paused: boolean;
+  /** The next tick not yet fired (while paused: the one it would be; resume sets it again from now). */
+  readonly nextTickAt: Date;
+  /** The latest tick that started a run, and that run. */
+  readonly lastTickAt: Date | null;
+  readonly lastRunId: string | null;
+  /** overlap `buffer-one`: the tick waiting for the last run to end. */
+  readonly bufferedTickAt: Date | null;
+  /** Ticks the overlap policy let start no run. */
+  readonly skippedTicks: number;
+  /** Bumped by every change and every evaluation that moved the schedule. */
+  readonly version: number;
+  readonly createdAt: Date;
+  readonly updatedAt: Date;
+}
+
+/** {@link Schedules.describe}: the schedule and its newest runs. */
+export interface ScheduleDescription {
+  readonly schedule: Schedule;
+  /** The runs of its newest ticks (up to 20), newest tick first; each names `schedule_id` and `schedule_tick_at`. */
+  readonly recentRuns: RunRow[];
+}
+
+/** What {@link Schedules.backfill} did. */
+export interface BackfillResult {
+  /** The ticks in the range (by the schedule's spec). */
+  readonly ticks: number;
+  /** Runs it created: one per tick that had none. */
+  readonly runIds: readonly string[];
+  /** Ticks that already had a run (a tick fires once, whoever fires it). */
+  readonly alreadyFired: number;
+}
+
+const NAME = /^[A-Za-z0-9_.:-]{1,128}$/;
+const storable = (s: string) => textProblem(s) === undefined;
+const idSchema = z
+  .string()
+  .min(1, 'must not be empty')
+  .max(200, 'must be ≤ 200 characters')
+  .refine(storable, 'must be storable text (no NUL, no lone surrogate)');
+const catchupSchema = z.union(
+  [
+    z.literal('none'),
+    z.literal('latest'),
+    z
+      .object({ all: z.object({ windowMs: durationMs.pipe(z.number().min(1, 'must be > 0')) }).strict() })
+      .strict(),
+  ],
+  { error: () => "must be 'none', 'latest' or { all: { windowMs } }" },
+);
+const patchShape = {
+  cron: z.string().min(1).max(500).refine(storable, 'must be storable text').optional(),
+  every: durationMs.pipe(z.number().min(1_000, 'must be ≥ 1 s')).optional(),
+  timezone: z.string().min(1).max(100).optional(),
+  workflow: z.any().optional(),
+  activity: z.any().optional(),
+  input: z.unknown().optional(),
+  overlap: z.enum(['skip', 'buffer-one', 'allow-all', 'cancel-previous']).optional(),
+  catchup: catchupSchema.optional(),
+  queue: z.string().regex(NAME, 'must be 1–128 letters, digits, _ . : -').optional(),
+  priority: z.number().int('must be a whole number').min(-1000).max(1000).optional(),
+};
+const createSchema = z.object({ id: idSchema, paused: z.boolean().optional(), ...patchShape }).strict();
+const patchSchema = z.object(patchShape).strict();
+const backfillSchema = z
+  .object({
+    from: z.union([z.date(), z.string(), z.number()]),
+    to: z.union([z.date(), z.string(), z.number()]),
+  })
+  .strict();
+
+type Issue = { path: string; message: string };
+
+/** Parse with `schema`. @throws InvalidOptionsError naming each bad option, `where` naming the call. */
+function parse<S extends z.ZodType>(schema: S, value: unknown, where: string): z.output<S> {
+  const parsed = schema.safeParse(value);
+  if (!parsed.success) throw new InvalidOptionsError(where, formatIssues(parsed.error.issues));
+  return parsed.data;
+}
+
+/** The tick spec from `cron`/`every`/`timezone`, with an issue for each problem. */
+function tickSpec(
+  o: { cron?: string | undefined; every?: number | undefined; timezone?: string | undefined },
+  issues: Issue[],
+): TickSpec | undefined {
+  if (o.cron !== undefined && o.every !== undefined) {
+    issues.push({ path: 'cron', message: 'give either cron or every, not both' });
+    return undefined;
+  }
+  if (o.cron === undefined && o.every === undefined) {
+    issues.push({ path: 'cron', message: 'give cron (a cron expression) or every (an interval)' });
+    return undefined;
+  }
+  if (o.every !== undefined) {
+    if (o.timezone !== undefined) {
+      issues.push({ path: 'timezone', message: 'applies only to cron schedules (every ticks in UTC ms)' });
+    }
+    return { kind: 'every', everyMs: o.every };
+  }
+  const timezone = o.timezone ?? 'UTC';
+  if (!isKnownTimezone(timezone)) {
+    issues.push({
+      path: 'timezone',
+      message: `"${timezone}" is not an IANA time zone (e.g. 'Europe/Berlin')`,
+    });
+    return undefined;
+  }
+  const cron = o.cron as string;
+  try {
+    const spec: TickSpec = { kind: 'cron', cron, timezone };
+    cronOf(cron, timezone);
+    nextTickAfter(spec, Date.now()); // an expression that never ticks (Feb 30) is refused here, not at evaluation
+    return spec;
+  } catch (error) {
+    const why = error instanceof Error ? error.message : String(error);
+    issues.push({ path: 'cron', message: `"${cron}" is not a valid cron expression: ${why}` });
+    return undefined;
+  }
+}
+
+/** The target of a schedule: exactly one definition, its kind and name. */
+function target(
+  o: { workflow?: unknown; activity?: unknown },
+  issues: Issue[],
+  required: boolean,
+):
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  | { kind: 'workflow'; def: WorkflowDefinition<any, any> }
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  | { kind: 'activity'; def: ActivityDefinition<any, any> }
+  | undefined {
+  if (o.workflow !== undefined && o.activity !== undefined) {
+    issues.push({ path: 'workflow', message: 'give either workflow or activity, not both' });
+    return undefined;
+  }
+  if (o.workflow !== undefined) {
+    if ((o.workflow as { kind?: unknown }).kind !== 'workflow') {
+      issues.push({ path: 'workflow', message: 'must be a workflow from defineWorkflow()' });
+      return undefined;
+    }
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    return { kind: 'workflow', def: o.workflow as WorkflowDefinition<any, any> };
+  }
+  if (o.activity !== undefined) {
+    if ((o.activity as { kind?: unknown }).kind !== 'activity') {
+      issues.push({ path: 'activity', message: 'must be an activity from defineActivity()' });
+      return undefined;
+    }
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    return { kind: 'activity', def: o.activity as ActivityDefinition<any, any> };
+  }
+  if (required)
+    issues.push({ path: 'workflow', message: 'give the workflow (or activity) each tick starts' });
+  return undefined;
+}
+
+/** The run parameters of a target, with the schedule's queue and priority. */
+function runOptions(
+  t: NonNullable<ReturnType<typeof target>>,
+  o: { queue?: string | undefined; priority?: number | undefined },
+): ScheduleRunOptions {
+  const base = { queue: o.queue ?? t.def.queue, priority: o.priority ?? 0 };
+  if (t.kind === 'workflow') return base;
+  return {
+    ...base,
+    retryPolicy: t.def.retry,
+    leaseMs: t.def.leaseMs,
+    startToCloseTimeoutMs: t.def.startToCloseTimeoutMs,
+  };
+}
+
+function catchupPolicy(c: z.output<typeof catchupSchema> | undefined): CatchupPolicy {
+  if (c === undefined || c === 'latest') return { kind: 'latest' };
+  if (c === 'none') return { kind: 'none' };
+  return { kind: 'all', windowMs: c.all.windowMs };
+}
+
+function toSchedule(row: ScheduleRow): Schedule {
+  const date = (ms: number | null) => (ms === null ? null : new Date(Number(ms)));
+  const c = row.catchup;
+  return {
+    id: row.id,
+    spec: row.cron !== null ? { cron: row.cron, timezone: row.timezone } : { everyMs: Number(row.every_ms) },
+    target: { kind: row.target_kind, name: row.target_name },
+    input: row.input,
+    overlap: row.overlap,
+    catchup: c.kind === 'all' ? { all: { windowMs: c.windowMs } } : c.kind,
+    queue: row.run_options.queue,
+    priority: row.run_options.priority,
+    paused: row.paused,
+    nextTickAt: new Date(Number(row.next_tick_ms)),
+    lastTickAt: date(row.last_tick_ms),
+    lastRunId: row.last_run_id,
+    bufferedTickAt: date(row.buffered_tick_ms),
+    skippedTicks: Number(row.skipped_ticks),
+    version: Number(row.version),
+    createdAt: new Date(Number(row.created_ms)),
+    updatedAt: new Date(Number(row.updated_ms)),
+  };
+}
+
+function notFound(id: string): PalisadeError {
+  return new PalisadeError(
+    'SCHEDULE_NOT_FOUND',
+    `schedule ${id} does not exist; check the id (schedules list shows existing schedules)`,
+  );
+}
+
+/** A Date, ISO string or ms number as ms. */
+function instantMs(value: Date | string | number): number {
+  return value instanceof Date ? value.getTime() : typeof value === 'number' ? value : Date.parse(value);
+}
+
+/** How often a change that lost its compare-and-set to an evaluation is tried again. */
+const CAS_TRIES = 20;
+
+/**
+ * Durable schedules: cron expressions or intervals that start workflow runs (or standalone activity runs), fired
+ * by the workers of any engine on the same schema (`WorkerOptions.schedules`, on by default) — no leader, no
+ * lease: each tick starts exactly one run however many workers evaluate, stall, die or disagree on the time, and
+ * due times are judged by the database clock only. Obtain it as `engine.schedules`.
+ */
+export class Schedules {
+  constructor(
+    private readonly db: Database,
+    private readonly names: SchemaNames,
+    /** Whether the engine was closed (its calls then throw `ENGINE_CLOSED`). */
+    private readonly isClosed: () => boolean = () => false,
+  ) {}
+
+  /**
+   * Create a schedule. Its first tick is the first after now by the database clock (nothing fires for the past:
+   * see `backfill`). The input is checked against the target's schema now, as `client.start` does. Idempotent:
+   * when a schedule with this id exists with exactly these options (a call retried after a lost reply, or made at
+   * every start of an application), it is returned as it is.
+   * @returns the schedule as stored.
+   * @throws InvalidOptionsError naming the bad option: neither or both of `cron`/`every` or of
+   * `workflow`/`activity`, a cron expression croner refuses, an unknown time zone, `timezone` with `every`, an
+   * interval under 1 s, a bad overlap or catch-up policy, queue or priority.
+   * @throws ValidationError naming the bad input field; PalisadeError `PAYLOAD_TOO_LARGE`.
+   * @throws PalisadeError `SCHEDULE_EXISTS` when a schedule with this id exists with other options (or paused
+   * state): change it with `update`, `pause` or `resume`.
+   */
+  async create(options: ScheduleOptions): Promise<Schedule> {
+    this.assertOpen('create');
+    const where = `schedule options${typeof options?.id === 'string' ? ` of ${options.id}` : ''}`;
+    const o = parse(createSchema, options, where);
+    const issues: Issue[] = [];
+    const spec = tickSpec(o, issues);
+    const t = target(o, issues, true);
+    if (issues.length > 0 || !spec || !t) throw new InvalidOptionsError(where, issues);
+    const inputJson = this.checkInput(o.id, t, o.input);
+    const nowMs = await withInfraRetry(() => readDatabaseNowMs(this.db, this.names));
+    const inserted = await withInfraRetry(() =>
+      insertSchedule(this.db, this.names, {
+        id: o.id,
+        cron: spec.kind === 'cron' ? spec.cron : null,
+        everyMs: spec.kind === 'every' ? spec.everyMs : null,
+        timezone: spec.kind === 'cron' ? spec.timezone : 'UTC',
+        targetKind: t.kind,
+        targetName: t.def.name,
+        inputJson,
+        runOptions: runOptions(t, o),
+        overlap: o.overlap ?? 'skip',
+        catchup: catchupPolicy(o.catchup),
+        paused: o.paused ?? false,
+        nextTickMs: nextTickAfter(spec, nowMs),
+      }),
+    );
+    if (inserted === 'different') {
+      throw new PalisadeError(
+        'SCHEDULE_EXISTS',
+        `schedule ${o.id} already exists with other options; update it, or delete it first, or choose another id`,
+      );
+    }
+    return this.get(o.id);
+  }
+
+  /**
+   * Change a schedule (see {@link SchedulePatch}). An evaluation that read the old version fires nothing on it.
+   * @returns the schedule as changed.
+   * @throws InvalidOptionsError naming the bad option (as `create`, and `input` without its definition);
+   * ValidationError naming the bad input field; PalisadeError `SCHEDULE_NOT_FOUND`.
+   */
+  async update(id: string, patch: SchedulePatch): Promise<Schedule> {
+    this.assertOpen('update');
+    const where = `schedule update of ${String(id)}`;
+    const o = parse(patchSchema, patch, where);
+    const issues: Issue[] = [];
+    const t = target(o, issues, false);
+    if (o.input !== undefined && !t && issues.length === 0) {
+      issues.push({
+        path: 'input',
+        message: 'give the workflow (or activity) beside it, to check the input against its schema',
+      });
+    }
+    if (issues.length > 0) throw new InvalidOptionsError(where, issues);
+    const inputJson = t ? this.checkInput(id, t, o.input) : undefined;
+    return this.change(id, (row, nowMs) => {
+      const respec = o.cron !== undefined || o.every !== undefined || o.timezone !== undefined;
+      const changes: { -readonly [K in keyof ScheduleChanges]: ScheduleChanges[K] } = {};
+      if (respec) {
+        const specIssues: Issue[] = [];
+        const current = tickSpecOf(row);
+        const spec = tickSpec(
+          o.cron !== undefined || o.every !== undefined
+            ? o
+            : current.kind === 'cron'
+              ? { cron: current.cron, timezone: o.timezone }
+              : { every: current.everyMs, timezone: o.timezone },
+          specIssues,
+        );
+        if (!spec) throw new InvalidOptionsError(where, specIssues);
+        changes.cron = spec.kind === 'cron' ? spec.cron : null;
+        changes.everyMs = spec.kind === 'every' ? spec.everyMs : null;
+        changes.timezone = spec.kind === 'cron' ? spec.timezone : 'UTC';
+        changes.nextTickMs = nextTickAfter(spec, nowMs);
+        changes.clearBuffered = true;
+      }
+      if (t) {
+        changes.targetKind = t.kind;
+        changes.targetName = t.def.name;
+        changes.inputJson = inputJson;
+        changes.runOptions = runOptions(t, {
+          // A new target takes its own queue, unless given one; the same target keeps the schedule's.
+          queue: o.queue ?? (row.target_name === t.def.name ? row.run_options.queue : undefined),
+          priority: o.priority ?? row.run_options.priority,
+        });
+      } else if (o.queue !== undefined || o.priority !== undefined) {
+        changes.runOptions = {
+          ...row.run_options,
+          queue: o.queue ?? row.run_options.queue,
+          priority: o.priority ?? row.run_options.priority,
+        };
+      }
+      if (o.overlap !== undefined) changes.overlap = o.overlap;
+      if (o.catchup !== undefined) changes.catchup = catchupPolicy(o.catchup);
+      return changes;
+    });
+  }
+
+  /**
+   * Pause a schedule: no tick fires until {@link Schedules.resume}; a buffered tick is dropped. Pausing a paused
+   * schedule changes nothing.
+   * @throws PalisadeError `SCHEDULE_NOT_FOUND`.
+   */
+  async pause(id: string): Promise<Schedule> {
+    this.assertOpen('pause');
+    return this.change(id, (row) => (row.paused ? undefined : { paused: true, clearBuffered: true }));
+  }
+
+  /**
+   * Resume a paused schedule with no backlog: its next tick is the first after now by the database clock, however
+   * long it was paused (ticks of the pause never fire; `backfill` can start them). Resuming a schedule that is not
+   * paused changes nothing.
+   * @throws PalisadeError `SCHEDULE_NOT_FOUND`.
+   */
+  async resume(id: string): Promise<Schedule> {
+    this.assertOpen('resume');
+    return this.change(id, (row, nowMs) =>
+      row.paused ? { paused: false, nextTickMs: nextTickAfter(tickSpecOf(row), nowMs) } : undefined,
+    );
+  }
+
+  /**
+   * Start a run of the schedule now (its tick is the database time of the call), paused or not, whatever its
+   * overlap policy; its regular ticks go on as before.
+   * @returns the id of the run it started.
+   * @throws PalisadeError `SCHEDULE_NOT_FOUND`.
+   */
+  async trigger(id: string): Promise<string> {
+    this.assertOpen('trigger');
+    for (let i = 0; i < CAS_TRIES; i++) {
+      const { row, nowMs } = await withInfraRetry(() => readSchedule(this.db, this.names, id));
+      if (!row) throw notFound(id);
+      const runId = randomUUID();
+      const fired = await this.fire(row, [nowMs], [runId]);
+      if (fired.runs.length === 1) return runId;
+    }
+    throw new PalisadeError('DATABASE_ERROR', `schedule ${id}: trigger kept losing to concurrent changes`);
+  }
+
+  /**
+   * Start the runs of the schedule's ticks from `from` to `to` (both included; Dates, ISO strings or ms), oldest
+   * first, each tick that has no run yet — whatever the overlap policy, paused or not. At most 1,000 ticks; `to`
+   * must not be later than now by the database clock.
+   * @throws InvalidOptionsError naming `from` or `to` (not a time, `from` after `to`, `to` in the future, more than
+   * 1,000 ticks); PalisadeError `SCHEDULE_NOT_FOUND`.
+   */
+  async backfill(
+    id: string,
+    range: { readonly from: Date | string | number; readonly to: Date | string | number },
+  ): Promise<BackfillResult> {
+    this.assertOpen('backfill');
+    const where = `backfill of schedule ${String(id)}`;
+    const r = parse(backfillSchema, range, where);
+    const fromMs = instantMs(r.from);
+    const toMs = instantMs(r.to);
+    const issues: Issue[] = [];
+    if (Number.isNaN(fromMs)) issues.push({ path: 'from', message: `${String(r.from)} is not a time` });
+    if (Number.isNaN(toMs)) issues.push({ path: 'to', message: `${String(r.to)} is not a time` });
+    if (issues.length === 0 && fromMs > toMs) issues.push({ path: 'from', message: 'must not be after to' });
+    if (issues.length > 0) throw new InvalidOptionsError(where, issues);
+    for (let i = 0; i < CAS_TRIES; i++) {
+      const { row, nowMs } = await withInfraRetry(() => readSchedule(this.db, this.names, id));
+      if (!row) throw notFound(id);
+      if (toMs > nowMs) {
+        throw new InvalidOptionsError(where, [
+          {
+            path: 'to',
+            message: `${new Date(toMs).toISOString()} is later than now by the database clock (${new Date(nowMs).toISOString()})`,
+          },
+        ]);
+      }
+      const ticks = ticksBetween(tickSpecOf(row), fromMs, toMs, MAX_BACKFILL_TICKS);
+      if (!ticks) {
+        throw new InvalidOptionsError(where, [
+          {
+            path: 'to',
+            message: `the range holds more than ${MAX_BACKFILL_TICKS} ticks; backfill it in parts`,
+          },
+        ]);
+      }
+      if (ticks.length === 0) return { ticks: 0, runIds: [], alreadyFired: 0 };
+      const fired = await this.fire(
+        row,
+        ticks,
+        ticks.map(() => randomUUID()),
+      );
+      if (fired.applied.length === 1) {
+        const runIds = fired.runs.map((x) => x.runId);
+        return { ticks: ticks.length, runIds, alreadyFired: ticks.length - runIds.length };
+      }
+    }
+    throw new PalisadeError('DATABASE_ERROR', `schedule ${id}: backfill kept losing to concurrent changes`);
+  }
+
+  /**
+   * Delete a schedule; no tick fires after this returns. Its runs are kept, and still name it.
+   * @throws PalisadeError `SCHEDULE_NOT_FOUND`.
+   */
+  async delete(id: string): Promise<void> {
+    this.assertOpen('delete');
+    if (!(await withInfraRetry(() => deleteSchedule(this.db, this.names, id)))) throw notFound(id);
+  }
+
+  /**
+   * Schedules in id order, at most `limit`.
+   * @throws InvalidOptionsError naming a bad `limit` (1 to 10,000; default 1,000).
+   */
+  async list(options: { readonly limit?: number } = {}): Promise<Schedule[]> {
+    this.assertOpen('list');
+    const o = parse(
+      z.object({ limit: z.number().int('must be a whole number').min(1).max(10_000).optional() }).strict(),
+      options,
+      'schedules list options',
+    );
+    const rows = await withInfraRetry(() => listSchedules(this.db, this.names, { limit: o.limit ?? 1_000 }));
+    return rows.map(toSchedule);
+  }
+
+  /** One schedule. @throws PalisadeError `SCHEDULE_NOT_FOUND`. */
+  async get(id: string): Promise<Schedule> {
+    this.assertOpen('get');
+    const { row } = await withInfraRetry(() => readSchedule(this.db, this.names, id));
+    if (!row) throw notFound(id);
+    return toSchedule(row);
+  }
+
+  /** One schedule and the runs of its newest ticks. @throws PalisadeError `SCHEDULE_NOT_FOUND`. */
+  async describe(id: string): Promise<ScheduleDescription> {
+    const schedule = await this.get(id);
+    const recentRuns = await withInfraRetry(() =>
+      listScheduleRuns(this.db, this.names, { scheduleId: id, limit: 20 }),
+    );
+    return { schedule, recentRuns };
+  }
+
+  /**
+   * Evaluate the due schedules of this schema once, now, as every worker does on its schedule timer (tests, or a
+   * process that runs no worker). Safe beside evaluating workers.
+   */
+  async evaluate(): Promise<ScheduleEvaluation> {
+    this.assertOpen('evaluate');
+    return evaluateDueSchedules(this.db, this.names);
+  }
+
+  /**
+   * @throws PalisadeError `ENGINE_CLOSED` after `engine.close()`; FENCED_TRANSACTION_NESTED inside a fenced
+   * transaction.
+   */
+  private assertOpen(call: string): void {
+    if (this.isClosed()) {
+      throw new PalisadeError('ENGINE_CLOSED', `engine is closed; schedules.${call} needs an open engine`);
+    }
+    assertUsableOutsideTransaction(this.db, `schedules.${call}`);
+  }
+
+  /** Check `input` against the target's schema and its JSON round trip. */
+  private checkInput(id: string, t: NonNullable<ReturnType<typeof target>>, input: unknown): string {
+    const what = `input of schedule ${id} (${t.kind} ${t.def.name})`;
+    const value: unknown = validate(t.def.input as z.ZodType, input, what);
+    return checkPayload(value, what, PAYLOAD_LIMITS.inputBytes);
+  }
+
+  /** Fire `ticks` of `row` by hand (manual: every tick starts a run; the next tick stays). */
+  private fire(row: ScheduleRow, ticks: readonly number[], runIds: readonly string[]) {
+    return applyFirings(
+      this.db,
+      this.names,
+      [
+        {
+          id: row.id,
+          version: Number(row.version),
+          ticks: ticks.map((tickMs, k) => ({ tickMs, runId: runIds[k] as string })),
+          manual: true,
+        },
+      ],
+      false,
+    );
+  }
+
+  /**
+   * Apply `changes(row, nowMs)` to schedule `id` by compare-and-set on its version, reading it again when an
+   * evaluation moved it meanwhile; `undefined` changes nothing.
+   */
+  private async change(
+    id: string,
+    changes: (row: ScheduleRow, nowMs: number) => ScheduleChanges | undefined,
+  ): Promise<Schedule> {
+    for (let i = 0; i < CAS_TRIES; i++) {
+      const { row, nowMs } = await withInfraRetry(() => readSchedule(this.db, this.names, id));
+      if (!row) throw notFound(id);
+      const c = changes(row, nowMs);
+      if (!c) return toSchedule(row);
+      const written = await withInfraRetry(() =>
+        updateSchedule(this.db, this.names, { id, version: Number(row.version), changes: c }),
+      );
+      if (written) return toSchedule(written);
+    }
+    throw new PalisadeError('DATABASE_ERROR', `schedule ${id}: change kept losing to concurrent changes`);
+  }
+}
