@@ -228,6 +228,77 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await worker.stop();
     });
 
+    it('starts the next step and the next run of a full key when one ends, without waiting for a poll', async () => {
+      const engine = await target.engine();
+      const quick = defineActivity({
+        name: 'quick',
+        input: z.object({ n: z.number() }),
+        output: z.number(),
+        run: ({ n }) => Promise.resolve(n),
+      });
+      const brief = defineWorkflow({
+        name: 'brief',
+        input: z.object({ n: z.number() }),
+        output: z.number(),
+        run: ({ n }) => Promise.resolve(n),
+      });
+      // One poll a minute: each of these would wait for it if an ending woke no claim.
+      const worker = engine.worker({
+        activities: [quick],
+        workflows: [brief],
+        concurrency: 4,
+        pollIntervalMs: 60_000,
+      });
+      await worker.start();
+      const five = [0, 1, 2, 3, 4].map((n) => ({ n }));
+      const jobs = await engine.client.enqueueMany(quick, five, { concurrency: { key: 'k', limit: 1 } });
+      const runs = await engine.client.startMany(brief, five, { concurrency: { key: 'k', limit: 1 } });
+      await expect(Promise.all(jobs.map((h) => h.result({ timeoutMs: 20_000 })))).resolves.toEqual([
+        0, 1, 2, 3, 4,
+      ]);
+      await expect(Promise.all(runs.map((h) => h.result({ timeoutMs: 20_000 })))).resolves.toEqual([
+        0, 1, 2, 3, 4,
+      ]);
+      expect(await maxRunningPerKey(engine, 'quick')).toEqual({ k: 1 });
+      await worker.stop();
+    });
+
+    it('does not report work waiting for its key as unclaimed', async () => {
+      const engine = await target.engine();
+      const release = gate();
+      const slow = defineActivity({
+        name: 'slow',
+        input: z.object({}),
+        output: z.null(),
+        async run() {
+          await release.promise;
+          return null;
+        },
+      });
+      const worker = engine.worker({ activities: [slow], pollIntervalMs: 50 });
+      await worker.start();
+      const first = await engine.client.enqueue(slow, {}, { concurrency: { key: 'k', limit: 1 } });
+      await until(
+        [worker],
+        async () => (await runningNowPerKey(engine, 'slow')).k === 1,
+        'the first running',
+      );
+      const second = await engine.client.enqueue(slow, {}, { concurrency: { key: 'k', limit: 1 } });
+      // No worker serves this queue: that one is unclaimed.
+      const orphan = await engine.client.enqueue(slow, {}, { queue: 'nobody' });
+      expect((await second.describe({ unclaimedAfterMs: 0 })).unclaimed).toEqual([]);
+      expect((await orphan.describe({ unclaimedAfterMs: 0 })).unclaimed).toMatchObject([
+        { kind: 'activity', name: 'slow', queue: 'nobody' },
+      ]);
+      const shown = await second.describe();
+      expect(shown.steps[0]?.concurrency).toEqual({ key: 'k', limit: 1 });
+      release.open();
+      await expect(Promise.all([first, second].map((h) => h.result({ timeoutMs: 15_000 })))).resolves.toEqual(
+        [null, null],
+      );
+      await worker.stop();
+    });
+
     it('refuses bad limits naming the option', async () => {
       const engine = await target.engine();
       const noop = defineActivity({

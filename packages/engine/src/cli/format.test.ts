@@ -90,6 +90,7 @@ const run: RunRow = {
   parent_run_id: null,
   schedule_id: null,
   schedule_tick_at: null,
+  concurrency: null,
   idempotency_key: 'batch-42',
   queue: 'default',
   priority: 0,
@@ -115,6 +116,8 @@ const step: StepRow = {
   lease_expires_at: null,
   heartbeat_details: null,
   retired_at: null,
+  concurrency: null,
+  rate_limit: null,
 };
 
 const attempt = (over: Partial<AttemptRow>): AttemptRow => ({
@@ -221,5 +224,34 @@ describe('runs show of work no worker claimed', () => {
     const line = lines.find((l) => l.startsWith('waiting'));
     expect(line).toContain('activity refund on queue payments due for');
     expect(line).toContain('never claimed: is a worker serving it?');
+  });
+});
+
+describe('runs show of a run under flow control', () => {
+  it('names the concurrency key and the rate limit the run waits under', () => {
+    const limited: RunTimeline = {
+      ...timeline,
+      steps: timeline.steps.map((s) => ({
+        ...s,
+        concurrency: { key: 'customer-7', limit: 1 },
+        rate_limit: { key: '', limit: 10, period_ms: 1_000 },
+      })),
+    };
+    const lines = formatRunTimeline(plain, limited, { nowIso: '2025-06-01T13:00:00.000Z', events: false });
+    const line = lines.find((l) => l.startsWith('limits'));
+    expect(line).toContain('concurrency key "customer-7" (limit 1)');
+    expect(line).toContain('rate key "" (10 per 1');
+    expect(
+      formatRunTimeline(plain, timeline, { nowIso: '2025-06-01T13:00:00.000Z', events: false }),
+    ).not.toEqual(expect.arrayContaining([expect.stringMatching(/^limits/)]));
+  });
+
+  it('says when a delayed run starts', () => {
+    const delayed = formatRunTimeline(
+      plain,
+      { ...timeline, run: { ...timeline.run, start_at: '2025-06-01T14:00:00.000Z' } },
+      { nowIso: '2025-06-01T13:00:00.000Z', events: false },
+    );
+    expect(delayed.find((l) => l.startsWith('starts'))).toContain('14:00:00.000 UTC (a delayed start)');
   });
 });

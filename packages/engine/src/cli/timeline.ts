@@ -179,6 +179,8 @@ export function formatRunTimeline(
     ),
   );
   lines.push(field('created', `${formatTimestamp(run.created_at, true)} UTC`));
+  if (run.start_at)
+    lines.push(field('starts', `${formatTimestamp(run.start_at, true)} UTC (a delayed start)`));
   if (run.started_at) lines.push(field('started', `${formatTimestamp(run.started_at, true)} UTC`));
   if (run.finished_at) {
     const took = formatDuration(msBetween(run.started_at ?? run.created_at, run.finished_at));
@@ -186,6 +188,11 @@ export function formatRunTimeline(
   } else if (run.started_at) {
     lines.push(field('running', `for ${formatDuration(msBetween(run.started_at, options.nowIso))}`));
   }
+  const limits = flowLimits(
+    run.concurrency ?? t.steps[0]?.concurrency ?? null,
+    t.steps[0]?.rate_limit ?? null,
+  );
+  if (limits) lines.push(field('limits', limits));
   if (run.cancel_reason) lines.push(field('cancel', run.cancel_reason));
   if (run.parent_run_id) lines.push(field('parent', `${run.parent_run_id} (it started this run)`));
   if (run.schedule_id) {
@@ -311,4 +318,20 @@ export function formatWatchedEvent(
 function visibleText(text: string): string {
   // eslint-disable-next-line no-control-regex
   return text.replace(/\u001b\[[0-9;]*m/g, '');
+}
+
+/**
+ * The flow-control line of `runs show`: a workflow run's concurrency key, or a job's (read off its step) and its
+ * rate limit; '' when it has none.
+ */
+function flowLimits(
+  concurrency: { key: string; limit: number } | null,
+  rate: { key: string; limit: number; period_ms: number } | null,
+): string {
+  const parts: string[] = [];
+  if (concurrency)
+    parts.push(`concurrency key ${JSON.stringify(concurrency.key)} (limit ${concurrency.limit})`);
+  if (rate)
+    parts.push(`rate key ${JSON.stringify(rate.key)} (${rate.limit} per ${formatDuration(rate.period_ms)})`);
+  return parts.join(' · ');
 }

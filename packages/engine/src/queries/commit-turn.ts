@@ -715,7 +715,7 @@ ${
        WHERE r.id = (SELECT id FROM go)
       RETURNING r.id, r.queue, r.turn_next_run_at <= (SELECT t FROM clock) AS due_now, r.status, r.output, r.error,
                 r.cancel_reason, r.result_waiters, r.turn_token, r.turn_nonce, r.turn_epoch, r.turn_attempt,
-                r.parent_step_id, r.watchers),
+                r.parent_step_id, r.watchers, r.concurrency_key),
     turn_attempt AS (${
       grant.kind === 'claimed'
         ? sql`
@@ -832,6 +832,8 @@ ${
       sql`SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
           UNION ALL ${endedRunItems(sql`(SELECT * FROM run_row WHERE ${ending}) x`)}
+          -- A run under a concurrency key that ends gives its place to a pending run of its key (flow-control.ts).
+          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE ${ending} AND concurrency_key IS NOT NULL
           UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE watchers > 0 AND NOT ${ending}${
             startsChildren ? sql` UNION ALL SELECT 'turn:' || queue FROM children` : sql``
           }${

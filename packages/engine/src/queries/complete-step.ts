@@ -84,7 +84,7 @@ export async function completeSteps(
         FROM inp i
        WHERE ${stepFenceOnInput(n, 's')} AND s.id IN (SELECT id FROM step_lock)
       RETURNING s.id, s.run_id, s.seq, s.kind, s.name, s.attempt, s.epoch, s.fencing_token, s.worker_id,
-                s.finished_at, i.payload AS output),
+                s.finished_at, i.payload AS output, s.queue, s.concurrency_key),
     ended AS (
       UPDATE ${n.attempts} a SET outcome = 'completed', ended_at = ${n.now}
         FROM applied WHERE a.fencing_token = applied.fencing_token
@@ -161,7 +161,10 @@ export async function completeSteps(
     ${notifyOnce(
       n,
       'notified',
-      sql`${endedRunItems(sql`finished_run`)} UNION ALL SELECT 'turn:' || queue FROM woken_run WHERE NOT eager`,
+      // A step under a concurrency key gives its place back: wake the claims of its queue, as a claim made while it
+      // ran has skipped the steps waiting for that place (flow-control.ts).
+      sql`${endedRunItems(sql`finished_run`)} UNION ALL SELECT 'turn:' || queue FROM woken_run WHERE NOT eager
+          UNION ALL SELECT 'step:' || queue FROM applied WHERE concurrency_key IS NOT NULL`,
     )},
     ${rejectionCtes(n, { operation: 'complete', replayWhen: sql`cur.status = 'completed' AND cur.ended_nonce = cur.stale_nonce AND cur.fencing_token = cur.stale_token` })}
     SELECT ${fencedResultColumns},

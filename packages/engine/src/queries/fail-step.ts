@@ -67,7 +67,7 @@ export async function failSteps(
         FROM inp i
        WHERE ${stepFenceOnInput(n, 's')} AND s.id IN (SELECT id FROM step_lock)
       RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, s.worker_id, s.status, s.next_run_at, s.queue,
-                s.error, i.payload->>'outcome' AS outcome),
+                s.error, i.payload->>'outcome' AS outcome, s.concurrency_key),
     ended AS (
       UPDATE ${n.attempts} a SET outcome = applied.outcome, ended_at = ${now}, error = applied.error
         FROM applied WHERE a.fencing_token = applied.fencing_token
@@ -99,7 +99,9 @@ export async function failSteps(
     ${notifyOnce(
       n,
       'notified',
-      sql`${endedRunItems(sql`finished_run`)} UNION ALL SELECT 'turn:' || queue FROM woken_run`,
+      // A step under a concurrency key gives its place back (retried or not): see completeSteps.
+      sql`${endedRunItems(sql`finished_run`)} UNION ALL SELECT 'turn:' || queue FROM woken_run
+          UNION ALL SELECT 'step:' || queue FROM applied WHERE concurrency_key IS NOT NULL`,
     )},
     ${rejectionCtes(n, {
       operation: 'fail',

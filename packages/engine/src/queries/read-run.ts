@@ -19,6 +19,8 @@ export interface RunRow {
   schedule_id: string | null;
   /** The tick of `schedule_id` this run is for (ISO 8601, database clock), or null. */
   schedule_tick_at: string | null;
+  /** A workflow run's per-key concurrency (`start`'s `concurrency`), or null (a job's is on its step). */
+  concurrency: { key: string; limit: number } | null;
   idempotency_key: string | null;
   queue: string;
   priority: number;
@@ -38,6 +40,8 @@ function runColumns(n: SchemaNames): SQL {
   const job = jobRunColumns(n, sql`r`);
   return sql`r.id::text, r.kind, r.name, ${job.status} AS status, r.input, r.output, r.error, r.progress,
   r.parent_run_id::text, r.schedule_id,
+  CASE WHEN r.concurrency_key IS NOT NULL
+       THEN jsonb_build_object('key', r.concurrency_key, 'limit', r.concurrency_limit) END AS concurrency,
   to_char(r.schedule_tick_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS schedule_tick_at, r.idempotency_key,
   r.queue, r.priority, r.cancel_reason,
   to_char(r.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS created_at,
@@ -140,6 +144,10 @@ export interface StepRow {
   heartbeat_details: unknown;
   /** Set (ISO 8601) when `client.retry` withdrew the step from the replayed history; the row is kept. */
   retired_at: string | null;
+  /** The step's per-key concurrency (`concurrency` of `enqueue` / `ctx.run`), or null. */
+  concurrency: { key: string; limit: number } | null;
+  /** The step's per-key rate limit, or null. */
+  rate_limit: { key: string; limit: number; period_ms: number } | null;
 }
 
 export interface AttemptRow {
@@ -179,7 +187,12 @@ export async function readRunHistory(
     db.rows<StepRow>(sql`
       SELECT s.id::text, s.seq, s.kind, s.name, s.status, s.attempt, s.epoch, s.fencing_token::text AS token,
              ${stepOutputSql(n, sql`s`)} AS output, s.error, ${ts('s.next_run_at')} AS next_run_at,
-             ${ts('s.lease_expires_at')} AS lease_expires_at, s.heartbeat_details, ${ts('s.retired_at')} AS retired_at
+             ${ts('s.lease_expires_at')} AS lease_expires_at, s.heartbeat_details, ${ts('s.retired_at')} AS retired_at,
+             CASE WHEN s.concurrency_key IS NOT NULL
+                  THEN jsonb_build_object('key', s.concurrency_key, 'limit', s.concurrency_limit) END AS concurrency,
+             CASE WHEN s.rate_key IS NOT NULL
+                  THEN jsonb_build_object('key', s.rate_key, 'limit', s.rate_limit, 'period_ms', s.rate_period_ms)
+             END AS rate_limit
         FROM ${n.steps} s WHERE s.run_id = ${runId}::uuid ORDER BY s.seq, s.created_at`),
     db.rows<AttemptRow>(sql`
       SELECT step_id::text, kind, attempt, epoch, fencing_token::text AS token, worker_id,

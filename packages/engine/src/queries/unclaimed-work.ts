@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
+import { runKeyHasRoom, stepKeyHasRoom } from './flow-control.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 /** Work of a run that has been due for a while and that no worker ever claimed. */
@@ -16,7 +17,8 @@ export interface UnclaimedWork {
 
 /**
  * A run's work that has been due for at least `olderThanMs` and never claimed (epoch 0): most likely no live worker
- * serves that activity or workflow on that queue. Plain read, no locks.
+ * serves that activity or workflow on that queue. Work waiting for a place under its concurrency key, full in this
+ * read, is not listed (nor is work over its rate limit, which is not due yet). Plain read, no locks.
  */
 export async function readUnclaimedWork(
   db: Database,
@@ -36,12 +38,14 @@ export async function readUnclaimedWork(
       FROM ${n.steps} s
      WHERE s.run_id = ${runId}::uuid AND s.kind = 'activity' AND s.status = 'scheduled' AND s.epoch = 0
        AND s.retired_at IS NULL AND s.next_run_at <= ${n.now} - ${msInterval(sql`${olderThanMs}::int`)}
+       -- Not a step waiting for a place under its full concurrency key: that wait is not a missing worker.
+       AND ${stepKeyHasRoom(n, sql`s`)}
     UNION ALL
     SELECT 'workflow', r.name, r.queue, NULL,
            (extract(epoch FROM (${n.now} - r.turn_next_run_at)) * 1000)::float8
       FROM ${n.runs} r
      WHERE r.id = ${runId}::uuid AND r.kind = 'workflow' AND r.status = 'pending' AND r.turn_epoch = 0
-       AND r.turn_next_run_at <= ${n.now} - ${msInterval(sql`${olderThanMs}::int`)}`);
+       AND r.turn_next_run_at <= ${n.now} - ${msInterval(sql`${olderThanMs}::int`)} AND ${runKeyHasRoom(n, sql`r`)}`);
   return rows.map((r) => ({
     kind: r.kind,
     name: r.name,
