@@ -310,6 +310,36 @@ describe('transactional start with a postgres.js transaction (sql.begin)', () =>
     expect((error as Error).message).toContain('roll it back');
   });
 
+  it('refuses a transaction kept past its end, committed or rolled back, and writes nothing', async () => {
+    const engine = await target.engine();
+    const caller = target.sql();
+    let committed: unknown;
+    await caller.begin((tx) => {
+      committed = tx;
+      return Promise.resolve();
+    });
+    let rolledBack: unknown;
+    await caller
+      .begin((tx) => {
+        rolledBack = tx;
+        return Promise.reject(new Rollback());
+      })
+      .catch((e: unknown) => {
+        if (!(e instanceof Rollback)) throw e;
+      });
+    let fromDrizzle: unknown;
+    await drizzlePostgres(caller).transaction((tx) => {
+      fromDrizzle = tx;
+      return Promise.resolve();
+    });
+    for (const tx of [committed, rolledBack, fromDrizzle]) {
+      const error = await engine.client.start(fulfil, { orderId: 'late' }, { tx }).catch((e: unknown) => e);
+      expect(isPalisadeError(error, 'INVALID_OPTIONS')).toBe(true);
+      expect((error as Error).message).toMatch(/tx: is a (postgres.js|drizzle) transaction.* that has ended/);
+    }
+    expect(await count(engine, 'runs')).toBe(0);
+  });
+
   it('refuses the client itself and a PGlite transaction, naming tx', async () => {
     const engine = await target.engine();
     const pglite = new PGlite();

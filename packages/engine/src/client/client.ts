@@ -195,8 +195,8 @@ const runOptionsSchema = z
     // Checked by callerTransaction(), which says what kinds it takes.
     tx: z.unknown().optional(),
     startAt: z
-      .date('must be a Date')
-      .refine((d) => Number.isFinite(d.getTime()), 'must be a valid Date')
+      .instanceof(Date, { message: 'must be a Date' })
+      .refine((d) => Number.isFinite(d.getTime()), 'must be a valid Date, not an Invalid Date')
       .optional(),
   })
   .strict();

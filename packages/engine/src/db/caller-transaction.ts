@@ -69,15 +69,46 @@ function isPgliteTransaction(value: unknown): value is PgliteTransaction {
  * caller's transaction failed (see {@link callerTransactionError}).
  */
 class TransactionStatements implements CallerTransaction {
+  /** Whether the first statement has shown the transaction open (postgres.js only: see `assertOpen`). */
+  private open: Promise<void> | undefined;
+
   constructor(
     readonly driver: 'postgres' | 'pglite',
     readonly kind: string,
     private readonly client: PostgresTransaction | PgliteTransaction,
     private readonly schema: string,
+    private readonly where: string,
   ) {}
+
+  /**
+   * A postgres.js transaction object kept after its `sql.begin` callback returned runs statements on a pooled
+   * connection outside any transaction: the run would be written on its own, whatever became of the caller's
+   * transaction. The driver offers no flag to tell, so the first statement is a SAVEPOINT, which PostgreSQL
+   * refuses outside a transaction block (25P01), released at once.
+   * @throws InvalidOptionsError naming `tx` when the transaction has ended.
+   */
+  private assertOpen(client: PostgresTransaction): Promise<void> {
+    return (this.open ??= (async () => {
+      try {
+        await client.unsafe('SAVEPOINT palisade_tx_open', [], { prepare: false });
+        await client.unsafe('RELEASE SAVEPOINT palisade_tx_open', [], { prepare: false });
+      } catch (error) {
+        if (sqlstateOf(error) === '25P01') {
+          throw new InvalidOptionsError(this.where, [
+            {
+              path: 'tx',
+              message: `is ${this.kind} that has ended (its statements would run outside any transaction): start the run inside the transaction's callback`,
+            },
+          ]);
+        }
+        throw callerTransactionError(error, this.schema, this.kind);
+      }
+    })());
+  }
 
   async rows<T>(query: SQL): Promise<T[]> {
     const { sql: text, params } = dialect.sqlToQuery(query);
+    if ('unsafe' in this.client) await this.assertOpen(this.client);
     try {
       if ('unsafe' in this.client) {
         const result = await this.client.unsafe(text, params, { prepare: true });
@@ -188,6 +219,7 @@ export function callerTransaction(
     kind,
     client as PostgresTransaction | PgliteTransaction,
     engine.schema,
+    where,
   );
 }
 
