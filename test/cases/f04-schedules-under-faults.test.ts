@@ -11,12 +11,18 @@
  * Time is compressed: the test moves the database clock one tick forward at a time (time travel) and waits for
  * that tick's run, so 60 ticks take seconds, not a minute; the schedule's catch-up is `all` (window 1 h), so a
  * tick due while no live evaluator could fire it still fires — once — when one can.
+ *
+ * The timer half of the case runs beside it on the same skewed, hurt workers: 20 runs of `steps-with-sleep`
+ * (step A, a 30 s durable sleep, step B) started before the first tick. Expected: every run completes (the
+ * killed worker's leases are reclaimed), B completes once per run, and no continuation after the sleep starts
+ * before the timer's due time by the database clock.
  */
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineWorkflow } from '@palisade/sdk';
 import { advanceClock } from '@palisade/engine/testing';
+import { fixtureActivities, fixtureWorkflows } from '../fixtures/activities.js';
 import type { WorkerProcessConfig } from '../fixtures/worker-protocol.js';
 import { useEngineTarget } from '../support/engine.js';
 import { useFaultCase, waitUntil, type FaultCase } from '../support/fault-case.js';
@@ -25,6 +31,9 @@ import { useWorkerProcesses } from '../support/worker-process.js';
 const TICKS = 60;
 const POLL_MS = 100;
 const SCHEDULE_ID = 'f04-every-second';
+const SLEEPERS = 20;
+const SLEEP_MS = 30_000;
+const { stepsWithSleep } = fixtureWorkflows(fixtureActivities({ leaseMs: 5_000 }));
 
 /** Nobody serves it here: its runs stay pending, which is all this case needs. */
 const heartbeatReport = defineWorkflow({
@@ -59,7 +68,7 @@ describe('F04: schedules under faults and skewed clocks', () => {
   const faults = useFaultCase(target);
 
   it(
-    'fires exactly one run per tick, none before its tick by database time',
+    'fires exactly one run per tick, none before its tick, and continues no sleep before its due time, by database time',
     { timeout: 90_000 },
     async () => {
       const c = await faults.setUp();
@@ -92,6 +101,10 @@ describe('F04: schedules under faults and skewed clocks', () => {
         overlap: 'allow-all',
         catchup: { all: { windowMs: '1h' } },
       });
+      const sleepers = await c.engine.client.startMany(
+        stepsWithSleep,
+        Array.from({ length: SLEEPERS }, () => ({ sleepMs: SLEEP_MS, after: ['B'] })),
+      );
       const first = schedule.nextTickAt.getTime();
       const last = first + (TICKS - 1) * 1_000;
       let dropRule: ReturnType<typeof proxy.dropReplyAfter> | undefined;
@@ -132,6 +145,27 @@ describe('F04: schedules under faults and skewed clocks', () => {
       const all = await tickRuns(c);
       expect(new Set(all.map((r) => r.tick_ms)).size).toBe(all.length);
       for (const r of all) expect(r.tick_ms % 1_000).toBe(0);
+      // The sleepers: each completed, its B ran once, and no B was scheduled (by the turn after the sleep)
+      // before the sleep's due time by the database clock.
+      await Promise.all(sleepers.map((h) => h.result({ timeoutMs: 30_000 })));
+      // The timer's due time is in its timer:started event (a fired timer's row keeps none).
+      const continued = await c.engine.database.rows<{ run_id: string; due_ms: number; b_ms: number }>(sql`
+        SELECT t.run_id::text,
+               (extract(epoch FROM (e.data->>'dueAt')::timestamptz) * 1000)::float8 AS due_ms,
+               (extract(epoch FROM b.created_at) * 1000)::float8 AS b_ms
+          FROM ${c.engine.names.steps} t
+          JOIN ${c.engine.names.events} e ON e.step_id = t.id AND e.type = 'timer:started'
+          JOIN ${c.engine.names.steps} b ON b.run_id = t.run_id AND b.seq = t.seq + 1 AND b.retired_at IS NULL
+         WHERE t.kind = 'timer' AND t.retired_at IS NULL
+           AND t.run_id IN (SELECT id FROM ${c.engine.names.runs} WHERE name = 'steps-with-sleep')`);
+      expect(continued).toHaveLength(SLEEPERS);
+      for (const r of continued) expect(r.b_ms, r.run_id).toBeGreaterThanOrEqual(r.due_ms);
+      // B completed once per run (an attempt cut off mid-B may have started it again: execution is at least once).
+      const [b] = await c.sql<{ completed: number; started_runs: number }[]>`
+        SELECT (SELECT count(*)::int FROM ${c.sql(c.schema)}.steps
+                 WHERE name = 'record-step' AND seq = 2 AND status = 'completed' AND retired_at IS NULL) AS completed,
+               (SELECT count(DISTINCT run_id)::int FROM ${c.sql(c.schema)}.executions WHERE label = 'B') AS started_runs`;
+      expect(b).toEqual({ completed: SLEEPERS, started_runs: SLEEPERS });
       for (const w of [fast, replacement, cut])
         expect(w.kill('SIGCONT'), `${w.workerId} is alive`).toBe(true);
     },
