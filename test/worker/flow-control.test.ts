@@ -12,7 +12,7 @@ import { defineActivity, defineSignal, defineWorkflow, isPalisadeError } from '@
 import { useEngineTarget } from '../support/engine.js';
 import { claimTimesMs, maxInWindow, maxRunningPerKey, runningNowPerKey } from '../support/flow-audit.js';
 import { stepsOf, until, warmUp } from '../workflow/workflow-rows.js';
-import { gate, type Gate } from './helpers.js';
+import { gate, workerEvent, type Gate } from './helpers.js';
 
 const go = defineSignal({ name: 'go', payload: z.null() });
 
@@ -277,12 +277,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
       });
       const worker = engine.worker({ activities: [slow], pollIntervalMs: 50 });
       await worker.start();
+      // until() hears no start: wait for the worker's own event.
+      const started = workerEvent(worker, 'attempt:started');
       const first = await engine.client.enqueue(slow, {}, { concurrency: { key: 'k', limit: 1 } });
-      await until(
-        [worker],
-        async () => (await runningNowPerKey(engine, 'slow')).k === 1,
-        'the first running',
-      );
+      await started;
+      expect(await runningNowPerKey(engine, 'slow')).toEqual({ k: 1 });
       const second = await engine.client.enqueue(slow, {}, { concurrency: { key: 'k', limit: 1 } });
       // No worker serves this queue: that one is unclaimed.
       const orphan = await engine.client.enqueue(slow, {}, { queue: 'nobody' });
