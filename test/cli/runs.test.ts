@@ -184,6 +184,26 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
     expect((JSON.parse(filtered.stdout) as { id: string }[]).map((r) => r.id)).toEqual([chargeRunId]);
   });
 
+  it('ends quietly with exit code 0 when its reader closes the pipe early (runs list | head)', async () => {
+    const own = freshSchema();
+    const other = await createEngine({ databaseUrl: databaseUrl(), schema: own });
+    try {
+      // More JSON than a pipe holds (64 KiB), so the CLI is still writing when the reader goes.
+      await other.client.enqueueMany(
+        refund,
+        Array.from({ length: 400 }, (_, k) => ({ invoice: `inv-${k}` })),
+      );
+      const cli = startCli(['runs', 'list', '--json', '--limit', '1000', ...target(own)]);
+      await cli.waitForOutput(/"id"/);
+      cli.child.stdout?.destroy();
+      const result = await cli.exited;
+      expect(result.stderr).not.toMatch(/EPIPE|Unhandled/);
+      expect(result.code).toBe(0);
+    } finally {
+      await other.close({ graceMs: 0 });
+    }
+  });
+
   it('reads DATABASE_URL when no --database-url is given', async () => {
     const result = await runCli(['runs', 'list', '--json', '--schema', schema], {
       env: { DATABASE_URL: databaseUrl() },

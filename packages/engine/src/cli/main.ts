@@ -137,4 +137,11 @@ export async function main(argv: readonly string[]): Promise<number> {
   }
 }
 
+// A reader that stops early (`palisade runs show <id> | head`) closes the pipe: the rest of the output has nowhere
+// to go, which is not a failure of the command. Without a listener the write's EPIPE is an unhandled 'error' event.
+process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+  if (error.code === 'EPIPE') process.exit(process.exitCode ?? 0);
+  throw error;
+});
+
 process.exitCode = await main(process.argv);
