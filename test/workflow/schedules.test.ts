@@ -457,6 +457,43 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(ticks).toEqual([0, 1, 2, 3, 4, 5].map((k) => first + (k - 1) * 5 * MINUTE_MS));
     });
 
+    it('a create at every application start keeps a schedule an operator paused; one deleted and created again starts afresh', async () => {
+      const engine = await target.engine();
+      const options = { id: 'app', every: '5m', workflow: report, input: { region: 'eu' } } as const;
+      const created = await engine.schedules.create(options);
+      await engine.schedules.pause('app');
+      // The next start of the application: the same options, paused state not given — the pause stands.
+      const again = await engine.schedules.create(options);
+      expect(again.paused).toBe(true);
+      expect(again.version).toBe(created.version + 1);
+      await expectCode(
+        engine.schedules.create({ ...options, paused: false }),
+        'SCHEDULE_EXISTS',
+        'other options or paused state',
+      );
+
+      const first = created.nextTickAt.getTime();
+      await engine.schedules.resume('app');
+      await moveClockTo(engine, first, 11 * MINUTE_MS);
+      const old = await engine.schedules.backfill('app', { from: first, to: first + 5 * MINUTE_MS });
+      expect(old).toMatchObject({ ticks: 2, alreadyFired: 0 });
+      await engine.schedules.delete('app');
+      const fresh = await engine.schedules.create(options);
+      // The old runs are kept (they still say which schedule and tick made them) but no longer hold its ticks.
+      expect(await scheduleRuns(engine, 'app')).toEqual([]);
+      expect(
+        await engine.schedules.backfill('app', { from: first, to: first + 5 * MINUTE_MS }),
+      ).toMatchObject({
+        ticks: 2,
+        alreadyFired: 0,
+      });
+      expect(fresh.createdAt.getTime()).toBeGreaterThanOrEqual(created.createdAt.getTime());
+      const started = await engine.database.rows<{ n: number }>(sql`
+        SELECT count(*)::int AS n FROM ${engine.names.events}
+         WHERE type = 'run:started' AND data->>'schedule' = 'app'`);
+      expect(started[0]?.n).toBe(4);
+    });
+
     describe('overlap policies, while the previous run is still pending', () => {
       /** A schedule of `sync` (served by nobody: its runs stay live), and a clock moved tick by tick. */
       async function overlapping(overlap: 'skip' | 'buffer-one' | 'allow-all' | 'cancel-previous') {

@@ -63,13 +63,15 @@ export interface NewScheduleRow {
   readonly overlap: ScheduleRow['overlap'];
   readonly catchup: ScheduleRow['catchup'];
   readonly paused: boolean;
+  /** Whether the caller gave `paused`: only then must an existing schedule's paused state match. */
+  readonly pausedGiven: boolean;
   readonly nextTickMs: number;
 }
 
 /**
  * Insert a schedule, version 1, created and updated now by the database clock. Predicate: `ON CONFLICT (id) DO
  * NOTHING`, so an existing id is left as it is; the same statement tells whether the existing row holds exactly
- * what was asked (spec, target, input, run options, policies, paused): a create retried after a lost reply, or
+ * what was asked (spec, target, input, run options, policies, and paused when given): a create retried after a lost reply, or
  * run again at every start of an application, is then no conflict. Locks only the new row.
  * @returns `inserted`, `same` (the id exists with these contents) or `different` (it exists with others).
  */
@@ -95,7 +97,9 @@ export async function insertSchedule(
                       AND s.every_ms IS NOT DISTINCT FROM ${p.everyMs}::bigint AND s.timezone = ${p.timezone}
                       AND s.target_kind = ${p.targetKind} AND s.target_name = ${p.targetName}
                       AND s.input IS NOT DISTINCT FROM ${p.inputJson}::jsonb AND s.run_options = ${runOptions}::jsonb
-                      AND s.overlap = ${p.overlap} AND s.catchup = ${catchup}::jsonb AND s.paused = ${p.paused})
+                      AND s.overlap = ${p.overlap} AND s.catchup = ${catchup}::jsonb
+                      -- Paused or not is an operator's choice: it counts only when the caller said which.
+                      AND (NOT ${p.pausedGiven}::boolean OR s.paused = ${p.paused}))
              AS same`);
   const row = rows[0];
   return row?.inserted ? 'inserted' : row?.same ? 'same' : 'different';
@@ -178,11 +182,20 @@ export async function updateSchedule(
 }
 
 /**
- * Delete schedule `id`; its runs are kept (they still name it in `schedule_id`). Locks the row.
+ * Delete schedule `id` and let go of its runs: they are kept, and their `run:started` events still name the
+ * schedule and tick, but their `schedule_id` and `schedule_tick_at` are cleared, so a schedule created again under
+ * this id starts afresh (its ticks are not taken by the old runs, and `schedules show` lists only its own). Locks
+ * the schedule row, then the runs it made.
  * @returns whether it existed.
  */
 export async function deleteSchedule(db: Database, n: SchemaNames, id: string): Promise<boolean> {
-  const rows = await db.rows<{ id: string }>(sql`DELETE FROM ${n.schedules} WHERE id = ${id} RETURNING id`);
+  const rows = await db.rows<{ id: string; runs: number }>(sql`
+    WITH d AS (DELETE FROM ${n.schedules} WHERE id = ${id} RETURNING id),
+    released AS (
+      UPDATE ${n.runs} SET schedule_id = NULL, schedule_tick_at = NULL
+       WHERE schedule_id = ${id} AND EXISTS (SELECT 1 FROM d)
+      RETURNING 1)
+    SELECT id, (SELECT count(*) FROM released)::int AS runs FROM d`);
   return rows.length === 1;
 }
 

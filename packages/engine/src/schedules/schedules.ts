@@ -356,8 +356,9 @@ export class Schedules {
    * `workflow`/`activity`, a cron expression croner refuses, an unknown time zone, `timezone` with `every`, an
    * interval under 1 s, a bad overlap or catch-up policy, queue or priority.
    * @throws ValidationError naming the bad input field; PalisadeError `PAYLOAD_TOO_LARGE`.
-   * @throws PalisadeError `SCHEDULE_EXISTS` when a schedule with this id exists with other options (or paused
-   * state): change it with `update`, `pause` or `resume`.
+   * @throws PalisadeError `SCHEDULE_EXISTS` when a schedule with this id exists with other options (or, when
+   * `paused` is given, another paused state): change it with `update`, `pause` or `resume`. Without `paused`, an
+   * existing schedule's paused state is left as an operator set it, and does not make the options differ.
    */
   async create(options: ScheduleOptions): Promise<Schedule> {
     this.assertOpen('create');
@@ -382,13 +383,15 @@ export class Schedules {
         overlap: o.overlap ?? 'skip',
         catchup: catchupPolicy(o.catchup),
         paused: o.paused ?? false,
+        pausedGiven: o.paused !== undefined,
         nextTickMs: nextTickAfter(spec, nowMs),
       }),
     );
     if (inserted === 'different') {
       throw new PalisadeError(
         'SCHEDULE_EXISTS',
-        `schedule ${o.id} already exists with other options; update it, or delete it first, or choose another id`,
+        `schedule ${o.id} already exists with other options${o.paused === undefined ? '' : ' or paused state'}; ` +
+          'update it (or pause or resume it), or delete it first, or choose another id',
       );
     }
     return this.get(o.id);
@@ -554,7 +557,8 @@ export class Schedules {
   }
 
   /**
-   * Delete a schedule; no tick fires after this returns. Its runs are kept, and still name it.
+   * Delete a schedule; no tick fires after this returns. Its runs are kept, and their `run:started` events still
+   * name it and their tick, but they no longer belong to it: a schedule created again under this id starts afresh.
    * @throws PalisadeError `SCHEDULE_NOT_FOUND`.
    */
   async delete(id: string): Promise<void> {
