@@ -38,6 +38,8 @@ describe('issue 14: per-key concurrency across worker processes', () => {
       heartbeatTimeoutMs: 1_000,
       pollIntervalMs: 200,
       concurrency: 8,
+      // A small pool each: files run three at a time, and one of them may hold 64 connections (claim-race).
+      poolSize: 4,
       extensionModule: EXTENSION,
     });
     const handles = [];

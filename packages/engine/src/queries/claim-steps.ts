@@ -2,6 +2,7 @@ import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { nextDueMsSql } from './next-due-step.js';
 import {
+  admitted,
   flowKeyLocks,
   flowKeysBumped,
   stepAdmission,
@@ -129,8 +130,8 @@ export async function claimSteps(
              next_run_at = (SELECT t FROM grant_clock) + ${msInterval(sql`least(s.lease_ms, s.start_to_close_timeout_ms) + p.reclaim_delay_ms`)},
              started_at = coalesce(s.started_at, (SELECT t FROM grant_clock)),
              last_heartbeat_at = NULL
-        FROM picked p JOIN admission a ON a.id = p.id AND a.admitted
-       WHERE s.id = p.id
+        FROM picked p
+       WHERE s.id = p.id AND ${admitted(sql`p`)}
          AND (s.status = 'scheduled' OR (s.status = 'running' AND s.lease_expires_at <= (SELECT t FROM grant_clock)))
       RETURNING s.id, s.run_id, s.seq, s.name, s.queue, s.input, s.attempt, s.epoch, s.fencing_token, s.nonce,
                 s.lease_ms, s.start_to_close_timeout_ms, s.retry_policy, s.heartbeat_details, s.lease_expires_at,
@@ -153,8 +154,9 @@ export async function claimSteps(
     -- A rate-limited step over its limit is due again when its window has room: it leaves the scan until then.
     rate_deferred AS (
       UPDATE ${n.steps} s SET next_run_at = a.deferred_until
-        FROM admission a
-       WHERE s.id = a.id AND a.deferred_until IS NOT NULL
+        FROM (SELECT id, deferred_until FROM admission
+               WHERE deferred_until IS NOT NULL AND EXISTS (SELECT 1 FROM picked WHERE rate_id IS NOT NULL)) a
+       WHERE s.id = a.id
       RETURNING 1)
     SELECT c.id::text, c.run_id::text, c.seq, c.name, c.queue, ${stepInputSql(n, sql`c`)} AS input, c.attempt,
            c.epoch, c.fencing_token::text AS token, c.nonce::text, c.lease_ms, c.start_to_close_timeout_ms,

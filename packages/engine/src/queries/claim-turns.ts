@@ -1,6 +1,13 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
-import { flowKeyLocks, flowKeysBumped, runAdmission, runKeyHasRoom, runSlotKey } from './flow-control.js';
+import {
+  admitted,
+  flowKeyLocks,
+  flowKeysBumped,
+  runAdmission,
+  runKeyHasRoom,
+  runSlotKey,
+} from './flow-control.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 export interface ClaimTurnsParams {
@@ -135,8 +142,8 @@ export async function claimTurns(
              turn_attempt = r.turn_attempt + 1, turn_worker_id = ${p.workerId},
              turn_lease_expires_at = (SELECT t FROM grant_clock) + ${msInterval(sql`${p.leaseMs}::int`)},
              status = 'running', started_at = coalesce(r.started_at, (SELECT t FROM grant_clock))
-        FROM picked p JOIN admission a ON a.id = p.id AND a.admitted
-       WHERE r.id = p.id AND (r.turn_lease_expires_at IS NULL OR r.turn_lease_expires_at <= (SELECT t FROM grant_clock))
+        FROM picked p
+       WHERE r.id = p.id AND ${admitted(sql`p`)} AND (r.turn_lease_expires_at IS NULL OR r.turn_lease_expires_at <= (SELECT t FROM grant_clock))
       RETURNING r.id, r.name, r.queue, r.priority, r.input, r.turn_attempt, r.turn_epoch, r.turn_token, r.turn_nonce,
                 r.wake_count, r.cancel_requested_at, r.cancel_reason, r.turn_lease_expires_at, p.prev_token, (SELECT t FROM grant_clock) AS t,
                 p.ran_last_turn,

@@ -131,6 +131,15 @@ function admission(running: SQL): SQL {
         FROM rates r),`;
 }
 
+/**
+ * A predicate on picked row `p`: the claim may take it. A row that needs no key is taken without reading CTE
+ * `admission` at all: that CTE (its window functions over the picked rows) is computed only when a picked row
+ * needs a place or a start under a key, so a claim of unkeyed work pays for none of it.
+ */
+export function admitted(p: SQL): SQL {
+  return sql`((${p}.slot_key IS NULL AND ${p}.rate_id IS NULL) OR ${p}.id IN (SELECT id FROM admission WHERE admitted))`;
+}
+
 /** {@link admission} for claimSteps: `picked` rows are steps rows. */
 export function stepAdmission(n: SchemaNames): SQL {
   return admission(runningStepsOfKey(n, sql`p`));
