@@ -9,6 +9,7 @@ import { is, type SQL } from 'drizzle-orm';
 import { PgDatabase, PgDialect, PgTransaction } from 'drizzle-orm/pg-core';
 import { InvalidOptionsError, PalisadeError, isPalisadeError } from '@palisade/sdk';
 import { sqlstateOf } from '../infra-retry.js';
+import { inSavepoint } from '../queries/savepoint.js';
 import { wrapDatabaseError, type Database } from './database.js';
 
 /** The caller's transaction, running engine statements. */
@@ -83,32 +84,31 @@ class TransactionStatements implements CallerTransaction {
   /**
    * A postgres.js transaction object kept after its `sql.begin` callback returned runs statements on a pooled
    * connection outside any transaction: the run would be written on its own, whatever became of the caller's
-   * transaction. The driver offers no flag to tell, so the first statement is a SAVEPOINT, which PostgreSQL
-   * refuses outside a transaction block (25P01), released at once.
+   * transaction. The driver offers no flag to tell, so the first statement opens and releases an empty savepoint
+   * ({@link inSavepoint}), which PostgreSQL refuses outside a transaction block (25P01).
    * @throws InvalidOptionsError naming `tx` when the transaction has ended.
    */
-  private assertOpen(client: PostgresTransaction): Promise<void> {
-    return (this.open ??= (async () => {
-      try {
-        await client.unsafe('SAVEPOINT palisade_tx_open', [], { prepare: false });
-        await client.unsafe('RELEASE SAVEPOINT palisade_tx_open', [], { prepare: false });
-      } catch (error) {
-        if (sqlstateOf(error) === '25P01') {
-          throw new InvalidOptionsError(this.where, [
-            {
-              path: 'tx',
-              message: `is ${this.kind} that has ended (its statements would run outside any transaction): start the run inside the transaction's callback`,
-            },
-          ]);
-        }
-        throw callerTransactionError(error, this.schema, this.kind);
-      }
-    })());
+  private assertOpen(): Promise<void> {
+    return (this.open ??= inSavepoint({ rows: (q) => this.run(q) }, () => Promise.resolve()).catch(
+      (error: unknown) => {
+        if (sqlstateOf(error) !== '25P01') throw error;
+        throw new InvalidOptionsError(this.where, [
+          {
+            path: 'tx',
+            message: `is ${this.kind} that has ended (its statements would run outside any transaction): start the run inside the transaction's callback`,
+          },
+        ]);
+      },
+    ));
   }
 
   async rows<T>(query: SQL): Promise<T[]> {
+    if ('unsafe' in this.client) await this.assertOpen();
+    return this.run<T>(query);
+  }
+
+  private async run<T>(query: SQL): Promise<T[]> {
     const { sql: text, params } = dialect.sqlToQuery(query);
-    if ('unsafe' in this.client) await this.assertOpen(this.client);
     try {
       if ('unsafe' in this.client) {
         const result = await this.client.unsafe(text, params, { prepare: true });
