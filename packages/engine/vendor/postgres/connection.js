@@ -486,7 +486,7 @@ function Connection(options, queues = {}, { onopen = noop, onend = noop, onclose
 
   /* Handlers */
   function handle(xs, x = xs[0]) {
-    (
+    const handled = (
       x === 68 ? DataRow :                   // D
       x === 100 ? CopyData :                 // d
       x === 65 ? NotificationResponse :      // A
@@ -514,6 +514,19 @@ function Connection(options, queues = {}, { onopen = noop, onend = noop, onclose
       /* c8 ignore next */
       UnknownMessage
     )(xs)
+    // Palisade patch: some handlers are async (ReadyForQuery's fetch of the array types on a new connection,
+    // Authentication), and their promise was dropped: a connection the server closed meanwhile rejected it with
+    // CONNECTION_CLOSED and nobody listened, so the unhandled rejection killed the process (issue 26: a worker died
+    // while PostgreSQL restarted or terminated its sessions). A failure of theirs is now handled as a synchronous
+    // one is in data(); once the socket is gone, closed() has already settled (or reconnects) the queries.
+    handled && typeof handled.then === 'function' && handled.then(undefined, handlerFailed)
+  }
+
+  function handlerFailed(e) {
+    if (!socket)
+      return
+    errored(e)
+    socket.destroy()
   }
 
   function DataRow(x) {
