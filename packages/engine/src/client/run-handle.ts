@@ -181,11 +181,14 @@ export class RunHandle<O = unknown> {
     let notified = false;
     // The run's end, when this process committed it: no read needed.
     let endedHere: EndedRun | undefined;
-    const unsubscribe = await this.hub.subscribe(`run:${this.runId}`, (ended) => {
-      notified = true;
-      endedHere ??= ended;
-      wake?.();
-    });
+    // Through an outage like every read here: LISTEN needs the database too.
+    const unsubscribe = await withInfraRetry(() =>
+      this.hub.subscribe(`run:${this.runId}`, (ended) => {
+        notified = true;
+        endedHere ??= ended;
+        wake?.();
+      }),
+    );
     const throwIfClosed = () => {
       if (this.hub.closed) {
         throw new PalisadeError(
@@ -230,7 +233,9 @@ export class RunHandle<O = unknown> {
         }
         if (!warnedUnclaimed && this.logger && performance.now() - started >= UNCLAIMED_AFTER_MS) {
           warnedUnclaimed = true;
-          const unclaimed = await readUnclaimedWork(this.db, this.names, this.runId, UNCLAIMED_AFTER_MS);
+          const unclaimed = await withInfraRetry(() =>
+            readUnclaimedWork(this.db, this.names, this.runId, UNCLAIMED_AFTER_MS),
+          );
           for (const u of unclaimed) {
             this.logger.warn(
               { runId: this.runId, kind: u.kind, name: u.name, queue: u.queue, dueForMs: u.dueForMs },

@@ -61,7 +61,27 @@ export class NotificationHub implements LocalResults {
     let set = this.subscribers.get(payload);
     if (!set) this.subscribers.set(payload, (set = new Set()));
     set.add(handler);
-    this.started ??= this.db.listen(this.channel, (payload) => {
+    // A LISTEN that fails (the database is away) is forgotten, not kept: the next subscribe tries again. Kept, its
+    // rejection answered every later subscribe of this engine, and result() and watch() failed until a restart.
+    this.started ??= this.listen().catch((error: unknown) => {
+      this.started = undefined;
+      throw error;
+    });
+    const unsubscribe = (): void => {
+      set.delete(handler);
+      if (set.size === 0 && this.subscribers.get(payload) === set) this.subscribers.delete(payload);
+    };
+    try {
+      await this.started;
+    } catch (error) {
+      unsubscribe();
+      throw error;
+    }
+    return unsubscribe;
+  }
+
+  private listen(): Promise<() => Promise<void>> {
+    return this.db.listen(this.channel, (payload) => {
       for (const item of notificationItems(payload)) {
         if (item === 'run:*') {
           for (const [key, set] of this.subscribers) {
@@ -77,11 +97,6 @@ export class NotificationHub implements LocalResults {
         }
       }
     });
-    await this.started;
-    return () => {
-      set.delete(handler);
-      if (set.size === 0) this.subscribers.delete(payload);
-    };
   }
 
   /**
@@ -128,6 +143,8 @@ export class NotificationHub implements LocalResults {
     const handlers = [...this.subscribers.values()].flatMap((set) => [...set]);
     this.subscribers.clear();
     for (const h of handlers) h();
-    if (started) await (await started)();
+    // Unlistening is a courtesy (the connection closes next): a LISTEN that failed, or a database that is away,
+    // must not make close() throw.
+    if (started) await started.then((unlisten) => unlisten()).catch(() => undefined);
   }
 }

@@ -144,7 +144,9 @@ function Postgres(a, b) {
     }
   }
 
-  async function listen(name, fn, onlisten) {
+  // Palisade patch: `resubscribe` marks the calls the listener connection's onclose makes for the listeners it
+  // had; see below.
+  async function listen(name, fn, onlisten, resubscribe = false) {
     const listener = { fn, onlisten }
 
     const sql = listen.sql || (listen.sql = Postgres({
@@ -156,7 +158,7 @@ function Postgres(a, b) {
       onclose() {
         Object.entries(listen.channels).forEach(([name, { listeners }]) => {
           delete listen.channels[name]
-          Promise.all(listeners.map(l => listen(name, l.fn, l.onlisten).catch(() => { /* noop */ })))
+          Promise.all(listeners.map(l => listen(name, l.fn, l.onlisten, true).catch(() => { /* noop */ })))
         })
       },
       onnotify(c, x) {
@@ -165,19 +167,39 @@ function Postgres(a, b) {
     }))
 
     const channels = listen.channels || (listen.channels = {})
-        , exists = name in channels
+    // Palisade patch: a LISTEN that failed (the server was away) no longer answers the later listen() calls of its
+    // channel with its rejection, for good: a call after it sends LISTEN again, keeping the listeners that wait to
+    // be resubscribed. A caller told of the failure (not a resubscription) is no listener: it may call again.
+    // Resubscriptions keep their listeners when they fail: the connection's next close (a failed reconnect closes
+    // it too) resubscribes them again, until the server is back.
+    const existing = channels[name]
+        , exists = existing !== undefined && !existing.failed
 
     if (exists) {
-      channels[name].listeners.push(listener)
-      const result = await channels[name].result
+      existing.listeners.push(listener)
+      let result
+      try {
+        result = await existing.result
+      } catch (error) {
+        resubscribe || (existing.listeners = existing.listeners.filter(x => x !== listener))
+        throw error
+      }
       listener.onlisten && listener.onlisten()
       return { state: result.state, unlisten }
     }
 
-    channels[name] = { result: sql`listen ${
+    const channel = channels[name] = { result: sql`listen ${
       sql.unsafe('"' + name.replace(/"/g, '""') + '"')
-    }`, listeners: [listener] }
-    const result = await channels[name].result
+    }`, listeners: (existing ? existing.listeners : []).concat(listener), failed: false }
+    let result
+    try {
+      result = await channel.result
+    } catch (error) {
+      resubscribe || (channel.listeners = channel.listeners.filter(x => x !== listener))
+      channel.failed = true
+      channels[name] === channel && channel.listeners.length === 0 && delete channels[name]
+      throw error
+    }
     listener.onlisten && listener.onlisten()
     return { state: result.state, unlisten }
 
