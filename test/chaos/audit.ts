@@ -32,6 +32,10 @@ export function auditDdl(schema: string): string {
       -- The step left 'running' by its own attempt's outcome (ended_nonce = nonce), not by a cancel, the run's
       -- end, a retirement or a sweep: only then is its holder done at once; otherwise it may run to its lease.
       self_ended boolean NOT NULL DEFAULT false,
+      -- The engine time at which a heartbeat decided to renew (the step's last_heartbeat_at, read once its locks
+      -- were held): the row trigger fires only at the end of the statement, which a loaded machine can push past
+      -- the old expiry although the renewal was decided before it.
+      heartbeat_at timestamptz,
       at timestamptz NOT NULL DEFAULT clock_timestamp(),
       engine_at timestamptz NOT NULL DEFAULT ${q}."now"());
     CREATE INDEX ON ${q}.audit (step_id, id);
@@ -45,10 +49,11 @@ export function auditDdl(schema: string): string {
          OR NEW.status IS DISTINCT FROM OLD.status
          OR NEW.worker_id IS DISTINCT FROM OLD.worker_id THEN
         INSERT INTO ${q}.audit (step_id, run_id, op, fencing_token, nonce, status, worker_id, lease_expires_at,
-                                scope, self_ended)
+                                scope, self_ended, heartbeat_at)
         VALUES (NEW.id, NEW.run_id, lower(TG_OP), NEW.fencing_token, NEW.nonce, NEW.status, NEW.worker_id,
                 NEW.lease_expires_at, NEW.fencing_scope,
-                NEW.nonce IS NOT NULL AND NEW.ended_nonce IS NOT DISTINCT FROM NEW.nonce);
+                NEW.nonce IS NOT NULL AND NEW.ended_nonce IS NOT DISTINCT FROM NEW.nonce,
+                CASE WHEN NEW.last_heartbeat_at IS DISTINCT FROM OLD.last_heartbeat_at THEN NEW.last_heartbeat_at END);
       END IF;
       RETURN NEW;
     END $$;

@@ -144,6 +144,29 @@ describe('chaos checker', () => {
     expect(result.violations.overlap).toBeGreaterThan(0);
   });
 
+  it('judges a renewal by when the heartbeat decided it, not by when its row trigger ran', async () => {
+    // The trigger of a renewal fires at the end of its statement, 30 ms after the 2 s lease ran out on a loaded
+    // machine; the heartbeat read its clock (last_heartbeat_at) 10 ms before the expiry: not an overlap.
+    const inTime = await cleanStep();
+    const s = `"${inTime.schema}"`;
+    const renewal = (decidedMs: number): string =>
+      `INSERT INTO ${s}.audit (step_id, run_id, op, fencing_token, status, worker_id, lease_expires_at, at,
+                               engine_at, heartbeat_at)
+       SELECT id, run_id, 'update', fencing_token, 'running', worker_id, ${s}.now() + interval '1 h',
+              clock_timestamp() + interval '2030 ms', a.lease_expires_at + interval '30 ms',
+              a.lease_expires_at + ${decidedMs} * interval '1 ms'
+         FROM ${s}.steps,
+              LATERAL (SELECT lease_expires_at FROM ${s}.audit WHERE step_id = $1 ORDER BY id LIMIT 1 OFFSET 1) a
+        WHERE id = $1`;
+    await sql.unsafe(`DELETE FROM ${s}.audit WHERE status = 'completed'`);
+    await sql.unsafe(renewal(-10), [inTime.stepId]);
+    expect((await checkScenario(sql, inTime.schema, [])).violations.overlap).toBe(0);
+    // Decided 10 ms after the expiry: a revived lease.
+    await sql.unsafe(`DELETE FROM ${s}.audit WHERE heartbeat_at IS NOT NULL`);
+    await sql.unsafe(renewal(10), [inTime.stepId]);
+    expect((await checkScenario(sql, inTime.schema, [])).violations.overlap).toBe(1);
+  });
+
   it('judges leases in engine time: a reclaim after a DB clock jump is legitimate, a grant inside the lease is not', async () => {
     // Token t1 (lease 2 s, engine time); the engine's clock jumps 1 h forward, so t1's lease has expired in
     // engine time although hardly any host time passed; w2 reclaims. Not an overlap.

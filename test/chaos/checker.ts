@@ -98,6 +98,8 @@ interface AuditRow {
   scope: string | null;
   /** The step left 'running' by its own attempt's outcome or release. */
   self_ended: boolean;
+  /** A heartbeat's renewal: when it was decided (engine clock), before the row trigger ran; else null. */
+  heartbeat_ms: number | null;
 }
 
 /** One change of the engine clock's offset: from host-clock `atMs` on, `<schema>.now()` = host + `offsetMs`. */
@@ -120,7 +122,7 @@ export async function checkScenario(
   const audit = await sql.unsafe<AuditRow[]>(
     `SELECT id::text, step_id::text, run_id::text, fencing_token::text AS token, status, worker_id,
             ${ms('at')} AS at_ms, ${ms('engine_at')} AS engine_ms, ${ms('lease_expires_at')} AS expiry_ms,
-            scope, self_ended
+            scope, self_ended, ${ms('heartbeat_at')} AS heartbeat_ms
        FROM ${t('audit')} a ORDER BY a.step_id, a.id`,
   );
   const effects = await sql.unsafe<
@@ -204,10 +206,11 @@ export async function checkScenario(
       } else if (current && row.status === 'running' && prevStatus === 'running') {
         // Same token, still running: a heartbeat. It must not revive an expired lease (expiry is final, I4).
         if (row.expiry_ms !== null && row.expiry_ms !== current.engineExpiryMs) {
-          if (row.engine_ms >= current.engineExpiryMs) {
+          const decidedMs = row.heartbeat_ms ?? row.engine_ms;
+          if (decidedMs >= current.engineExpiryMs) {
             violate(
               'overlap',
-              `step ${stepId}: token ${current.token}'s lease renewed at engine time ${iso(row.engine_ms)} ` +
+              `step ${stepId}: token ${current.token}'s lease renewed at engine time ${iso(decidedMs)} ` +
                 `after it expired at ${iso(current.engineExpiryMs)}`,
             );
           }
