@@ -192,6 +192,9 @@ export interface SpawnOptions {
    * (false)
    */
   fuseSteps?: boolean;
+  /** The engine's `retention` (ms) in the worker process, and how often it sweeps (test-only). */
+  retentionMs?: number;
+  retentionSweepIntervalMs?: number;
   /** Run the worker with a wrong clock (`Date` offset, `performance.now()` rate); its messages stay on host time. */
   clock?: WorkerClockSkew;
 }
@@ -220,6 +223,10 @@ export interface ScenarioContext {
   enqueue(input: ChaosInput): Promise<EnqueuedRun>;
   /** Start one `chaos-flow` workflow run (its steps are `chaos-loop`; turn lease = the scenario's `leaseMs`). */
   startWorkflow(input: ChaosFlowInput): Promise<{ readonly runId: string }>;
+  /** The `chaos-loop` activity as the workers serve it (to schedule it, say). */
+  readonly loop: ReturnType<typeof chaosActivity>;
+  /** Count runs created otherwise (by a schedule, say) as the scenario's: the checker expects every run. */
+  adoptRuns(runIds: readonly string[]): void;
   /** Start a run of any workflow the worker processes serve, counted as the scenario's (the checker expects it). */
   startRun(workflow: WorkflowDefinition, input: unknown): Promise<RunHandle>;
   /** The first claim of `runId` by any of `workers` (after message index `after` of each, if given). */
@@ -335,6 +342,10 @@ export async function runScenario(
         shutdownGraceMs: 1_000,
         extensionModule: EXTENSION_MODULE,
         ...(o.deferStart ? { deferStart: true } : {}),
+        ...(o.retentionMs !== undefined ? { retentionMs: o.retentionMs } : {}),
+        ...(o.retentionSweepIntervalMs !== undefined
+          ? { retentionSweepIntervalMs: o.retentionSweepIntervalMs }
+          : {}),
       },
       o.clock ? { clock: o.clock } : {},
     );
@@ -376,6 +387,10 @@ export async function runScenario(
     sql,
     engine,
     spawnWorker,
+    loop,
+    adoptRuns(ids) {
+      runIds.push(...ids);
+    },
     async enqueue(input) {
       const handle = await engine.client.enqueue(loop, input);
       runIds.push(handle.runId);

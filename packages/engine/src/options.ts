@@ -14,6 +14,7 @@ import {
 import type { AnyPgDatabase } from './db/database.js';
 import { MIN_LEASE_MS, MIN_TEST_LEASE_MS, allowsUnsafeTimings } from './internal/unsafe-timings.js';
 import { SCHEMA_NAME } from './queries/schema-names.js';
+import { RETENTION_SWEEP_INTERVAL_MS } from './worker/retention-sweeper.js';
 
 /**
  * Where the engine's database is. Give at most one of `databaseUrl`, `sql`, `pglite`, `db` (or `dataDir`).
@@ -353,6 +354,8 @@ export interface ResolvedWorkerOptions {
   readonly shutdownGraceMs: number;
   /** Whether the worker evaluates schedules (see WorkerOptions.schedules). */
   readonly schedules: boolean;
+  /** How often the retention sweep runs (ms); below the default only under `unsafeTestTimings()`. */
+  readonly retentionSweepIntervalMs: number;
 }
 
 const NAME = /^[A-Za-z0-9_.:-]{1,128}$/;
@@ -400,6 +403,8 @@ const workerSchema = z
     pollIntervalMs: durationMs.pipe(z.number().min(10, 'must be ≥ 10 ms')).optional(),
     shutdownGraceMs: durationMs.optional(),
     schedules: z.boolean().optional(),
+    /** Test-only (`unsafeTestTimings()`): sweep for retention this often instead of every minute. */
+    retentionSweepIntervalMs: durationMs.pipe(z.number().min(10, 'must be ≥ 10 ms')).optional(),
   })
   .strict();
 
@@ -479,6 +484,9 @@ export function resolveWorkerOptions(options: WorkerOptions, defaultWorkerId: st
       safetyMarginMs: margin,
     });
   }
+  if (o.retentionSweepIntervalMs !== undefined && !unsafe) {
+    issues.push({ path: 'retentionSweepIntervalMs', message: 'is a test-only option (unsafeTestTimings())' });
+  }
   if (issues.length > 0) throw new InvalidOptionsError('worker options', issues);
   return Object.freeze({
     activities,
@@ -499,6 +507,7 @@ export function resolveWorkerOptions(options: WorkerOptions, defaultWorkerId: st
     pollIntervalMs: o.pollIntervalMs ?? WORKER_DEFAULTS.pollIntervalMs,
     shutdownGraceMs: o.shutdownGraceMs ?? WORKER_DEFAULTS.shutdownGraceMs,
     schedules: o.schedules ?? WORKER_DEFAULTS.schedules,
+    retentionSweepIntervalMs: o.retentionSweepIntervalMs ?? RETENTION_SWEEP_INTERVAL_MS,
   });
 }
 

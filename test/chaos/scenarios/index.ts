@@ -24,6 +24,7 @@ import { terminateEager } from './t22-terminate-eager.js';
 import { lostEagerReply } from './t23-lost-eager-reply.js';
 import { fusedStep } from './t24-fused-step.js';
 import { signals } from './t25-signals.js';
+import { outageUnderLoad } from './t26-outage-under-load.js';
 
 export const SCENARIOS: readonly Scenario[] = [
   frozenZombie,
@@ -50,4 +51,5 @@ export const SCENARIOS: readonly Scenario[] = [
   lostEagerReply,
   fusedStep,
   signals,
+  outageUnderLoad,
 ];

@@ -26,6 +26,7 @@ export class RetentionSweeper {
       readonly db: Database;
       readonly names: SchemaNames;
       readonly retentionMs: number;
+      readonly intervalMs: number;
       readonly events: WorkerEvents;
       readonly logger: Logger;
     },
@@ -59,7 +60,7 @@ export class RetentionSweeper {
     if (!this.stopped) {
       this.timer = setTimeout(() => {
         this.sweeping = this.sweep();
-      }, RETENTION_SWEEP_INTERVAL_MS);
+      }, this.p.intervalMs);
       this.timer.unref();
     }
   }

@@ -171,6 +171,7 @@ export class Worker {
         db,
         names,
         retentionMs: this.host.retentionMs,
+        intervalMs: this.options.retentionSweepIntervalMs,
         events: this.events,
         logger,
       });
