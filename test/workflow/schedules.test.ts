@@ -12,6 +12,7 @@ import { defineActivity, defineWorkflow, isPalisadeError } from '@palisade/sdk';
 import type { Engine } from '@palisade/engine';
 import { advanceClock, setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
+import { claimTimesMs, maxInWindow } from '../support/flow-audit.js';
 import { dbNowMs, deferred, until, warmUp } from './workflow-rows.js';
 
 const MINUTE_MS = 60_000;
@@ -492,6 +493,45 @@ for (const driver of ['postgres', 'pglite'] as const) {
         SELECT count(*)::int AS n FROM ${engine.names.events}
          WHERE type = 'run:started' AND data->>'schedule' = 'app'`);
       expect(started[0]?.n).toBe(4);
+    });
+
+    it("a schedule's activity runs keep the activity's rate limit, fired by an evaluation, a trigger or a backfill", async () => {
+      const engine = await target.engine();
+      const limited = defineActivity({
+        name: 'limited',
+        input: z.object({ n: z.number() }),
+        output: z.number(),
+        rateLimit: { limit: 1, period: '1h' },
+        run: ({ n }) => Promise.resolve(n),
+      });
+      const s = await engine.schedules.create({
+        id: 'limited',
+        every: '1m',
+        activity: limited,
+        input: { n: 1 },
+        overlap: 'allow-all',
+      });
+      const first = s.nextTickAt.getTime();
+      await moveClockTo(engine, first, MINUTE_MS + 1_000);
+      expect(await engine.schedules.evaluate()).toMatchObject({ runsCreated: 1 }); // the latest tick
+      await engine.schedules.pause('limited'); // no more ticks from here: the worker below fires none
+      await engine.schedules.backfill('limited', { from: first, to: first }); // a second run
+      await engine.schedules.trigger('limited'); // a third
+      const runs = await scheduleRuns(engine, 'limited');
+      expect(runs).toHaveLength(3);
+      const worker = engine.worker({ activities: [limited], concurrency: 5, pollIntervalMs: 50 });
+      await worker.start();
+      const completed = async () =>
+        (await scheduleRuns(engine, 'limited')).filter((r) => r.status === 'completed').length;
+      // One start per hour of database time: each hour moved forward lets exactly one more run start.
+      for (let k = 1; k <= 3; k++) {
+        await until([worker], async () => (await completed()) === k, `scheduled run ${k} of 3`);
+        await advanceClock(engine, HOUR_MS);
+      }
+      await worker.stop();
+      const times = await claimTimesMs(engine, 'limited', '');
+      expect(times).toHaveLength(3);
+      expect(maxInWindow(times, HOUR_MS)).toBe(1);
     });
 
     describe('overlap policies, while the previous run is still pending', () => {

@@ -29,10 +29,15 @@ export interface ScheduleRow {
 export interface ScheduleRunOptions {
   readonly queue: string;
   readonly priority: number;
-  /** Standalone activity runs only. */
+  /**
+   * Standalone activity runs only: the activity's parameters when the schedule was created or last changed. A
+   * process that holds the activity's definition fires with the definition's instead (see ActivityRunParams).
+   */
   readonly retryPolicy?: unknown;
   readonly leaseMs?: number;
   readonly startToCloseTimeoutMs?: number;
+  /** The activity's rate limit; null or absent: none. */
+  readonly rateLimit?: { readonly key: string; readonly limit: number; readonly periodMs: number } | null;
 }
 
 /** The columns of {@link ScheduleRow} from schedule alias `s`. */

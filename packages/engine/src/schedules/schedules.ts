@@ -30,6 +30,7 @@ import {
 import type { SchemaNames } from '../queries/schema-names.js';
 import { assertUsableOutsideTransaction } from '../worker/fenced-scope.js';
 import {
+  activityRunParamsOf,
   applyFirings,
   evaluateDueSchedules,
   tickSpecOf,
@@ -279,12 +280,7 @@ function runOptions(
 ): ScheduleRunOptions {
   const base = { queue: o.queue ?? t.def.queue, priority: o.priority ?? 0 };
   if (t.kind === 'workflow') return base;
-  return {
-    ...base,
-    retryPolicy: t.def.retry,
-    leaseMs: t.def.leaseMs,
-    startToCloseTimeoutMs: t.def.startToCloseTimeoutMs,
-  };
+  return { ...base, ...activityRunParamsOf(t.def) };
 }
 
 function catchupPolicy(c: z.output<typeof catchupSchema> | undefined): CatchupPolicy {
