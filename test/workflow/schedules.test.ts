@@ -149,6 +149,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const cases: [Record<string, unknown>, string][] = [
         [{ ...base, cron: '61 * * * *' }, 'cron: "61 * * * *" is not a valid cron expression'],
         [{ ...base, cron: 'every tuesday' }, 'cron: "every tuesday" is not a valid cron expression'],
+        // A date is no cron pattern (croner would read it as one run at that time, and never fire it here).
+        [
+          { ...base, cron: '2030-01-01T00:00:00Z' },
+          'cron: "2030-01-01T00:00:00Z" is not a valid cron expression',
+        ],
         [{ ...base, cron: '* * * * *', timezone: 'Mars/Olympus' }, 'timezone: "Mars/Olympus" is not an IANA'],
         [{ ...base, cron: '* * * * *', every: '1m' }, 'cron: give either cron or every, not both'],
         [base, 'cron: give cron (a cron expression) or every'],

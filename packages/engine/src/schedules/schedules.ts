@@ -70,8 +70,9 @@ export interface ScheduleOptions {
   /** The schedule's id, chosen by the caller: 1–200 characters of storable text. */
   readonly id: string;
   /**
-   * A cron expression, read by croner: five fields (minute … weekday), or six with seconds first; names and
-   * `L`, `#`, `W` as croner reads them. Ticks are computed in `timezone`, DST included (a local time that does
+   * A cron expression, read by croner: five fields (minute … weekday), or six with seconds first, or a nickname
+   * (`@hourly`, `@daily`, `@weekly`, `@monthly`, `@yearly`); names and `L`, `#`, `W` as croner reads them. Not a
+   * date (croner reads one as a single run): for one run at a time, use `client.start` with `startAt`. Ticks are computed in `timezone`, DST included (a local time that does
    * not exist that day fires at the first time after it; one that occurs twice fires once).
    */
   readonly cron?: string;
