@@ -13,7 +13,7 @@ import type { Engine } from '@palisade/engine';
 import { advanceClock, setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
 import { claimTimesMs, maxInWindow } from '../support/flow-audit.js';
-import { dbNowMs, deferred, until, warmUp } from './workflow-rows.js';
+import { dbNowMs, deferred, stepsOf, until, warmUp } from './workflow-rows.js';
 
 const MINUTE_MS = 60_000;
 const HOUR_MS = 60 * MINUTE_MS;
@@ -537,6 +537,107 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const times = await claimTimesMs(engine, 'limited', '');
       expect(times).toHaveLength(3);
       expect(maxInWindow(times, HOUR_MS)).toBe(1);
+    });
+
+    it("a create at every start after the activity's retry policy, lease or timeout changed is no conflict; its runs take the new ones", async () => {
+      const engine = await target.engine();
+      const version = (maximumAttempts: number, leaseMs: number) =>
+        defineActivity({
+          name: 'export',
+          input: z.object({ to: z.string() }),
+          output: z.null(),
+          retry: { maximumAttempts },
+          leaseMs,
+          startToCloseTimeoutMs: leaseMs * 10,
+          run: () => Promise.resolve(null),
+        });
+      const options = {
+        id: 'export',
+        every: '1h',
+        input: { to: 's3' },
+        overlap: 'allow-all',
+        paused: true,
+      } as const;
+      const created = await engine.schedules.create({ ...options, activity: version(3, 30_000) });
+      // The next deploy changed the activity: the same create at start returns the schedule.
+      const again = await engine.schedules.create({ ...options, activity: version(5, 60_000) });
+      expect(again.id).toBe(created.id);
+      const runId = await engine.schedules.trigger('export'); // a process without the definition fires it
+      const [step] = await stepsOf(engine, runId);
+      expect(step).toMatchObject({ lease_ms: 60_000, start_to_close_timeout_ms: 600_000 });
+      expect(step?.retry_policy).toMatchObject({ maximumAttempts: 5 });
+
+      // A worker that serves the activity fires with its own definition, whatever the schedule stored.
+      const current = version(7, 45_000);
+      const worker = engine.worker({ activities: [current], pollIntervalMs: 50 });
+      await worker.start();
+      const s = await engine.schedules.resume('export');
+      await moveClockTo(engine, s.nextTickAt.getTime(), 1_000);
+      await until(
+        [worker],
+        async () =>
+          (await scheduleRuns(engine, 'export')).filter((r) => r.status === 'completed').length === 2,
+        'the tick the worker fired, completed',
+      );
+      await worker.stop();
+      const fired = (await scheduleRuns(engine, 'export')).find((r) => r.id !== runId);
+      const [firedStep] = await stepsOf(engine, fired?.id ?? '');
+      expect(firedStep).toMatchObject({ lease_ms: 45_000, start_to_close_timeout_ms: 450_000 });
+      expect(firedStep?.retry_policy).toMatchObject({ maximumAttempts: 7 });
+    });
+
+    it("upsert creates a schedule or brings it to new options, keeping its fired ticks and an operator's pause", async () => {
+      const engine = await target.engine();
+      const options = { id: 'digest', every: '5m', workflow: report, input: { region: 'eu' } } as const;
+      const created = await engine.schedules.upsert(options);
+      expect(created).toMatchObject({ id: 'digest', spec: { everyMs: 300_000 }, paused: false, version: 1 });
+      expect(await engine.schedules.upsert(options)).toEqual(created); // the same options change nothing
+
+      await moveClockTo(engine, created.nextTickAt.getTime(), 1_000);
+      expect(await engine.schedules.evaluate()).toMatchObject({ runsCreated: 1 });
+      const fired = await engine.schedules.pause('digest');
+      expect(fired.lastRunId).not.toBeNull();
+
+      // The next deploy: another interval, input and overlap policy. No SCHEDULE_EXISTS, the pause stands.
+      const changed = await engine.schedules.upsert({
+        ...options,
+        every: '10m',
+        input: { region: 'us' },
+        overlap: 'allow-all',
+      });
+      expect(changed).toMatchObject({
+        spec: { everyMs: 600_000 },
+        input: { region: 'us' },
+        overlap: 'allow-all',
+        paused: true,
+        lastTickAt: fired.lastTickAt,
+        lastRunId: fired.lastRunId,
+        skippedTicks: fired.skippedTicks,
+        version: fired.version + 1,
+      });
+      expect(changed.nextTickAt.getTime() % 600_000).toBe(0);
+      expect(changed.nextTickAt.getTime()).toBeGreaterThan(await dbNowMs(engine));
+      await expectCode(
+        engine.schedules.create({ ...options, every: '10m' }),
+        'SCHEDULE_EXISTS',
+        'use upsert',
+      );
+      // paused given: the call says which.
+      expect(
+        await engine.schedules.upsert({
+          ...options,
+          every: '10m',
+          input: { region: 'us' },
+          overlap: 'allow-all',
+          paused: false,
+        }),
+      ).toMatchObject({ paused: false });
+      await expectCode(
+        engine.schedules.upsert({ ...options, every: 10 }),
+        'INVALID_OPTIONS',
+        'every: must be ≥ 1 s',
+      );
+      expect(await scheduleRuns(engine, 'digest')).toHaveLength(1);
     });
 
     describe('overlap policies, while the previous run is still pending', () => {

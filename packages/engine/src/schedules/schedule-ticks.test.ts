@@ -19,7 +19,13 @@ describe('tick arithmetic', () => {
     for (const cron of ['* * * * *', '0 */5 * * * *', '0 12 * * MON#2', '@daily', ' 30 2 * * * ']) {
       expect(() => cronOf(cron, 'UTC'), cron).not.toThrow();
     }
-    for (const cron of ['2026-12-24T18:00:00Z', '2026-12-24T18:00:00.000+01:00', '* * * *', '0 0 0 1 1 * 2030', '@reboot']) {
+    for (const cron of [
+      '2026-12-24T18:00:00Z',
+      '2026-12-24T18:00:00.000+01:00',
+      '* * * *',
+      '0 0 0 1 1 * 2030',
+      '@reboot',
+    ]) {
       expect(() => cronOf(cron, 'UTC'), cron).toThrow(/not a cron pattern/);
     }
   });

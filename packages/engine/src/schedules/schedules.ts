@@ -23,6 +23,7 @@ import {
   readDatabaseNowMs,
   readSchedule,
   updateSchedule,
+  type NewScheduleRow,
   type ScheduleChanges,
   type ScheduleRow,
   type ScheduleRunOptions,
@@ -326,6 +327,62 @@ function instantMs(value: Date | string | number): number {
   return value instanceof Date ? value.getTime() : typeof value === 'number' ? value : Date.parse(value);
 }
 
+/** A schedule's options resolved: what `create` and `upsert` store, but its next tick. */
+interface ResolvedSchedule {
+  readonly spec: TickSpec;
+  readonly row: Omit<NewScheduleRow, 'nextTickMs'>;
+}
+
+/** Whether two JSON values are the same value (key order aside), as jsonb compares them. */
+function sameJson(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  const ka = Object.keys(a).filter((k) => (a as Record<string, unknown>)[k] !== undefined);
+  const kb = Object.keys(b).filter((k) => (b as Record<string, unknown>)[k] !== undefined);
+  return (
+    ka.length === kb.length &&
+    ka.every((k) => sameJson((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]))
+  );
+}
+
+/**
+ * What {@link Schedules.upsert} changes of `row` to make it `wanted` at database time `nowMs`, or undefined when
+ * nothing differs. The fired ticks (last tick and run, skipped ticks) are never changed; the next tick only by a
+ * new spec or a resume, the paused state only when `paused` was given.
+ */
+function upsertChanges(
+  row: ScheduleRow,
+  wanted: ResolvedSchedule,
+  nowMs: number,
+): ScheduleChanges | undefined {
+  const w = wanted.row;
+  const c: { -readonly [K in keyof ScheduleChanges]: ScheduleChanges[K] } = {};
+  const respec =
+    row.cron !== w.cron ||
+    (row.every_ms === null ? null : Number(row.every_ms)) !== w.everyMs ||
+    row.timezone !== w.timezone;
+  if (respec) {
+    c.cron = w.cron;
+    c.everyMs = w.everyMs;
+    c.timezone = w.timezone;
+    c.nextTickMs = nextTickAfter(wanted.spec, nowMs);
+    c.clearBuffered = true;
+  }
+  if (row.target_kind !== w.targetKind) c.targetKind = w.targetKind;
+  if (row.target_name !== w.targetName) c.targetName = w.targetName;
+  if (!sameJson(row.input, JSON.parse(w.inputJson))) c.inputJson = w.inputJson;
+  if (!sameJson(row.run_options, w.runOptions)) c.runOptions = w.runOptions;
+  if (row.overlap !== w.overlap) c.overlap = w.overlap;
+  if (!sameJson(row.catchup, w.catchup)) c.catchup = w.catchup;
+  if (w.pausedGiven && row.paused !== w.paused) {
+    c.paused = w.paused;
+    if (w.paused) c.clearBuffered = true;
+    else if (!respec) c.nextTickMs = nextTickAfter(wanted.spec, nowMs); // a resume: no backlog of the pause
+  }
+  return Object.keys(c).length === 0 ? undefined : c;
+}
+
 /** How often a change that lost its compare-and-set to an evaluation is tried again. */
 const CAS_TRIES = 20;
 
@@ -346,19 +403,75 @@ export class Schedules {
   /**
    * Create a schedule. Its first tick is the first after now by the database clock (nothing fires for the past:
    * see `backfill`). The input is checked against the target's schema now, as `client.start` does. Idempotent:
-   * when a schedule with this id exists with exactly these options (a call retried after a lost reply, or made at
-   * every start of an application), it is returned as it is.
+   * when a schedule with this id exists with these options (a call retried after a lost reply), it is returned as
+   * it is. The target activity's own retry policy, lease, timeout and rate limit are not options of the schedule:
+   * a changed definition is no conflict, and the schedule takes its parameters (a worker that serves the activity
+   * fires its runs with its own definition anyway). To declare schedules at every start of an application, use
+   * {@link Schedules.upsert}, which also takes changed options.
    * @returns the schedule as stored.
    * @throws InvalidOptionsError naming the bad option: neither or both of `cron`/`every` or of
    * `workflow`/`activity`, a cron expression croner refuses, an unknown time zone, `timezone` with `every`, an
    * interval under 1 s, a bad overlap or catch-up policy, queue or priority.
    * @throws ValidationError naming the bad input field; PalisadeError `PAYLOAD_TOO_LARGE`.
    * @throws PalisadeError `SCHEDULE_EXISTS` when a schedule with this id exists with other options (or, when
-   * `paused` is given, another paused state): change it with `update`, `pause` or `resume`. Without `paused`, an
+   * `paused` is given, another paused state): change it with `upsert`, `update`, `pause` or `resume`. Without `paused`, an
    * existing schedule's paused state is left as an operator set it, and does not make the options differ.
    */
   async create(options: ScheduleOptions): Promise<Schedule> {
     this.assertOpen('create');
+    const wanted = this.resolve(options);
+    const nowMs = await withInfraRetry(() => readDatabaseNowMs(this.db, this.names));
+    const inserted = await withInfraRetry(() =>
+      insertSchedule(this.db, this.names, { ...wanted.row, nextTickMs: nextTickAfter(wanted.spec, nowMs) }),
+    );
+    if (inserted === 'different') {
+      throw new PalisadeError(
+        'SCHEDULE_EXISTS',
+        `schedule ${wanted.row.id} already exists with other options${wanted.row.pausedGiven ? ' or paused state' : ''}; ` +
+          'use upsert to bring it to these options, or update it (or pause or resume it), or delete it first, or ' +
+          'choose another id',
+      );
+    }
+    return this.get(wanted.row.id);
+  }
+
+  /**
+   * Create a schedule, or bring the one with this id to these options: what an application that declares its
+   * schedules at every start wants (as pg-boss's `schedule(name, cron)`). In one transaction: a new id is created
+   * as `create` does; an existing schedule gets the options that differ, and keeps what they do not name — the
+   * ticks it already fired (its last tick and run, its skipped ticks), and, unless `paused` is given, the paused
+   * state an operator set. A new `cron`, `every` or `timezone` sets the next tick from now by the database clock
+   * (as `update`); `paused: false` on a paused schedule resumes it (as `resume`). Options equal to the stored ones
+   * change nothing (the version stays).
+   * @returns the schedule as stored.
+   * @throws InvalidOptionsError, ValidationError, PalisadeError `PAYLOAD_TOO_LARGE`, as `create`.
+   */
+  async upsert(options: ScheduleOptions): Promise<Schedule> {
+    this.assertOpen('upsert');
+    const wanted = this.resolve(options);
+    const { id } = wanted.row;
+    return withInfraRetry(() =>
+      this.db.transaction(async (tx) => {
+        for (let i = 0; i < CAS_TRIES; i++) {
+          const nowMs = await readDatabaseNowMs(tx, this.names);
+          const nextTickMs = nextTickAfter(wanted.spec, nowMs);
+          const inserted = await insertSchedule(tx, this.names, { ...wanted.row, nextTickMs });
+          const { row } = await readSchedule(tx, this.names, id);
+          if (!row) continue; // deleted between the insert's conflict and this read: create it again
+          if (inserted === 'inserted') return toSchedule(row);
+          const changes = upsertChanges(row, wanted, nowMs);
+          if (!changes) return toSchedule(row);
+          // Compare-and-set: an evaluation that moved the row meanwhile makes this read it again.
+          const written = await updateSchedule(tx, this.names, { id, version: Number(row.version), changes });
+          if (written) return toSchedule(written);
+        }
+        throw new PalisadeError('DATABASE_ERROR', `schedule ${id}: upsert kept losing to concurrent changes`);
+      }),
+    );
+  }
+
+  /** The schedule `options` describe, checked: its tick spec and the row `create` and `upsert` insert. */
+  private resolve(options: ScheduleOptions): ResolvedSchedule {
     const where = `schedule options${typeof options?.id === 'string' ? ` of ${options.id}` : ''}`;
     const o = parse(createSchema, options, where);
     const issues: Issue[] = [];
@@ -366,9 +479,9 @@ export class Schedules {
     const t = target(o, issues, true);
     if (issues.length > 0 || !spec || !t) throw new InvalidOptionsError(where, issues);
     const inputJson = this.checkInput(o.id, t, o.input);
-    const nowMs = await withInfraRetry(() => readDatabaseNowMs(this.db, this.names));
-    const inserted = await withInfraRetry(() =>
-      insertSchedule(this.db, this.names, {
+    return {
+      spec,
+      row: {
         id: o.id,
         cron: spec.kind === 'cron' ? spec.cron : null,
         everyMs: spec.kind === 'every' ? spec.everyMs : null,
@@ -381,17 +494,8 @@ export class Schedules {
         catchup: catchupPolicy(o.catchup),
         paused: o.paused ?? false,
         pausedGiven: o.paused !== undefined,
-        nextTickMs: nextTickAfter(spec, nowMs),
-      }),
-    );
-    if (inserted === 'different') {
-      throw new PalisadeError(
-        'SCHEDULE_EXISTS',
-        `schedule ${o.id} already exists with other options${o.paused === undefined ? '' : ' or paused state'}; ` +
-          'update it (or pause or resume it), or delete it first, or choose another id',
-      );
-    }
-    return this.get(o.id);
+      },
+    };
   }
 
   /**
