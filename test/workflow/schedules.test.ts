@@ -13,6 +13,7 @@ import type { Engine } from '@palisade/engine';
 import { advanceClock, setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
 import { claimTimesMs, maxInWindow } from '../support/flow-audit.js';
+import { workerEvent } from '../worker/helpers.js';
 import { dbNowMs, deferred, stepsOf, until, warmUp } from './workflow-rows.js';
 
 const MINUTE_MS = 60_000;
@@ -742,8 +743,33 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const runs = await scheduleRuns(engine, 'fast');
       expect(runs.map((r) => r.tick_ms)).toEqual([0, 1].map((k) => s.nextTickAt.getTime() + k * MINUTE_MS));
       for (const r of runs) expect(r.created_ms).toBeGreaterThanOrEqual(r.tick_ms);
+    });
+
+    it('a worker with schedules: false fires no due tick; one without it does', async () => {
+      const engine = await target.engine();
+      const s = await engine.schedules.create({
+        id: 'due',
+        every: '1m',
+        workflow: report,
+        input: { region: 'eu' },
+      });
+      await moveClockTo(engine, s.nextTickAt.getTime(), 1_000);
       const off = engine.worker({ workflows: [report], schedules: false });
-      expect(off.options.schedules).toBe(false);
+      const evaluations: unknown[] = [];
+      off.events.on('schedules:evaluated', (e) => evaluations.push(e));
+      await off.start();
+      // A worker that evaluates schedules does so as it starts, and its stop waits for that evaluation to end:
+      // had this one evaluated, the due tick's run would exist now.
+      await off.stop();
+      expect(evaluations).toEqual([]);
+      expect(await scheduleRuns(engine, 'due')).toEqual([]);
+
+      const on = engine.worker({ workflows: [report] });
+      const evaluated = workerEvent(on, 'schedules:evaluated');
+      await on.start();
+      expect(await evaluated).toMatchObject({ evaluated: 1, runsCreated: 1 });
+      await on.stop();
+      expect((await scheduleRuns(engine, 'due')).map((r) => r.tick_ms)).toEqual([s.nextTickAt.getTime()]);
     });
   });
 }
