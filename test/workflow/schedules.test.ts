@@ -233,6 +233,40 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect((await engine.schedules.get('s')).version).toBe(1); // refused changes changed nothing
     });
 
+    it('refuses at the door a schedule id the database cannot store and backfill times out of range, naming them', async () => {
+      const engine = await target.engine();
+      await engine.schedules.create({ id: 's', every: '1m', workflow: report, input: { region: 'eu' } });
+      const nul = 'bad\u0000id';
+      for (const call of [
+        () => engine.schedules.get(nul),
+        () => engine.schedules.describe(nul),
+        () => engine.schedules.pause(nul),
+        () => engine.schedules.resume(nul),
+        () => engine.schedules.trigger(nul),
+        () => engine.schedules.delete(nul),
+        () => engine.schedules.update(nul, { priority: 1 }),
+        () => engine.schedules.backfill(nul, { from: 0, to: 1 }),
+        () => engine.schedules.create({ id: nul, every: '1m', workflow: report, input: { region: 'eu' } }),
+        () => engine.schedules.upsert({ id: nul, every: '1m', workflow: report, input: { region: 'eu' } }),
+        () => engine.schedules.get(42 as unknown as string),
+      ]) {
+        await expectCode(call(), 'INVALID_OPTIONS', 'id:');
+      }
+      const now = await dbNowMs(engine);
+      for (const [range, path] of [
+        [{ from: new Date(-8.64e15), to: new Date(now) }, 'from'],
+        [{ from: -8.64e15, to: now }, 'from'],
+        [{ from: -1e300, to: now }, 'from'],
+        [{ from: '-271821-04-20T00:00:00.000Z', to: now }, 'from'],
+        [{ from: now, to: new Date(8.64e15) }, 'to'],
+        [{ from: now, to: Number.POSITIVE_INFINITY }, 'to'],
+        [{ from: new Date(Number.NaN), to: now }, 'from'],
+      ] as const) {
+        await expectCode(engine.schedules.backfill('s', range), 'INVALID_OPTIONS', `${path}:`);
+      }
+      expect(await scheduleRuns(engine, 's')).toEqual([]);
+    });
+
     it('fires exactly one run per tick, none before its tick by the database clock', async () => {
       const engine = await target.engine();
       const s = await engine.schedules.create({

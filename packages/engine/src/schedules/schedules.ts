@@ -7,6 +7,7 @@ import {
   checkPayload,
   durationMs,
   formatIssues,
+  instantProblem,
   textProblem,
   validate,
   type ActivityDefinition,
@@ -315,6 +316,22 @@ function toSchedule(row: ScheduleRow): Schedule {
   };
 }
 
+/**
+ * The id argument of a call on one schedule, checked as `create` checks it: a value the database could not
+ * store (NUL, a lone surrogate) or compare is refused here, naming `id`, not by the database.
+ * @throws InvalidOptionsError naming `id`.
+ */
+function scheduleId(id: unknown, call: string): string {
+  const parsed = idSchema.safeParse(id);
+  if (!parsed.success) {
+    throw new InvalidOptionsError(
+      `schedules.${call}`,
+      parsed.error.issues.map((i) => ({ path: 'id', message: i.message })),
+    );
+  }
+  return parsed.data;
+}
+
 function notFound(id: string): PalisadeError {
   return new PalisadeError(
     'SCHEDULE_NOT_FOUND',
@@ -390,7 +407,9 @@ const CAS_TRIES = 20;
  * Durable schedules: cron expressions or intervals that start workflow runs (or standalone activity runs), fired
  * by the workers of any engine on the same schema (`WorkerOptions.schedules`, on by default) — no leader, no
  * lease: each tick starts exactly one run however many workers evaluate, stall, die or disagree on the time, and
- * due times are judged by the database clock only. Obtain it as `engine.schedules`.
+ * due times are judged by the database clock only. Obtain it as `engine.schedules`. Every call that names a
+ * schedule throws InvalidOptionsError naming `id` for an id that is not 1–200 characters of storable text (no
+ * NUL, no lone surrogate), before it reaches the database.
  */
 export class Schedules {
   constructor(
@@ -504,8 +523,9 @@ export class Schedules {
    * @throws InvalidOptionsError naming the bad option (as `create`, and `input` without its definition);
    * ValidationError naming the bad input field; PalisadeError `SCHEDULE_NOT_FOUND`.
    */
-  async update(id: string, patch: SchedulePatch): Promise<Schedule> {
+  async update(given: string, patch: SchedulePatch): Promise<Schedule> {
     this.assertOpen('update');
+    const id = scheduleId(given, 'update');
     const where = `schedule update of ${String(id)}`;
     const o = parse(patchSchema, patch, where);
     const issues: Issue[] = [];
@@ -568,7 +588,9 @@ export class Schedules {
    */
   async pause(id: string): Promise<Schedule> {
     this.assertOpen('pause');
-    return this.change(id, (row) => (row.paused ? undefined : { paused: true, clearBuffered: true }));
+    return this.change(scheduleId(id, 'pause'), (row) =>
+      row.paused ? undefined : { paused: true, clearBuffered: true },
+    );
   }
 
   /**
@@ -579,7 +601,7 @@ export class Schedules {
    */
   async resume(id: string): Promise<Schedule> {
     this.assertOpen('resume');
-    return this.change(id, (row, nowMs) =>
+    return this.change(scheduleId(id, 'resume'), (row, nowMs) =>
       row.paused ? { paused: false, nextTickMs: nextTickAfter(tickSpecOf(row), nowMs) } : undefined,
     );
   }
@@ -590,8 +612,9 @@ export class Schedules {
    * @returns the id of the run it started.
    * @throws PalisadeError `SCHEDULE_NOT_FOUND`.
    */
-  async trigger(id: string): Promise<string> {
+  async trigger(given: string): Promise<string> {
     this.assertOpen('trigger');
+    const id = scheduleId(given, 'trigger');
     for (let i = 0; i < CAS_TRIES; i++) {
       const { row, nowMs } = await withInfraRetry(() => readSchedule(this.db, this.names, id));
       if (!row) throw notFound(id);
@@ -606,21 +629,27 @@ export class Schedules {
    * Start the runs of the schedule's ticks from `from` to `to` (both included; Dates, ISO strings or ms), oldest
    * first, each tick that has no run yet — whatever the overlap policy, paused or not. At most 1,000 ticks; `to`
    * must not be later than now by the database clock.
-   * @throws InvalidOptionsError naming `from` or `to` (not a time, `from` after `to`, `to` in the future, more than
-   * 1,000 ticks); PalisadeError `SCHEDULE_NOT_FOUND`.
+   * @throws InvalidOptionsError naming `from` or `to` (not a time, outside the years 0001–9999, `from` after `to`,
+   * `to` in the future, more than 1,000 ticks); PalisadeError `SCHEDULE_NOT_FOUND`.
    */
   async backfill(
-    id: string,
+    given: string,
     range: { readonly from: Date | string | number; readonly to: Date | string | number },
   ): Promise<BackfillResult> {
     this.assertOpen('backfill');
-    const where = `backfill of schedule ${String(id)}`;
+    const id = scheduleId(given, 'backfill');
+    const where = `backfill of schedule ${id}`;
     const r = parse(backfillSchema, range, where);
     const fromMs = instantMs(r.from);
     const toMs = instantMs(r.to);
     const issues: Issue[] = [];
-    if (Number.isNaN(fromMs)) issues.push({ path: 'from', message: `${String(r.from)} is not a time` });
-    if (Number.isNaN(toMs)) issues.push({ path: 'to', message: `${String(r.to)} is not a time` });
+    for (const [path, ms, value] of [
+      ['from', fromMs, r.from],
+      ['to', toMs, r.to],
+    ] as const) {
+      if (Number.isNaN(ms)) issues.push({ path, message: `${String(value).slice(0, 100)} is not a time` });
+      else if (instantProblem(ms) !== undefined) issues.push({ path, message: instantProblem(ms) as string });
+    }
     if (issues.length === 0 && fromMs > toMs) issues.push({ path: 'from', message: 'must not be after to' });
     if (issues.length > 0) throw new InvalidOptionsError(where, issues);
     for (let i = 0; i < CAS_TRIES; i++) {
@@ -662,8 +691,9 @@ export class Schedules {
    * name it and their tick, but they no longer belong to it: a schedule created again under this id starts afresh.
    * @throws PalisadeError `SCHEDULE_NOT_FOUND`.
    */
-  async delete(id: string): Promise<void> {
+  async delete(given: string): Promise<void> {
     this.assertOpen('delete');
+    const id = scheduleId(given, 'delete');
     if (!(await withInfraRetry(() => deleteSchedule(this.db, this.names, id)))) throw notFound(id);
   }
 
@@ -683,15 +713,18 @@ export class Schedules {
   }
 
   /** One schedule. @throws PalisadeError `SCHEDULE_NOT_FOUND`. */
-  async get(id: string): Promise<Schedule> {
+  async get(given: string): Promise<Schedule> {
     this.assertOpen('get');
+    const id = scheduleId(given, 'get');
     const { row } = await withInfraRetry(() => readSchedule(this.db, this.names, id));
     if (!row) throw notFound(id);
     return toSchedule(row);
   }
 
   /** One schedule and the runs of its newest ticks. @throws PalisadeError `SCHEDULE_NOT_FOUND`. */
-  async describe(id: string): Promise<ScheduleDescription> {
+  async describe(given: string): Promise<ScheduleDescription> {
+    this.assertOpen('describe');
+    const id = scheduleId(given, 'describe');
     const schedule = await this.get(id);
     const recentRuns = await withInfraRetry(() =>
       listScheduleRuns(this.db, this.names, { scheduleId: id, limit: 20 }),
