@@ -19,7 +19,7 @@ export const MAX_INSTANT_MS = 253_402_300_799_999;
  * is not finite (an Invalid Date), or a time outside the years 0001 to 9999.
  */
 export function instantProblem(ms: number): string | undefined {
-  if (!Number.isFinite(ms)) return 'must be a valid time, not an Invalid Date';
+  if (!Number.isFinite(ms)) return 'must be a valid Date, not an Invalid Date';
   if (ms < MIN_INSTANT_MS || ms > MAX_INSTANT_MS) {
     return 'must be a time between the years 0001 and 9999 (0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z)';
   }
