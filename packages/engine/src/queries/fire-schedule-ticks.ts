@@ -56,14 +56,15 @@ export interface FiredTicks {
  * is the buffered one, when there was one); `cancel-previous` the last tick, and its last run is returned to be
  * cancelled — and the row moves forward (version + 1, next tick, last run, buffered tick, skipped ticks). The
  * runs are inserted as `client.start` (a workflow: pending, first turn due now, `run:started`) or `client.enqueue`
- * (an activity: its step scheduled now) insert them, naming (schedule, tick), with `ON CONFLICT DO NOTHING`: the
+ * (an activity: its step scheduled now, with the activity's retry policy, lease, timeout and rate limit — those of
+ * `activities` when given, else those stored — and the rate key's `flow_keys` row) insert them, naming (schedule, tick), with `ON CONFLICT DO NOTHING`: the
  * unique index on (schedule_id, schedule_tick_at) makes a tick's run exactly one, even against a backfill or a
  * trigger; one NOTIFY for the whole statement.
  *
  * Why this shape: no leader and no lease. An evaluator that read a version and then stalled, lost its
  * connection or rolled back applies nothing or everything of its statement; one that is late finds the version
  * moved on and does nothing; clocks of the workers never enter (ticks are compared with the database clock).
- * Locks: the schedule rows it applies to (by id order), then the rows it inserts.
+ * Locks: the schedule rows it applies to (by id order), then the rows it inserts (new flow keys in key order).
  */
 export async function fireScheduleTicks(
   db: Database,

@@ -85,7 +85,11 @@ export interface ScheduleOptions {
   /** The workflow each tick starts. */
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   readonly workflow?: WorkflowDefinition<any, any>;
-  /** The activity each tick enqueues as a standalone run (with the activity's retry policy, lease and timeout). */
+  /**
+   * The activity each tick enqueues as a standalone run, with the activity's retry policy, lease, timeout and
+   * rate limit as `client.enqueue` gives them: those of the definition a worker that serves the activity holds
+   * when it fires the tick (else those of the latest create, upsert or update).
+   */
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   readonly activity?: ActivityDefinition<any, any>;
   /** The input of every run, checked against the workflow's or activity's schema here. */
