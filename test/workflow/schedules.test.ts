@@ -12,7 +12,9 @@ import { defineActivity, defineWorkflow, isPalisadeError } from '@palisade/sdk';
 import type { Engine } from '@palisade/engine';
 import { advanceClock, setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { dbNowMs, deferred, until, warmUp } from './workflow-rows.js';
+import { claimTimesMs, maxInWindow } from '../support/flow-audit.js';
+import { workerEvent } from '../worker/helpers.js';
+import { dbNowMs, deferred, stepsOf, until, warmUp } from './workflow-rows.js';
 
 const MINUTE_MS = 60_000;
 const HOUR_MS = 60 * MINUTE_MS;
@@ -148,6 +150,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const cases: [Record<string, unknown>, string][] = [
         [{ ...base, cron: '61 * * * *' }, 'cron: "61 * * * *" is not a valid cron expression'],
         [{ ...base, cron: 'every tuesday' }, 'cron: "every tuesday" is not a valid cron expression'],
+        // A date is no cron pattern (croner would read it as one run at that time, and never fire it here).
+        [
+          { ...base, cron: '2030-01-01T00:00:00Z' },
+          'cron: "2030-01-01T00:00:00Z" is not a valid cron expression',
+        ],
         [{ ...base, cron: '* * * * *', timezone: 'Mars/Olympus' }, 'timezone: "Mars/Olympus" is not an IANA'],
         [{ ...base, cron: '* * * * *', every: '1m' }, 'cron: give either cron or every, not both'],
         [base, 'cron: give cron (a cron expression) or every'],
@@ -224,6 +231,40 @@ for (const driver of ['postgres', 'pglite'] as const) {
         await expectCode(call(), 'SCHEDULE_NOT_FOUND', 'schedule ghost does not exist');
       }
       expect((await engine.schedules.get('s')).version).toBe(1); // refused changes changed nothing
+    });
+
+    it('refuses at the door a schedule id the database cannot store and backfill times out of range, naming them', async () => {
+      const engine = await target.engine();
+      await engine.schedules.create({ id: 's', every: '1m', workflow: report, input: { region: 'eu' } });
+      const nul = 'bad\u0000id';
+      for (const call of [
+        () => engine.schedules.get(nul),
+        () => engine.schedules.describe(nul),
+        () => engine.schedules.pause(nul),
+        () => engine.schedules.resume(nul),
+        () => engine.schedules.trigger(nul),
+        () => engine.schedules.delete(nul),
+        () => engine.schedules.update(nul, { priority: 1 }),
+        () => engine.schedules.backfill(nul, { from: 0, to: 1 }),
+        () => engine.schedules.create({ id: nul, every: '1m', workflow: report, input: { region: 'eu' } }),
+        () => engine.schedules.upsert({ id: nul, every: '1m', workflow: report, input: { region: 'eu' } }),
+        () => engine.schedules.get(42 as unknown as string),
+      ]) {
+        await expectCode(call(), 'INVALID_OPTIONS', 'id:');
+      }
+      const now = await dbNowMs(engine);
+      for (const [range, path] of [
+        [{ from: new Date(-8.64e15), to: new Date(now) }, 'from'],
+        [{ from: -8.64e15, to: now }, 'from'],
+        [{ from: -1e300, to: now }, 'from'],
+        [{ from: '-271821-04-20T00:00:00.000Z', to: now }, 'from'],
+        [{ from: now, to: new Date(8.64e15) }, 'to'],
+        [{ from: now, to: Number.POSITIVE_INFINITY }, 'to'],
+        [{ from: new Date(Number.NaN), to: now }, 'from'],
+      ] as const) {
+        await expectCode(engine.schedules.backfill('s', range), 'INVALID_OPTIONS', `${path}:`);
+      }
+      expect(await scheduleRuns(engine, 's')).toEqual([]);
     });
 
     it('fires exactly one run per tick, none before its tick by the database clock', async () => {
@@ -494,6 +535,146 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(started[0]?.n).toBe(4);
     });
 
+    it("a schedule's activity runs keep the activity's rate limit, fired by an evaluation, a trigger or a backfill", async () => {
+      const engine = await target.engine();
+      const limited = defineActivity({
+        name: 'limited',
+        input: z.object({ n: z.number() }),
+        output: z.number(),
+        rateLimit: { limit: 1, period: '1h' },
+        run: ({ n }) => Promise.resolve(n),
+      });
+      const s = await engine.schedules.create({
+        id: 'limited',
+        every: '1m',
+        activity: limited,
+        input: { n: 1 },
+        overlap: 'allow-all',
+      });
+      const first = s.nextTickAt.getTime();
+      await moveClockTo(engine, first, MINUTE_MS + 1_000);
+      expect(await engine.schedules.evaluate()).toMatchObject({ runsCreated: 1 }); // the latest tick
+      await engine.schedules.pause('limited'); // no more ticks from here: the worker below fires none
+      await engine.schedules.backfill('limited', { from: first, to: first }); // a second run
+      await engine.schedules.trigger('limited'); // a third
+      const runs = await scheduleRuns(engine, 'limited');
+      expect(runs).toHaveLength(3);
+      const worker = engine.worker({ activities: [limited], concurrency: 5, pollIntervalMs: 50 });
+      await worker.start();
+      const completed = async () =>
+        (await scheduleRuns(engine, 'limited')).filter((r) => r.status === 'completed').length;
+      // One start per hour of database time: each hour moved forward lets exactly one more run start.
+      for (let k = 1; k <= 3; k++) {
+        await until([worker], async () => (await completed()) === k, `scheduled run ${k} of 3`);
+        await advanceClock(engine, HOUR_MS);
+      }
+      await worker.stop();
+      const times = await claimTimesMs(engine, 'limited', '');
+      expect(times).toHaveLength(3);
+      expect(maxInWindow(times, HOUR_MS)).toBe(1);
+    });
+
+    it("a create at every start after the activity's retry policy, lease or timeout changed is no conflict; its runs take the new ones", async () => {
+      const engine = await target.engine();
+      const version = (maximumAttempts: number, leaseMs: number) =>
+        defineActivity({
+          name: 'export',
+          input: z.object({ to: z.string() }),
+          output: z.null(),
+          retry: { maximumAttempts },
+          leaseMs,
+          startToCloseTimeoutMs: leaseMs * 10,
+          run: () => Promise.resolve(null),
+        });
+      const options = {
+        id: 'export',
+        every: '1h',
+        input: { to: 's3' },
+        overlap: 'allow-all',
+        paused: true,
+      } as const;
+      const created = await engine.schedules.create({ ...options, activity: version(3, 30_000) });
+      // The next deploy changed the activity: the same create at start returns the schedule.
+      const again = await engine.schedules.create({ ...options, activity: version(5, 60_000) });
+      expect(again.id).toBe(created.id);
+      const runId = await engine.schedules.trigger('export'); // a process without the definition fires it
+      const [step] = await stepsOf(engine, runId);
+      expect(step).toMatchObject({ lease_ms: 60_000, start_to_close_timeout_ms: 600_000 });
+      expect(step?.retry_policy).toMatchObject({ maximumAttempts: 5 });
+
+      // A worker that serves the activity fires with its own definition, whatever the schedule stored.
+      const current = version(7, 45_000);
+      const worker = engine.worker({ activities: [current], pollIntervalMs: 50 });
+      await worker.start();
+      const s = await engine.schedules.resume('export');
+      await moveClockTo(engine, s.nextTickAt.getTime(), 1_000);
+      await until(
+        [worker],
+        async () =>
+          (await scheduleRuns(engine, 'export')).filter((r) => r.status === 'completed').length === 2,
+        'the tick the worker fired, completed',
+      );
+      await worker.stop();
+      const fired = (await scheduleRuns(engine, 'export')).find((r) => r.id !== runId);
+      const [firedStep] = await stepsOf(engine, fired?.id ?? '');
+      expect(firedStep).toMatchObject({ lease_ms: 45_000, start_to_close_timeout_ms: 450_000 });
+      expect(firedStep?.retry_policy).toMatchObject({ maximumAttempts: 7 });
+    });
+
+    it("upsert creates a schedule or brings it to new options, keeping its fired ticks and an operator's pause", async () => {
+      const engine = await target.engine();
+      const options = { id: 'digest', every: '5m', workflow: report, input: { region: 'eu' } } as const;
+      const created = await engine.schedules.upsert(options);
+      expect(created).toMatchObject({ id: 'digest', spec: { everyMs: 300_000 }, paused: false, version: 1 });
+      expect(await engine.schedules.upsert(options)).toEqual(created); // the same options change nothing
+
+      await moveClockTo(engine, created.nextTickAt.getTime(), 1_000);
+      expect(await engine.schedules.evaluate()).toMatchObject({ runsCreated: 1 });
+      const fired = await engine.schedules.pause('digest');
+      expect(fired.lastRunId).not.toBeNull();
+
+      // The next deploy: another interval, input and overlap policy. No SCHEDULE_EXISTS, the pause stands.
+      const changed = await engine.schedules.upsert({
+        ...options,
+        every: '10m',
+        input: { region: 'us' },
+        overlap: 'allow-all',
+      });
+      expect(changed).toMatchObject({
+        spec: { everyMs: 600_000 },
+        input: { region: 'us' },
+        overlap: 'allow-all',
+        paused: true,
+        lastTickAt: fired.lastTickAt,
+        lastRunId: fired.lastRunId,
+        skippedTicks: fired.skippedTicks,
+        version: fired.version + 1,
+      });
+      expect(changed.nextTickAt.getTime() % 600_000).toBe(0);
+      expect(changed.nextTickAt.getTime()).toBeGreaterThan(await dbNowMs(engine));
+      await expectCode(
+        engine.schedules.create({ ...options, every: '10m' }),
+        'SCHEDULE_EXISTS',
+        'use upsert',
+      );
+      // paused given: the call says which.
+      expect(
+        await engine.schedules.upsert({
+          ...options,
+          every: '10m',
+          input: { region: 'us' },
+          overlap: 'allow-all',
+          paused: false,
+        }),
+      ).toMatchObject({ paused: false });
+      await expectCode(
+        engine.schedules.upsert({ ...options, every: 10 }),
+        'INVALID_OPTIONS',
+        'every: must be ≥ 1 s',
+      );
+      expect(await scheduleRuns(engine, 'digest')).toHaveLength(1);
+    });
+
     describe('overlap policies, while the previous run is still pending', () => {
       /** A schedule of `sync` (served by nobody: its runs stay live), and a clock moved tick by tick. */
       async function overlapping(overlap: 'skip' | 'buffer-one' | 'allow-all' | 'cancel-previous') {
@@ -596,8 +777,33 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const runs = await scheduleRuns(engine, 'fast');
       expect(runs.map((r) => r.tick_ms)).toEqual([0, 1].map((k) => s.nextTickAt.getTime() + k * MINUTE_MS));
       for (const r of runs) expect(r.created_ms).toBeGreaterThanOrEqual(r.tick_ms);
+    });
+
+    it('a worker with schedules: false fires no due tick; one without it does', async () => {
+      const engine = await target.engine();
+      const s = await engine.schedules.create({
+        id: 'due',
+        every: '1m',
+        workflow: report,
+        input: { region: 'eu' },
+      });
+      await moveClockTo(engine, s.nextTickAt.getTime(), 1_000);
       const off = engine.worker({ workflows: [report], schedules: false });
-      expect(off.options.schedules).toBe(false);
+      const evaluations: unknown[] = [];
+      off.events.on('schedules:evaluated', (e) => evaluations.push(e));
+      await off.start();
+      // A worker that evaluates schedules does so as it starts, and its stop waits for that evaluation to end:
+      // had this one evaluated, the due tick's run would exist now.
+      await off.stop();
+      expect(evaluations).toEqual([]);
+      expect(await scheduleRuns(engine, 'due')).toEqual([]);
+
+      const on = engine.worker({ workflows: [report] });
+      const evaluated = workerEvent(on, 'schedules:evaluated');
+      await on.start();
+      expect(await evaluated).toMatchObject({ evaluated: 1, runsCreated: 1 });
+      await on.stop();
+      expect((await scheduleRuns(engine, 'due')).map((r) => r.tick_ms)).toEqual([s.nextTickAt.getTime()]);
     });
   });
 }

@@ -449,6 +449,31 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(await count(engine, 'runs')).toBe(3);
     });
 
+    it('refuses a startAt at the ends of JavaScript’s range at the door, naming startAt, on every start call', async () => {
+      const engine = await target.engine();
+      for (const startAt of [new Date(8.64e15), new Date(-8.64e15), new Date('0000-12-31T00:00:00Z')]) {
+        const refusals = await Promise.all([
+          engine.client.start(fulfil, { orderId: 'x' }, { startAt }).catch((e: unknown) => e),
+          engine.client.startMany(fulfil, [{ orderId: 'x' }], { startAt }).catch((e: unknown) => e),
+          engine.client.enqueue(pack, { orderId: 'x' }, { startAt }).catch((e: unknown) => e),
+          engine.client.enqueueMany(pack, [{ orderId: 'x' }], { startAt }).catch((e: unknown) => e),
+        ]);
+        for (const refused of refusals) {
+          expect(isPalisadeError(refused, 'INVALID_OPTIONS'), String(refused)).toBe(true);
+          expect((refused as Error).message).toContain(
+            'startAt: must be a time between the years 0001 and 9999',
+          );
+        }
+      }
+      const latest = await engine.client.start(
+        fulfil,
+        { orderId: 'y' },
+        { startAt: new Date('9999-12-31T23:59:59.999Z') },
+      );
+      expect((await latest.describe()).run.start_at).toBe('9999-12-31T23:59:59.999Z');
+      expect(await count(engine, 'runs')).toBe(1);
+    });
+
     it('enqueues a job that starts at a given time', async () => {
       const engine = await target.engine();
       const worker = await startedWorker(engine);

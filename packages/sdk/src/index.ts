@@ -27,6 +27,7 @@ export {
   type RateLimit,
   type ResolvedRateLimit,
 } from './flow-control.js';
+export { MAX_INSTANT_MS, MIN_INSTANT_MS, instantProblem, instantSchema } from './instant.js';
 export { MAX_PAYLOAD_DEPTH, jsonProblems, textProblem, type JsonProblem } from './json-value.js';
 export { PAYLOAD_LIMITS, checkPayload, checkText } from './payload.js';
 export {

@@ -10,6 +10,7 @@ import {
   durationMs,
   formatIssues,
   mergeRetryPolicy,
+  instantSchema,
   rateLimitSchema,
   textProblem,
   validate,
@@ -194,10 +195,7 @@ const runOptionsSchema = z
     concurrency: concurrencyLimitSchema.optional(),
     // Checked by callerTransaction(), which says what kinds it takes.
     tx: z.unknown().optional(),
-    startAt: z
-      .instanceof(Date, { message: 'must be a Date' })
-      .refine((d) => Number.isFinite(d.getTime()), 'must be a valid Date, not an Invalid Date')
-      .optional(),
+    startAt: instantSchema.optional(),
   })
   .strict();
 

@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
+import { flowKeysInserted } from './flow-control.js';
 import { notifyOnce } from './notify.js';
 import { msTimestamp, type SchemaNames } from './schema-names.js';
 
@@ -18,6 +19,22 @@ export interface ScheduleFiring {
    */
   readonly manual: boolean;
 }
+
+/**
+ * The run parameters of standalone activity runs read from the activity definitions the firing process holds, by
+ * activity name: they replace what the schedule stored (its target's parameters when it was created or last
+ * updated), so a changed retry policy, lease, timeout or rate limit applies from the next tick on. A process
+ * without the definition fires with the stored ones.
+ */
+export type ActivityRunParams = ReadonlyMap<
+  string,
+  {
+    readonly retryPolicy: unknown;
+    readonly leaseMs: number;
+    readonly startToCloseTimeoutMs: number;
+    readonly rateLimit: { readonly key: string; readonly limit: number; readonly periodMs: number } | null;
+  }
+>;
 
 /** What a firing statement did. */
 export interface FiredTicks {
@@ -39,19 +56,21 @@ export interface FiredTicks {
  * is the buffered one, when there was one); `cancel-previous` the last tick, and its last run is returned to be
  * cancelled — and the row moves forward (version + 1, next tick, last run, buffered tick, skipped ticks). The
  * runs are inserted as `client.start` (a workflow: pending, first turn due now, `run:started`) or `client.enqueue`
- * (an activity: its step scheduled now) insert them, naming (schedule, tick), with `ON CONFLICT DO NOTHING`: the
+ * (an activity: its step scheduled now, with the activity's retry policy, lease, timeout and rate limit — those of
+ * `activities` when given, else those stored — and the rate key's `flow_keys` row) insert them, naming (schedule, tick), with `ON CONFLICT DO NOTHING`: the
  * unique index on (schedule_id, schedule_tick_at) makes a tick's run exactly one, even against a backfill or a
  * trigger; one NOTIFY for the whole statement.
  *
  * Why this shape: no leader and no lease. An evaluator that read a version and then stalled, lost its
  * connection or rolled back applies nothing or everything of its statement; one that is late finds the version
  * moved on and does nothing; clocks of the workers never enter (ticks are compared with the database clock).
- * Locks: the schedule rows it applies to (by id order), then the rows it inserts.
+ * Locks: the schedule rows it applies to (by id order), then the rows it inserts (new flow keys in key order).
  */
 export async function fireScheduleTicks(
   db: Database,
   n: SchemaNames,
   firings: readonly ScheduleFiring[],
+  activities: ActivityRunParams = new Map(),
 ): Promise<FiredTicks> {
   const decisions = JSON.stringify(
     firings.map((f) => ({
@@ -62,6 +81,7 @@ export async function fireScheduleTicks(
       ticks: f.ticks.map((t) => ({ t: t.tickMs, r: t.runId })),
     })),
   );
+  const definitions = JSON.stringify(Object.fromEntries(activities));
   const now = sql`(SELECT t FROM clock)`;
   const rows = await db.rows<{
     applied: string[] | null;
@@ -74,7 +94,11 @@ export async function fireScheduleTicks(
         FROM jsonb_to_recordset(${decisions}::jsonb) AS x(id text, v bigint, next bigint, manual boolean, ticks jsonb)),
     -- The compare-and-set's read: rows still at the version read, locked; a row another firing holds is skipped.
     p AS MATERIALIZED (
-      SELECT s.id, s.target_kind, s.target_name, s.input, s.run_options, s.last_run_id, d.next, d.manual, d.ticks,
+      SELECT s.id, s.target_kind, s.target_name, s.input, s.last_run_id, d.next, d.manual, d.ticks,
+             -- An activity's own parameters as this process defines it now, over those stored (see ActivityRunParams).
+             CASE WHEN s.target_kind = 'activity'
+                  THEN s.run_options || coalesce(${definitions}::jsonb -> s.target_name, '{}'::jsonb)
+                  ELSE s.run_options END AS run_options,
              CASE WHEN d.manual THEN 'allow-all' ELSE s.overlap END AS overlap,
              EXISTS (SELECT 1 FROM ${n.runs} lr
                       WHERE lr.id = s.last_run_id AND lr.status IN ('pending', 'running')) AS prev_live
@@ -130,14 +154,19 @@ export async function fireScheduleTicks(
       RETURNING id, kind, name, queue, priority, schedule_id, schedule_tick_at),
     st AS (
       INSERT INTO ${n.steps} (run_id, seq, kind, name, fencing_scope, status, queue, priority, retry_policy,
-                              lease_ms, start_to_close_timeout_ms, next_run_at, created_at)
+                              lease_ms, start_to_close_timeout_ms, rate_key, rate_limit, rate_period_ms,
+                              next_run_at, created_at)
       SELECT r.id, 0, 'activity', r.name, 'run:' || r.id::text, 'scheduled', r.queue, r.priority,
              f.run_options->'retryPolicy', (f.run_options->>'leaseMs')::int,
-             (f.run_options->>'startToCloseTimeoutMs')::int, ${now}, ${now}
+             (f.run_options->>'startToCloseTimeoutMs')::int,
+             -- The activity's rate limit, as client.enqueue gives its steps (schedules have no concurrency key).
+             f.run_options->'rateLimit'->>'key', (f.run_options->'rateLimit'->>'limit')::int,
+             (f.run_options->'rateLimit'->>'periodMs')::int, ${now}, ${now}
         FROM r JOIN fire f ON f.run_id = r.id
        WHERE r.kind = 'activity'
        ORDER BY r.id
-      RETURNING 1),
+      RETURNING rate_key, name),
+    ${flowKeysInserted(n, sql`SELECT 'rate/' || name || '/' || rate_key FROM st`)}
     e AS (
       INSERT INTO ${n.events} (run_id, type, data, at)
       SELECT r.id, 'run:started',
@@ -154,7 +183,8 @@ export async function fireScheduleTicks(
            (SELECT jsonb_agg(jsonb_build_object('s', a.id, 'r', a.last_run_id::text))
               FROM agg a JOIN upd u ON u.id = a.id
              WHERE a.overlap = 'cancel-previous' AND a.prev_live AND a.fired > 0) AS cancel,
-           (SELECT count(*) FROM st) + (SELECT count(*) FROM e) + (SELECT count(*) FROM notified) AS effects`);
+           (SELECT count(*) FROM st) + (SELECT count(*) FROM e) + (SELECT count(*) FROM notified)
+             + (SELECT count(*) FROM flow_keys_made) AS effects`);
   const row = rows[0];
   return {
     applied: row?.applied ?? [],

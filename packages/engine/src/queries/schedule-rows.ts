@@ -29,10 +29,15 @@ export interface ScheduleRow {
 export interface ScheduleRunOptions {
   readonly queue: string;
   readonly priority: number;
-  /** Standalone activity runs only. */
+  /**
+   * Standalone activity runs only: the activity's parameters when the schedule was created or last changed. A
+   * process that holds the activity's definition fires with the definition's instead (see ActivityRunParams).
+   */
   readonly retryPolicy?: unknown;
   readonly leaseMs?: number;
   readonly startToCloseTimeoutMs?: number;
+  /** The activity's rate limit; null or absent: none. */
+  readonly rateLimit?: { readonly key: string; readonly limit: number; readonly periodMs: number } | null;
 }
 
 /** The columns of {@link ScheduleRow} from schedule alias `s`. */
@@ -71,9 +76,12 @@ export interface NewScheduleRow {
 /**
  * Insert a schedule, version 1, created and updated now by the database clock. Predicate: `ON CONFLICT (id) DO
  * NOTHING`, so an existing id is left as it is; the same statement tells whether the existing row holds exactly
- * what was asked (spec, target, input, run options, policies, and paused when given): a create retried after a lost reply, or
- * run again at every start of an application, is then no conflict. Locks only the new row.
- * @returns `inserted`, `same` (the id exists with these contents) or `different` (it exists with others).
+ * what was asked (spec, target, input, queue, priority, policies, and paused when given): a create retried after a
+ * lost reply, or run again at every start of an application, is then no conflict. The target activity's own
+ * parameters (retry policy, lease, timeout, rate limit) are not the schedule's options and are not compared: a
+ * row that differs only in those gets the ones given (a new version), since they come from the definition the
+ * caller holds now. Locks the new row, or the existing one when it refreshes it.
+ * @returns `inserted`, `same` (the id exists with these options) or `different` (it exists with others).
  */
 export async function insertSchedule(
   db: Database,
@@ -90,17 +98,24 @@ export async function insertSchedule(
               ${p.inputJson}::jsonb, ${runOptions}::jsonb, ${p.overlap}, ${catchup}::jsonb, ${p.paused},
               ${msTimestamp(sql`${p.nextTickMs}`)}, ${n.now}, ${n.now})
       ON CONFLICT (id) DO NOTHING
-      RETURNING id)
-    SELECT EXISTS (SELECT 1 FROM ins) AS inserted,
-           EXISTS (SELECT 1 FROM ${n.schedules} s
-                    WHERE s.id = ${p.id} AND s.cron IS NOT DISTINCT FROM ${p.cron}::text
-                      AND s.every_ms IS NOT DISTINCT FROM ${p.everyMs}::bigint AND s.timezone = ${p.timezone}
-                      AND s.target_kind = ${p.targetKind} AND s.target_name = ${p.targetName}
-                      AND s.input IS NOT DISTINCT FROM ${p.inputJson}::jsonb AND s.run_options = ${runOptions}::jsonb
-                      AND s.overlap = ${p.overlap} AND s.catchup = ${catchup}::jsonb
-                      -- Paused or not is an operator's choice: it counts only when the caller said which.
-                      AND (NOT ${p.pausedGiven}::boolean OR s.paused = ${p.paused}))
-             AS same`);
+      RETURNING id),
+    same AS (
+      SELECT s.id, s.run_options = ${runOptions}::jsonb AS same_params FROM ${n.schedules} s
+       WHERE s.id = ${p.id} AND s.cron IS NOT DISTINCT FROM ${p.cron}::text
+         AND s.every_ms IS NOT DISTINCT FROM ${p.everyMs}::bigint AND s.timezone = ${p.timezone}
+         AND s.target_kind = ${p.targetKind} AND s.target_name = ${p.targetName}
+         AND s.input IS NOT DISTINCT FROM ${p.inputJson}::jsonb
+         AND s.run_options->>'queue' = ${p.runOptions.queue}
+         AND (s.run_options->>'priority')::int = ${p.runOptions.priority}::int
+         AND s.overlap = ${p.overlap} AND s.catchup = ${catchup}::jsonb
+         -- Paused or not is an operator's choice: it counts only when the caller said which.
+         AND (NOT ${p.pausedGiven}::boolean OR s.paused = ${p.paused})),
+    refreshed AS (
+      UPDATE ${n.schedules} s SET run_options = ${runOptions}::jsonb, version = s.version + 1, updated_at = ${n.now}
+        FROM same WHERE s.id = same.id AND NOT same.same_params AND NOT EXISTS (SELECT 1 FROM ins)
+      RETURNING 1)
+    SELECT EXISTS (SELECT 1 FROM ins) AS inserted, EXISTS (SELECT 1 FROM same) AS same,
+           (SELECT count(*) FROM refreshed)::int AS refreshed`);
   const row = rows[0];
   return row?.inserted ? 'inserted' : row?.same ? 'same' : 'different';
 }

@@ -1,7 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import type { Database } from '../db/database.js';
 import { faultHooks } from '../internal/fault-points.js';
-import { fireScheduleTicks, type FiredTicks, type ScheduleFiring } from '../queries/fire-schedule-ticks.js';
+import type { ActivityDefinition } from '@palisade/sdk';
+import {
+  fireScheduleTicks,
+  type ActivityRunParams,
+  type FiredTicks,
+  type ScheduleFiring,
+} from '../queries/fire-schedule-ticks.js';
 import { cancelInTransaction } from '../queries/request-cancel.js';
 import { readDueSchedules, type DueScheduleRow } from '../queries/schedule-rows.js';
 import type { SchemaNames } from '../queries/schema-names.js';
@@ -38,6 +44,27 @@ export function tickSpecOf(row: {
     : { kind: 'every', everyMs: Number(row.every_ms) };
 }
 
+/** The parameters a standalone run of `activity` gets, as `client.enqueue` gives them without options. */
+export function activityRunParamsOf(
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  activity: ActivityDefinition<any, any>,
+): ActivityRunParams extends ReadonlyMap<string, infer P> ? P : never {
+  return {
+    retryPolicy: activity.retry,
+    leaseMs: activity.leaseMs,
+    startToCloseTimeoutMs: activity.startToCloseTimeoutMs,
+    rateLimit: activity.rateLimit ?? null,
+  };
+}
+
+/** {@link activityRunParamsOf} of each of `activities`, by name. */
+export function activityRunParams(
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  activities: Iterable<ActivityDefinition<any, any>>,
+): ActivityRunParams {
+  return new Map([...activities].map((a) => [a.name, activityRunParamsOf(a)]));
+}
+
 /** The firing an evaluator decides for one due schedule read at database time `nowMs`. */
 function decide(row: DueScheduleRow, nowMs: number): ScheduleFiring {
   const due = row.due
@@ -63,10 +90,11 @@ export async function applyFirings(
   n: SchemaNames,
   firings: readonly ScheduleFiring[],
   mayCancel: boolean,
+  activities?: ActivityRunParams,
 ): Promise<FiredTicks> {
-  if (!mayCancel) return fireScheduleTicks(db, n, firings);
+  if (!mayCancel) return fireScheduleTicks(db, n, firings, activities);
   return db.transaction(async (tx) => {
-    const fired = await fireScheduleTicks(tx, n, firings);
+    const fired = await fireScheduleTicks(tx, n, firings, activities);
     for (const c of fired.cancel) {
       await cancelInTransaction(tx, n, {
         runId: c.runId,
@@ -89,7 +117,12 @@ export async function applyFirings(
 export async function evaluateDueSchedules(
   db: Database,
   n: SchemaNames,
-  p: { keepGoing?: () => boolean; batchSize?: number } = {},
+  p: {
+    keepGoing?: () => boolean;
+    batchSize?: number;
+    /** The definitions of the activities this process serves: their runs get these parameters. */
+    activities?: ActivityRunParams;
+  } = {},
 ): Promise<ScheduleEvaluation> {
   const batchSize = p.batchSize ?? SCHEDULE_BATCH_SIZE;
   let evaluated = 0;
@@ -109,7 +142,7 @@ export async function evaluateDueSchedules(
       }
       await faultHooks['schedules:before-fire']?.(firings.map((f) => f.id));
       const mayCancel = due.rows.some((r) => r.overlap === 'cancel-previous');
-      const fired = await applyFirings(db, n, firings, mayCancel);
+      const fired = await applyFirings(db, n, firings, mayCancel, p.activities);
       evaluated += due.rows.length;
       applied += fired.applied.length;
       runsCreated += fired.runs.length;

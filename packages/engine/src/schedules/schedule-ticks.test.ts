@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   MAX_CATCHUP_TICKS,
   ON_TIME_MS,
+  cronOf,
   dueTicks,
   latestTickAtOrBefore,
   nextTickAfter,
@@ -14,6 +15,21 @@ const minutely: TickSpec = { kind: 'cron', cron: '* * * * *', timezone: 'UTC' };
 const at = (iso: string) => Date.parse(iso);
 
 describe('tick arithmetic', () => {
+  it('reads only cron patterns: five or six fields, or a nickname; never a date, which croner would fire once', () => {
+    for (const cron of ['* * * * *', '0 */5 * * * *', '0 12 * * MON#2', '@daily', ' 30 2 * * * ']) {
+      expect(() => cronOf(cron, 'UTC'), cron).not.toThrow();
+    }
+    for (const cron of [
+      '2026-12-24T18:00:00Z',
+      '2026-12-24T18:00:00.000+01:00',
+      '* * * *',
+      '0 0 0 1 1 * 2030',
+      '@reboot',
+    ]) {
+      expect(() => cronOf(cron, 'UTC'), cron).toThrow(/not a cron pattern/);
+    }
+  });
+
   it('finds the next and the latest tick of a cron expression and of an interval', () => {
     expect(nextTickAfter(minutely, at('2026-01-01T10:05:00Z'))).toBe(at('2026-01-01T10:06:00Z'));
     expect(latestTickAtOrBefore(minutely, at('2026-01-01T10:05:00Z'))).toBe(at('2026-01-01T10:05:00Z'));

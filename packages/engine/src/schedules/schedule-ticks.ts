@@ -43,14 +43,36 @@ export const MAX_BACKFILL_TICKS = 1_000;
 const crons = new Map<string, Cron>();
 const MAX_CACHED_CRONS = 10_000;
 
+/** The nicknames croner reads as cron patterns (`@daily` is `0 0 * * *`); not `@reboot`, which is no time. */
+const CRON_NICKNAMES = /^@(yearly|annually|monthly|weekly|daily|midnight|hourly)$/i;
+
+/**
+ * Why `cron` is not a cron pattern, or undefined when it is one: five fields (minute … weekday), six (seconds
+ * first), or a nickname. Croner also takes a date (an ISO 8601 string) as a one-off run, and seven fields (a
+ * year): a schedule takes neither — a date ticks once, and is never due again after it.
+ */
+export function cronPatternProblem(cron: string): string | undefined {
+  const text = cron.trim();
+  if (CRON_NICKNAMES.test(text)) return undefined;
+  const fields = text.split(/\s+/).length;
+  if (fields === 5 || fields === 6) return undefined;
+  return (
+    `not a cron pattern (${fields} field${fields === 1 ? '' : 's'}): give five fields ` +
+    "(minute hour day-of-month month weekday, e.g. '30 2 * * *'), six with seconds first, or a nickname ('@daily')"
+  );
+}
+
 /**
  * The croner job of `cron` in `timezone` (paused: it never runs anything, it only computes times).
- * @throws RangeError or TypeError from croner when the expression is not valid.
+ * @throws Error when `cron` is not a cron pattern ({@link cronPatternProblem}); RangeError or TypeError from
+ * croner when the pattern is not valid.
  */
 export function cronOf(cron: string, timezone: string): Cron {
   const key = `${timezone}\u0000${cron}`;
   let job = crons.get(key);
   if (!job) {
+    const problem = cronPatternProblem(cron);
+    if (problem !== undefined) throw new Error(problem);
     job = new Cron(cron, { paused: true, timezone });
     if (crons.size >= MAX_CACHED_CRONS) crons.clear();
     crons.set(key, job);

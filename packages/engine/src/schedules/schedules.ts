@@ -7,6 +7,7 @@ import {
   checkPayload,
   durationMs,
   formatIssues,
+  instantProblem,
   textProblem,
   validate,
   type ActivityDefinition,
@@ -23,6 +24,7 @@ import {
   readDatabaseNowMs,
   readSchedule,
   updateSchedule,
+  type NewScheduleRow,
   type ScheduleChanges,
   type ScheduleRow,
   type ScheduleRunOptions,
@@ -30,6 +32,7 @@ import {
 import type { SchemaNames } from '../queries/schema-names.js';
 import { assertUsableOutsideTransaction } from '../worker/fenced-scope.js';
 import {
+  activityRunParamsOf,
   applyFirings,
   evaluateDueSchedules,
   tickSpecOf,
@@ -69,8 +72,9 @@ export interface ScheduleOptions {
   /** The schedule's id, chosen by the caller: 1–200 characters of storable text. */
   readonly id: string;
   /**
-   * A cron expression, read by croner: five fields (minute … weekday), or six with seconds first; names and
-   * `L`, `#`, `W` as croner reads them. Ticks are computed in `timezone`, DST included (a local time that does
+   * A cron expression, read by croner: five fields (minute … weekday), or six with seconds first, or a nickname
+   * (`@hourly`, `@daily`, `@weekly`, `@monthly`, `@yearly`); names and `L`, `#`, `W` as croner reads them. Not a
+   * date (croner reads one as a single run): for one run at a time, use `client.start` with `startAt`. Ticks are computed in `timezone`, DST included (a local time that does
    * not exist that day fires at the first time after it; one that occurs twice fires once).
    */
   readonly cron?: string;
@@ -81,7 +85,11 @@ export interface ScheduleOptions {
   /** The workflow each tick starts. */
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   readonly workflow?: WorkflowDefinition<any, any>;
-  /** The activity each tick enqueues as a standalone run (with the activity's retry policy, lease and timeout). */
+  /**
+   * The activity each tick enqueues as a standalone run, with the activity's retry policy, lease, timeout and
+   * rate limit as `client.enqueue` gives them: those of the definition a worker that serves the activity holds
+   * when it fires the tick (else those of the latest create, upsert or update).
+   */
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   readonly activity?: ActivityDefinition<any, any>;
   /** The input of every run, checked against the workflow's or activity's schema here. */
@@ -279,12 +287,7 @@ function runOptions(
 ): ScheduleRunOptions {
   const base = { queue: o.queue ?? t.def.queue, priority: o.priority ?? 0 };
   if (t.kind === 'workflow') return base;
-  return {
-    ...base,
-    retryPolicy: t.def.retry,
-    leaseMs: t.def.leaseMs,
-    startToCloseTimeoutMs: t.def.startToCloseTimeoutMs,
-  };
+  return { ...base, ...activityRunParamsOf(t.def) };
 }
 
 function catchupPolicy(c: z.output<typeof catchupSchema> | undefined): CatchupPolicy {
@@ -317,6 +320,22 @@ function toSchedule(row: ScheduleRow): Schedule {
   };
 }
 
+/**
+ * The id argument of a call on one schedule, checked as `create` checks it: a value the database could not
+ * store (NUL, a lone surrogate) or compare is refused here, naming `id`, not by the database.
+ * @throws InvalidOptionsError naming `id`.
+ */
+function scheduleId(id: unknown, call: string): string {
+  const parsed = idSchema.safeParse(id);
+  if (!parsed.success) {
+    throw new InvalidOptionsError(
+      `schedules.${call}`,
+      parsed.error.issues.map((i) => ({ path: 'id', message: i.message })),
+    );
+  }
+  return parsed.data;
+}
+
 function notFound(id: string): PalisadeError {
   return new PalisadeError(
     'SCHEDULE_NOT_FOUND',
@@ -329,6 +348,62 @@ function instantMs(value: Date | string | number): number {
   return value instanceof Date ? value.getTime() : typeof value === 'number' ? value : Date.parse(value);
 }
 
+/** A schedule's options resolved: what `create` and `upsert` store, but its next tick. */
+interface ResolvedSchedule {
+  readonly spec: TickSpec;
+  readonly row: Omit<NewScheduleRow, 'nextTickMs'>;
+}
+
+/** Whether two JSON values are the same value (key order aside), as jsonb compares them. */
+function sameJson(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  const ka = Object.keys(a).filter((k) => (a as Record<string, unknown>)[k] !== undefined);
+  const kb = Object.keys(b).filter((k) => (b as Record<string, unknown>)[k] !== undefined);
+  return (
+    ka.length === kb.length &&
+    ka.every((k) => sameJson((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]))
+  );
+}
+
+/**
+ * What {@link Schedules.upsert} changes of `row` to make it `wanted` at database time `nowMs`, or undefined when
+ * nothing differs. The fired ticks (last tick and run, skipped ticks) are never changed; the next tick only by a
+ * new spec or a resume, the paused state only when `paused` was given.
+ */
+function upsertChanges(
+  row: ScheduleRow,
+  wanted: ResolvedSchedule,
+  nowMs: number,
+): ScheduleChanges | undefined {
+  const w = wanted.row;
+  const c: { -readonly [K in keyof ScheduleChanges]: ScheduleChanges[K] } = {};
+  const respec =
+    row.cron !== w.cron ||
+    (row.every_ms === null ? null : Number(row.every_ms)) !== w.everyMs ||
+    row.timezone !== w.timezone;
+  if (respec) {
+    c.cron = w.cron;
+    c.everyMs = w.everyMs;
+    c.timezone = w.timezone;
+    c.nextTickMs = nextTickAfter(wanted.spec, nowMs);
+    c.clearBuffered = true;
+  }
+  if (row.target_kind !== w.targetKind) c.targetKind = w.targetKind;
+  if (row.target_name !== w.targetName) c.targetName = w.targetName;
+  if (!sameJson(row.input, JSON.parse(w.inputJson))) c.inputJson = w.inputJson;
+  if (!sameJson(row.run_options, w.runOptions)) c.runOptions = w.runOptions;
+  if (row.overlap !== w.overlap) c.overlap = w.overlap;
+  if (!sameJson(row.catchup, w.catchup)) c.catchup = w.catchup;
+  if (w.pausedGiven && row.paused !== w.paused) {
+    c.paused = w.paused;
+    if (w.paused) c.clearBuffered = true;
+    else if (!respec) c.nextTickMs = nextTickAfter(wanted.spec, nowMs); // a resume: no backlog of the pause
+  }
+  return Object.keys(c).length === 0 ? undefined : c;
+}
+
 /** How often a change that lost its compare-and-set to an evaluation is tried again. */
 const CAS_TRIES = 20;
 
@@ -336,7 +411,9 @@ const CAS_TRIES = 20;
  * Durable schedules: cron expressions or intervals that start workflow runs (or standalone activity runs), fired
  * by the workers of any engine on the same schema (`WorkerOptions.schedules`, on by default) — no leader, no
  * lease: each tick starts exactly one run however many workers evaluate, stall, die or disagree on the time, and
- * due times are judged by the database clock only. Obtain it as `engine.schedules`.
+ * due times are judged by the database clock only. Obtain it as `engine.schedules`. Every call that names a
+ * schedule throws InvalidOptionsError naming `id` for an id that is not 1–200 characters of storable text (no
+ * NUL, no lone surrogate), before it reaches the database.
  */
 export class Schedules {
   constructor(
@@ -349,19 +426,75 @@ export class Schedules {
   /**
    * Create a schedule. Its first tick is the first after now by the database clock (nothing fires for the past:
    * see `backfill`). The input is checked against the target's schema now, as `client.start` does. Idempotent:
-   * when a schedule with this id exists with exactly these options (a call retried after a lost reply, or made at
-   * every start of an application), it is returned as it is.
+   * when a schedule with this id exists with these options (a call retried after a lost reply), it is returned as
+   * it is. The target activity's own retry policy, lease, timeout and rate limit are not options of the schedule:
+   * a changed definition is no conflict, and the schedule takes its parameters (a worker that serves the activity
+   * fires its runs with its own definition anyway). To declare schedules at every start of an application, use
+   * {@link Schedules.upsert}, which also takes changed options.
    * @returns the schedule as stored.
    * @throws InvalidOptionsError naming the bad option: neither or both of `cron`/`every` or of
    * `workflow`/`activity`, a cron expression croner refuses, an unknown time zone, `timezone` with `every`, an
    * interval under 1 s, a bad overlap or catch-up policy, queue or priority.
    * @throws ValidationError naming the bad input field; PalisadeError `PAYLOAD_TOO_LARGE`.
    * @throws PalisadeError `SCHEDULE_EXISTS` when a schedule with this id exists with other options (or, when
-   * `paused` is given, another paused state): change it with `update`, `pause` or `resume`. Without `paused`, an
+   * `paused` is given, another paused state): change it with `upsert`, `update`, `pause` or `resume`. Without `paused`, an
    * existing schedule's paused state is left as an operator set it, and does not make the options differ.
    */
   async create(options: ScheduleOptions): Promise<Schedule> {
     this.assertOpen('create');
+    const wanted = this.resolve(options);
+    const nowMs = await withInfraRetry(() => readDatabaseNowMs(this.db, this.names));
+    const inserted = await withInfraRetry(() =>
+      insertSchedule(this.db, this.names, { ...wanted.row, nextTickMs: nextTickAfter(wanted.spec, nowMs) }),
+    );
+    if (inserted === 'different') {
+      throw new PalisadeError(
+        'SCHEDULE_EXISTS',
+        `schedule ${wanted.row.id} already exists with other options${wanted.row.pausedGiven ? ' or paused state' : ''}; ` +
+          'use upsert to bring it to these options, or update it (or pause or resume it), or delete it first, or ' +
+          'choose another id',
+      );
+    }
+    return this.get(wanted.row.id);
+  }
+
+  /**
+   * Create a schedule, or bring the one with this id to these options: what an application that declares its
+   * schedules at every start wants (as pg-boss's `schedule(name, cron)`). In one transaction: a new id is created
+   * as `create` does; an existing schedule gets the options that differ, and keeps what they do not name — the
+   * ticks it already fired (its last tick and run, its skipped ticks), and, unless `paused` is given, the paused
+   * state an operator set. A new `cron`, `every` or `timezone` sets the next tick from now by the database clock
+   * (as `update`); `paused: false` on a paused schedule resumes it (as `resume`). Options equal to the stored ones
+   * change nothing (the version stays).
+   * @returns the schedule as stored.
+   * @throws InvalidOptionsError, ValidationError, PalisadeError `PAYLOAD_TOO_LARGE`, as `create`.
+   */
+  async upsert(options: ScheduleOptions): Promise<Schedule> {
+    this.assertOpen('upsert');
+    const wanted = this.resolve(options);
+    const { id } = wanted.row;
+    return withInfraRetry(() =>
+      this.db.transaction(async (tx) => {
+        for (let i = 0; i < CAS_TRIES; i++) {
+          const nowMs = await readDatabaseNowMs(tx, this.names);
+          const nextTickMs = nextTickAfter(wanted.spec, nowMs);
+          const inserted = await insertSchedule(tx, this.names, { ...wanted.row, nextTickMs });
+          const { row } = await readSchedule(tx, this.names, id);
+          if (!row) continue; // deleted between the insert's conflict and this read: create it again
+          if (inserted === 'inserted') return toSchedule(row);
+          const changes = upsertChanges(row, wanted, nowMs);
+          if (!changes) return toSchedule(row);
+          // Compare-and-set: an evaluation that moved the row meanwhile makes this read it again.
+          const written = await updateSchedule(tx, this.names, { id, version: Number(row.version), changes });
+          if (written) return toSchedule(written);
+        }
+        throw new PalisadeError('DATABASE_ERROR', `schedule ${id}: upsert kept losing to concurrent changes`);
+      }),
+    );
+  }
+
+  /** The schedule `options` describe, checked: its tick spec and the row `create` and `upsert` insert. */
+  private resolve(options: ScheduleOptions): ResolvedSchedule {
     const where = `schedule options${typeof options?.id === 'string' ? ` of ${options.id}` : ''}`;
     const o = parse(createSchema, options, where);
     const issues: Issue[] = [];
@@ -369,9 +502,9 @@ export class Schedules {
     const t = target(o, issues, true);
     if (issues.length > 0 || !spec || !t) throw new InvalidOptionsError(where, issues);
     const inputJson = this.checkInput(o.id, t, o.input);
-    const nowMs = await withInfraRetry(() => readDatabaseNowMs(this.db, this.names));
-    const inserted = await withInfraRetry(() =>
-      insertSchedule(this.db, this.names, {
+    return {
+      spec,
+      row: {
         id: o.id,
         cron: spec.kind === 'cron' ? spec.cron : null,
         everyMs: spec.kind === 'every' ? spec.everyMs : null,
@@ -384,17 +517,8 @@ export class Schedules {
         catchup: catchupPolicy(o.catchup),
         paused: o.paused ?? false,
         pausedGiven: o.paused !== undefined,
-        nextTickMs: nextTickAfter(spec, nowMs),
-      }),
-    );
-    if (inserted === 'different') {
-      throw new PalisadeError(
-        'SCHEDULE_EXISTS',
-        `schedule ${o.id} already exists with other options${o.paused === undefined ? '' : ' or paused state'}; ` +
-          'update it (or pause or resume it), or delete it first, or choose another id',
-      );
-    }
-    return this.get(o.id);
+      },
+    };
   }
 
   /**
@@ -403,8 +527,9 @@ export class Schedules {
    * @throws InvalidOptionsError naming the bad option (as `create`, and `input` without its definition);
    * ValidationError naming the bad input field; PalisadeError `SCHEDULE_NOT_FOUND`.
    */
-  async update(id: string, patch: SchedulePatch): Promise<Schedule> {
+  async update(given: string, patch: SchedulePatch): Promise<Schedule> {
     this.assertOpen('update');
+    const id = scheduleId(given, 'update');
     const where = `schedule update of ${String(id)}`;
     const o = parse(patchSchema, patch, where);
     const issues: Issue[] = [];
@@ -467,7 +592,9 @@ export class Schedules {
    */
   async pause(id: string): Promise<Schedule> {
     this.assertOpen('pause');
-    return this.change(id, (row) => (row.paused ? undefined : { paused: true, clearBuffered: true }));
+    return this.change(scheduleId(id, 'pause'), (row) =>
+      row.paused ? undefined : { paused: true, clearBuffered: true },
+    );
   }
 
   /**
@@ -478,7 +605,7 @@ export class Schedules {
    */
   async resume(id: string): Promise<Schedule> {
     this.assertOpen('resume');
-    return this.change(id, (row, nowMs) =>
+    return this.change(scheduleId(id, 'resume'), (row, nowMs) =>
       row.paused ? { paused: false, nextTickMs: nextTickAfter(tickSpecOf(row), nowMs) } : undefined,
     );
   }
@@ -489,8 +616,9 @@ export class Schedules {
    * @returns the id of the run it started.
    * @throws PalisadeError `SCHEDULE_NOT_FOUND`.
    */
-  async trigger(id: string): Promise<string> {
+  async trigger(given: string): Promise<string> {
     this.assertOpen('trigger');
+    const id = scheduleId(given, 'trigger');
     for (let i = 0; i < CAS_TRIES; i++) {
       const { row, nowMs } = await withInfraRetry(() => readSchedule(this.db, this.names, id));
       if (!row) throw notFound(id);
@@ -505,21 +633,27 @@ export class Schedules {
    * Start the runs of the schedule's ticks from `from` to `to` (both included; Dates, ISO strings or ms), oldest
    * first, each tick that has no run yet — whatever the overlap policy, paused or not. At most 1,000 ticks; `to`
    * must not be later than now by the database clock.
-   * @throws InvalidOptionsError naming `from` or `to` (not a time, `from` after `to`, `to` in the future, more than
-   * 1,000 ticks); PalisadeError `SCHEDULE_NOT_FOUND`.
+   * @throws InvalidOptionsError naming `from` or `to` (not a time, outside the years 0001–9999, `from` after `to`,
+   * `to` in the future, more than 1,000 ticks); PalisadeError `SCHEDULE_NOT_FOUND`.
    */
   async backfill(
-    id: string,
+    given: string,
     range: { readonly from: Date | string | number; readonly to: Date | string | number },
   ): Promise<BackfillResult> {
     this.assertOpen('backfill');
-    const where = `backfill of schedule ${String(id)}`;
+    const id = scheduleId(given, 'backfill');
+    const where = `backfill of schedule ${id}`;
     const r = parse(backfillSchema, range, where);
     const fromMs = instantMs(r.from);
     const toMs = instantMs(r.to);
     const issues: Issue[] = [];
-    if (Number.isNaN(fromMs)) issues.push({ path: 'from', message: `${String(r.from)} is not a time` });
-    if (Number.isNaN(toMs)) issues.push({ path: 'to', message: `${String(r.to)} is not a time` });
+    for (const [path, ms, value] of [
+      ['from', fromMs, r.from],
+      ['to', toMs, r.to],
+    ] as const) {
+      if (Number.isNaN(ms)) issues.push({ path, message: `${String(value).slice(0, 100)} is not a time` });
+      else if (instantProblem(ms) !== undefined) issues.push({ path, message: instantProblem(ms) as string });
+    }
     if (issues.length === 0 && fromMs > toMs) issues.push({ path: 'from', message: 'must not be after to' });
     if (issues.length > 0) throw new InvalidOptionsError(where, issues);
     for (let i = 0; i < CAS_TRIES; i++) {
@@ -561,8 +695,9 @@ export class Schedules {
    * name it and their tick, but they no longer belong to it: a schedule created again under this id starts afresh.
    * @throws PalisadeError `SCHEDULE_NOT_FOUND`.
    */
-  async delete(id: string): Promise<void> {
+  async delete(given: string): Promise<void> {
     this.assertOpen('delete');
+    const id = scheduleId(given, 'delete');
     if (!(await withInfraRetry(() => deleteSchedule(this.db, this.names, id)))) throw notFound(id);
   }
 
@@ -582,15 +717,18 @@ export class Schedules {
   }
 
   /** One schedule. @throws PalisadeError `SCHEDULE_NOT_FOUND`. */
-  async get(id: string): Promise<Schedule> {
+  async get(given: string): Promise<Schedule> {
     this.assertOpen('get');
+    const id = scheduleId(given, 'get');
     const { row } = await withInfraRetry(() => readSchedule(this.db, this.names, id));
     if (!row) throw notFound(id);
     return toSchedule(row);
   }
 
   /** One schedule and the runs of its newest ticks. @throws PalisadeError `SCHEDULE_NOT_FOUND`. */
-  async describe(id: string): Promise<ScheduleDescription> {
+  async describe(given: string): Promise<ScheduleDescription> {
+    this.assertOpen('describe');
+    const id = scheduleId(given, 'describe');
     const schedule = await this.get(id);
     const recentRuns = await withInfraRetry(() =>
       listScheduleRuns(this.db, this.names, { scheduleId: id, limit: 20 }),

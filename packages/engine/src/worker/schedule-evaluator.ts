@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { Database } from '../db/database.js';
 import { classifyDatabaseError } from '../infra-retry.js';
 import type { SchemaNames } from '../queries/schema-names.js';
+import type { ActivityRunParams } from '../queries/fire-schedule-ticks.js';
 import { evaluateDueSchedules } from '../schedules/evaluate-schedules.js';
 import type { WorkerEvents } from './worker-events.js';
 
@@ -28,6 +29,8 @@ export class ScheduleEvaluator {
       readonly pollIntervalMs: number;
       readonly events: WorkerEvents;
       readonly logger: Logger;
+      /** The worker's activity definitions: the runs of schedules of these activities get their parameters. */
+      readonly activities: ActivityRunParams;
     },
   ) {}
 
@@ -43,10 +46,13 @@ export class ScheduleEvaluator {
   }
 
   private async evaluate(): Promise<void> {
-    const { db, names, pollIntervalMs, events, logger } = this.p;
+    const { db, names, pollIntervalMs, events, logger, activities } = this.p;
     let waitMs = pollIntervalMs;
     try {
-      const done = await evaluateDueSchedules(db, names, { keepGoing: () => !this.stopped });
+      const done = await evaluateDueSchedules(db, names, {
+        keepGoing: () => !this.stopped,
+        activities,
+      });
       for (const r of done.refused) logger.error({ schedule: r.id, error: r.error }, 'schedules:refused');
       if (done.evaluated > 0) {
         const { evaluated, applied, runsCreated, nextDueInMs } = done;

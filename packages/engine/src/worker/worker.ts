@@ -25,6 +25,7 @@ import { TurnLoop } from '../workflow/turn-loop.js';
 import { ActivityAttempt } from './activity-attempt.js';
 import { HeartbeatLoop } from './heartbeat-loop.js';
 import { RetentionSweeper } from './retention-sweeper.js';
+import { activityRunParams } from '../schedules/evaluate-schedules.js';
 import { ScheduleEvaluator } from './schedule-evaluator.js';
 import { isGrantFresh, localLeaseDeadline, monotonicNow } from './lease-clock.js';
 import { WakeSignal, claimRetryDelayMs } from './wake-signal.js';
@@ -184,6 +185,7 @@ export class Worker {
         pollIntervalMs: this.options.pollIntervalMs,
         events: this.events,
         logger,
+        activities: activityRunParams(this.options.activities.values()),
       });
       this.schedules.start();
     }

@@ -11,6 +11,7 @@ import {
   checkPayload,
   concurrencyLimitSchema,
   formatIssues,
+  instantProblem,
   mergeRetryPolicy,
   rateLimitSchema,
   serializeFailure,
@@ -744,6 +745,11 @@ class Replay implements WorkflowInstance {
       },
       sleepUntil: (date: Date) => {
         const dueAtMs = date instanceof Date ? date.getTime() : Number.NaN;
+        if (Number.isFinite(dueAtMs) && instantProblem(dueAtMs) !== undefined) {
+          throw new InvalidOptionsError(`ctx.sleepUntil in workflow ${workflowName}`, [
+            { path: 'date', message: instantProblem(dueAtMs) as string },
+          ]);
+        }
         if (!Number.isFinite(dueAtMs)) {
           const given = date as unknown;
           const got =
