@@ -89,8 +89,6 @@ export class TurnLoop {
   private state: 'running' | 'stopping' = 'running';
   private readonly wakeSignal = new WakeSignal();
   private readonly done: Promise<void>;
-  /** `<workflow>:<call>` pairs already warned about, so a workflow that calls Math.random() warns once. */
-  private readonly warnedNondeterministic = new Set<string>();
   private readonly instances: InstanceCache;
 
   constructor(
@@ -199,6 +197,7 @@ export class TurnLoop {
       wakeCount: row.wake_count,
       cancelRequested: row.cancel_requested,
       leaseMs: this.options.turnLeaseMs,
+      nowMs: row.now_ms,
     };
   }
 
@@ -246,6 +245,7 @@ export class TurnLoop {
       }),
       priority: row.priority,
       nowMs: row.now_ms,
+      ...(row.started_ms !== null ? { startedMs: row.started_ms } : {}),
       cancelRequested: row.cancel_requested,
       signals: row.signals ?? [],
     };
@@ -274,7 +274,6 @@ export class TurnLoop {
       const history = row.turn_epoch === 1 ? [] : await loadRunHistory(this.db, this.names, row.id);
       ({ result, instance } = await startTurn({ ...params, workflow, input: row.input, history }));
     }
-    this.warnNondeterministic(row.name, row.id, result);
     const ref = this.turnRefOf(row);
     let committed = result;
     const beforeCommit = faultHooks['turn:before-commit'];
@@ -341,18 +340,6 @@ export class TurnLoop {
       grant,
     });
     return ended;
-  }
-
-  private warnNondeterministic(workflowName: string, runId: string, result: TurnResult): void {
-    for (const call of result.nondeterministicCalls ?? []) {
-      const key = `${workflowName}:${call}`;
-      if (this.warnedNondeterministic.has(key)) continue;
-      this.warnedNondeterministic.add(key);
-      this.logger.warn(
-        { workflow: workflowName, call, runId, hint: 'differs on replay; use ctx.random() / ctx.now()' },
-        'workflow:nondeterministic-call',
-      );
-    }
   }
 
   /**
@@ -433,7 +420,6 @@ export class TurnLoop {
         ],
       });
       if (!result) return undefined;
-      this.warnNondeterministic(kept.workflowName, runId, result);
       const beforeCommit = faultHooks['turn:before-commit'];
       if (beforeCommit) await beforeCommit(fault);
       const completionRef = [attemptRefOf(completion)];
