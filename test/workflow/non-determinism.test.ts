@@ -310,7 +310,12 @@ function clockFixture() {
   /** Every execution of each point of the code, across turns and replays. */
   const samples: Sample[] = [];
   const sample = (point: string): Sample => {
-    const s = { point, nowMs: Date.now(), dateMs: new Date().getTime(), random: [Math.random(), Math.random()] };
+    const s = {
+      point,
+      nowMs: Date.now(),
+      dateMs: new Date().getTime(),
+      random: [Math.random(), Math.random()],
+    };
     samples.push(s);
     return s;
   };
@@ -378,7 +383,12 @@ for (const driver of ['postgres', 'pglite'] as const) {
       for (const s of samples) expect(s).toEqual(samples.find((f) => f.point === s.point));
       // The values are the workflow's: the database's time, advancing with its history; random numbers that
       // advance too.
-      const [before, afterActivity, afterSleep, afterSignal] = output.samples as [Sample, Sample, Sample, Sample];
+      const [before, afterActivity, afterSleep, afterSignal] = output.samples as [
+        Sample,
+        Sample,
+        Sample,
+        Sample,
+      ];
       for (const s of output.samples) {
         expect(s.dateMs).toBe(s.nowMs);
         expect(Number.isInteger(s.nowMs)).toBe(true);

@@ -259,7 +259,12 @@ describe('runTurn: determinism checks', () => {
     await turn(coin, []);
     await turn(coin, []);
     await turn(coin, [], {
-      info: { runId: '22222222-2222-4222-8222-222222222222', workflowName: 'coin', turnAttempt: 1, queue: 'q' },
+      info: {
+        runId: '22222222-2222-4222-8222-222222222222',
+        workflowName: 'coin',
+        turnAttempt: 1,
+        queue: 'q',
+      },
     });
     const [first, replay, otherRun] = draws as [number[], number[], number[]];
     expect(replay).toEqual(first);

@@ -335,7 +335,11 @@ export async function startTurn(
  * its commit records as the step's `finished_at`. Never earlier than before: the clock only advances. Read only
  * from the history, so every replay of the run computes the same clock at every point of its code.
  */
-export function workflowClockAfter(clockMs: number, h: HistoryStepRow | undefined, turnNowMs: number): number {
+export function workflowClockAfter(
+  clockMs: number,
+  h: HistoryStepRow | undefined,
+  turnNowMs: number,
+): number {
   return Math.max(clockMs, Math.floor(h?.finished_ms ?? turnNowMs));
 }
 
@@ -1000,7 +1004,9 @@ class Replay implements WorkflowInstance {
       }
     }
     this.busy = false;
-    return this.progress && result.outcome.kind !== 'failed' ? { ...result, progress: this.progress } : result;
+    return this.progress && result.outcome.kind !== 'failed'
+      ? { ...result, progress: this.progress }
+      : result;
   }
 
   private outcome(): TurnResult {
