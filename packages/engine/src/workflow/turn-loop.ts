@@ -33,7 +33,13 @@ import type { SchemaNames } from '../queries/schema-names.js';
 import { WakeSignal, claimRetryDelayMs } from '../worker/wake-signal.js';
 import type { WorkerEvents } from '../worker/worker-events.js';
 import { InstanceCache, canContinue, type KeptInstance } from './instance-cache.js';
-import { startTurn, type TurnParams, type TurnResult, type WorkflowInstance } from './turn-runtime.js';
+import {
+  startTurn,
+  type TurnOutcome,
+  type TurnParams,
+  type TurnResult,
+  type WorkflowInstance,
+} from './turn-runtime.js';
 import type { EndedRun, LocalResults } from '../db/notification-hub.js';
 
 export interface TurnLoopOptions {
@@ -332,14 +338,37 @@ export class TurnLoop {
         atMonotonicMs: grantedAtMs,
       });
     }
+    this.committed(row.id, row.name, committed.outcome, replay, grant);
+    return ended;
+  }
+
+  /**
+   * Announce a committed turn (`turn:committed`); a turn that ended the run failed or cancelled also logs why
+   * (`run:failed` warning, `run:cancelled` info), with the error's type, code and message: the reason, not only
+   * that it happened.
+   */
+  private committed(
+    runId: string,
+    workflow: string,
+    outcome: TurnOutcome,
+    replay: 'full' | 'continued',
+    grant: 'claimed' | 'eager' | 'fused',
+  ): void {
+    if (outcome.kind === 'failed' || outcome.kind === 'cancelled') {
+      const { type, code, message } = outcome.error;
+      this.logger[outcome.kind === 'failed' ? 'warn' : 'info'](
+        { runId, workflow, error: { type, ...(code ? { code } : {}), message } },
+        `run:${outcome.kind}`,
+      );
+    }
     this.events.emit('turn:committed', {
-      runId: row.id,
-      workflow: row.name,
-      outcome: committed.outcome.kind,
+      runId,
+      workflow,
+      outcome: outcome.kind,
       replay,
       grant,
+      ...(outcome.kind === 'failed' || outcome.kind === 'cancelled' ? { error: outcome.error } : {}),
     });
-    return ended;
   }
 
   /**
@@ -472,13 +501,7 @@ export class TurnLoop {
           atMonotonicMs,
         });
       }
-      this.events.emit('turn:committed', {
-        runId,
-        workflow: kept.workflowName,
-        outcome: result.outcome.kind,
-        replay: 'continued',
-        grant: 'fused',
-      });
+      this.committed(runId, kept.workflowName, result.outcome, 'continued', 'fused');
       return 'applied';
     } finally {
       settled?.(ended);
