@@ -5,8 +5,14 @@
  */
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { defineActivity, defineWorkflow, RunFailedError, type WorkflowContext } from '@palisade/sdk';
-import { advanceClock } from '@palisade/engine/testing';
+import {
+  defineActivity,
+  defineSignal,
+  defineWorkflow,
+  RunFailedError,
+  type WorkflowContext,
+} from '@palisade/sdk';
+import { advanceClock, setClockOffset } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
 import { runOf, stepsOf, until, warmUp } from './workflow-rows.js';
 
@@ -287,6 +293,116 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(error?.failure.message).toContain('replayed step 1 as no call (the workflow ended first)');
       expect(error?.failure.message).toContain('history recorded activity sendWelcome');
       expect(ledger).toEqual(['createUser:solo', 'sendWelcome:solo']);
+    });
+  });
+}
+
+/** What workflow code read from the clock and `Math.random` at one point of its code. */
+const sampleSchema = z.object({
+  point: z.string(),
+  nowMs: z.number(),
+  dateMs: z.number(),
+  random: z.array(z.number()),
+});
+type Sample = z.infer<typeof sampleSchema>;
+
+function clockFixture() {
+  /** Every execution of each point of the code, across turns and replays. */
+  const samples: Sample[] = [];
+  const sample = (point: string): Sample => {
+    const s = {
+      point,
+      nowMs: Date.now(),
+      dateMs: new Date().getTime(),
+      random: [Math.random(), Math.random()],
+    };
+    samples.push(s);
+    return s;
+  };
+  /** An activity in the same process: it must read the real clock. */
+  const realClock = defineActivity({
+    name: 'realClock',
+    input: z.object({}),
+    output: z.object({ nowMs: z.number(), dateMs: z.number() }),
+    run: () => Promise.resolve({ nowMs: Date.now(), dateMs: new Date().getTime() }),
+  });
+  const go = defineSignal({ name: 'go', payload: z.object({}) });
+  const clocked = defineWorkflow({
+    name: 'clocked',
+    input: z.object({}),
+    output: z.object({
+      samples: z.array(sampleSchema),
+      activity: z.object({ nowMs: z.number(), dateMs: z.number() }),
+    }),
+    async run(_input, ctx) {
+      const before = sample('before');
+      const activity = await ctx.run(realClock, {});
+      const afterActivity = sample('after activity');
+      await ctx.sleep('1h');
+      const afterSleep = sample('after sleep');
+      await ctx.waitForSignal(go);
+      return { samples: [before, afterActivity, afterSleep, sample('after signal')], activity };
+    },
+  });
+  return { samples, realClock, go, clocked };
+}
+
+for (const driver of ['postgres', 'pglite'] as const) {
+  describe(`the workflow's clock and Math.random under replay, on ${driver}`, () => {
+    const target = useEngineTarget(driver);
+    warmUp(target);
+
+    it('gives workflow code the same Date.now(), new Date() and Math.random() on a replay by a new worker, and activities the real clock', async () => {
+      const { samples, realClock, go, clocked } = clockFixture();
+      const engine = await target.engine();
+      // The database clock 10 days ahead of this process's: the workflow's clock follows the database's history.
+      const DAY_MS = 86_400_000;
+      await setClockOffset(engine, 10 * DAY_MS);
+      const realBefore = Date.now();
+      const w1 = engine.worker({ workflows: [clocked], activities: [realClock], workerId: 'first' });
+      await w1.start();
+      const handle = await engine.client.start(clocked, {});
+      const blockedAt = (seq: number, kind: string) => async () =>
+        (await stepsOf(engine, handle.runId))[seq]?.kind === kind;
+      await until([w1], blockedAt(1, 'timer'), 'the run asleep');
+      await advanceClock(engine, 3_600_000);
+      await until([w1], blockedAt(2, 'signal'), 'the run waiting for its signal');
+      await w1.stop();
+      const firstRun = samples.filter((s) => s.point !== 'after signal');
+      expect(firstRun.map((s) => s.point)).toEqual(['before', 'after activity', 'after sleep']);
+      // A crashed worker's successor replays the run from its history, an hour of database time later.
+      await advanceClock(engine, 3_600_000);
+      const w2 = engine.worker({ workflows: [clocked], activities: [realClock], workerId: 'second' });
+      await w2.start();
+      await handle.signal(go, {});
+      const output = await handle.result({ timeoutMs: 20_000 });
+      await w2.stop();
+
+      // The replay saw exactly what the first execution saw at each point.
+      expect(output.samples.slice(0, 3)).toEqual(firstRun);
+      for (const s of samples) expect(s).toEqual(samples.find((f) => f.point === s.point));
+      // The values are the workflow's: the database's time, advancing with its history; random numbers that
+      // advance too.
+      const [before, afterActivity, afterSleep, afterSignal] = output.samples as [
+        Sample,
+        Sample,
+        Sample,
+        Sample,
+      ];
+      for (const s of output.samples) {
+        expect(s.dateMs).toBe(s.nowMs);
+        expect(Number.isInteger(s.nowMs)).toBe(true);
+        for (const r of s.random) expect(r >= 0 && r < 1).toBe(true);
+      }
+      expect(before.nowMs).toBeGreaterThanOrEqual(realBefore + 10 * DAY_MS);
+      expect(afterActivity.nowMs).toBeGreaterThanOrEqual(before.nowMs);
+      expect(afterSleep.nowMs).toBeGreaterThanOrEqual(before.nowMs + 3_600_000);
+      expect(afterSignal.nowMs).toBeGreaterThanOrEqual(afterSleep.nowMs + 3_600_000);
+      expect(new Set(output.samples.flatMap((s) => s.random)).size).toBe(8);
+      // The activity, in the same process, read the real clock.
+      expect(output.activity.nowMs).toBeGreaterThanOrEqual(realBefore);
+      expect(output.activity.nowMs).toBeLessThan(realBefore + DAY_MS);
+      expect(output.activity.dateMs).toBeLessThan(realBefore + DAY_MS);
     });
   });
 }

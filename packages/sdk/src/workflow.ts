@@ -60,12 +60,12 @@ export interface RunChildOptions {
 /**
  * The context passed to a workflow's `run(input, ctx)`. Workflow code is replayed from the top on every turn
  * over the recorded results, so it must be deterministic: it may await only the promises these methods
- * return (alone or combined with `Promise.all`, `allSettled`, `race`, `any`), and must take time, randomness
- * and ids from `ctx.now()`, `ctx.random()` and `ctx.uuid()`. Awaiting anything else (timers, I/O) is detected
- * and fails the run with an error naming the workflow. `Math.random()` and `Date.now()` in workflow code are
- * detected too: the worker logs `workflow:nondeterministic-call` once per workflow, and a `NON_DETERMINISM` failure
- * of a turn that called them names them as the likely cause. `new Date()` (the current time) is not detected:
- * use `ctx.now()`. Legal only inside workflow code.
+ * return (alone or combined with `Promise.all`, `allSettled`, `race`, `any`), and must take ids from
+ * `ctx.uuid()`. Awaiting anything else (timers, I/O) is detected and fails the run with an error naming the
+ * workflow. `Date.now()`, `new Date()` and `Math.random()` in workflow code are deterministic, as in Temporal: the
+ * clock is the run's start, then the recorded time of the last outcome the code was handed (it does not move while
+ * the code runs), and `Math.random()` draws from a generator seeded with the run id, so every replay reads the same
+ * values; `ctx.now()` and `ctx.random()` record theirs in the history. Legal only inside workflow code.
  */
 export interface WorkflowContext {
   readonly info: WorkflowInfo;

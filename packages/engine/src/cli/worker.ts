@@ -92,13 +92,29 @@ function reportEvents(worker: Worker, output: Output, json: boolean): void {
       reason,
     }),
   );
-  e.on('turn:committed', ({ runId, workflow, outcome, replay, grant }) =>
-    emit('turn:committed', 'turn', outcome === 'failed' ? 'red' : undefined, workflow, runId, outcome, {
+  e.on('turn:committed', ({ runId, workflow, outcome, replay, grant, error }) =>
+    emit(
+      'turn:committed',
+      'turn',
+      outcome === 'failed' ? 'red' : undefined,
       workflow,
-      outcome,
-      replay,
-      grant,
-    }),
+      runId,
+      // A run that ended failed or cancelled says why.
+      error ? `${outcome} · ${formatFailure(error) ?? ''}` : outcome,
+      {
+        workflow,
+        outcome,
+        replay,
+        grant,
+        ...(error ? { error: { type: error.type, code: error.code, message: error.message } } : {}),
+      },
+    ),
+  );
+  e.on('worker:unserved-work', ({ kind, name, queue }) =>
+    output.error(
+      `${kind} ${name} has work due on queue ${queue}, and this worker does not register it: ` +
+        `unless another worker does, the runs that need it wait forever`,
+    ),
   );
   const problem = (what: string) => (x: { error: unknown }) =>
     output.error(`${what}: ${x.error instanceof Error ? x.error.message : String(x.error)}`);

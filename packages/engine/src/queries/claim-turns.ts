@@ -39,6 +39,11 @@ export interface ClaimedTurnRow {
   /** The database time of the claim, as epoch ms: timers due by then have fired for this turn. */
   now_ms: number;
   /**
+   * The run's start (`started_at`, epoch ms), set by its first turn grant and never changed: the workflow's clock
+   * before any outcome reached its code (`TurnParams.startedMs`).
+   */
+  started_ms: number | null;
+  /**
    * What is new in the run's history, for the worker that ran its previous turn and may still hold its workflow
    * instance (see {@link RunHistoryNews}); null when another worker ran that turn, or when the claim's snapshot may
    * not show everything the run row it locked had seen (see `ran_last_turn`).
@@ -144,7 +149,7 @@ export async function claimTurns(
              status = 'running', started_at = coalesce(r.started_at, (SELECT t FROM grant_clock))
         FROM picked p
        WHERE r.id = p.id AND ${admitted(sql`p`)} AND (r.turn_lease_expires_at IS NULL OR r.turn_lease_expires_at <= (SELECT t FROM grant_clock))
-      RETURNING r.id, r.name, r.queue, r.priority, r.input, r.turn_attempt, r.turn_epoch, r.turn_token, r.turn_nonce,
+      RETURNING r.id, r.name, r.queue, r.priority, r.input, r.turn_attempt, r.turn_epoch, r.turn_token, r.turn_nonce, r.started_at,
                 r.wake_count, r.cancel_requested_at, r.cancel_reason, r.turn_lease_expires_at, p.prev_token, (SELECT t FROM grant_clock) AS t,
                 p.ran_last_turn,
                 p.ran_last_turn AND p.locked_xmin = (SELECT s.xmin::text FROM ${n.runs} s WHERE s.id = p.id) AS sticky),
@@ -162,6 +167,7 @@ export async function claimTurns(
            c.cancel_reason,
            (extract(epoch FROM (c.turn_lease_expires_at - ${n.now})) * 1000)::float8 AS remaining_ms,
            (extract(epoch FROM c.t) * 1000)::float8 AS now_ms,
+           (extract(epoch FROM c.started_at) * 1000)::float8 AS started_ms,
            CASE WHEN c.sticky THEN h.news END AS history_news, c.ran_last_turn,
            ${pendingSignalsJson(n, sql`c.id`)} AS signals,
            (SELECT count(*) FROM ended_turns) + (SELECT count(*) FROM new_attempts) + (SELECT count(*) FROM keys_bumped)
@@ -233,7 +239,7 @@ export function grantedTurnJson(
     'nonce', ${w}.turn_nonce::text, 'wake_count', ${w}.wake_count,
     'cancel_requested', ${w}.cancel_requested_at IS NOT NULL, 'cancel_reason', ${w}.cancel_reason,
     'remaining_ms', (extract(epoch FROM (${w}.turn_lease_expires_at - ${n.now})) * 1000)::float8,
-    'now_ms', ${p.nowMs}, 'history_news', ${p.historyNews}, 'ran_last_turn', ${p.ranLastTurn ?? sql`false`},
+    'now_ms', ${p.nowMs}, 'started_ms', (extract(epoch FROM ${w}.started_at) * 1000)::float8, 'history_news', ${p.historyNews}, 'ran_last_turn', ${p.ranLastTurn ?? sql`false`},
     'signals', ${p.signals ?? pendingSignalsJson(n, sql`${w}.id`)})`;
 }
 

@@ -22,6 +22,11 @@ export interface TurnRef {
   readonly cancelRequested: boolean;
   /** The turn's lease (ms), as claimed. */
   readonly leaseMs: number;
+  /**
+   * The claim's database time (epoch ms, `TurnParams.nowMs`): the outcomes the turn gives steps (timers fired,
+   * signals taken, steps recorded cancelled) are recorded as finished at its whole ms.
+   */
+  readonly nowMs: number;
 }
 
 /** Stored error of a step a turn recorded cancelled (see {@link commitTurn}, 2). */
@@ -225,6 +230,13 @@ async function turnStatement(
   const runId = grant.kind === 'claimed' ? grant.ref.runId : grant.fused.runId;
   const wakeCount = grant.kind === 'claimed' ? grant.ref.wakeCount : grant.fused.wakeCount;
   const cancelRequested = grant.kind === 'claimed' ? grant.ref.cancelRequested : false;
+  // When the outcomes this turn gives steps (a timer it saw fire, a signal it handed a wait, a step it recorded
+  // cancelled, a fused step's completion) are recorded as finished: the turn's own whole ms, which is what the
+  // workflow's clock read after them in this turn (workflowClockAfter), so that a replay, reading it back as
+  // `finished_ms`, gives the code the same `Date.now()`. Not the commit's clock: the turn ran before it.
+  const outcomesAt = sql`('epoch'::timestamptz + ${msInterval(
+    sql`${Math.floor(grant.kind === 'claimed' ? grant.ref.nowMs : grant.fused.nowMs)}::bigint`,
+  )})`;
   const outcome = result.outcome;
   const ending = outcome.kind !== 'blocked';
   const status = ending ? outcome.kind : null;
@@ -516,7 +528,8 @@ ${
                   ELSE greatest(CASE WHEN p.due_at_ms IS NOT NULL THEN to_timestamp(p.due_at_ms / 1000.0)
                                      WHEN p.delay_ms IS NOT NULL THEN (SELECT t FROM clock) + ${msInterval(sql`p.delay_ms`)} END,
                                 p.held_until) END,
-             CASE WHEN p.status NOT IN ('scheduled', 'running') OR p.ends_with_run OR p.key_taken_by IS NOT NULL
+             CASE WHEN p.delivered_seq IS NOT NULL AND NOT p.ends_with_run AND p.key_taken_by IS NULL THEN ${outcomesAt}
+                  WHEN p.status NOT IN ('scheduled', 'running') OR p.ends_with_run OR p.key_taken_by IS NOT NULL
                   THEN (SELECT t FROM clock) END,
              CASE WHEN p.ends_with_run THEN (SELECT t FROM clock) END,
              (SELECT t FROM clock),
@@ -598,8 +611,8 @@ ${
          SET delivered_seq = dl.delivered_seq,
              status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = ${fusedStepId}::uuid THEN 'completed'
                            ELSE s.status END,
-             finished_at = CASE WHEN s.id = ${fusedStepId}::uuid THEN (SELECT t FROM step_clock)
-                                WHEN dl.fires_timer OR dl.signal_id IS NOT NULL THEN (SELECT t FROM clock)
+             finished_at = CASE WHEN s.id = ${fusedStepId}::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
+                                THEN ${outcomesAt}
                                 ELSE s.finished_at END,
              next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = ${fusedStepId}::uuid THEN NULL
                                 ELSE s.next_run_at END,

@@ -130,7 +130,7 @@ export async function completeSteps(
          AND r.status IN ('pending', 'running')
       RETURNING r.id, r.queue, e.id IS NOT NULL AS eager, r.name, r.priority, r.input, r.turn_attempt, r.turn_epoch,
                 r.turn_token, r.turn_nonce, r.wake_count, r.cancel_requested_at, r.cancel_reason,
-                r.turn_lease_expires_at, e.prev_token, coalesce(e.ran_last_turn, false) AS ran_last_turn,
+                r.turn_lease_expires_at, r.started_at, e.prev_token, coalesce(e.ran_last_turn, false) AS ran_last_turn,
                 -- What is new in the run's history (see claimTurns): only when the snapshot's run row is the
                 -- version locked, so the snapshot's steps are complete; this batch's own completions are added.
                 coalesce(e.ran_last_turn AND e.locked_xmin = (SELECT x.xmin::text FROM ${n.runs} x WHERE x.id = r.id), false)

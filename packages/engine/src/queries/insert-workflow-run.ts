@@ -90,7 +90,7 @@ export async function insertWorkflowRuns(
         FROM inp i JOIN picked k ON k.run_id = i.run_id ORDER BY i.ord
       ON CONFLICT DO NOTHING
       RETURNING id, name, queue, priority, input, turn_attempt, turn_epoch, turn_token, turn_nonce, wake_count,
-                turn_lease_expires_at, cancel_requested_at, cancel_reason),
+                turn_lease_expires_at, cancel_requested_at, cancel_reason, started_at),
     e AS (
       INSERT INTO ${n.events} (run_id, type, data, at)
       SELECT id, 'run:started',

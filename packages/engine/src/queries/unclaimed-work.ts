@@ -1,4 +1,4 @@
-import { sql } from 'drizzle-orm';
+import { sql, type SQL } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { runKeyHasRoom, stepKeyHasRoom } from './flow-control.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
@@ -53,4 +53,45 @@ export async function readUnclaimedWork(
     stepId: r.step_id,
     dueForMs: Math.round(r.due_for_ms),
   }));
+}
+
+/** Due work on a worker's queues that names an activity or workflow the worker does not register. */
+export interface UnservedWork {
+  readonly kind: 'activity' | 'workflow';
+  readonly name: string;
+  readonly queue: string;
+}
+
+/**
+ * The (kind, name, queue) of work due now on `queues` whose activity or workflow is not among the names given (a
+ * worker's registrations): scheduled activity steps (standalone runs' too) and workflow runs with a turn due. At
+ * most `limit` of each kind, read off the claim indexes (`steps_claimable_idx`, `runs_turn_due_idx`); each scan
+ * stops at its LIMIT of unserved rows, so a worker whose own backlog is large reads it (once per check), not more.
+ * Plain read, no locks.
+ */
+export async function readUnservedWork(
+  db: Database,
+  n: SchemaNames,
+  p: {
+    queues: readonly string[];
+    activityNames: readonly string[];
+    workflowNames: readonly string[];
+    limit: number;
+  },
+): Promise<UnservedWork[]> {
+  if (p.queues.length === 0) return [];
+  const notIn = (column: SQL, names: readonly string[]) =>
+    names.length === 0 ? sql`true` : sql`${column} NOT IN ${names}`;
+  return db.rows<UnservedWork>(sql`
+    SELECT DISTINCT kind, name, queue FROM (
+      (SELECT 'activity' AS kind, s.name, s.queue FROM ${n.steps} s
+        WHERE s.queue IN ${p.queues} AND s.status = 'scheduled' AND s.next_run_at <= ${n.now}
+          AND s.kind = 'activity' AND s.retired_at IS NULL AND ${notIn(sql`s.name`, p.activityNames)}
+        LIMIT ${p.limit})
+      UNION ALL
+      (SELECT 'workflow', r.name, r.queue FROM ${n.runs} r
+        WHERE r.queue IN ${p.queues} AND r.turn_next_run_at <= ${n.now} AND r.kind = 'workflow'
+          AND r.status IN ('pending', 'running') AND ${notIn(sql`r.name`, p.workflowNames)}
+        LIMIT ${p.limit})) x
+     ORDER BY kind, name, queue`);
 }

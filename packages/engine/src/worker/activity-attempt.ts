@@ -527,6 +527,19 @@ export class ActivityAttempt {
       result = await fail(stored);
     }
     if (result === 'recorded') {
+      // The reason goes with the failure: its type, code and message (a stack only with the stored failure).
+      const { type, code, message } = stored;
+      this.services.logger.warn(
+        {
+          step: this.label,
+          runId: this.ref.runId,
+          attempt: this.ref.attempt,
+          token: this.ref.token.toString(),
+          retry,
+          error: { type, ...(code ? { code } : {}), message },
+        },
+        'attempt:failed',
+      );
       this.services.events.emit('attempt:failed', { attempt: this.ref, failure: stored, retry });
     }
   }

@@ -32,6 +32,8 @@ export interface WorkerEventMap {
       outcome: 'blocked' | 'completed' | 'failed' | 'cancelled';
       replay: 'full' | 'continued';
       grant: 'claimed' | 'eager' | 'fused';
+      /** Why the run ended, when this turn ended it failed or cancelled. */
+      error?: SerializedFailure;
     },
   ];
   'heartbeat:sent': [{ attempts: number; renewed: number; lost: number }];
@@ -51,6 +53,11 @@ export interface WorkerEventMap {
   'worker:stopping': [{ workerId: string }];
   'worker:stopped': [{ workerId: string }];
   'worker:error': [{ error: unknown }];
+  /**
+   * Work is due on one of the worker's queues for an activity or workflow it does not register (logged as a
+   * `worker:unserved-work` warning too; once per kind, name and queue, repeated every 10 minutes while due).
+   */
+  'worker:unserved-work': [{ workerId: string; kind: 'activity' | 'workflow'; name: string; queue: string }];
 }
 
 /**

@@ -26,6 +26,7 @@ import { ActivityAttempt } from './activity-attempt.js';
 import { HeartbeatLoop } from './heartbeat-loop.js';
 import { RetentionSweeper } from './retention-sweeper.js';
 import { activityRunParams } from '../schedules/evaluate-schedules.js';
+import { UnservedWorkMonitor } from './unserved-work-monitor.js';
 import { ScheduleEvaluator } from './schedule-evaluator.js';
 import { isGrantFresh, localLeaseDeadline, monotonicNow } from './lease-clock.js';
 import { WakeSignal, claimRetryDelayMs } from './wake-signal.js';
@@ -71,6 +72,7 @@ export class Worker {
   private heartbeats: HeartbeatLoop | undefined;
   private turns: TurnLoop | undefined;
   private retention: RetentionSweeper | undefined;
+  private unserved: UnservedWorkMonitor | undefined;
   private schedules: ScheduleEvaluator | undefined;
   private heartbeatConnection: (Database & { release(): Promise<void> }) | undefined;
   private unlisten: (() => Promise<void>) | undefined;
@@ -189,6 +191,18 @@ export class Worker {
       });
       this.schedules.start();
     }
+    this.unserved = new UnservedWorkMonitor({
+      db,
+      names,
+      workerId: this.workerId,
+      pollIntervalMs: this.options.pollIntervalMs,
+      queues: this.options.queues,
+      activityNames: [...this.options.activities.keys()],
+      workflowNames: [...this.options.workflows.keys()],
+      events: this.events,
+      logger,
+    });
+    this.unserved.start();
     this.events.emit('worker:started', { workerId: this.workerId });
     logger.info({ workerId: this.workerId, queues: this.options.queues }, 'worker:started');
   }
@@ -501,6 +515,7 @@ export class Worker {
     this.startPrefetched();
     await this.turns?.stop();
     await this.retention?.stop();
+    await this.unserved?.stop();
     await this.schedules?.stop();
     const graceMs = stop.graceMs ?? this.options.shutdownGraceMs;
     if (this.executions.size > 0) {

@@ -33,32 +33,61 @@ const NON_DURABLE_TYPES = new Set([
  */
 const OTHER_QUEUE_TYPES = new Set(['TickObject', 'Microtask']);
 
-/** Receives the first non-durable resource a turn created. */
+/** Receives the first non-durable resource a turn created, and gives the code its clock and random numbers. */
 export interface NonDurableSink {
   reportNonDurable(type: string): void;
   /** Workflow code scheduled work on `process.nextTick` or `queueMicrotask` ({@link OTHER_QUEUE_TYPES}). */
   reportOtherQueue?(type: string): void;
-  /** Workflow code called `Math.random()` or `Date.now()`: values that differ on replay (not an await). */
-  reportNondeterministic?(call: string): void;
+  /** The workflow's clock (whole epoch ms): what `Date.now()` and `new Date()` read in workflow code. */
+  clockMs?(): number;
+  /** The workflow's seeded random numbers in [0, 1): what `Math.random()` returns in workflow code. */
+  random?(): number;
 }
 
-/** The process's own `Math.random` and `Date.now`, for engine code that needs them while a turn runs. */
+/** The process's own `Math.random`, `Date.now` and `Date`, for engine code that needs them while a turn runs. */
 export const originalRandom: () => number = Math.random;
 const originalDateNow: () => number = Date.now;
+const OriginalDate: DateConstructor = Date;
+
+/*
+ * Deterministic time and randomness in workflow code (issue 26), as Temporal gives them: installed as the globals
+ * only while a turn runs (see trackNonDurable), they ask the async context whose code is calling. Workflow code
+ * runs in the async context of its turn's sink (its start, and every continuation of its awaits, carry it), so its
+ * `Date.now()`, `new Date()` and `Math.random()` read the run's own clock and generator, the same on every
+ * replay; any other code of the process — activities, the engine, other libraries, the turns of other runs —
+ * runs outside that context (or in its own run's) and gets the real clock and `Math.random`, with one
+ * `getStore()` more. What does not hold: a value the code captured before (`const now = Date.now` at module
+ * load) is the real function; a timer or I/O callback the code started (refused anyway: NON_DURABLE_AWAIT) runs
+ * in its context too. Replacing `Date` keeps `instanceof Date` true for every date (the replacement shares
+ * `Date.prototype`), but `date.constructor === Date` is false while turns run.
+ */
+function workflowRandom(): number {
+  const sink = storage.getStore();
+  return sink?.random ? sink.random() : originalRandom();
+}
+function workflowDateNow(): number {
+  const sink = storage.getStore();
+  return sink?.clockMs ? sink.clockMs() : originalDateNow();
+}
+Object.defineProperty(workflowRandom, 'name', { value: 'random' });
+Object.defineProperty(workflowDateNow, 'name', { value: 'now' });
 
 /**
- * Installed only while a turn runs: outside workflow code (no sink in the async context) they are the originals
- * with one `getStore()` more. `new Date()` cannot be caught this way (replacing the `Date` constructor would break
- * `instanceof Date` for values made before); it is documented instead.
+ * `Date` while turns run: `new Date()` and `Date()` with no argument read {@link workflowDateNow}; anything else
+ * is the original constructor's (subclasses included: `new.target` is passed on).
  */
-function watchedRandom(): number {
-  storage.getStore()?.reportNondeterministic?.('Math.random()');
-  return originalRandom();
-}
-function watchedDateNow(): number {
-  storage.getStore()?.reportNondeterministic?.('Date.now()');
-  return originalDateNow();
-}
+const WorkflowDate = function Date(this: unknown, ...args: unknown[]): unknown {
+  if (new.target === undefined) {
+    return args.length === 0 && storage.getStore()?.clockMs
+      ? new OriginalDate(workflowDateNow()).toString()
+      : OriginalDate();
+  }
+  const given = args.length === 0 && storage.getStore()?.clockMs ? [workflowDateNow()] : args;
+  return Reflect.construct(OriginalDate, given, new.target) as unknown;
+} as unknown as DateConstructor;
+Object.defineProperty(WorkflowDate, 'prototype', { value: OriginalDate.prototype });
+Object.defineProperty(WorkflowDate, 'length', { value: OriginalDate.length });
+Object.assign(WorkflowDate, { now: workflowDateNow, parse: OriginalDate.parse, UTC: OriginalDate.UTC });
 
 const storage = new AsyncLocalStorage<NonDurableSink>();
 const hook: AsyncHook = createHook({
@@ -130,8 +159,9 @@ export function trackNonDurable(sink: NonDurableSink, fn: () => void): { end(): 
     hook.enable();
     // Each returns a function (typed `Function` by @types/node) that removes the hook.
     stopCounting = [promiseHooks.onBefore(countActivity)].map((stop) => stop as () => void);
-    Math.random = watchedRandom;
-    Date.now = watchedDateNow;
+    Math.random = workflowRandom;
+    Date.now = workflowDateNow;
+    globalThis.Date = WorkflowDate;
   }
   let ended = false;
   storage.run(sink, fn);
@@ -143,8 +173,9 @@ export function trackNonDurable(sink: NonDurableSink, fn: () => void): { end(): 
         hook.disable();
         for (const stop of stopCounting.splice(0)) stop();
         // Restore only what is still ours (someone may have replaced it since, e.g. a fake-timer library).
-        if (Math.random === watchedRandom) Math.random = originalRandom;
-        if (Date.now === watchedDateNow) Date.now = originalDateNow;
+        if (Math.random === workflowRandom) Math.random = originalRandom;
+        if (globalThis.Date === WorkflowDate) globalThis.Date = OriginalDate;
+        if (OriginalDate.now === workflowDateNow) OriginalDate.now = originalDateNow;
       }
     },
   };

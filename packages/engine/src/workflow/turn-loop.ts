@@ -33,7 +33,13 @@ import type { SchemaNames } from '../queries/schema-names.js';
 import { WakeSignal, claimRetryDelayMs } from '../worker/wake-signal.js';
 import type { WorkerEvents } from '../worker/worker-events.js';
 import { InstanceCache, canContinue, type KeptInstance } from './instance-cache.js';
-import { startTurn, type TurnParams, type TurnResult, type WorkflowInstance } from './turn-runtime.js';
+import {
+  startTurn,
+  type TurnOutcome,
+  type TurnParams,
+  type TurnResult,
+  type WorkflowInstance,
+} from './turn-runtime.js';
 import type { EndedRun, LocalResults } from '../db/notification-hub.js';
 
 export interface TurnLoopOptions {
@@ -89,8 +95,6 @@ export class TurnLoop {
   private state: 'running' | 'stopping' = 'running';
   private readonly wakeSignal = new WakeSignal();
   private readonly done: Promise<void>;
-  /** `<workflow>:<call>` pairs already warned about, so a workflow that calls Math.random() warns once. */
-  private readonly warnedNondeterministic = new Set<string>();
   private readonly instances: InstanceCache;
 
   constructor(
@@ -199,6 +203,7 @@ export class TurnLoop {
       wakeCount: row.wake_count,
       cancelRequested: row.cancel_requested,
       leaseMs: this.options.turnLeaseMs,
+      nowMs: row.now_ms,
     };
   }
 
@@ -246,6 +251,7 @@ export class TurnLoop {
       }),
       priority: row.priority,
       nowMs: row.now_ms,
+      ...(row.started_ms !== null ? { startedMs: row.started_ms } : {}),
       cancelRequested: row.cancel_requested,
       signals: row.signals ?? [],
     };
@@ -274,7 +280,6 @@ export class TurnLoop {
       const history = row.turn_epoch === 1 ? [] : await loadRunHistory(this.db, this.names, row.id);
       ({ result, instance } = await startTurn({ ...params, workflow, input: row.input, history }));
     }
-    this.warnNondeterministic(row.name, row.id, result);
     const ref = this.turnRefOf(row);
     let committed = result;
     const beforeCommit = faultHooks['turn:before-commit'];
@@ -333,26 +338,37 @@ export class TurnLoop {
         atMonotonicMs: grantedAtMs,
       });
     }
-    this.events.emit('turn:committed', {
-      runId: row.id,
-      workflow: row.name,
-      outcome: committed.outcome.kind,
-      replay,
-      grant,
-    });
+    this.committed(row.id, row.name, committed.outcome, replay, grant);
     return ended;
   }
 
-  private warnNondeterministic(workflowName: string, runId: string, result: TurnResult): void {
-    for (const call of result.nondeterministicCalls ?? []) {
-      const key = `${workflowName}:${call}`;
-      if (this.warnedNondeterministic.has(key)) continue;
-      this.warnedNondeterministic.add(key);
-      this.logger.warn(
-        { workflow: workflowName, call, runId, hint: 'differs on replay; use ctx.random() / ctx.now()' },
-        'workflow:nondeterministic-call',
+  /**
+   * Announce a committed turn (`turn:committed`); a turn that ended the run failed or cancelled also logs why
+   * (`run:failed` warning, `run:cancelled` info), with the error's type, code and message: the reason, not only
+   * that it happened.
+   */
+  private committed(
+    runId: string,
+    workflow: string,
+    outcome: TurnOutcome,
+    replay: 'full' | 'continued',
+    grant: 'claimed' | 'eager' | 'fused',
+  ): void {
+    if (outcome.kind === 'failed' || outcome.kind === 'cancelled') {
+      const { type, code, message } = outcome.error;
+      this.logger[outcome.kind === 'failed' ? 'warn' : 'info'](
+        { runId, workflow, error: { type, ...(code ? { code } : {}), message } },
+        `run:${outcome.kind}`,
       );
     }
+    this.events.emit('turn:committed', {
+      runId,
+      workflow,
+      outcome: outcome.kind,
+      replay,
+      grant,
+      ...(outcome.kind === 'failed' || outcome.kind === 'cancelled' ? { error: outcome.error } : {}),
+    });
   }
 
   /**
@@ -433,7 +449,6 @@ export class TurnLoop {
         ],
       });
       if (!result) return undefined;
-      this.warnNondeterministic(kept.workflowName, runId, result);
       const beforeCommit = faultHooks['turn:before-commit'];
       if (beforeCommit) await beforeCommit(fault);
       const completionRef = [attemptRefOf(completion)];
@@ -486,13 +501,7 @@ export class TurnLoop {
           atMonotonicMs,
         });
       }
-      this.events.emit('turn:committed', {
-        runId,
-        workflow: kept.workflowName,
-        outcome: result.outcome.kind,
-        replay: 'continued',
-        grant: 'fused',
-      });
+      this.committed(runId, kept.workflowName, result.outcome, 'continued', 'fused');
       return 'applied';
     } finally {
       settled?.(ended);

@@ -30,6 +30,9 @@ const slow = act('slow');
 const compensate = act('compensate');
 
 const NOW_MS = Date.parse('2030-01-01T00:00:00Z');
+/** The process's own `Math.random` and `Date`, as loaded. */
+const processRandom = Math.random;
+const ProcessDate = Date;
 
 /** A recorded step, as loadRunHistory returns it; completed by default. */
 function step(seq: number, kind: HistoryStepRow['kind'], name: string, over: Partial<HistoryStepRow> = {}) {
@@ -247,31 +250,58 @@ describe('runTurn: determinism checks', () => {
     expect(result.deliveries).toEqual([]);
   });
 
-  it('blames Math.random() rather than a code change when workflow code that called it diverges', async () => {
-    // History recorded sendWelcome at position 1; this replay's coin picks sendHello.
-    const coin = workflow('onboard', async (ctx) => {
-      await ctx.run(createUser, { n: 1 });
-      await ctx.run(Math.random() < 2 ? sendHello : sendWelcome, { n: 2 });
+  it('gives Math.random() in workflow code numbers seeded from the run id: the same on every replay', async () => {
+    const draws: number[][] = [];
+    const coin = workflow('coin', async (ctx) => {
+      draws.push([Math.random(), Math.random()]);
       await ctx.sleep('10s');
     });
-    const result = await turn(coin, v1History);
-    const error = failure(result);
-    expect(error.code).toBe('NON_DETERMINISM');
-    expect(error.message).toContain("This workflow's code called Math.random(), which differ on replay");
-    expect(error.message).not.toContain('the workflow code changed');
-    expect(result.nondeterministicCalls).toEqual(['Math.random()']);
+    await turn(coin, []);
+    await turn(coin, []);
+    await turn(coin, [], {
+      info: {
+        runId: '22222222-2222-4222-8222-222222222222',
+        workflowName: 'coin',
+        turnAttempt: 1,
+        queue: 'q',
+      },
+    });
+    const [first, replay, otherRun] = draws as [number[], number[], number[]];
+    expect(replay).toEqual(first);
+    expect(first[0]).not.toBe(first[1]);
+    expect(otherRun).not.toEqual(first);
+    // Outside workflow code, and after the turn, Math.random is the process's own.
+    expect(Math.random).toBe(processRandom);
   });
 
-  it('reports Date.now() in workflow code but not ctx.random(), and leaves both as they were after the turn', async () => {
+  it('gives Date.now() and new Date() in workflow code the run start, then the time of each outcome it is handed', async () => {
+    const seen: number[][] = [];
     const timed = workflow('timed', async (ctx) => {
-      ctx.random();
-      Date.now();
+      seen.push([Date.now(), new Date().getTime(), Date.parse(Date())]);
+      await ctx.run(createUser, { n: 1 });
+      seen.push([Date.now(), new Date().getTime()]);
       await ctx.sleep('1s');
+      seen.push([Date.now(), new Date().getTime(), new Date(7).getTime()]);
+      expect(new Date()).toBeInstanceOf(Date);
+      expect(new Date()).toBeInstanceOf(ProcessDate);
     });
-    const result = await turn(timed, []);
-    expect(result.nondeterministicCalls).toEqual(['Date.now()']);
+    const startedMs = NOW_MS - 5_000;
+    const history = [
+      step(0, 'activity', 'createUser', { delivered_seq: 1, finished_ms: NOW_MS - 2_000.4 }),
+      // Fires in this turn: no recorded time yet; the turn's own (whole ms), which its commit records.
+      step(1, 'timer', 'sleep', { status: 'scheduled', due_ms: NOW_MS - 10, finished_ms: null }),
+    ];
+    const result = await turn(timed, history, { startedMs: startedMs + 0.7, nowMs: NOW_MS + 0.9 });
+    expect(result.outcome.kind).toBe('completed');
+    expect(seen).toEqual([
+      [startedMs, startedMs, Math.floor(startedMs / 1000) * 1000],
+      [NOW_MS - 2_001, NOW_MS - 2_001],
+      [NOW_MS, NOW_MS, 7],
+    ]);
+    // The process's own clock and Date outside workflow code, and after the turn.
+    expect(Date).toBe(ProcessDate);
     expect(Date.now.name).toBe('now');
-    expect(Math.random.name).toBe('random');
+    expect(Math.abs(Date.now() - performance.timeOrigin - performance.now())).toBeLessThan(1_000);
   });
 
   it('fails at position 0 when the first two steps were swapped, never handing createUser’s result to sendWelcome', async () => {

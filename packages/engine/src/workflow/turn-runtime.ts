@@ -39,6 +39,7 @@ import {
   trackNonDurable,
   type NonDurableSink,
 } from './non-durable-await.js';
+import { seededRandom } from './seeded-random.js';
 
 /** A durable call that has no recorded step yet. Durations in ms; due times are fixed by the DB clock at commit. */
 type StepCall =
@@ -129,8 +130,6 @@ export interface TurnResult {
   readonly outcome: TurnOutcome;
   /** The last `ctx.setProgress` value of this turn's run of the code (replay included), if it set one. */
   readonly progress?: { readonly value: unknown };
-  /** Calls the workflow code made that differ on replay (`Math.random()`, `Date.now()`), for a warning. */
-  readonly nondeterministicCalls?: readonly string[];
 }
 
 /** What one turn runs with, besides the history: from the turn's claim. */
@@ -138,8 +137,17 @@ export interface TurnParams {
   readonly info: WorkflowInfo;
   /** The run's priority: the default of the activities it schedules. */
   readonly priority: number;
-  /** The claim's DB time (epoch ms): timers due by then fire in this turn; `ctx.now()` records it. */
+  /**
+   * The claim's DB time (epoch ms): timers due by then fire in this turn; `ctx.now()` records it. The outcomes this
+   * turn gives steps (a timer fired, a signal taken, a step cancelled) are recorded as finished at its whole ms
+   * (`Math.floor(nowMs)`), the workflow's clock after them ({@link workflowClockAfter}): the commit writes that.
+   */
   readonly nowMs: number;
+  /**
+   * The run's start (`runs.started_at`, epoch ms; set by its first turn grant and never changed): the workflow's
+   * clock before any outcome reached its code. Default: `nowMs` (a run's first turn, in unit tests).
+   */
+  readonly startedMs?: number;
   readonly cancelRequested: boolean;
   /**
    * The run's pending signals in arrival order (`ClaimedTurnRow.signals`): the turn hands them to the code's waits.
@@ -322,15 +330,18 @@ export async function startTurn(
 }
 
 /**
- * What to add to a NonDeterminismError when the workflow code called `Math.random()` or `Date.now()`: the likelier
- * cause than a code change.
+ * The workflow's clock (whole epoch ms) once `h`'s outcome reached the code, when it was `clockMs` before: the time
+ * the outcome was recorded (`finished_ms`: an activity's or child's end, or the turn that fired a timer, handed a
+ * signal or recorded a cancel), or, for an outcome this turn gives (not recorded yet), the turn's own time, which
+ * its commit records as the step's `finished_at`. Never earlier than before: the clock only advances. Read only
+ * from the history, so every replay of the run computes the same clock at every point of its code.
  */
-function nondeterminismHint(calls: ReadonlySet<string>): string | undefined {
-  if (calls.size === 0) return undefined;
-  return (
-    `This workflow's code called ${[...calls].join(' and ')}, which differ on replay: ` +
-    'use ctx.random(), ctx.now() and ctx.uuid() instead.'
-  );
+export function workflowClockAfter(
+  clockMs: number,
+  h: HistoryStepRow | undefined,
+  turnNowMs: number,
+): number {
+  return Math.max(clockMs, Math.floor(h?.finished_ms ?? turnNowMs));
 }
 
 /** A step of the run as the instance knows it: recorded before its first turn, or added by one of its turns. */
@@ -363,8 +374,14 @@ function outcomeOf(h: HistoryStepRow, nowMs: number): 'resolve' | 'reject' | und
 class Replay implements WorkflowInstance {
   private readonly known: Map<number, KnownStep>;
   private readonly requested = new Map<number, Deferred>();
-  private readonly nondeterministicCalls = new Set<string>();
   private position = 0;
+  /**
+   * The workflow's clock (whole epoch ms): what `Date.now()` and `new Date()` read in its code. The run's start
+   * until an outcome reaches the code, then the time of the last outcome delivered ({@link workflowClockAfter}).
+   */
+  private clockMs: number | undefined;
+  /** What `Math.random()` returns in the code: seeded from the run's id, drawn in the code's own order. */
+  private readonly random: () => number;
   /** The highest delivery order handed to the code so far (recorded or new); 0 before the first. */
   private seenDeliveredSeq = 0;
   private nextDeliveredSeq = 1;
@@ -394,9 +411,8 @@ class Replay implements WorkflowInstance {
       if (this.closed) this.tainted = true;
       else this.nonDurable ??= type;
     },
-    reportNondeterministic: (call) => {
-      this.nondeterministicCalls.add(call);
-    },
+    clockMs: () => this.clockMs ?? Math.floor(this.current.nowMs),
+    random: () => this.random(),
     reportOtherQueue: () => {
       this.usesOtherQueues = true;
     },
@@ -429,6 +445,7 @@ class Replay implements WorkflowInstance {
     history: readonly HistoryStepRow[],
   ) {
     this.workflowName = workflow.name;
+    this.random = seededRandom(runId);
     // Only recorded values are read back (ctx.now/random/uuid); an activity's output is not kept in a parked instance.
     this.known = new Map(
       history.map((h) => [
@@ -461,6 +478,7 @@ class Replay implements WorkflowInstance {
   /** The first turn: start the code, hand it the recorded outcomes in their recorded order, then what is new. */
   async firstTurn(turn: TurnInput): Promise<TurnResult> {
     this.open(turn);
+    this.clockMs = Math.floor(turn.startedMs ?? turn.nowMs);
     // Start the workflow code; it runs until it blocks on durable calls.
     const tracking = trackNonDurable(this.sink, () => {
       Promise.resolve()
@@ -491,7 +509,6 @@ class Replay implements WorkflowInstance {
             `${h.kind} ${h.name} (delivered in an earlier turn)`,
             this.position > h.seq ? 'a call that did not await it' : 'no call at that position yet',
             this.runId,
-            nondeterminismHint(this.nondeterministicCalls),
           );
           break;
         }
@@ -561,7 +578,6 @@ class Replay implements WorkflowInstance {
       `${recorded.kind} ${recorded.name}`,
       `${kind} ${name}`,
       this.runId,
-      nondeterminismHint(this.nondeterministicCalls),
     );
   }
 
@@ -837,6 +853,7 @@ class Replay implements WorkflowInstance {
     const d = this.requested.get(h.seq);
     if (!d || d.settled) return;
     d.settled = true;
+    this.advanceClock(h);
     if (outcomeOf(h, this.current.nowMs) === 'resolve') {
       if (h.kind === 'timer') d.resolve(undefined);
       // A signal wait that is still scheduled here is one this turn sees time out.
@@ -925,6 +942,7 @@ class Replay implements WorkflowInstance {
         const d = this.requested.get(s.seq) as Deferred;
         d.settled = true;
         this.cancelSeen = true;
+        this.advanceClock();
         this.seenDeliveredSeq = this.nextDeliveredSeq;
         this.newSteps[this.newSteps.indexOf(s)] = {
           ...s,
@@ -965,6 +983,7 @@ class Replay implements WorkflowInstance {
   private handSignal(signal: PendingSignal, seq: number): void {
     const d = this.requested.get(seq) as Deferred;
     d.settled = true;
+    this.advanceClock();
     this.seenDeliveredSeq = this.nextDeliveredSeq;
     const deliveredSeq = this.nextDeliveredSeq++;
     const made = this.newSteps.findIndex((s) => s.seq === seq);
@@ -974,6 +993,11 @@ class Replay implements WorkflowInstance {
       this.deliveries.push({ stepId: null, seq, deliveredSeq, firesTimer: false, signalId: signal.id });
     }
     settleMapped(d, { signalId: signal.id, payload: signal.payload });
+  }
+
+  /** The code's clock once `h`'s outcome (or, without `h`, an outcome this turn gives) reaches it. */
+  private advanceClock(h?: HistoryStepRow): void {
+    this.clockMs = workflowClockAfter(this.clockMs ?? Math.floor(this.current.nowMs), h, this.current.nowMs);
   }
 
   /** The turn's result; a blocked turn's new steps become known steps for the next one. */
@@ -986,14 +1010,12 @@ class Replay implements WorkflowInstance {
       }
     }
     this.busy = false;
-    const withProgress =
-      this.progress && result.outcome.kind !== 'failed' ? { ...result, progress: this.progress } : result;
-    return this.nondeterministicCalls.size > 0
-      ? { ...withProgress, nondeterministicCalls: [...this.nondeterministicCalls] }
-      : withProgress;
+    return this.progress && result.outcome.kind !== 'failed'
+      ? { ...result, progress: this.progress }
+      : result;
   }
 
-  private outcome(): Omit<TurnResult, 'nondeterministicCalls'> {
+  private outcome(): TurnResult {
     const { newSteps, deliveries, workflowName, runId } = this;
     // Code that ends before reaching a recorded step no longer accounts for its history (the step was removed,
     // or moved after the return): stop the run rather than complete it over work the code does not know of.
@@ -1009,7 +1031,6 @@ class Replay implements WorkflowInstance {
           `${unreached[1].kind} ${unreached[1].name}`,
           'no call (the workflow ended first)',
           runId,
-          nondeterminismHint(this.nondeterministicCalls),
         );
       }
     }

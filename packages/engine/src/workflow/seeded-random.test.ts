@@ -1,0 +1,28 @@
+import { describe, expect, it } from 'vitest';
+import { seededRandom } from './seeded-random.js';
+
+describe('seededRandom', () => {
+  it('draws the same sequence from the same seed, another from another seed', () => {
+    const draw = (seed: string) => {
+      const next = seededRandom(seed);
+      return Array.from({ length: 50 }, () => next());
+    };
+    const a = draw('0190f3a1-0000-7000-8000-000000000001');
+    expect(draw('0190f3a1-0000-7000-8000-000000000001')).toEqual(a);
+    const b = draw('0190f3a1-0000-7000-8000-000000000002');
+    expect(b).not.toEqual(a);
+    expect(new Set([...a, ...b]).size).toBe(100);
+  });
+
+  it('draws numbers in [0, 1) spread over the whole range', () => {
+    const next = seededRandom('spread');
+    const values = Array.from({ length: 10_000 }, () => next());
+    for (const v of values) expect(v >= 0 && v < 1).toBe(true);
+    // Each tenth of the range gets roughly its share (10 % ± 2 %).
+    for (let i = 0; i < 10; i++) {
+      const share = values.filter((v) => v >= i / 10 && v < (i + 1) / 10).length / values.length;
+      expect(share).toBeGreaterThan(0.08);
+      expect(share).toBeLessThan(0.12);
+    }
+  });
+});

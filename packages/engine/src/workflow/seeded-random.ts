@@ -1,0 +1,24 @@
+import { createHash } from 'node:crypto';
+
+/**
+ * A deterministic source of numbers in [0, 1) seeded from `seed` (a run's id): what `Math.random()` returns in
+ * workflow code, so that a replay of the run's code draws the same numbers in the same order. The generator is
+ * sfc32 (a small, fast, well-tested 128-bit-state PRNG); its state is the first 16 bytes of SHA-256(seed), so
+ * runs with different ids draw unrelated sequences. Not for secrets (use `ctx.uuid()` or an activity).
+ */
+export function seededRandom(seed: string): () => number {
+  const digest = createHash('sha256').update(seed).digest();
+  let a = digest.readUInt32LE(0);
+  let b = digest.readUInt32LE(4);
+  let c = digest.readUInt32LE(8);
+  let d = digest.readUInt32LE(12);
+  return () => {
+    const t = (((a + b) | 0) + d) | 0;
+    d = (d + 1) | 0;
+    a = b ^ (b >>> 9);
+    b = (c + (c << 3)) | 0;
+    c = (c << 21) | (c >>> 11);
+    c = (c + t) | 0;
+    return (t >>> 0) / 4_294_967_296;
+  };
+}
