@@ -345,7 +345,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe('held+early');
     });
 
-    it('checks a payload against the schema of the code that takes it: a bad one rejects that wait, caught', async () => {
+    it('refuses at the wait a payload its schema rejects, records why, and keeps waiting: the run never fails', async () => {
       const engine = await target.engine();
       // The same signal name without the schema: what `palisade runs signal` sends (it has no module loaded).
       const unchecked = defineSignal({ name: 'approval', payload: z.unknown() });
@@ -353,33 +353,57 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const strict = defineWorkflow({
         name: 'strict',
         input: z.object({}),
-        output: z.object({ errors: z.array(z.string()), by: z.string(), length: z.number() }),
+        output: z.object({ by: z.string(), length: z.number() }),
         async run(_input, ctx) {
-          const errors: string[] = [];
-          for (;;) {
-            try {
-              const { by } = await ctx.waitForSignal(approval);
-              return { errors, by, length: await ctx.waitForSignal(length) };
-            } catch (error) {
-              errors.push((error as Error).message);
-            }
-          }
+          const { by } = await ctx.waitForSignal(approval);
+          return { by, length: await ctx.waitForSignal(length) };
         },
       });
-      const worker = engine.worker({ workflows: [strict], pollIntervalMs: POLL_MS, workflowCacheSize: 0 });
-      await worker.start();
-      const handle = await engine.client.start(strict, {});
-      await handle.signal(unchecked, { approved: 'yes', by: 'x' });
-      await handle.signal(approval, { approved: true, by: 'gi' });
-      // The schema's output, not its input: a transform runs when the code takes the signal.
-      await handle.signal(length, 'abcd');
-      const output = await handle.result({ timeoutMs: 15_000 });
-      expect(output.by).toBe('gi');
-      expect(output.length).toBe(4);
-      expect(output.errors).toHaveLength(1);
-      expect(output.errors[0]).toMatch(
-        /^\[VALIDATION_FAILED\] payload of signal approval #\d+ taken by ctx\.waitForSignal\(approval\) in workflow strict is invalid: approved/,
-      );
+      for (const workflowCacheSize of [0, 10]) {
+        const worker = engine.worker({ workflows: [strict], pollIntervalMs: POLL_MS, workflowCacheSize });
+        await worker.start();
+        const handle = await engine.client.start(strict, {});
+        // One before the wait exists, one while it waits: each is refused there, and the run goes on waiting.
+        await handle.signal(unchecked, { approved: 'yes', by: 'x' });
+        await until(
+          [worker],
+          async () => (await waitsOf(engine, handle.runId)).length === 1,
+          'the approval wait',
+        );
+        await handle.signal(unchecked, 'approve!');
+        await until(
+          [worker],
+          async () => (await handle.describe()).signals.every((g) => g.consumed_at !== null),
+          'the second bad payload refused',
+        );
+        expect((await handle.describe()).run.status).toBe('running');
+        await handle.signal(approval, { approved: true, by: 'gi' });
+        // The schema's output, not its input: a transform runs when the code takes the signal.
+        await handle.signal(length, 'abcd');
+        await expect(handle.result({ timeoutMs: 15_000 })).resolves.toEqual({ by: 'gi', length: 4 });
+        await worker.stop();
+
+        const { signals, events } = await handle.describe();
+        expect(signals.map((g) => [g.name, g.step_seq, g.undelivered?.reason ?? null])).toEqual([
+          ['approval', null, 'invalid-payload'],
+          ['approval', null, 'invalid-payload'],
+          ['approval', 0, null],
+          ['length', 1, null],
+        ]);
+        expect(signals[0]?.undelivered).toMatchObject({
+          seq: 0,
+          message: expect.stringMatching(
+            /^payload of signal approval #\d+ does not fit ctx\.waitForSignal\(approval\) in workflow strict: approved: /,
+          ),
+        });
+        expect(signals[1]?.undelivered).toMatchObject({ message: expect.stringMatching(/\(root\): .*object/i) });
+        const rejected = events.filter((e) => e.type === 'signal:rejected');
+        expect(rejected.map((e) => (e.data as { signalId: string }).signalId)).toEqual(
+          signals.slice(0, 2).map((g) => g.id),
+        );
+        // A retry of the run (here: of nothing failed) is never needed: no wait holds the bad payloads.
+        expect((await waitsOf(engine, handle.runId)).map((w) => w.status)).toEqual(['completed', 'completed']);
+      }
     });
 
     it('cancels a waiting run: the wait rejects with CancelledFailure', async () => {
