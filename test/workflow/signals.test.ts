@@ -129,7 +129,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect((await attemptsOf(engine, handle.runId)).every((a) => a.kind === 'turn')).toBe(true);
     });
 
-    it('keeps a signal the code never waits for, and shows it pending', async () => {
+    it('keeps a signal the code never waits for, and shows it undelivered once the run ends', async () => {
       const engine = await target.engine();
       const worker = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });
       await worker.start();
@@ -142,9 +142,9 @@ for (const driver of ['postgres', 'pglite'] as const) {
         by: 'bo',
       });
       const { signals } = await handle.describe();
-      expect(signals.map((g) => [g.name, g.step_id === null])).toEqual([
-        ['note', true],
-        ['approval', false],
+      expect(signals.map((g) => [g.name, g.step_id === null, g.undelivered])).toEqual([
+        ['note', true, { reason: 'run-ended', status: 'completed' }],
+        ['approval', false, null],
       ]);
     });
 
@@ -305,6 +305,42 @@ for (const driver of ['postgres', 'pglite'] as const) {
         notes: ['mid-turn'],
         approved: true,
         by: 'fi',
+      });
+    });
+
+    it('marks undelivered, at the run\'s end, a signal sent while its final turn computed; refuses one sent after', async () => {
+      const engine = await target.engine();
+      const worker = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });
+      const handle = await engine.client.start(review, { notes: 0 });
+      // The approval is there before the first turn: that turn takes it and returns — the run's final turn.
+      await handle.signal(approval, { approved: true, by: 'ju' });
+      // Between that turn's replay and its commit, a note arrives: accepted (the run is still running).
+      let lateId: string | undefined;
+      setFaultHook('turn:before-commit', async (turn) => {
+        if (turn.runId !== handle.runId || lateId !== undefined) return;
+        lateId = await engine.client.signal(handle.runId, note, 'while ending');
+      });
+      onTestFinished(() => setFaultHook('turn:before-commit', undefined));
+      await worker.start();
+      await expect(handle.result({ timeoutMs: 15_000 })).resolves.toEqual({
+        notes: [],
+        approved: true,
+        by: 'ju',
+      });
+      expect(lateId).toBeDefined();
+      // Not left pending for ever: the end recorded it undelivered, and says so in describe() and the history.
+      const { signals, events } = await handle.describe();
+      expect(signals.map((g) => [g.name, g.step_seq, g.undelivered, g.consumed_at !== null])).toEqual([
+        ['approval', 0, null, true],
+        ['note', null, { reason: 'run-ended', status: 'completed' }, true],
+      ]);
+      expect(
+        events.filter((e) => e.type === 'signal:undelivered').map((e) => (e.data as { signalId: string }).signalId),
+      ).toEqual([lateId]);
+      // After the end a signal is refused: no accepted signal goes unaccounted for.
+      await expect(handle.signal(note, 'after the end')).rejects.toMatchObject({
+        code: 'RUN_ENDED',
+        status: 'completed',
       });
     });
 
