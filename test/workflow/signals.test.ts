@@ -281,6 +281,23 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect((await engine.client.list({ name: 'review' })).length).toBe(1);
     });
 
+    it('signalWithStart is one transaction: a failure before the signal is stored leaves no run', async () => {
+      const engine = await target.engine();
+      setFaultHook('client:signal-with-start:before-signal', () =>
+        Promise.reject(new Error('injected: the process died between the start and the signal')),
+      );
+      onTestFinished(() => setFaultHook('client:signal-with-start:before-signal', undefined));
+      await expect(
+        engine.client.signalWithStart(review, { notes: 1 }, note, 'lost?', { key: 'order-9' }),
+      ).rejects.toThrow(/injected/);
+      // Neither the run nor the signal: a run started without the signal it was started for would wait for ever.
+      expect(await engine.client.list({ name: 'review' })).toEqual([]);
+      setFaultHook('client:signal-with-start:before-signal', undefined);
+      const handle = await engine.client.signalWithStart(review, { notes: 1 }, note, 'kept', { key: 'order-9' });
+      expect(handle.created).toBe(true);
+      expect((await handle.describe()).signals.map((g) => g.payload)).toEqual(['kept']);
+    });
+
     it('wakes the run again for a signal sent while the turn that makes the wait is running', async () => {
       const engine = await target.engine();
       const worker = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });

@@ -25,7 +25,19 @@ export async function sendSignal(
   n: SchemaNames,
   p: { runId: string; name: string; payload: unknown; requestId: string },
 ): Promise<SentSignal | undefined> {
-  return db.transaction(async (tx) => {
+  return db.transaction((tx) => storeSignal(tx, n, p));
+}
+
+/**
+ * {@link sendSignal}'s two statements, in the caller's transaction `tx` (which holds the run's row lock from the
+ * first to its COMMIT): for a signal-with-start, which creates the run in the same transaction.
+ */
+export async function storeSignal(
+  tx: Pick<Database, 'rows'>,
+  n: SchemaNames,
+  p: { runId: string; name: string; payload: unknown; requestId: string },
+): Promise<SentSignal | undefined> {
+  {
     const runs = await tx.rows<{ kind: string; status: string }>(sql`
       SELECT kind, status FROM ${n.runs} WHERE id = ${p.runId}::uuid FOR NO KEY UPDATE`);
     const run = runs[0];
@@ -51,7 +63,7 @@ export async function sendSignal(
       SELECT coalesce((SELECT id FROM ins), (SELECT id FROM prior))::text AS signal_id,
              (SELECT count(*) FROM notified) AS notified`);
     return { kind: run.kind, status: run.status, signalId: rows[0]?.signal_id ?? null };
-  });
+  }
 }
 
 /** A signal of a run as `describe()` and `palisade runs show` list it. */
