@@ -405,7 +405,9 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
         ...target(schema),
       ]);
       expect([exported.code, exported.stdout]).toEqual([1, '']);
-      expect(exported.stderr).toMatch(/^\[VALIDATION_FAILED\] payload of signal approval is invalid: approved: .*by: /s);
+      expect(exported.stderr).toMatch(
+        /^\[VALIDATION_FAILED\] payload of signal approval is invalid: approved: .*by: /s,
+      );
       expect((await handle.describe()).signals).toEqual([]);
       // --force sends a name the run has not waited for (yet): it is kept, and undelivered when the run ends.
       const forced = await runCli(['runs', 'signal', handle.runId, 'later', '--force', ...target(schema)]);

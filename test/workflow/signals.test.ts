@@ -293,7 +293,9 @@ for (const driver of ['postgres', 'pglite'] as const) {
       // Neither the run nor the signal: a run started without the signal it was started for would wait for ever.
       expect(await engine.client.list({ name: 'review' })).toEqual([]);
       setFaultHook('client:signal-with-start:before-signal', undefined);
-      const handle = await engine.client.signalWithStart(review, { notes: 1 }, note, 'kept', { key: 'order-9' });
+      const handle = await engine.client.signalWithStart(review, { notes: 1 }, note, 'kept', {
+        key: 'order-9',
+      });
       expect(handle.created).toBe(true);
       expect((await handle.describe()).signals.map((g) => g.payload)).toEqual(['kept']);
     });
@@ -325,7 +327,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       });
     });
 
-    it('marks undelivered, at the run\'s end, a signal sent while its final turn computed; refuses one sent after', async () => {
+    it("marks undelivered, at the run's end, a signal sent while its final turn computed; refuses one sent after", async () => {
       const engine = await target.engine();
       const worker = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });
       const handle = await engine.client.start(review, { notes: 0 });
@@ -352,7 +354,9 @@ for (const driver of ['postgres', 'pglite'] as const) {
         ['note', null, { reason: 'run-ended', status: 'completed' }, true],
       ]);
       expect(
-        events.filter((e) => e.type === 'signal:undelivered').map((e) => (e.data as { signalId: string }).signalId),
+        events
+          .filter((e) => e.type === 'signal:undelivered')
+          .map((e) => (e.data as { signalId: string }).signalId),
       ).toEqual([lateId]);
       // After the end a signal is refused: no accepted signal goes unaccounted for.
       await expect(handle.signal(note, 'after the end')).rejects.toMatchObject({
@@ -443,19 +447,23 @@ for (const driver of ['postgres', 'pglite'] as const) {
           ['approval', 0, null],
           ['length', 1, null],
         ]);
-        expect(signals[0]?.undelivered).toMatchObject({
-          seq: 0,
-          message: expect.stringMatching(
-            /^payload of signal approval #\d+ does not fit ctx\.waitForSignal\(approval\) in workflow strict: approved: /,
-          ),
-        });
-        expect(signals[1]?.undelivered).toMatchObject({ message: expect.stringMatching(/\(root\): .*object/i) });
+        const why = signals.map((g) =>
+          g.undelivered?.reason === 'invalid-payload' ? g.undelivered : undefined,
+        );
+        expect(why[0]?.seq).toBe(0);
+        expect(why[0]?.message).toMatch(
+          /^payload of signal approval #\d+ does not fit ctx\.waitForSignal\(approval\) in workflow strict: approved: /,
+        );
+        expect(why[1]?.message).toMatch(/\(root\): .*object/i);
         const rejected = events.filter((e) => e.type === 'signal:rejected');
         expect(rejected.map((e) => (e.data as { signalId: string }).signalId)).toEqual(
           signals.slice(0, 2).map((g) => g.id),
         );
         // A retry of the run (here: of nothing failed) is never needed: no wait holds the bad payloads.
-        expect((await waitsOf(engine, handle.runId)).map((w) => w.status)).toEqual(['completed', 'completed']);
+        expect((await waitsOf(engine, handle.runId)).map((w) => w.status)).toEqual([
+          'completed',
+          'completed',
+        ]);
       }
     });
 

@@ -79,8 +79,8 @@ async function importModule(file: string, modulePath: string, cwd: string): Prom
 
 /**
  * Import `modulePath` (resolved from `cwd`) and collect every exported value made by `defineWorkflow`,
- * `defineActivity` or `defineSignal`, recognised by its `kind` (not `instanceof`, so a module bundling its own copy of the SDK
- * works too). A default export that is a plain object of definitions (`export default { a, b }`) counts as well.
+ * `defineActivity` or `defineSignal`, recognised by its `kind` (not `instanceof`, so a module bundling its own
+ * copy of the SDK works too). A default export that is a plain object of definitions (`export default { a, b }`) counts as well.
  * A TypeScript module is loaded with the project's `tsx` when Node.js cannot load it by itself.
  * @throws PalisadeError `INVALID_OPTIONS` when the file is missing, fails to load (a TypeScript module without
  * tsx installed: the message says how to fix it), or exports no definition.

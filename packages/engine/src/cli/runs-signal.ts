@@ -23,7 +23,7 @@ export function runsSignalCommand(output: Output): Command {
     .argument('[json]', 'payload as JSON, e.g. \'{"approved":true}\' (default: null)')
     .option(
       '--module <path>',
-      "the worker module (.js/.ts): its exported signals check the name and the payload against their schema",
+      'the worker module (.js/.ts): its exported signals check the name and the payload against their schema',
     )
     .option('--force', 'send a signal the run has never waited for (a wait its code has not reached yet)')
     .action(

@@ -703,8 +703,8 @@ ${
       RETURNING 1),`
     : sql``
 }${
-  ending
-    ? sql`
+    ending
+      ? sql`
     -- A run that ends leaves no signal pending: each one no wait took is undelivered, the run's end its reason. A
     -- signal is stored under the run's row lock while the run goes on (sendSignal), so every signal is stored
     -- before this end, and marked here, or refused by its sender as RUN_ENDED.
@@ -722,8 +722,8 @@ ${
              false, (SELECT t FROM clock)
         FROM unseen
       RETURNING 1),`
-    : sql``
-}
+      : sql``
+  }
     -- The run's earliest timer: those it had (less the ones this turn fires) and those this turn starts (a
     -- statement does not see its own inserts).
     waiting AS (
