@@ -701,8 +701,10 @@ export class Client {
   /**
    * Send a signal to workflow run `runId`: durable once this returns (a retry after a lost reply stores it once).
    * The run keeps it, in arrival order, until its code takes it with `ctx.waitForSignal(signal)` — at once if a wait
-   * for it is pending (the run is woken by NOTIFY), else at the next wait. A signal the code never waits for is kept
-   * and shown by `describe()` and `palisade runs show`. Legal outside a fenced transaction.
+   * for it is pending (the run is woken by NOTIFY), else at the next wait. A signal no wait takes is recorded
+   * undelivered, with why, and shown by `describe()` and `palisade runs show`: a wait whose schema refuses the
+   * payload (sent with another version of the schema) goes on waiting without it, and the run's end marks every
+   * signal still pending. Legal outside a fenced transaction.
    * @returns the signal's id, its place in the order the run received its signals.
    * @throws ValidationError naming the payload field that fails the signal's schema; PalisadeError
    * `PAYLOAD_TOO_LARGE` over `PAYLOAD_LIMITS.inputBytes`; InvalidOptionsError when `signal` is not from
