@@ -365,6 +365,58 @@ for (const driver of ['postgres', 'pglite'] as const) {
       });
     });
 
+    it.runIf(driver === 'postgres')(
+      'runs the final turn again when a signal committed while its ending commit waited for the run row',
+      async () => {
+        const schema = `t_${Math.random().toString(16).slice(2, 12)}`;
+        const engine = await target.engine({ schema });
+        const sql = target.sql();
+        const worker = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });
+        const handle = await engine.client.start(review, { notes: 0 });
+        await handle.signal(approval, { approved: true, by: 'ka' });
+        // A sender that holds the run row (as sendSignal does) while the final turn's commit statement starts: the
+        // statement's snapshot is older than the signal, which commits while the statement waits for the row.
+        let holder: Awaited<ReturnType<typeof sql.reserve>> | undefined;
+        let holderPid = 0;
+        setFaultHook('turn:before-commit', async (turn) => {
+          if (turn.runId !== handle.runId || holder) return;
+          holder = await sql.reserve();
+          holderPid = (await holder<{ pid: number }[]>`SELECT pg_backend_pid() AS pid`)[0]?.pid ?? 0;
+          await holder`BEGIN`;
+          await holder.unsafe(`SELECT 1 FROM "${schema}".runs WHERE id = $1 FOR NO KEY UPDATE`, [
+            handle.runId,
+          ]);
+          await holder.unsafe(
+            `INSERT INTO "${schema}".signals (run_id, name, payload, request_id, created_at)
+             VALUES ($1, 'note', '"raced"', gen_random_uuid(), now())`,
+            [handle.runId],
+          );
+          await holder.unsafe(`UPDATE "${schema}".runs SET wake_count = wake_count + 1 WHERE id = $1`, [
+            handle.runId,
+          ]);
+        });
+        onTestFinished(() => setFaultHook('turn:before-commit', undefined));
+        await worker.start();
+        // Only the database knows when the commit statement waits for the row: asked at most 500 times, 10 ms apart.
+        for (let i = 0; i < 500; i++) {
+          const [row] = await sql<{ n: number }[]>`
+            SELECT count(*)::int AS n FROM pg_stat_activity WHERE ${holderPid} = ANY(pg_blocking_pids(pid))`;
+          if (holderPid !== 0 && (row?.n ?? 0) > 0) break;
+          await new Promise((resolve) => setTimeout(resolve, 10));
+        }
+        await holder?.unsafe('COMMIT');
+        holder?.release();
+        await expect(handle.result({ timeoutMs: 15_000 })).resolves.toMatchObject({ by: 'ka' });
+        const { signals, turns } = await handle.describe();
+        expect(signals.map((g) => [g.name, g.undelivered])).toEqual([
+          ['approval', null],
+          ['note', { reason: 'run-ended', status: 'completed' }],
+        ]);
+        // The turn whose snapshot missed the signal was handed back, not committed.
+        expect(turns.map((t) => t.outcome)).toEqual(['released', 'completed']);
+      },
+    );
+
     it('with fused steps: a signal sent while an activity runs reaches the wait its completion leads to', async () => {
       const engine = await target.engine();
       const gate = deferred();
