@@ -21,6 +21,8 @@ import {
 import { advanceClock } from '@palisade/engine/testing';
 import { useTestDatabase } from '../support/postgres.js';
 import { CLI_TEST_TIMEOUT_MS, lines, runCli, startCli } from './cli-process.js';
+import { approver } from './fixtures/approver.js';
+import { until } from '../workflow/workflow-rows.js';
 
 const databaseUrl = useTestDatabase();
 
@@ -368,6 +370,65 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
         new RegExp(`SIGNALS \\(1, 1 pending\\)\\n  ${CLOCK}  #\\d+  note  pending  "fyi"`),
       );
       expectTerminalFriendly(shown.stdout);
+    } finally {
+      await worker.stop({ graceMs: 1_000 });
+    }
+  });
+
+  it('refuses a signal name the run never waited for, unless --force; --module checks name and payload', async () => {
+    const worker = engine.worker({ workflows: [approver], pollIntervalMs: 60_000 });
+    await worker.start();
+    try {
+      const handle = await engine.client.start(approver, {});
+      // Once the run waits, it knows the name.
+      await until(
+        [worker],
+        async () => (await handle.describe()).steps.some((s) => s.kind === 'signal'),
+        'the approval wait',
+      );
+      const misspelled = await runCli(['runs', 'signal', handle.runId, 'aproval', '{}', ...target(schema)]);
+      expect([misspelled.code, misspelled.stdout]).toEqual([1, '']);
+      expect(misspelled.stderr).toBe(
+        `[INVALID_OPTIONS] invalid runs signal: signal: run ${handle.runId} has never waited for a ` +
+          'signal named "aproval" (known: approval); check the name, or pass --force to send it for a wait its ' +
+          'code has not reached yet\n',
+      );
+      // With the worker module, a name it exports is known, and the payload is checked against its schema.
+      const exported = await runCli([
+        'runs',
+        'signal',
+        handle.runId,
+        'approval',
+        '{"approved":"yes"}',
+        '--module',
+        'test/cli/fixtures/approver.ts',
+        ...target(schema),
+      ]);
+      expect([exported.code, exported.stdout]).toEqual([1, '']);
+      expect(exported.stderr).toMatch(
+        /^\[VALIDATION_FAILED\] payload of signal approval is invalid: approved: .*by: /s,
+      );
+      expect((await handle.describe()).signals).toEqual([]);
+      // --force sends a name the run has not waited for (yet): it is kept, and undelivered when the run ends.
+      const forced = await runCli(['runs', 'signal', handle.runId, 'later', '--force', ...target(schema)]);
+      expect(forced.stderr).toBe('');
+      expect(forced.stdout).toMatch(new RegExp(`^signal later sent to run ${handle.runId} \\(#\\d+\\)\\n$`));
+      const sent = await runCli([
+        'runs',
+        'signal',
+        handle.runId,
+        'approval',
+        '{"approved":true,"by":"cli"}',
+        '--module',
+        'test/cli/fixtures/approver.ts',
+        ...target(schema),
+      ]);
+      expect(sent.stderr).toBe('');
+      await expect(handle.result({ timeoutMs: 30_000 })).resolves.toBe('approved by cli');
+      expect((await handle.describe()).signals.map((g) => [g.name, g.undelivered?.reason ?? null])).toEqual([
+        ['later', 'run-ended'],
+        ['approval', null],
+      ]);
     } finally {
       await worker.stop({ graceMs: 1_000 });
     }

@@ -129,7 +129,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect((await attemptsOf(engine, handle.runId)).every((a) => a.kind === 'turn')).toBe(true);
     });
 
-    it('keeps a signal the code never waits for, and shows it pending', async () => {
+    it('keeps a signal the code never waits for, and shows it undelivered once the run ends', async () => {
       const engine = await target.engine();
       const worker = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });
       await worker.start();
@@ -142,9 +142,9 @@ for (const driver of ['postgres', 'pglite'] as const) {
         by: 'bo',
       });
       const { signals } = await handle.describe();
-      expect(signals.map((g) => [g.name, g.step_id === null])).toEqual([
-        ['note', true],
-        ['approval', false],
+      expect(signals.map((g) => [g.name, g.step_id === null, g.undelivered])).toEqual([
+        ['note', true, { reason: 'run-ended', status: 'completed' }],
+        ['approval', false, null],
       ]);
     });
 
@@ -281,6 +281,25 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect((await engine.client.list({ name: 'review' })).length).toBe(1);
     });
 
+    it('signalWithStart is one transaction: a failure before the signal is stored leaves no run', async () => {
+      const engine = await target.engine();
+      setFaultHook('client:signal-with-start:before-signal', () =>
+        Promise.reject(new Error('injected: the process died between the start and the signal')),
+      );
+      onTestFinished(() => setFaultHook('client:signal-with-start:before-signal', undefined));
+      await expect(
+        engine.client.signalWithStart(review, { notes: 1 }, note, 'lost?', { key: 'order-9' }),
+      ).rejects.toThrow(/injected/);
+      // Neither the run nor the signal: a run started without the signal it was started for would wait for ever.
+      expect(await engine.client.list({ name: 'review' })).toEqual([]);
+      setFaultHook('client:signal-with-start:before-signal', undefined);
+      const handle = await engine.client.signalWithStart(review, { notes: 1 }, note, 'kept', {
+        key: 'order-9',
+      });
+      expect(handle.created).toBe(true);
+      expect((await handle.describe()).signals.map((g) => g.payload)).toEqual(['kept']);
+    });
+
     it('wakes the run again for a signal sent while the turn that makes the wait is running', async () => {
       const engine = await target.engine();
       const worker = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });
@@ -307,6 +326,96 @@ for (const driver of ['postgres', 'pglite'] as const) {
         by: 'fi',
       });
     });
+
+    it("marks undelivered, at the run's end, a signal sent while its final turn computed; refuses one sent after", async () => {
+      const engine = await target.engine();
+      const worker = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });
+      const handle = await engine.client.start(review, { notes: 0 });
+      // The approval is there before the first turn: that turn takes it and returns — the run's final turn.
+      await handle.signal(approval, { approved: true, by: 'ju' });
+      // Between that turn's replay and its commit, a note arrives: accepted (the run is still running).
+      let lateId: string | undefined;
+      setFaultHook('turn:before-commit', async (turn) => {
+        if (turn.runId !== handle.runId || lateId !== undefined) return;
+        lateId = await engine.client.signal(handle.runId, note, 'while ending');
+      });
+      onTestFinished(() => setFaultHook('turn:before-commit', undefined));
+      await worker.start();
+      await expect(handle.result({ timeoutMs: 15_000 })).resolves.toEqual({
+        notes: [],
+        approved: true,
+        by: 'ju',
+      });
+      expect(lateId).toBeDefined();
+      // Not left pending for ever: the end recorded it undelivered, and says so in describe() and the history.
+      const { signals, events } = await handle.describe();
+      expect(signals.map((g) => [g.name, g.step_seq, g.undelivered, g.consumed_at !== null])).toEqual([
+        ['approval', 0, null, true],
+        ['note', null, { reason: 'run-ended', status: 'completed' }, true],
+      ]);
+      expect(
+        events
+          .filter((e) => e.type === 'signal:undelivered')
+          .map((e) => (e.data as { signalId: string }).signalId),
+      ).toEqual([lateId]);
+      // After the end a signal is refused: no accepted signal goes unaccounted for.
+      await expect(handle.signal(note, 'after the end')).rejects.toMatchObject({
+        code: 'RUN_ENDED',
+        status: 'completed',
+      });
+    });
+
+    it.runIf(driver === 'postgres')(
+      'runs the final turn again when a signal committed while its ending commit waited for the run row',
+      async () => {
+        const schema = `t_${Math.random().toString(16).slice(2, 12)}`;
+        const engine = await target.engine({ schema });
+        const sql = target.sql();
+        const worker = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });
+        const handle = await engine.client.start(review, { notes: 0 });
+        await handle.signal(approval, { approved: true, by: 'ka' });
+        // A sender that holds the run row (as sendSignal does) while the final turn's commit statement starts: the
+        // statement's snapshot is older than the signal, which commits while the statement waits for the row.
+        let holder: Awaited<ReturnType<typeof sql.reserve>> | undefined;
+        let holderPid = 0;
+        setFaultHook('turn:before-commit', async (turn) => {
+          if (turn.runId !== handle.runId || holder) return;
+          holder = await sql.reserve();
+          holderPid = (await holder<{ pid: number }[]>`SELECT pg_backend_pid() AS pid`)[0]?.pid ?? 0;
+          await holder`BEGIN`;
+          await holder.unsafe(`SELECT 1 FROM "${schema}".runs WHERE id = $1 FOR NO KEY UPDATE`, [
+            handle.runId,
+          ]);
+          await holder.unsafe(
+            `INSERT INTO "${schema}".signals (run_id, name, payload, request_id, created_at)
+             VALUES ($1, 'note', '"raced"', gen_random_uuid(), now())`,
+            [handle.runId],
+          );
+          await holder.unsafe(`UPDATE "${schema}".runs SET wake_count = wake_count + 1 WHERE id = $1`, [
+            handle.runId,
+          ]);
+        });
+        onTestFinished(() => setFaultHook('turn:before-commit', undefined));
+        await worker.start();
+        // Only the database knows when the commit statement waits for the row: asked at most 500 times, 10 ms apart.
+        for (let i = 0; i < 500; i++) {
+          const [row] = await sql<{ n: number }[]>`
+            SELECT count(*)::int AS n FROM pg_stat_activity WHERE ${holderPid} = ANY(pg_blocking_pids(pid))`;
+          if (holderPid !== 0 && (row?.n ?? 0) > 0) break;
+          await new Promise((resolve) => setTimeout(resolve, 10));
+        }
+        await holder?.unsafe('COMMIT');
+        holder?.release();
+        await expect(handle.result({ timeoutMs: 15_000 })).resolves.toMatchObject({ by: 'ka' });
+        const { signals, turns } = await handle.describe();
+        expect(signals.map((g) => [g.name, g.undelivered])).toEqual([
+          ['approval', null],
+          ['note', { reason: 'run-ended', status: 'completed' }],
+        ]);
+        // The turn whose snapshot missed the signal was handed back, not committed.
+        expect(turns.map((t) => t.outcome)).toEqual(['released', 'completed']);
+      },
+    );
 
     it('with fused steps: a signal sent while an activity runs reaches the wait its completion leads to', async () => {
       const engine = await target.engine();
@@ -345,7 +454,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe('held+early');
     });
 
-    it('checks a payload against the schema of the code that takes it: a bad one rejects that wait, caught', async () => {
+    it('refuses at the wait a payload its schema rejects, records why, and keeps waiting: the run never fails', async () => {
       const engine = await target.engine();
       // The same signal name without the schema: what `palisade runs signal` sends (it has no module loaded).
       const unchecked = defineSignal({ name: 'approval', payload: z.unknown() });
@@ -353,33 +462,61 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const strict = defineWorkflow({
         name: 'strict',
         input: z.object({}),
-        output: z.object({ errors: z.array(z.string()), by: z.string(), length: z.number() }),
+        output: z.object({ by: z.string(), length: z.number() }),
         async run(_input, ctx) {
-          const errors: string[] = [];
-          for (;;) {
-            try {
-              const { by } = await ctx.waitForSignal(approval);
-              return { errors, by, length: await ctx.waitForSignal(length) };
-            } catch (error) {
-              errors.push((error as Error).message);
-            }
-          }
+          const { by } = await ctx.waitForSignal(approval);
+          return { by, length: await ctx.waitForSignal(length) };
         },
       });
-      const worker = engine.worker({ workflows: [strict], pollIntervalMs: POLL_MS, workflowCacheSize: 0 });
-      await worker.start();
-      const handle = await engine.client.start(strict, {});
-      await handle.signal(unchecked, { approved: 'yes', by: 'x' });
-      await handle.signal(approval, { approved: true, by: 'gi' });
-      // The schema's output, not its input: a transform runs when the code takes the signal.
-      await handle.signal(length, 'abcd');
-      const output = await handle.result({ timeoutMs: 15_000 });
-      expect(output.by).toBe('gi');
-      expect(output.length).toBe(4);
-      expect(output.errors).toHaveLength(1);
-      expect(output.errors[0]).toMatch(
-        /^\[VALIDATION_FAILED\] payload of signal approval #\d+ taken by ctx\.waitForSignal\(approval\) in workflow strict is invalid: approved/,
-      );
+      for (const workflowCacheSize of [0, 10]) {
+        const worker = engine.worker({ workflows: [strict], pollIntervalMs: POLL_MS, workflowCacheSize });
+        await worker.start();
+        const handle = await engine.client.start(strict, {});
+        // One before the wait exists, one while it waits: each is refused there, and the run goes on waiting.
+        await handle.signal(unchecked, { approved: 'yes', by: 'x' });
+        await until(
+          [worker],
+          async () => (await waitsOf(engine, handle.runId)).length === 1,
+          'the approval wait',
+        );
+        await handle.signal(unchecked, 'approve!');
+        await until(
+          [worker],
+          async () => (await handle.describe()).signals.every((g) => g.consumed_at !== null),
+          'the second bad payload refused',
+        );
+        expect((await handle.describe()).run.status).toBe('running');
+        await handle.signal(approval, { approved: true, by: 'gi' });
+        // The schema's output, not its input: a transform runs when the code takes the signal.
+        await handle.signal(length, 'abcd');
+        await expect(handle.result({ timeoutMs: 15_000 })).resolves.toEqual({ by: 'gi', length: 4 });
+        await worker.stop();
+
+        const { signals, events } = await handle.describe();
+        expect(signals.map((g) => [g.name, g.step_seq, g.undelivered?.reason ?? null])).toEqual([
+          ['approval', null, 'invalid-payload'],
+          ['approval', null, 'invalid-payload'],
+          ['approval', 0, null],
+          ['length', 1, null],
+        ]);
+        const why = signals.map((g) =>
+          g.undelivered?.reason === 'invalid-payload' ? g.undelivered : undefined,
+        );
+        expect(why[0]?.seq).toBe(0);
+        expect(why[0]?.message).toMatch(
+          /^payload of signal approval #\d+ does not fit ctx\.waitForSignal\(approval\) in workflow strict: approved: /,
+        );
+        expect(why[1]?.message).toMatch(/\(root\): .*object/i);
+        const rejected = events.filter((e) => e.type === 'signal:rejected');
+        expect(rejected.map((e) => (e.data as { signalId: string }).signalId)).toEqual(
+          signals.slice(0, 2).map((g) => g.id),
+        );
+        // A retry of the run (here: of nothing failed) is never needed: no wait holds the bad payloads.
+        expect((await waitsOf(engine, handle.runId)).map((w) => w.status)).toEqual([
+          'completed',
+          'completed',
+        ]);
+      }
     });
 
     it('cancels a waiting run: the wait rejects with CancelledFailure', async () => {

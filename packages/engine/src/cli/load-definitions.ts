@@ -2,20 +2,27 @@ import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { PalisadeError, type ActivityDefinition, type WorkflowDefinition } from '@palisade/sdk';
+import {
+  PalisadeError,
+  type ActivityDefinition,
+  type SignalDefinition,
+  type WorkflowDefinition,
+} from '@palisade/sdk';
 
-/** The workflows and activities a module exports. */
+/** The workflows, activities and signals a module exports. */
 export interface Definitions {
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   readonly workflows: readonly WorkflowDefinition<any, any>[];
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   readonly activities: readonly ActivityDefinition<any, any>[];
+  /** The signals it exports (`defineSignal`): what `palisade runs signal --module` checks a signal against. */
+  readonly signals: readonly SignalDefinition[];
 }
 
-function kindOf(value: unknown): 'workflow' | 'activity' | undefined {
+function kindOf(value: unknown): 'workflow' | 'activity' | 'signal' | undefined {
   if (value === null || typeof value !== 'object') return undefined;
   const kind = (value as { kind?: unknown }).kind;
-  return kind === 'workflow' || kind === 'activity' ? kind : undefined;
+  return kind === 'workflow' || kind === 'activity' || kind === 'signal' ? kind : undefined;
 }
 
 const TYPESCRIPT = /\.[cm]?tsx?$/;
@@ -71,9 +78,9 @@ async function importModule(file: string, modulePath: string, cwd: string): Prom
 }
 
 /**
- * Import `modulePath` (resolved from `cwd`) and collect every exported value made by `defineWorkflow` or
- * `defineActivity`, recognised by its `kind` (not `instanceof`, so a module bundling its own copy of the SDK
- * works too). A default export that is a plain object of definitions (`export default { a, b }`) counts as well.
+ * Import `modulePath` (resolved from `cwd`) and collect every exported value made by `defineWorkflow`,
+ * `defineActivity` or `defineSignal`, recognised by its `kind` (not `instanceof`, so a module bundling its own
+ * copy of the SDK works too). A default export that is a plain object of definitions (`export default { a, b }`) counts as well.
  * A TypeScript module is loaded with the project's `tsx` when Node.js cannot load it by itself.
  * @throws PalisadeError `INVALID_OPTIONS` when the file is missing, fails to load (a TypeScript module without
  * tsx installed: the message says how to fix it), or exports no definition.
@@ -104,8 +111,9 @@ export async function loadDefinitions(modulePath: string, cwd: string): Promise<
   const definitions: Definitions = {
     workflows: all.filter((v) => kindOf(v) === 'workflow') as Definitions['workflows'],
     activities: all.filter((v) => kindOf(v) === 'activity') as Definitions['activities'],
+    signals: all.filter((v) => kindOf(v) === 'signal') as Definitions['signals'],
   };
-  if (all.length === 0) {
+  if (definitions.workflows.length + definitions.activities.length === 0) {
     throw new PalisadeError(
       'INVALID_OPTIONS',
       `worker module ${modulePath} exports no workflow or activity (export the values defineWorkflow() and ` +

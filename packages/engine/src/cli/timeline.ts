@@ -250,7 +250,7 @@ export function formatRunTimeline(
   // Signals only for workflow runs (an activity run cannot take one).
   const signals = t.signals ?? [];
   if (run.kind === 'workflow') {
-    const pending = signals.filter((g) => g.step_id === null).length;
+    const pending = signals.filter((g) => g.consumed_at === null).length;
     lines.push(
       '',
       paint(term, 'bold', `SIGNALS (${signals.length}${pending > 0 ? `, ${pending} pending` : ''})`),
@@ -259,9 +259,13 @@ export function formatRunTimeline(
     for (const g of signals) {
       const head = `${formatClock(g.received_at, reference)}  #${g.id}  ${g.name}  `;
       const taken =
-        g.step_id === null
-          ? paint(term, 'yellow', 'pending')
-          : `taken by ${names.label(g.step_id)} at ${formatClock(g.consumed_at, reference)}`;
+        g.undelivered?.reason === 'invalid-payload'
+          ? paint(term, 'red', `refused by the wait #${g.undelivered.seq} (payload does not fit its schema)`)
+          : g.undelivered?.reason === 'run-ended'
+            ? paint(term, 'yellow', `undelivered: the run ${g.undelivered.status} first`)
+            : g.step_id === null
+              ? paint(term, 'yellow', 'pending')
+              : `taken by ${names.label(g.step_id)} at ${formatClock(g.consumed_at, reference)}`;
       const room = Math.max(10, width - INDENT.length - head.length - visibleText(taken).length - 2);
       lines.push(INDENT + head + taken + '  ' + compactJson(g.payload, room));
     }

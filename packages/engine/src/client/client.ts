@@ -38,7 +38,7 @@ import type { RunInsertOutcome, RunItem } from '../queries/run-by-key.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import { assertUsableOutsideTransaction } from '../worker/fenced-scope.js';
 import { RunHandle } from './run-handle.js';
-import { signalPayload, signalRun } from './signal-run.js';
+import { signalPayload, signalRun, signalRunIn } from './signal-run.js';
 import type { ClaimedTurnRow } from '../queries/claim-turns.js';
 import type { EagerTurns } from '../queries/complete-step.js';
 
@@ -699,8 +699,10 @@ export class Client {
   /**
    * Send a signal to workflow run `runId`: durable once this returns (a retry after a lost reply stores it once).
    * The run keeps it, in arrival order, until its code takes it with `ctx.waitForSignal(signal)` — at once if a wait
-   * for it is pending (the run is woken by NOTIFY), else at the next wait. A signal the code never waits for is kept
-   * and shown by `describe()` and `palisade runs show`. Legal outside a fenced transaction.
+   * for it is pending (the run is woken by NOTIFY), else at the next wait. A signal no wait takes is recorded
+   * undelivered, with why, and shown by `describe()` and `palisade runs show`: a wait whose schema refuses the
+   * payload (sent with another version of the schema) goes on waiting without it, and the run's end marks every
+   * signal still pending. Legal outside a fenced transaction.
    * @returns the signal's id, its place in the order the run received its signals.
    * @throws ValidationError naming the payload field that fails the signal's schema; PalisadeError
    * `PAYLOAD_TOO_LARGE` over `PAYLOAD_LIMITS.inputBytes`; InvalidOptionsError when `signal` is not from
@@ -719,9 +721,9 @@ export class Client {
 
   /**
    * Signal the run of `workflow` that `options.key` names, starting it with `input` first if no run has that key
-   * (Temporal's signal-with-start). The start is {@link Client.start} with `onConflict: 'use-existing'` by default,
-   * so a second call with the same key signals the same run again; the payload is checked before anything is
-   * stored, so a bad payload starts nothing.
+   * (Temporal's signal-with-start), in one transaction: the run exists with the signal, or not at all. The start is
+   * {@link Client.start} with `onConflict: 'use-existing'` by default, so a second call with the same key signals
+   * the same run again; the payload is checked before anything is stored, so a bad payload starts nothing.
    * @returns a handle to the run (`handle.created` says whether this call started it).
    * @throws InvalidOptionsError when `options.key` is missing, or `options.tx` is given (a signal-with-start does not
    * take the caller's transaction), or as {@link Client.start} and {@link Client.signal};
@@ -751,9 +753,27 @@ export class Client {
         },
       ]);
     }
-    const handle = await this.start(workflow, input, { onConflict: 'use-existing', ...options });
-    await signalRun(this.db, this.names, { runId: handle.runId, name: signal.name, payload: stored });
-    return handle;
+    // One transaction: the run is started (or found by its key) and signalled, or neither — a run started without
+    // the signal it was started for would wait for it for ever. Retried whole on a transient error: the key finds
+    // the run a lost reply created, and the request id stores the signal once.
+    const requestId = randomUUID();
+    return withInfraRetry(() =>
+      this.db.transaction(async (tx) => {
+        const handle = await this.start(workflow, input, {
+          onConflict: 'use-existing',
+          ...options,
+          tx: tx.drizzle,
+        });
+        await faultHooks['client:signal-with-start:before-signal']?.(handle.runId);
+        await signalRunIn(tx, this.names, {
+          runId: handle.runId,
+          name: signal.name,
+          payload: stored,
+          requestId,
+        });
+        return handle;
+      }),
+    );
   }
 
   /** A handle to an existing run (not checked until used). */

@@ -72,7 +72,10 @@ export interface RunDescription {
   /** The attempts of a workflow run's turns (`kind: 'turn'`, no step), oldest first; empty for activity runs. */
   readonly turns: readonly AttemptRow[];
   readonly events: readonly EventRow[];
-  /** Signals sent to the run, in arrival order: pending ones (`step_id` null) and those a wait took. */
+  /**
+   * Signals sent to the run, in arrival order: pending ones (`consumed_at` null), those a wait took (`step_id`), and
+   * those no wait will take (`undelivered`: a wait refused the payload, or the run ended first).
+   */
   readonly signals: readonly SignalRow[];
   /** The runs this one started with `ctx.runChild`, oldest first (its parent: `run.parent_run_id`). */
   readonly children: readonly ChildRunRow[];

@@ -10,7 +10,7 @@ import {
 } from '@palisade/sdk';
 import type { Database } from '../db/database.js';
 import { withInfraRetry } from '../infra-retry.js';
-import { sendSignal } from '../queries/send-signal.js';
+import { sendSignal, storeSignal, type SentSignal } from '../queries/send-signal.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -50,6 +50,24 @@ export async function signalRun(
   const sent = await withInfraRetry(() =>
     sendSignal(db, names, { runId: p.runId, name: p.name, payload: p.payload, requestId }),
   );
+  return signalIdOf(sent, p);
+}
+
+/**
+ * {@link signalRun} in the caller's transaction `tx`, not retried (the caller retries its transaction whole, with
+ * the same `requestId`, so the signal is stored once).
+ * @returns the signal's id. @throws as {@link signalRun}.
+ */
+export async function signalRunIn(
+  tx: Pick<Database, 'rows'>,
+  names: SchemaNames,
+  p: { runId: string; name: string; payload: unknown; requestId: string },
+): Promise<string> {
+  return signalIdOf(await storeSignal(tx, names, p), p);
+}
+
+/** The signal's id from what storing it found, or the error that says why it was not stored. */
+function signalIdOf(sent: SentSignal | undefined, p: { runId: string; name: string }): string {
   if (!sent) throw new RunNotFoundError(`run ${p.runId}`);
   if (sent.kind !== 'workflow') {
     throw new InvalidOptionsError(`signal ${p.name}`, [

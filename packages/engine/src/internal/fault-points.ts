@@ -50,6 +50,11 @@ export interface FaultHooks {
    */
   'client:after-insert-run'?: (runId: string) => Promise<void>;
   /**
+   * In `client.signalWithStart`, after the start statement ran (the run exists, or was found by its key) and
+   * before the signal is stored; receives the run's id. A hook that throws here is a failure between the two.
+   */
+  'client:signal-with-start:before-signal'?: (runId: string) => Promise<void>;
+  /**
    * In a worker's claim of activity steps, after the claim statement ran and before its COMMIT: the claimed
    * rows are locked and not yet visible to others. With this hook set the claim runs in an explicit
    * transaction (otherwise it is one autocommitted statement). Receives the names of the claimed steps.

@@ -76,7 +76,7 @@ export interface PendingSignal {
 export function pendingSignalsJson(n: SchemaNames, runId: SQL): SQL {
   return sql`(SELECT jsonb_agg(jsonb_build_object('id', g.id::text, 'name', g.name, 'payload', g.payload,
                  'received_ms', (extract(epoch FROM g.created_at) * 1000)::float8) ORDER BY g.id)
-       FROM ${n.signals} g WHERE g.run_id = ${runId} AND g.step_id IS NULL)`;
+       FROM ${n.signals} g WHERE g.run_id = ${runId} AND g.consumed_at IS NULL)`;
 }
 
 /**

@@ -3,7 +3,7 @@ import { LeaseLostError } from '@palisade/sdk';
 import type { Database } from '../db/database.js';
 import type { EndedRun } from '../db/notification-hub.js';
 import type { ClaimedStepRow } from './claim-steps.js';
-import type { Delivery, NewStep, TurnOutcome } from '../workflow/turn-runtime.js';
+import type { Delivery, NewStep, RejectedSignal, TurnOutcome } from '../workflow/turn-runtime.js';
 import { endedRunItems, notifyOnce } from './notify.js';
 import { requestCancel } from './request-cancel.js';
 import { withInfraRetry } from '../infra-retry.js';
@@ -185,6 +185,8 @@ export interface TurnRecord {
   readonly outcome: TurnOutcome;
   /** The run's progress as the turn last set it (`ctx.setProgress`), if it set one. */
   readonly progress?: { readonly value: unknown };
+  /** Pending signals a wait of the turn refused (payload not fitting its schema): recorded undelivered. */
+  readonly rejectedSignals?: readonly RejectedSignal[];
 }
 
 type TurnGrant = { kind: 'claimed'; ref: TurnRef } | { kind: 'fused'; fused: FusedTurnRef };
@@ -325,6 +327,10 @@ async function turnStatement(
     ...steps.flatMap((st) => (st.signal_id === null ? [] : [st.signal_id])),
   ];
   const takenSignalsArray = `{${takenSignals.join(',')}}`;
+  // The pending signals a wait of this turn refused; with the taken ones, the signals a run's end leaves alone.
+  const rejected = result.rejectedSignals ?? [];
+  const rejecting = rejected.length > 0;
+  const settledSignalsArray = `{${[...takenSignals, ...rejected.map((r) => r.signalId)].join(',')}}`;
   // Child runs this turn starts (in this statement), and whether any names a key (checked against existing runs).
   const startsChildren = steps.some((st) => st.kind === 'child' && st.status === 'running');
   const childKeys = startsChildren && result.newSteps.some((st) => st.kind === 'child' && st.key !== null);
@@ -403,7 +409,7 @@ ${
   signalsTaken
     ? sql`
     taken AS MATERIALIZED (
-      SELECT g.id, g.step_id, g.payload FROM ${n.signals} g
+      SELECT g.id, g.consumed_at, g.payload FROM ${n.signals} g
        WHERE g.id = ANY(${takenSignalsArray}::bigint[]) AND g.run_id = ${runId}::uuid
          AND EXISTS (SELECT 1 FROM fence) AND (SELECT count(*) FROM locked) >= 0
        ORDER BY g.id FOR UPDATE OF g),`
@@ -422,7 +428,15 @@ ${
                          WHERE (dl.fires_timer OR dl.signal_id IS NOT NULL) AND l.status IS DISTINCT FROM 'scheduled')
              ${
                signalsTaken
-                 ? sql`OR (SELECT count(*) FROM taken WHERE step_id IS NULL) <> ${takenSignals.length}::int`
+                 ? sql`OR (SELECT count(*) FROM taken WHERE consumed_at IS NULL) <> ${takenSignals.length}::int`
+                 : sql``
+             }${
+               ending
+                 ? sql`
+             -- A run's end marks every signal still pending undelivered, as this statement's snapshot has them: a
+             -- signal whose sender held the run row while the statement started is not in it (its wake_count is in
+             -- the locked row, not in the snapshot's). The turn runs again, and its commit sees the signal.
+             OR f.wake_count <> (SELECT r.wake_count FROM ${n.runs} r WHERE r.id = ${runId}::uuid)`
                  : sql``
              } AS conflict
         FROM fence f),
@@ -677,6 +691,52 @@ ${
       RETURNING 1),`
     : sql``
 }
+${
+  rejecting
+    ? sql`
+    -- Each signal a wait refused (its payload does not fit the wait's schema) is undelivered, with why; the wait
+    -- goes on waiting, and no later turn sees the signal.
+    refused AS (
+      UPDATE ${n.signals} g
+         SET consumed_at = (SELECT t FROM clock),
+             undelivered = jsonb_build_object('reason', 'invalid-payload', 'seq', x.seq, 'message', x.message)
+        FROM jsonb_to_recordset(${JSON.stringify(rejected)}::jsonb) AS x("signalId" bigint, seq int, message text)
+       WHERE g.id = x."signalId" AND g.run_id = ${runId}::uuid AND g.consumed_at IS NULL AND EXISTS (SELECT 1 FROM go)
+      RETURNING g.id, g.name, x.seq, x.message),
+    refused_events AS (
+      INSERT INTO ${n.events} (run_id, step_id, type, data, terminal, at)
+      SELECT ${runId}::uuid,
+             coalesce((SELECT i.id FROM inserted i WHERE i.seq = f.seq),
+                      (SELECT s.id FROM ${n.steps} s
+                        WHERE s.run_id = ${runId}::uuid AND s.seq = f.seq AND s.retired_at IS NULL)),
+             'signal:rejected',
+             jsonb_build_object('seq', f.seq, 'name', f.name, 'signalId', f.id::text, 'message', f.message), false,
+             (SELECT t FROM clock)
+        FROM refused f
+      RETURNING 1),`
+    : sql``
+}${
+    ending
+      ? sql`
+    -- A run that ends leaves no signal pending: each one no wait took is undelivered, the run's end its reason. A
+    -- signal is stored under the run's row lock while the run goes on (sendSignal), so every signal is stored
+    -- before this end, and marked here, or refused by its sender as RUN_ENDED.
+    unseen AS (
+      UPDATE ${n.signals} g
+         SET consumed_at = (SELECT t FROM clock),
+             undelivered = jsonb_build_object('reason', 'run-ended', 'status', ${status}::text)
+       WHERE g.run_id = ${runId}::uuid AND g.consumed_at IS NULL AND EXISTS (SELECT 1 FROM go)
+         AND g.id <> ALL(${settledSignalsArray}::bigint[])
+      RETURNING g.id, g.name),
+    unseen_events AS (
+      INSERT INTO ${n.events} (run_id, type, data, terminal, at)
+      SELECT ${runId}::uuid, 'signal:undelivered',
+             jsonb_build_object('name', name, 'signalId', id::text, 'reason', 'run-ended', 'status', ${status}::text),
+             false, (SELECT t FROM clock)
+        FROM unseen
+      RETURNING 1),`
+      : sql``
+  }
     -- The run's earliest timer: those it had (less the ones this turn fires) and those this turn starts (a
     -- statement does not see its own inserts).
     waiting AS (
@@ -693,8 +753,8 @@ ${
     signal_due AS (
       SELECT EXISTS (
         SELECT 1 FROM ${n.signals} g
-         WHERE g.run_id = ${runId}::uuid AND g.step_id IS NULL${
-           signalsTaken ? sql` AND g.id <> ALL(${takenSignalsArray}::bigint[])` : sql``
+         WHERE g.run_id = ${runId}::uuid AND g.consumed_at IS NULL${
+           signalsTaken || rejecting ? sql` AND g.id <> ALL(${settledSignalsArray}::bigint[])` : sql``
          }
            AND EXISTS (SELECT 1 FROM waiting w WHERE w.kind = 'signal' AND w.name = g.name)) AS due),
     -- The one write of the run row: its end, or its next turn (now if anything woke it since the claim).

@@ -57,6 +57,12 @@ export async function retryRun(db: Database, n: SchemaNames, runId: string): Pro
       UPDATE ${n.signals} g SET step_id = NULL, consumed_at = NULL
         FROM retired WHERE g.step_id = retired.id
       RETURNING 1),
+    -- So is one the run's end left undelivered: the run goes on, and its code may wait for it yet. (One a wait
+    -- refused stays refused: its payload does not fit, however often the code runs.)
+    reopened_signals AS (
+      UPDATE ${n.signals} g SET consumed_at = NULL, undelivered = NULL
+        FROM run WHERE g.run_id = run.id AND g.undelivered->>'reason' = 'run-ended'
+      RETURNING 1),
     retired_attempts AS (
       UPDATE ${n.attempts} a SET outcome = 'cancelled', ended_at = ${n.now}
         FROM retired WHERE a.fencing_token = retired.fencing_token AND a.outcome IS NULL
@@ -108,6 +114,7 @@ export async function retryRun(db: Database, n: SchemaNames, runId: string): Pro
     SELECT (SELECT count(*) FROM run)::int AS retried,
            (SELECT count(*) FROM ev) + (SELECT count(*) FROM notified) + (SELECT count(*) FROM unflagged)
              + (SELECT count(*) FROM unflagged_run) + (SELECT count(*) FROM retired_events)
-             + (SELECT count(*) FROM retired_attempts) + (SELECT count(*) FROM returned_signals) AS effects`);
+             + (SELECT count(*) FROM retired_attempts) + (SELECT count(*) FROM returned_signals)
+             + (SELECT count(*) FROM reopened_signals) AS effects`);
   return (rows[0]?.retried ?? 0) > 0;
 }

@@ -25,7 +25,19 @@ export async function sendSignal(
   n: SchemaNames,
   p: { runId: string; name: string; payload: unknown; requestId: string },
 ): Promise<SentSignal | undefined> {
-  return db.transaction(async (tx) => {
+  return db.transaction((tx) => storeSignal(tx, n, p));
+}
+
+/**
+ * {@link sendSignal}'s two statements, in the caller's transaction `tx` (which holds the run's row lock from the
+ * first to its COMMIT): for a signal-with-start, which creates the run in the same transaction.
+ */
+export async function storeSignal(
+  tx: Pick<Database, 'rows'>,
+  n: SchemaNames,
+  p: { runId: string; name: string; payload: unknown; requestId: string },
+): Promise<SentSignal | undefined> {
+  {
     const runs = await tx.rows<{ kind: string; status: string }>(sql`
       SELECT kind, status FROM ${n.runs} WHERE id = ${p.runId}::uuid FOR NO KEY UPDATE`);
     const run = runs[0];
@@ -51,7 +63,7 @@ export async function sendSignal(
       SELECT coalesce((SELECT id FROM ins), (SELECT id FROM prior))::text AS signal_id,
              (SELECT count(*) FROM notified) AS notified`);
     return { kind: run.kind, status: run.status, signalId: rows[0]?.signal_id ?? null };
-  });
+  }
 }
 
 /** A signal of a run as `describe()` and `palisade runs show` list it. */
@@ -61,11 +73,22 @@ export interface SignalRow {
   readonly payload: unknown;
   /** ISO 8601, UTC, ms (database clock). */
   readonly received_at: string;
-  /** The wait step that took it (and when), or null while it is pending. */
+  /** The wait step that took it (and when), or null while it is pending or when no wait will take it. */
   readonly step_id: string | null;
   readonly step_seq: number | null;
+  /** ISO 8601, UTC, ms: when a wait took it, or when it became undelivered; null while pending. */
   readonly consumed_at: string | null;
+  /**
+   * Why no wait will take it, or null (pending, or taken): `invalid-payload` — the wait at `seq` refused its
+   * payload (`message` quotes the schema) and went on waiting; `run-ended` — the run ended (`status`) first.
+   */
+  readonly undelivered: UndeliveredSignal | null;
 }
+
+/** Why no wait will take a signal (`signals.undelivered`). */
+export type UndeliveredSignal =
+  | { readonly reason: 'invalid-payload'; readonly seq: number; readonly message: string }
+  | { readonly reason: 'run-ended'; readonly status: 'completed' | 'failed' | 'cancelled' };
 
 /** The signals of run `runId` in arrival order; plain read. */
 export async function readSignals(db: Database, n: SchemaNames, runId: string): Promise<SignalRow[]> {
@@ -73,6 +96,7 @@ export async function readSignals(db: Database, n: SchemaNames, runId: string): 
     SELECT g.id::text, g.name, g.payload,
            to_char(g.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS received_at,
            g.step_id::text, (SELECT s.seq FROM ${n.steps} s WHERE s.id = g.step_id) AS step_seq,
-           to_char(g.consumed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS consumed_at
+           to_char(g.consumed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS consumed_at,
+           g.undelivered
       FROM ${n.signals} g WHERE g.run_id = ${runId}::uuid ORDER BY g.id`);
 }

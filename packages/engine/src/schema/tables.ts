@@ -284,8 +284,8 @@ export function defineTables(schemaName: string) {
   /**
    * Signals sent to workflow runs (`client.signal`), in arrival order (`id`: taken under the run's row lock, so the
    * order is the order the run received them). A signal is pending until a turn of its run hands it to a wait
-   * (`ctx.waitForSignal`) and records which step took it (`step_id`), in the turn's fenced commit; one the code
-   * never waits for stays pending, kept and shown. `request_id` makes a send retried after a lost reply store the
+   * (`ctx.waitForSignal`) and records which step took it (`step_id`), in the turn's fenced commit, or records why
+   * none will (`undelivered`: its payload failed the wait's schema, or the run ended first); shown either way. `request_id` makes a send retried after a lost reply store the
    * signal once.
    */
   const signals = schema.table(
@@ -297,9 +297,16 @@ export function defineTables(schemaName: string) {
       payload: jsonb('payload'),
       requestId: uuid('request_id').notNull(),
       createdAt: ts('created_at').notNull(),
-      /** The wait step that took the signal; null while pending. */
+      /** The wait step that took the signal; null while pending, and for a signal no wait will take. */
       stepId: uuid('step_id'),
+      /** When a wait took the signal, or when it became undelivered; null while pending. */
       consumedAt: ts('consumed_at'),
+      /**
+       * Why no wait will take the signal, when none will: `{ reason: 'invalid-payload', seq, message }` (the wait at
+       * `seq` refused its payload: the schema's message) or `{ reason: 'run-ended', status }` (the run ended first).
+       * Null while pending and for a signal a wait took.
+       */
+      undelivered: jsonb('undelivered'),
     },
     (t) => [
       index('signals_run_id_idx').on(t.runId, t.id),

@@ -130,6 +130,18 @@ export interface TurnResult {
   readonly outcome: TurnOutcome;
   /** The last `ctx.setProgress` value of this turn's run of the code (replay included), if it set one. */
   readonly progress?: { readonly value: unknown };
+  /**
+   * Pending signals this turn refused at the wait they reached: their payload failed that wait's schema. The commit
+   * records each undelivered (`signals.undelivered`), and the wait goes on waiting for a payload it can take.
+   */
+  readonly rejectedSignals?: readonly RejectedSignal[];
+}
+
+/** A pending signal a wait refused: its payload failed the schema of the wait at `seq` (`message` says how). */
+export interface RejectedSignal {
+  readonly signalId: string;
+  readonly seq: number;
+  readonly message: string;
 }
 
 /** What one turn runs with, besides the history: from the turn's claim. */
@@ -211,6 +223,8 @@ interface Deferred {
   readonly name: string;
   /** What the await resolves with, from the stored outcome (a signal wait's `{ signalId, payload }` or timeout). */
   readonly map?: (stored: unknown) => unknown;
+  /** A signal wait's check of a pending signal: undefined when its payload fits the schema, else why not. */
+  readonly refuses?: (signal: PendingSignal) => string | undefined;
   settled: boolean;
   resolve(value: unknown): void;
   reject(error: unknown): void;
@@ -396,6 +410,7 @@ class Replay implements WorkflowInstance {
   private turn: TurnParams | undefined;
   private newSteps: NewStep[] = [];
   private deliveries: Delivery[] = [];
+  private rejectedSignals: RejectedSignal[] = [];
   private progress: { value: unknown } | undefined;
   private closed = true;
   private nonDurable: string | undefined;
@@ -553,6 +568,7 @@ class Replay implements WorkflowInstance {
     };
     this.newSteps = [];
     this.deliveries = [];
+    this.rejectedSignals = [];
     this.progress = undefined;
     this.nonDurable = undefined;
     this.closed = false;
@@ -597,6 +613,7 @@ class Replay implements WorkflowInstance {
     name: string,
     schedule: (seq: number) => StepCall,
     map?: (stored: unknown) => unknown,
+    refuses?: (signal: PendingSignal) => string | undefined,
   ): Promise<T> {
     if (this.closed) this.tainted = true;
     if (this.closed || this.fatal) return never<T>();
@@ -608,6 +625,7 @@ class Replay implements WorkflowInstance {
         kind,
         name,
         ...(map ? { map } : {}),
+        ...(refuses ? { refuses } : {}),
         settled: false,
         resolve: (v) => resolve(v as T),
         reject,
@@ -805,10 +823,19 @@ class Replay implements WorkflowInstance {
         const timeoutMs = withTimeout
           ? toMs(options.timeout as Duration, `timeout of ${where}`, MAX_SLEEP_MS)
           : undefined;
+        // A pending signal is checked against the schema of the code that waits for it before the wait takes it
+        // (one sent from the CLI, or by a sender with another version of the schema, was not): a payload the
+        // schema refuses is recorded undelivered, with the schema's message, and the wait goes on waiting — a
+        // mistyped signal never costs the run. The turn decides once; its commit records it, so no replay sees it.
+        const refuses = (pending: PendingSignal): string | undefined => {
+          const parsed = signal.payload.safeParse(pending.payload);
+          if (parsed.success) return undefined;
+          const issues = formatIssues(parsed.error.issues).map((i) => `${i.path || '(root)'}: ${i.message}`);
+          return `payload of signal ${signal.name} #${pending.id} does not fit ${where}: ${issues.join('; ')}`;
+        };
         // The stored outcome: `{ signalId, payload }`, or `{ timedOut: true }` when the timeout passed first. The
-        // payload is checked here, against the schema of the code that takes it (one sent from the CLI, or by a
-        // sender with another version of the schema, was not): a bad one rejects the await with ValidationError,
-        // the same way on every replay, and the code may catch it and wait again.
+        // payload was checked when the wait took it; a wait recorded with a payload its schema refuses (taken
+        // before that check, or by code whose schema has changed since) rejects the await with ValidationError.
         const map = (stored: unknown): unknown => {
           const o = (stored ?? {}) as { timedOut?: boolean; signalId?: string; payload?: unknown };
           if (withTimeout && o.timedOut === true) return { timedOut: true };
@@ -830,6 +857,7 @@ class Replay implements WorkflowInstance {
             ...(timeoutMs !== undefined ? { timeoutMs } : {}),
           }),
           map,
+          refuses,
         );
       },
       setProgress: (value: unknown) => {
@@ -910,7 +938,14 @@ class Replay implements WorkflowInstance {
       if (index >= 0) {
         const [f] = remaining.splice(index, 1) as [Fresh];
         if ('signal' in f) {
-          this.handSignal(f.signal, this.waitFor(f.signal.name, ended) as number);
+          const seq = this.waitFor(f.signal.name, ended) as number;
+          const refused = this.requested.get(seq)?.refuses?.(f.signal);
+          if (refused !== undefined) {
+            // Not delivered: nothing reached the code, so nothing to drain; the wait takes the next one, if any.
+            this.rejectedSignals.push({ signalId: f.signal.id, seq, message: refused });
+            continue;
+          }
+          this.handSignal(f.signal, seq);
         } else {
           const h = f.step;
           // A wait that took a signal earlier in this turn: its timeout no longer counts.
@@ -1010,9 +1045,11 @@ class Replay implements WorkflowInstance {
       }
     }
     this.busy = false;
+    const withRejected =
+      this.rejectedSignals.length > 0 ? { ...result, rejectedSignals: this.rejectedSignals } : result;
     return this.progress && result.outcome.kind !== 'failed'
-      ? { ...result, progress: this.progress }
-      : result;
+      ? { ...withRejected, progress: this.progress }
+      : withRejected;
   }
 
   private outcome(): TurnResult {
