@@ -4,7 +4,8 @@ import { paint, statusStyle } from './format.js';
 
 /**
  * `palisade runs cancel <id>`: request cancellation. Scheduled steps end at once; a running activity learns at
- * its next heartbeat. A run that already ended is left as it is (exit 0, its status is printed).
+ * its next heartbeat; a standalone run, or a workflow run no turn has begun, ends at once. A run that already ended
+ * is left as it is (exit 0, its status is printed).
  */
 export function runsCancelCommand(output: Output): Command {
   return new Command('cancel')
