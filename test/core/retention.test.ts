@@ -10,6 +10,7 @@ import { ApplicationFailure, defineActivity, defineWorkflow, isPalisadeError } f
 import { createEngine, type Engine, type WorkerEventMap } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';
 import { nextEvent, useEngineTarget } from '../support/engine.js';
+import type postgres from '@palisade/engine/postgres';
 import { afterLockWait } from '../support/lock-wait.js';
 import { holdActivity } from './held-activity.js';
 
@@ -294,7 +295,8 @@ describe('operator calls that wait on a run a prune deletes, on postgres', () =>
     await worker.stop({ graceMs: 1_000 });
     const admin = target.sql();
     // What a prune's statement deletes of a run (its other rows do not matter to the calls).
-    const prune = (tx: typeof admin) => tx`DELETE FROM ${tx(engine.schema)}.runs WHERE id = ${handle.runId}`;
+    const prune = (tx: postgres.TransactionSql) =>
+      tx`DELETE FROM ${tx(engine.schema)}.runs WHERE id = ${handle.runId}`;
     return { engine, handle, admin, prune };
   }
 

@@ -303,11 +303,17 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(kept?.status).toMatch(/pending|running/);
       flakyBroken = false;
       // The first turn after the retry starts the child again: the run it left running is its child once more.
-      const replayed = nextEvent<{ runId: string }>(worker.events, 'turn:committed', (e) => e.runId === handle.runId);
+      const replayed = nextEvent<{ runId: string }>(
+        worker.events,
+        'turn:committed',
+        (e) => e.runId === handle.runId,
+      );
       await engine.client.retry(handle.runId);
       await replayed;
       const steps = await stepsOf(engine, handle.runId);
-      const childSteps = steps.filter((s) => s.kind === 'child').sort((a, b) => a.created_at_ms - b.created_at_ms);
+      const childSteps = steps
+        .filter((s) => s.kind === 'child')
+        .sort((a, b) => a.created_at_ms - b.created_at_ms);
       expect(childSteps.map((s) => s.status)).toEqual(['cancelled', 'running']);
       await engine.client.signal(kept!.id, release, null);
       await expect(handle.result({ timeoutMs: 20_000 })).resolves.toEqual({ call: 'up', child: 'KEPT' });
