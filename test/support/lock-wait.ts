@@ -13,12 +13,14 @@ export type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown };
 
 /**
  * Run `hold` in a transaction of `admin`, then start `call`; once a backend waits for a lock this transaction
- * holds, commit, and resolve with how `call` settled.
+ * holds (within `timeoutMs`, default 10 s: more for a call that starts a process), commit, and resolve with how
+ * `call` settled.
  */
 export async function afterLockWait<T>(
   admin: postgres.Sql,
   hold: (tx: postgres.TransactionSql) => Promise<unknown>,
   call: () => Promise<T>,
+  { timeoutMs = 10_000 }: { timeoutMs?: number } = {},
 ): Promise<Settled<T>> {
   let settled: Promise<Settled<T>> | undefined;
   await admin.begin(async (tx) => {
@@ -27,12 +29,16 @@ export async function afterLockWait<T>(
       (value) => ({ ok: true as const, value }),
       (error: unknown) => ({ ok: false as const, error }),
     );
-    await until('the call to wait for a lock the holder has', async () => {
-      await tx`SELECT pg_stat_clear_snapshot()`;
-      const [blocked] = await tx<{ pid: number }[]>`
+    await until(
+      'the call to wait for a lock the holder has',
+      async () => {
+        await tx`SELECT pg_stat_clear_snapshot()`;
+        const [blocked] = await tx<{ pid: number }[]>`
         SELECT pid FROM pg_stat_activity WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))`;
-      return blocked;
-    });
+        return blocked;
+      },
+      timeoutMs,
+    );
   });
   return settled!;
 }
