@@ -19,6 +19,7 @@ import {
   type WorkerEventMap,
 } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';
+import { afterLockWait } from '../support/lock-wait.js';
 import { useTestDatabase } from '../support/postgres.js';
 import { CLI_TEST_TIMEOUT_MS, lines, runCli, startCli } from './cli-process.js';
 import { approver } from './fixtures/approver.js';
@@ -302,6 +303,31 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
     expect(retried.code).toBe(0);
     expect(JSON.parse(retried.stdout)).toEqual({ runId: pendingRunId, status: 'pending' });
     expect((await engine.client.getHandle(pendingRunId).describe()).run.status).toBe('pending');
+  });
+
+  it('says a run had ended when it ended while the cancel waited for its lock', async () => {
+    const runId = (await engine.client.enqueue(refund, { invoice: 'inv-3' })).runId;
+    const admin = postgres(databaseUrl(), { max: 1, onnotice: () => undefined });
+    try {
+      // The CLI reads the run pending, then its cancel waits for the run row while the run completes.
+      const outcome = await afterLockWait(
+        admin,
+        (tx) =>
+          tx`UPDATE ${tx(schema)}.runs SET status = 'completed', finished_at = now() WHERE id = ${runId}`,
+        () => runCli(['runs', 'cancel', runId, '--json', ...target(schema)]),
+        { timeoutMs: CLI_TEST_TIMEOUT_MS / 2 },
+      );
+      if (!outcome.ok) throw outcome.error;
+      expect(outcome.value.code).toBe(0);
+      expect(JSON.parse(outcome.value.stdout)).toEqual({
+        runId,
+        status: 'completed',
+        previousStatus: 'completed',
+        cancelRequested: false,
+      });
+    } finally {
+      await admin.end({ timeout: 1 });
+    }
   });
 
   it('refuses to retry a completed run with exit code 1 and the [INVALID_OPTIONS] message', async () => {

@@ -249,3 +249,99 @@ for (const driver of ['postgres', 'pglite'] as const) {
     }
   });
 }
+
+/** Whether the live (not retired) step at `seq` of run `runId` is due by the database clock, and its status. */
+async function liveStepAt(engine: Engine, runId: string, seq: number) {
+  const [row] = await engine.database.rows<{ status: string; due: boolean }>(sql`
+    SELECT status, next_run_at <= ${engine.names.now} AS due FROM ${engine.names.steps}
+     WHERE run_id = ${runId}::uuid AND seq = ${seq} AND retired_at IS NULL`);
+  return row;
+}
+
+for (const driver of ['postgres', 'pglite'] as const) {
+  describe(`a told holder does not delay its successor on ${driver}`, () => {
+    const target = useEngineTarget(driver);
+
+    it('grants a step a retry reset under a live holder at once, once that holder was told', async () => {
+      const engine = await target.engine();
+      const held = holdActivity('single', { leaseMs: LEASE_MS, retry: { maximumAttempts: 1 } });
+      const single = defineWorkflow({
+        name: 'single-held',
+        input: z.object({}),
+        output: z.object({ by: z.string() }),
+        run: (_input, ctx) => ctx.run(held.activity, {}),
+      });
+      const worker = engine.worker({ workflows: [single], activities: [held.activity], pollIntervalMs: 50 });
+      await worker.start();
+      const handle = await engine.client.start(single, {});
+      const h1 = await held.next();
+      await handle.cancel('operator');
+      await expect(handle.result({ timeoutMs: 20_000 })).rejects.toMatchObject({ code: 'CANCELLED' });
+      await engine.client.retry(handle.runId);
+      // Reset under H1's live lease: not due while H1 may still run unaware.
+      expect(await liveStepAt(engine, handle.runId, 0)).toEqual({ status: 'scheduled', due: false });
+
+      const error = (await rejectionOf(h1.ctx.heartbeat())) as LeaseLostError;
+      expect(error).toBeInstanceOf(LeaseLostError);
+      expect(h1.ctx.signal.aborted).toBe(true);
+      // H1 was told: its lease no longer holds the step back, by the database clock (not moved here).
+      expect(await liveStepAt(engine, handle.runId, 0)).toEqual({ status: 'scheduled', due: true });
+      const h2 = await held.next();
+      expect(h2.token).toBeGreaterThan(h1.token);
+      h2.complete('h2');
+      await expect(handle.result({ timeoutMs: 20_000 })).resolves.toEqual({ by: 'h2' });
+    });
+
+    it('grants a step re-created at a retired position at once, once the retired holder was told', async () => {
+      const engine = await target.engine();
+      const held = holdActivity('compensate', { leaseMs: LEASE_MS, retry: { maximumAttempts: 1 } });
+      const compensating = defineWorkflow({
+        name: 'compensating',
+        input: z.object({}),
+        output: z.object({ by: z.string() }),
+        async run(_input, ctx) {
+          try {
+            await ctx.run(refuse, {});
+            return { by: 'nobody' };
+          } catch {
+            return await ctx.run(held.activity, {});
+          }
+        },
+      });
+      const worker = engine.worker({
+        workflows: [compensating],
+        activities: [refuse, held.activity],
+        pollIntervalMs: 50,
+        concurrency: 4,
+      });
+      await worker.start();
+      const handle = await engine.client.start(compensating, {});
+      const h1 = await held.next();
+      await handle.cancel('operator');
+      await expect(handle.result({ timeoutMs: 20_000 })).rejects.toMatchObject({ code: 'CANCELLED' });
+      // The retry retires `compensate`; `refuse` fails again and a turn schedules `compensate` anew at position 1.
+      let onCommit: (() => void) | undefined;
+      const recreated = new Promise<void>((resolve) => {
+        onCommit = () =>
+          void liveStepAt(engine, handle.runId, 1).then((row) => {
+            if (row) resolve();
+          });
+      });
+      worker.events.on('turn:committed', (e) => {
+        if (e.runId === handle.runId) onCommit?.();
+      });
+      await engine.client.retry(handle.runId);
+      await recreated;
+      expect(await liveStepAt(engine, handle.runId, 1)).toEqual({ status: 'scheduled', due: false });
+
+      const error = (await rejectionOf(h1.ctx.heartbeat())) as LeaseLostError;
+      expect(error.reason).toBe('retired');
+      expect(await liveStepAt(engine, handle.runId, 1)).toEqual({ status: 'scheduled', due: true });
+      const h2 = await held.next();
+      expect(h2.ctx.info.fencing.scope).toBe(h1.ctx.info.fencing.scope);
+      expect(h2.token).toBeGreaterThan(h1.token);
+      h2.complete('h2');
+      await expect(handle.result({ timeoutMs: 20_000 })).resolves.toEqual({ by: 'h2' });
+    });
+  });
+}

@@ -10,6 +10,8 @@ import { ApplicationFailure, defineActivity, defineWorkflow, isPalisadeError } f
 import { createEngine, type Engine, type WorkerEventMap } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';
 import { nextEvent, useEngineTarget } from '../support/engine.js';
+import type postgres from '@palisade/engine/postgres';
+import { afterLockWait } from '../support/lock-wait.js';
 import { holdActivity } from './held-activity.js';
 
 const HOUR_MS = 3_600_000;
@@ -279,6 +281,53 @@ for (const driver of ['postgres', 'pglite'] as const) {
     });
   });
 }
+
+describe('operator calls that wait on a run a prune deletes, on postgres', () => {
+  const target = useEngineTarget('postgres');
+
+  /** A failed standalone run, and a transaction-holding client on the engine's database. */
+  async function failedRun() {
+    const engine = await target.engine();
+    const worker = engine.worker({ activities: [refuse], pollIntervalMs: 50 });
+    await worker.start();
+    const handle = await engine.client.enqueue(refuse, {});
+    await expect(handle.result({ timeoutMs: 20_000 })).rejects.toThrow(/no/);
+    await worker.stop({ graceMs: 1_000 });
+    const admin = target.sql();
+    // What a prune's statement deletes of a run (its other rows do not matter to the calls).
+    const prune = (tx: postgres.TransactionSql) =>
+      tx`DELETE FROM ${tx(engine.schema)}.runs WHERE id = ${handle.runId}`;
+    return { engine, handle, admin, prune };
+  }
+
+  it('reports RUN_NOT_FOUND for a retry that waited on the run while a prune deleted it', async () => {
+    const { engine, handle, admin, prune } = await failedRun();
+    const outcome = await afterLockWait(admin, prune, () => engine.client.retry(handle.runId));
+    expect(outcome.ok).toBe(false);
+    if (!outcome.ok) expect(isPalisadeError(outcome.error, 'RUN_NOT_FOUND')).toBe(true);
+  });
+
+  it('reports the status a retry found once it held the run, not the one it read before waiting', async () => {
+    const { engine, handle, admin } = await failedRun();
+    const outcome = await afterLockWait(
+      admin,
+      (tx) => tx`UPDATE ${tx(engine.schema)}.runs SET status = 'pending' WHERE id = ${handle.runId}`,
+      () => engine.client.retry(handle.runId),
+    );
+    expect(outcome.ok).toBe(false);
+    if (!outcome.ok) {
+      expect(isPalisadeError(outcome.error, 'INVALID_OPTIONS')).toBe(true);
+      expect((outcome.error as Error).message).toMatch(/is pending; only failed or cancelled/);
+    }
+  });
+
+  it('reports RUN_NOT_FOUND for a cancel that waited on the run while a prune deleted it', async () => {
+    const { handle, admin, prune } = await failedRun();
+    const outcome = await afterLockWait(admin, prune, () => handle.cancel('late'));
+    expect(outcome.ok).toBe(false);
+    if (!outcome.ok) expect(isPalisadeError(outcome.error, 'RUN_NOT_FOUND')).toBe(true);
+  });
+});
 
 describe('retention options', () => {
   it('refuses a retention that is not a duration, naming the option and the value', async () => {

@@ -2,11 +2,13 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import {
   CancelledFailure,
+  ChildWorkflowFailure,
   defineActivity,
   defineWorkflow,
   type AbortReason,
   type AttemptAbortedError,
 } from '@palisade/sdk';
+import type { Engine, Worker } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
 import { attemptsOf, deferred, runOf, stepsOf, until, warmUp } from './workflow-rows.js';
 import { cancelWhileTurnRuns } from './cancel-race.js';
@@ -177,11 +179,14 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await worker.stop();
     });
 
-    it('cancels a run that no worker has picked up yet, before any of its steps runs', async () => {
+    it('ends a run that no worker has picked up yet at its cancel; a worker started later runs none of it', async () => {
       const f = fixture();
       const engine = await target.engine();
       const handle = await engine.client.start(f.careful, {});
-      expect(await handle.cancel('changed my mind')).toBe('pending');
+      // No turn has begun: nothing of its code ran, so nothing waits for a worker to clean up.
+      expect(await handle.cancel('changed my mind')).toBe('cancelled');
+      expect((await runOf(engine, handle.runId)).status).toBe('cancelled');
+      await expect(handle.result({ timeoutMs: 15_000 })).rejects.toBeInstanceOf(CancelledFailure);
       const worker = engine.worker({
         workflows: [f.careful],
         activities: [f.long, f.compensate],
@@ -194,6 +199,99 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(error).toBeInstanceOf(CancelledFailure);
       expect(f.executions.filter((e) => e === 'long')).toEqual([]);
       expect((await runOf(engine, handle.runId)).status).toBe('cancelled');
+      expect(await stepsOf(engine, handle.runId)).toEqual([]);
+    });
+
+    describe('a child of a workflow no worker registers', () => {
+      /** Registered by no worker of these tests. */
+      const unserved = defineWorkflow({
+        name: 'unserved-child',
+        input: z.object({}),
+        output: z.string(),
+        run: () => Promise.resolve('never'),
+      });
+      const awaiting = defineWorkflow({
+        name: 'awaiting-parent',
+        input: z.object({}),
+        output: z.string(),
+        async run(_input, ctx) {
+          try {
+            return await ctx.runChild(unserved, {});
+          } catch (error) {
+            if (error instanceof ChildWorkflowFailure) return `child ended: ${error.failure.type}`;
+            throw error;
+          }
+        },
+      });
+      const leaving = defineWorkflow({
+        name: 'leaving-parent',
+        input: z.object({}),
+        output: z.string(),
+        async run(_input, ctx) {
+          ctx.runChild(unserved, {}).catch(() => undefined);
+          await ctx.sleep(10); // a turn later: the child has started
+          return 'left';
+        },
+      });
+
+      /** A worker that registers the parents only. */
+      async function parentOnly(engine: Engine) {
+        const worker = engine.worker({ workflows: [awaiting, leaving], pollIntervalMs: 50 });
+        await worker.start();
+        return worker;
+      }
+      /** The first child run of `parentId`, once its parent's turn started it. */
+      async function childOf(engine: Engine, worker: Worker, parentId: string): Promise<string> {
+        let childId: string | undefined;
+        await until(
+          [worker],
+          async () => {
+            childId = (await engine.client.getHandle(parentId).describe()).children[0]?.id;
+            return childId !== undefined;
+          },
+          'the child run to start',
+        );
+        return childId!;
+      }
+
+      it('ends it when it is cancelled directly, and its parent sees the failure', async () => {
+        const engine = await target.engine();
+        const worker = await parentOnly(engine);
+        const parent = await engine.client.start(awaiting, {});
+        const childId = await childOf(engine, worker, parent.runId);
+        expect(await engine.client.getHandle(childId).cancel('no one serves it')).toBe('cancelled');
+        expect((await runOf(engine, childId)).status).toBe('cancelled');
+        await expect(parent.result({ timeoutMs: 15_000 })).resolves.toBe('child ended: CancelledFailure');
+        await worker.stop();
+      });
+
+      it('ends it when its parent is cancelled', async () => {
+        const engine = await target.engine();
+        const worker = await parentOnly(engine);
+        const parent = await engine.client.start(awaiting, {});
+        const childId = await childOf(engine, worker, parent.runId);
+        await parent.cancel('the parent is cancelled');
+        expect((await runOf(engine, childId)).status).toBe('cancelled');
+        await expect(parent.result({ timeoutMs: 15_000 })).rejects.toBeInstanceOf(CancelledFailure);
+        await expect(engine.client.getHandle(childId).result({ timeoutMs: 15_000 })).rejects.toBeInstanceOf(
+          CancelledFailure,
+        );
+        await worker.stop();
+      });
+
+      it('ends it when its parent ends without awaiting it', async () => {
+        const engine = await target.engine();
+        const worker = await parentOnly(engine);
+        const parent = await engine.client.start(leaving, {});
+        await expect(parent.result({ timeoutMs: 15_000 })).resolves.toBe('left');
+        const [c] = (await parent.describe()).children;
+        expect(c).toBeDefined();
+        await expect(engine.client.getHandle(c!.id).result({ timeoutMs: 15_000 })).rejects.toBeInstanceOf(
+          CancelledFailure,
+        );
+        expect((await runOf(engine, c!.id)).status).toBe('cancelled');
+        await worker.stop();
+      });
     });
   });
 }

@@ -14,7 +14,7 @@ import {
 } from '@palisade/sdk';
 import type { Engine } from '@palisade/engine';
 import { advanceClock, setFaultHook } from '@palisade/engine/testing';
-import { useEngineTarget } from '../support/engine.js';
+import { nextEvent, useEngineTarget } from '../support/engine.js';
 import { stepsOf, until, warmUp } from './workflow-rows.js';
 
 const release = defineSignal({ name: 'release', payload: z.null() });
@@ -93,6 +93,25 @@ const retryParent = defineWorkflow({
   input: z.object({}),
   output: z.string(),
   run: (_input, ctx) => ctx.runChild(flakyChild, {}),
+});
+
+const keyedRetryParent = defineWorkflow({
+  name: 'keyed-retry-parent',
+  input: z.object({ key: z.string() }),
+  output: z.string(),
+  run: ({ key }, ctx) => ctx.runChild(flakyChild, {}, { key }),
+});
+/** Starts a keyed child it leaves running (abandon) while a flaky call fails the parent, then awaits it. */
+const abandoningParent = defineWorkflow({
+  name: 'abandoning-parent',
+  input: z.object({ key: z.string() }),
+  output: z.object({ call: z.string(), child: z.string() }),
+  async run({ key }, ctx) {
+    const waiting = ctx.runChild(child, { text: 'kept', wait: true }, { key, cancellation: 'abandon' });
+    waiting.catch(() => undefined);
+    const call = await ctx.run(flaky, {});
+    return { call, child: (await waiting).shouted };
+  },
 });
 
 const failsFast = defineActivity({
@@ -235,6 +254,71 @@ for (const driver of ['postgres', 'pglite'] as const) {
         ['child', 'failed', true],
         ['child', 'completed', false],
       ]);
+    });
+
+    it('retries a parent whose keyed child failed: the key goes to a new child run', async () => {
+      const engine = await target.engine();
+      const worker = engine.worker({
+        workflows: [keyedRetryParent, flakyChild],
+        activities: [flaky],
+        pollIntervalMs: 50,
+      });
+      await worker.start();
+      onTestFinished(() => worker.stop());
+      flakyBroken = true;
+      const key = `keyed-retry-${driver}`;
+      const handle = await engine.client.start(keyedRetryParent, { key });
+      await expect(handle.result({ timeoutMs: 20_000 })).rejects.toMatchObject({ code: 'RUN_FAILED' });
+      const [failed] = await childrenOf(engine, handle.runId);
+      flakyBroken = false;
+      await engine.client.retry(handle.runId);
+      await expect(handle.result({ timeoutMs: 20_000 })).resolves.toBe('up');
+      const description = await handle.describe();
+      expect(description.children.map((c) => [c.id === failed!.id, c.status])).toEqual([
+        [true, 'failed'],
+        [false, 'completed'],
+      ]);
+      // The key names the new run now; the failed one is kept in the parent's history.
+      const keyed = await engine.client.start(flakyChild, {}, { key, onConflict: 'use-existing' });
+      expect(keyed.runId).toBe(description.children[1]!.id);
+      expect(description.steps.map((s) => [s.kind, s.status, s.retired_at !== null])).toEqual([
+        ['child', 'failed', true],
+        ['child', 'completed', false],
+      ]);
+    });
+
+    it('retries a parent whose keyed child it left running: the replay takes that child again', async () => {
+      const engine = await target.engine();
+      const worker = engine.worker({
+        workflows: [abandoningParent, child],
+        activities: [flaky, shout],
+        pollIntervalMs: 50,
+      });
+      await worker.start();
+      onTestFinished(() => worker.stop());
+      flakyBroken = true;
+      const handle = await engine.client.start(abandoningParent, { key: `kept-${driver}` });
+      await expect(handle.result({ timeoutMs: 20_000 })).rejects.toMatchObject({ code: 'RUN_FAILED' });
+      const [kept] = await childrenOf(engine, handle.runId);
+      expect(kept?.status).toMatch(/pending|running/);
+      flakyBroken = false;
+      // The first turn after the retry starts the child again: the run it left running is its child once more.
+      const replayed = nextEvent<{ runId: string }>(
+        worker.events,
+        'turn:committed',
+        (e) => e.runId === handle.runId,
+      );
+      await engine.client.retry(handle.runId);
+      await replayed;
+      const steps = await stepsOf(engine, handle.runId);
+      const childSteps = steps
+        .filter((s) => s.kind === 'child')
+        .sort((a, b) => a.created_at_ms - b.created_at_ms);
+      expect(childSteps.map((s) => s.status)).toEqual(['cancelled', 'running']);
+      await engine.client.signal(kept!.id, release, null);
+      await expect(handle.result({ timeoutMs: 20_000 })).resolves.toEqual({ call: 'up', child: 'KEPT' });
+      const description = await handle.describe();
+      expect(description.children.map((c) => [c.id, c.status])).toEqual([[kept!.id, 'completed']]);
     });
 
     it('hands the code a failure it awaits only after another step, without an unhandled rejection', async () => {

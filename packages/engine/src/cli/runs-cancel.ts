@@ -2,9 +2,12 @@ import { Command } from 'commander';
 import { globalOptions, type Output } from './output.js';
 import { paint, statusStyle } from './format.js';
 
+const LIVE = new Set(['pending', 'running']);
+
 /**
  * `palisade runs cancel <id>`: request cancellation. Scheduled steps end at once; a running activity learns at
- * its next heartbeat. A run that already ended is left as it is (exit 0, its status is printed).
+ * its next heartbeat; a standalone run, or a workflow run no turn has begun, ends at once. A run that already ended
+ * is left as it is (exit 0, its status is printed).
  */
 export function runsCancelCommand(output: Output): Command {
   return new Command('cancel')
@@ -18,9 +21,11 @@ export function runsCancelCommand(output: Output): Command {
         const handle = engine.client.getHandle(id);
         const was = (await handle.describe()).run.status; // RUN_NOT_FOUND before anything changes
         const now = await handle.cancel(options.reason);
-        return { before: was, after: now };
+        // The cancel reports the run as it found it once it held its lock: a run that ended (other than
+        // cancelled) between the read above and that lock had already ended, whatever the read said.
+        return { before: now !== 'cancelled' && !LIVE.has(now) ? now : was, after: now };
       });
-      const ended = !['pending', 'running'].includes(before);
+      const ended = !LIVE.has(before);
       if (g.json) {
         output.printJson({ runId: id, status: after, previousStatus: before, cancelRequested: !ended });
         return;

@@ -30,7 +30,7 @@ import { withInfraRetry } from '../infra-retry.js';
 import { faultHooks } from '../internal/fault-points.js';
 import { shorterLeaseMessage } from '../lease-override.js';
 import { insertStandaloneRuns, type InsertStandaloneRunsParams } from '../queries/insert-standalone-run.js';
-import { listRuns, readRun, type ListRunsFilter, type RunRow } from '../queries/read-run.js';
+import { listRuns, type ListRunsFilter, type RunRow } from '../queries/read-run.js';
 import { insertWorkflowRuns, type InsertWorkflowRunsParams } from '../queries/insert-workflow-run.js';
 import { retryRun } from '../queries/retry-run.js';
 import { inSavepoint } from '../queries/savepoint.js';
@@ -804,15 +804,17 @@ export class Client {
    * @throws RunNotFoundError when there is no such run; InvalidOptionsError when it is not failed or cancelled.
    */
   async retry(runId: string): Promise<RunHandle> {
-    const run = await withInfraRetry(() => readRun(this.db, this.names, runId));
-    if (!run) throw new RunNotFoundError(`run ${runId}`);
-    // One statement, retried as a whole on a transient error (a deadlock cannot occur by the lock order, but a
+    // One transaction, retried as a whole on a transient error (a deadlock cannot occur by the lock order, but a
     // dropped connection or a restart can): it applies at most once, since a retried run is no longer failed.
-    if (!(await withInfraRetry(() => retryRun(this.db, this.names, runId)))) {
+    // What it reports is the run as it was once its lock was held, not as read before a wait on that lock (a
+    // run a prune deleted meanwhile is not found; one retried meanwhile is pending).
+    const retried = await withInfraRetry(() => retryRun(this.db, this.names, String(runId)));
+    if (!retried) throw new RunNotFoundError(`run ${String(runId)}`);
+    if (!retried.retried) {
       throw new InvalidOptionsError('retry', [
         {
           path: 'runId',
-          message: `run ${runId} is ${run.status}; only failed or cancelled runs can be retried`,
+          message: `run ${runId} is ${retried.status}; only failed or cancelled runs can be retried`,
         },
       ]);
     }

@@ -386,9 +386,14 @@ export class RunHandle<O = unknown> {
   /**
    * Cancel the run. Its scheduled and running steps end `cancelled` at once; a running activity's holder learns
    * at its next heartbeat — its signal fires with reason `cancelled` and its later writes are refused with
-   * `LeaseLostError` (reason `cancelled`). A standalone run ends `cancelled` here; a workflow run at its next turn,
-   * whose code sees `CancelledFailure` and may still run cleanup steps. Legal any time; a no-op on a run that
-   * already ended (its status is returned). Retried on a transient database error.
+   * `LeaseLostError` (reason `cancelled`). A standalone run ends `cancelled` here, and so does a workflow run no
+   * turn has begun (pending and never claimed: none of its code ran — a child of a workflow no worker registers,
+   * say; a parent awaiting it sees `ChildWorkflowFailure`); any other workflow run ends at its next turn, whose code
+   * sees `CancelledFailure` and may still run cleanup steps. Legal any time; a no-op on a run that already ended
+   * (its status is returned). Retried on a transient database error.
+   * @returns the run's status as this call found it once it held the run's lock: `cancelled` when it ended the run
+   * here, `pending` or `running` for a workflow run that ends at its next turn, or the status of a run that had
+   * already ended.
    * @throws RunNotFoundError when there is no such run.
    * @throws InvalidOptionsError when `reason` is not storable text of at most 4,096 characters.
    */

@@ -484,18 +484,55 @@ ${
        LIMIT ${dispatch.limit}),
     ${
       childKeys
-        ? sql`-- A child whose key names an existing run of its workflow is not started: its step fails (the code sees
-    -- a ChildWorkflowFailure naming that run at its next turn).
-    child_keys AS MATERIALIZED (
-      SELECT x.seq, r.id::text AS run_id FROM ns x
+        ? sql`-- A child whose key names an existing run of its workflow. The run this very parent started at this very
+    -- position (its step there retired by a retry of the parent, and the code, replayed, starts the child again) is
+    -- its own earlier child, as a Temporal reset re-runs it: one that failed or was cancelled gives its key to a
+    -- new child run (Temporal's default workflow-id reuse: a closed run's id may start anew), kept itself as a run
+    -- of the parent's history; one still pending or running becomes the child of the new step (its end completes
+    -- it); one that completed completes the new step with its output at once. Any other run keeps its key and the
+    -- child is not started: its step fails (the code sees a ChildWorkflowFailure naming that run at its next turn).
+    key_holders AS MATERIALIZED (
+      SELECT x.seq, r.id AS run_id,
+             r.parent_run_id = ${runId}::uuid
+               AND EXISTS (SELECT 1 FROM ${n.steps} o
+                            WHERE o.id = r.parent_step_id AND o.run_id = ${runId}::uuid AND o.seq = x.seq
+                              AND o.retired_at IS NOT NULL) AS own
+        FROM ns x
         JOIN ${n.runs} r ON r.kind = 'workflow' AND r.name = x.name AND r.idempotency_key = x.input->>'key'
-       WHERE x.kind = 'child' AND x.status = 'running'),`
+       WHERE x.kind = 'child' AND x.status = 'running'),
+    -- Its own children locked (after the parent's rows: an ancestor before its descendants), each as its newest
+    -- version: one that ended while this statement waited for the parent's lock is seen ended.
+    own_locked AS MATERIALIZED (
+      SELECT r.id, r.status, r.output FROM ${n.runs} r
+       WHERE r.id IN (SELECT run_id FROM key_holders WHERE own)
+       ORDER BY r.id FOR NO KEY UPDATE OF r),
+    child_keys AS MATERIALIZED (
+      SELECT h.seq, h.run_id, h.own, l.status, l.output
+        FROM key_holders h LEFT JOIN own_locked l ON l.id = h.run_id
+       -- An own child pruned meanwhile holds no key any more.
+       WHERE NOT h.own OR l.id IS NOT NULL),`
         : sql``
     }
     planned AS (
       SELECT ns.*, prev.fencing_scope AS prev_scope, prev.epoch AS prev_epoch, prev.held_until,
              ns.seq IN (SELECT seq FROM eager_sel) AS eager,
-             ${childKeys ? sql`(SELECT k.run_id FROM child_keys k WHERE k.seq = ns.seq)` : sql`NULL::text`} AS key_taken_by,
+             ${childKeys ? sql`(SELECT k.run_id::text FROM child_keys k WHERE k.seq = ns.seq AND NOT k.own)` : sql`NULL::text`} AS key_taken_by,
+             ${
+               childKeys
+                 ? sql`(SELECT k.run_id FROM child_keys k
+                        WHERE k.seq = ns.seq AND k.own AND k.status NOT IN ('failed', 'cancelled'))`
+                 : sql`NULL::uuid`
+             } AS reused_run_id,
+             ${
+               childKeys
+                 ? sql`(SELECT k.output FROM child_keys k WHERE k.seq = ns.seq AND k.own AND k.status = 'completed')`
+                 : sql`NULL::jsonb`
+             } AS reused_output,
+             ${
+               childKeys
+                 ? sql`EXISTS (SELECT 1 FROM child_keys k WHERE k.seq = ns.seq AND k.own AND k.status = 'completed')`
+                 : sql`false`
+             } AS reused_completed,
              -- A step the run's end cancels with the run's other live steps (a child it would start: not started).
              ${ending} AND (ns.status = 'scheduled' OR (ns.kind = 'child' AND ns.status = 'running')) AS ends_with_run,
              CASE WHEN 1 >= (ns.retry_policy->>'maximumAttempts')::int THEN 0
@@ -514,7 +551,8 @@ ${
              coalesce(p.prev_epoch, 0) + CASE WHEN p.eager THEN 1 ELSE 0 END,
              p.after_delivered_seq,
              CASE WHEN p.eager THEN 'running' WHEN p.ends_with_run THEN 'cancelled'
-                  WHEN p.key_taken_by IS NOT NULL THEN 'failed' ELSE p.status END,
+                  WHEN p.key_taken_by IS NOT NULL THEN 'failed' WHEN p.reused_completed THEN 'completed'
+                  ELSE p.status END,
              p.delivered_seq,
              CASE WHEN p.key_taken_by IS NOT NULL
                   THEN jsonb_build_object(
@@ -525,14 +563,17 @@ ${
                            'type', 'RunKeyConflict', 'nonRetryable', true,
                            'message', 'run ' || p.key_taken_by || ' has key ' || (p.input->>'key')))
                   ELSE p.error END,
-             p.input,
+             -- A child step records the run it waits for: its own earlier child when it takes that one again.
+             CASE WHEN p.reused_run_id IS NOT NULL AND NOT p.ends_with_run
+                  THEN jsonb_set(p.input, '{runId}', to_jsonb(p.reused_run_id::text)) ELSE p.input END,
              ${
                signalsTaken
                  ? sql`CASE WHEN p.signal_id IS NOT NULL
                   THEN (SELECT jsonb_build_object('signalId', g.id::text, 'payload', g.payload) FROM taken g
                          WHERE g.id = p.signal_id)
+                  WHEN p.reused_completed AND NOT p.ends_with_run THEN p.reused_output
                   ELSE p.output END`
-                 : sql`p.output`
+                 : sql`CASE WHEN p.reused_completed AND NOT p.ends_with_run THEN p.reused_output ELSE p.output END`
              },
              coalesce(p.queue, (SELECT queue FROM go)), p.priority,
              p.retry_policy, p.lease_ms, p.start_to_close_timeout_ms,
@@ -544,6 +585,7 @@ ${
                                 p.held_until) END,
              CASE WHEN p.delivered_seq IS NOT NULL AND NOT p.ends_with_run AND p.key_taken_by IS NULL THEN ${outcomesAt}
                   WHEN p.status NOT IN ('scheduled', 'running') OR p.ends_with_run OR p.key_taken_by IS NOT NULL
+                       OR p.reused_completed
                   THEN (SELECT t FROM clock) END,
              CASE WHEN p.ends_with_run THEN (SELECT t FROM clock) END,
              (SELECT t FROM clock),
@@ -592,12 +634,33 @@ ${
           ? sql`
     -- The child runs this turn starts, pending with their first turn due now, their parent recorded; a child whose
     -- key was taken fails its step instead.
-    children AS (
+${
+  childKeys
+    ? sql`    -- The parent's own earlier children at the positions it starts again (see child_keys), locked after the
+    -- parent's rows (an ancestor before its descendants): one that failed or was cancelled lets go of its key for
+    -- the new child run; one still pending or running is now the new step's child. Before the inserts below.
+    own_children AS (
+      UPDATE ${n.runs} c
+         SET idempotency_key = CASE WHEN c.status IN ('failed', 'cancelled') THEN NULL ELSE c.idempotency_key END,
+             parent_step_id = CASE WHEN c.status IN ('failed', 'cancelled') THEN c.parent_step_id ELSE i.id END
+        FROM child_keys k JOIN inserted i ON i.seq = k.seq AND i.kind = 'child' AND i.status = 'running'
+       WHERE c.id = k.run_id AND k.own AND c.status <> 'completed'
+      RETURNING c.id, c.status),
+`
+    : sql``
+}    children AS (
       INSERT INTO ${n.runs} (id, kind, name, status, input, idempotency_key, queue, priority, turn_next_run_at,
                              created_at, parent_run_id, parent_step_id)
       SELECT (i.input->>'runId')::uuid, 'workflow', i.name, 'pending', i.input->'input', i.input->>'key', i.queue,
              i.priority, (SELECT t FROM clock), (SELECT t FROM clock), ${runId}::uuid, i.id
-        FROM inserted i WHERE i.kind = 'child' AND i.status = 'running'
+        FROM inserted i WHERE i.kind = 'child' AND i.status = 'running'${
+          childKeys
+            ? sql`
+         AND (SELECT count(*) FROM own_children) >= 0
+         AND NOT EXISTS (SELECT 1 FROM own_children o
+                          WHERE o.id = (i.input->>'runId')::uuid AND o.status NOT IN ('failed', 'cancelled'))`
+            : sql``
+        }
       RETURNING id, name, queue),
     child_started_events AS (
       INSERT INTO ${n.events} (run_id, type, data, at)
@@ -607,8 +670,11 @@ ${
       RETURNING 1),
     child_refused_events AS (
       INSERT INTO ${n.events} (run_id, step_id, type, data, terminal, at)
-      SELECT ${runId}::uuid, id, 'step:failed', jsonb_build_object('error', error), true, (SELECT t FROM clock)
-        FROM inserted WHERE kind = 'child' AND status = 'failed'
+      SELECT ${runId}::uuid, id, 'step:' || status,
+             CASE WHEN status = 'failed' THEN jsonb_build_object('error', error)
+                  ELSE jsonb_build_object('childRunId', input->>'runId') END,
+             true, (SELECT t FROM clock)
+        FROM inserted WHERE kind = 'child' AND status IN ('failed', 'completed')
       RETURNING 1),`
           : sql``
       }
@@ -771,7 +837,8 @@ ${
                                      WHEN (SELECT due FROM signal_due) THEN (SELECT t FROM clock)${
                                        childKeys
                                          ? sql`
-                                     WHEN EXISTS (SELECT 1 FROM inserted WHERE kind = 'child' AND status = 'failed')
+                                     WHEN EXISTS (SELECT 1 FROM inserted
+                                                   WHERE kind = 'child' AND status IN ('failed', 'completed'))
                                        THEN (SELECT t FROM clock)`
                                          : sql``
                                      }

@@ -151,12 +151,21 @@ export function rejectionCtes(n: SchemaNames, p: { operation: FencedOperation; r
 }
 
 /**
- * A CTE named `told`: when the refused attempt is the one the step was ended under (its token is still the
- * step's, the step no longer running — a cancel, the run's end, a retirement — and not by its own outcome, which
- * `when` must exclude), the holder now knows, so the
- * lease it held stops delaying the step's next grant: a retry may grant the position at once instead of waiting
- * for that lease to run out (see retryRun and commitTurn), since the holder's signal has fired on this very
- * refusal (invariant 12: "before or at the successor's grant"). `cur` must be locked for update.
+ * CTEs named `told` and `told_successors`: when the refused attempt is the one the step was ended under (its token
+ * is still the step's, the step no longer running — a cancel, the run's end, a retirement, a retry's reset — and
+ * not by its own outcome, which `when` must exclude), the holder now knows, so the lease it held stops delaying
+ * the position's next grant (invariant 12: "before or at the successor's grant"; the holder's signal has fired on
+ * this very refusal):
+ * - `told` cuts the ended row's lease short, so a retry or a re-creation that comes later grants at once (see
+ *   retryRun and commitTurn, which wait for the leases of rows ended under a holder);
+ * - `told_successors` makes due now the scheduled activity that already waits for that lease at the same
+ *   position: the row a retry reset (it keeps the holder's token) or the row re-created at a retired position (no
+ *   token yet) — unless another retired row there is still held by an attempt not told, whose lease it then waits
+ *   for — and wakes the workers of its queue. It locks that row `SKIP LOCKED`: it never waits, so it takes part in
+ *   no deadlock (this row may precede the refused one in id order); a row another statement holds keeps its due
+ *   time, the lease end — the safe side.
+ * Seen before `told_successors`: a successor that a retry scheduled before the holder was told waited for the
+ * holder's whole lease (28 s of a 30 s lease). `cur` must be locked for update.
  */
 export function toldCte(n: SchemaNames, cur: string, staleToken: SQL, when: SQL): SQL {
   const c = sql.raw(cur);
@@ -165,7 +174,26 @@ export function toldCte(n: SchemaNames, cur: string, staleToken: SQL, when: SQL)
       FROM ${c}
      WHERE s.id = ${c}.id AND ${c}.fencing_token = ${staleToken} AND ${c}.status <> 'running'
        AND s.lease_expires_at > ${n.now} AND ${when}
-    RETURNING 1)`;
+    RETURNING 1),
+  told_next AS MATERIALIZED (
+    SELECT s.id, e.id AS told_id
+      FROM ${c} JOIN ${n.steps} e ON e.id = ${c}.id
+      JOIN ${n.steps} s ON s.run_id = e.run_id AND s.seq = e.seq
+     WHERE ${c}.fencing_token = ${staleToken} AND ${c}.status <> 'running' AND ${when}
+       AND s.retired_at IS NULL AND s.kind = 'activity' AND s.status = 'scheduled'
+       AND (s.fencing_token IS NULL OR s.fencing_token = ${staleToken})
+       AND s.next_run_at > ${n.now} AND (s.lease_expires_at IS NULL OR s.lease_expires_at <= ${n.now})
+       FOR NO KEY UPDATE OF s SKIP LOCKED),
+  told_successors AS (
+    UPDATE ${n.steps} s
+       SET next_run_at = greatest(${n.now}, (
+             SELECT max(h.lease_expires_at) FROM ${n.steps} h
+              WHERE h.run_id = s.run_id AND h.seq = s.seq AND h.id <> t.told_id AND h.id <> s.id
+                AND h.retired_at IS NOT NULL AND h.ended_nonce IS DISTINCT FROM h.nonce
+                AND h.lease_expires_at > ${n.now}))
+      FROM told_next t
+     WHERE s.id = t.id
+    RETURNING pg_notify(${n.channel}, 'step:' || s.queue))`;
 }
 
 /** The columns, per input row, that a statement built with {@link rejectionCtes} selects last (`FROM inp i`). */

@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
+import { notifyOnce } from './notify.js';
 import type { SchemaNames } from './schema-names.js';
 
 /**
@@ -12,8 +13,10 @@ import type { SchemaNames } from './schema-names.js';
  * next heartbeat). A running step's attempt row ends `cancelled`; its holder's next heartbeat, completion,
  * failure or fenced write is refused with `LeaseLostError` (reason `cancelled`) and its signal fires with reason
  * `cancelled` (invariant 12). The step keeps its lease expiry, so a retry of the run does not grant the step again
- * before that lease ends. A standalone run then ends `cancelled` with its terminal event and a NOTIFY; a workflow
- * run is woken so its next turn sees the cancel (its code may still run cleanup steps).
+ * before that lease ends. A standalone run then ends `cancelled` with its terminal event and a NOTIFY; so does a
+ * workflow run no turn has begun (see {@link endUnbegunRun}): no worker may ever serve it, and it has no code in
+ * flight to clean up. Any other workflow run is woken so its next turn sees the cancel (its code may still run
+ * cleanup steps).
  * @returns the run's status after the request, or undefined when no such run exists.
  */
 export async function requestCancel(
@@ -36,11 +39,22 @@ export async function cancelInTransaction(
   n: SchemaNames,
   p: { runId: string; reason: string },
 ): Promise<string | undefined> {
+  // A child run that no turn has begun ends here, and its end fails its parent's step: the parent's run row is
+  // locked first (an ancestor before its descendants, the order a run's end and a cascading cancel lock them in;
+  // already held when this is the cascade of the parent's cancel). Read without a lock: re-checked below.
+  const [child] = await tx.rows<{ parent_run_id: string }>(sql`
+    SELECT parent_run_id::text FROM ${n.runs}
+     WHERE id = ${p.runId}::uuid AND kind = 'workflow' AND status = 'pending' AND started_at IS NULL
+       AND parent_run_id IS NOT NULL`);
+  if (child) {
+    await tx.rows(sql`SELECT 1 FROM ${n.runs} WHERE id = ${child.parent_run_id}::uuid FOR NO KEY UPDATE`);
+  }
   // The run row alone: a statement that waited for it reads with the snapshot it began with, so steps that the
   // holder (a turn's commit) added meanwhile would be missed here and first locked by the next statement, out
   // of order. They are locked below, by a statement that begins once the run row is held.
-  const runs = await tx.rows<{ kind: string; status: string; queue: string }>(sql`
-    SELECT kind, status, queue FROM ${n.runs} WHERE id = ${p.runId}::uuid FOR NO KEY UPDATE`);
+  const runs = await tx.rows<{ kind: string; status: string; queue: string; unbegun: boolean }>(sql`
+    SELECT kind, status, queue, kind = 'workflow' AND status = 'pending' AND started_at IS NULL AS unbegun
+      FROM ${n.runs} WHERE id = ${p.runId}::uuid FOR NO KEY UPDATE`);
   const run = runs[0];
   if (!run) return undefined;
   if (!['pending', 'running'].includes(run.status)) return run.status;
@@ -102,6 +116,65 @@ export async function cancelInTransaction(
       SELECT pg_notify(${n.channel}, 'run:' || id::text), (SELECT count(*) FROM ev) FROM ended`);
     return 'cancelled';
   }
+  // A run locked as never begun, by a lock no claim can take while this transaction holds it (claims skip it).
+  if (run.unbegun) {
+    await endUnbegunRun(tx, n, { runId: p.runId, reason: p.reason, error });
+    return 'cancelled';
+  }
   if (run.kind === 'workflow') await tx.rows(sql`SELECT pg_notify(${n.channel}, ${'turn:' + run.queue})`);
   return run.status;
+}
+
+/**
+ * End `cancelled`, in this statement, workflow run `runId` that no turn has begun (`pending`, never claimed: its
+ * `started_at` is unset — a run retried from its history has begun): no code of it ever ran, so there is nothing
+ * its cancellation handlers could clean up, and waiting for a worker to claim it would leave it pending for ever
+ * when no worker registers its workflow (a child of such a workflow, after its parent's cancel or end). As a
+ * run's end does (commitTurn), it fails its parent's child step, if still running, with a ChildWorkflowFailure
+ * carrying the cancel, and wakes the parent. Its run row (and its parent's, first) must be locked by the caller.
+ */
+async function endUnbegunRun(
+  tx: Database,
+  n: SchemaNames,
+  p: { runId: string; reason: string; error: string },
+): Promise<void> {
+  await tx.rows(sql`
+    WITH ended AS (
+      UPDATE ${n.runs} SET status = 'cancelled', finished_at = ${n.now}, error = ${p.error}::jsonb,
+                           turn_next_run_at = NULL
+       WHERE id = ${p.runId}::uuid AND kind = 'workflow' AND status = 'pending' AND started_at IS NULL
+      RETURNING id, parent_step_id),
+    ev AS (
+      INSERT INTO ${n.events} (run_id, type, data, terminal, at)
+      SELECT id, 'run:cancelled', jsonb_build_object('reason', ${p.reason}::text), true, ${n.now} FROM ended
+      RETURNING 1),
+    -- Its parent's step: still running unless the parent's own cancel or end has ended it.
+    parent_step AS (
+      UPDATE ${n.steps} s
+         SET status = 'failed', finished_at = ${n.now},
+             error = jsonb_build_object(
+                       'type', 'ChildWorkflowFailure', 'nonRetryable', true, 'childRunId', ${p.runId}::text,
+                       'message', 'child workflow run ' || ${p.runId}::text || ' cancelled',
+                       'cause', ${p.error}::jsonb)
+        FROM ended e
+       WHERE s.id = e.parent_step_id AND s.kind = 'child' AND s.status = 'running' AND s.retired_at IS NULL
+      RETURNING s.id, s.run_id, s.error),
+    parent_step_event AS (
+      INSERT INTO ${n.events} (run_id, step_id, type, data, terminal, at)
+      SELECT run_id, id, 'step:failed', jsonb_build_object('childRunId', ${p.runId}::text, 'error', error), true,
+             ${n.now}
+        FROM parent_step
+      RETURNING 1),
+    parent_woken AS (
+      UPDATE ${n.runs} r
+         SET turn_next_run_at = least(coalesce(r.turn_next_run_at, ${n.now}), ${n.now}), wake_count = r.wake_count + 1
+       WHERE r.id = (SELECT run_id FROM parent_step) AND r.status IN ('pending', 'running')
+      RETURNING r.queue),
+    ${notifyOnce(
+      n,
+      'notified',
+      sql`SELECT 'run:' || id::text FROM ended UNION ALL SELECT 'turn:' || queue FROM parent_woken`,
+    )}
+    SELECT (SELECT count(*) FROM ev) + (SELECT count(*) FROM parent_step_event) + (SELECT count(*) FROM notified)
+             AS effects`);
 }

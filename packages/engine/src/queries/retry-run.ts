@@ -11,10 +11,33 @@ import { msInterval, type SchemaNames } from './schema-names.js';
  * retired: kept with their attempts and events, marked `retired_at`, and no longer part of the replayed history.
  * Tokens and epochs are kept: the next claim takes a higher token and epoch + 1 (invariant 6), so anything
  * earlier attempts held stays fenced; a step re-created at a retired position inherits its fencing scope and
- * epoch (see commitTurn). One statement; locks the run row, then its steps by id (invariant 14).
- * @returns false when the run is not failed or cancelled.
+ * epoch (see commitTurn). One transaction: the run row is locked first, in a statement of its own, and what the
+ * call reports is read there — the run as it is once this call holds it: a run deleted (pruned) or retried while
+ * the call waited for its lock is reported as gone or as it now is, never as it was read before the wait. Then
+ * one statement, which begins once the run row is held, locks its steps by id (invariant 14) and resets them.
+ * @returns the run's status as locked (`retried` when this call reset it), or undefined when no such run exists.
  */
-export async function retryRun(db: Database, n: SchemaNames, runId: string): Promise<boolean> {
+export async function retryRun(
+  db: Database,
+  n: SchemaNames,
+  runId: string,
+): Promise<{ status: string; retried: boolean } | undefined> {
+  // Not a run id at all: no such run (as in readRun), rather than a uuid cast error from the database.
+  if (!/^[0-9a-f-]{36}$/i.test(runId)) return undefined;
+  return db.transaction(async (tx) => {
+    // A locking read returns the row's newest version once the lock is held (READ COMMITTED), and no row when
+    // the holder deleted it: the status reported below is the one this call acted on.
+    const locked = await tx.rows<{ status: string }>(sql`
+      SELECT status FROM ${n.runs} WHERE id = ${runId}::uuid FOR NO KEY UPDATE`);
+    const run = locked[0];
+    if (!run) return undefined;
+    if (run.status !== 'failed' && run.status !== 'cancelled') return { status: run.status, retried: false };
+    return { status: run.status, retried: await resetRun(tx, n, runId) };
+  });
+}
+
+/** The statement of {@link retryRun}, once the run row is locked. @returns false when the run is not failed or cancelled. */
+async function resetRun(db: Database, n: SchemaNames, runId: string): Promise<boolean> {
   const rows = await db.rows<{ retried: number }>(sql`
     WITH run AS (
       UPDATE ${n.runs} SET status = 'pending', error = NULL, output = NULL, finished_at = NULL,
