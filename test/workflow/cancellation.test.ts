@@ -4,6 +4,7 @@ import {
   CancelledFailure,
   ChildWorkflowFailure,
   defineActivity,
+  defineSignal,
   defineWorkflow,
   type AbortReason,
   type AttemptAbortedError,
@@ -12,6 +13,8 @@ import type { Engine, Worker } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
 import { attemptsOf, deferred, runOf, stepsOf, until, warmUp } from './workflow-rows.js';
 import { cancelWhileTurnRuns } from './cancel-race.js';
+
+const nudge = defineSignal({ name: 'nudge', payload: z.object({ n: z.number() }) });
 
 const HEARTBEAT_MS = 500;
 
@@ -183,9 +186,15 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const f = fixture();
       const engine = await target.engine();
       const handle = await engine.client.start(f.careful, {});
+      // A signal it received before: no wait will ever take it, and the end says so, as every run's end does.
+      const signalId = await handle.signal(nudge, { n: 1 });
       // No turn has begun: nothing of its code ran, so nothing waits for a worker to clean up.
       expect(await handle.cancel('changed my mind')).toBe('cancelled');
       expect((await runOf(engine, handle.runId)).status).toBe('cancelled');
+      const { signals } = await handle.describe();
+      expect(signals.map((s) => [s.id, s.undelivered])).toEqual([
+        [signalId, { reason: 'run-ended', status: 'cancelled' }],
+      ]);
       await expect(handle.result({ timeoutMs: 15_000 })).rejects.toBeInstanceOf(CancelledFailure);
       const worker = engine.worker({
         workflows: [f.careful],

@@ -148,6 +148,22 @@ async function endUnbegunRun(
       INSERT INTO ${n.events} (run_id, type, data, terminal, at)
       SELECT id, 'run:cancelled', jsonb_build_object('reason', ${p.reason}::text), true, ${n.now} FROM ended
       RETURNING 1),
+    -- As every run's end does (commitTurn): no signal stays pending; each one sent before the cancel (a run's row
+    -- lock orders it before this end) is undelivered, the run's end its reason.
+    unseen AS (
+      UPDATE ${n.signals} g
+         SET consumed_at = ${n.now},
+             undelivered = jsonb_build_object('reason', 'run-ended', 'status', 'cancelled')
+        FROM ended e
+       WHERE g.run_id = e.id AND g.consumed_at IS NULL
+      RETURNING g.id, g.run_id, g.name),
+    unseen_events AS (
+      INSERT INTO ${n.events} (run_id, type, data, terminal, at)
+      SELECT run_id, 'signal:undelivered',
+             jsonb_build_object('name', name, 'signalId', id::text, 'reason', 'run-ended', 'status', 'cancelled'),
+             false, ${n.now}
+        FROM unseen
+      RETURNING 1),
     -- Its parent's step: still running unless the parent's own cancel or end has ended it.
     parent_step AS (
       UPDATE ${n.steps} s
@@ -176,5 +192,5 @@ async function endUnbegunRun(
       sql`SELECT 'run:' || id::text FROM ended UNION ALL SELECT 'turn:' || queue FROM parent_woken`,
     )}
     SELECT (SELECT count(*) FROM ev) + (SELECT count(*) FROM parent_step_event) + (SELECT count(*) FROM notified)
-             AS effects`);
+             + (SELECT count(*) FROM unseen_events) AS effects`);
 }
