@@ -126,5 +126,26 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await other.cancel('test over');
       await handle.cancel('test over');
     });
+
+    it('refuses a cursor whose numbers are out of range with INVALID_OPTIONS naming it, not a database error', async () => {
+      const engine = await target.engine();
+      const handle = await engine.client.start(fanOut, { n: 0 });
+      const watching = handle.watch();
+      const first = (await watching.next()).value!;
+      await watching.return();
+      const [w1, run, atUs, rank, ord, id] = first.cursor.split('.');
+      const forged = [
+        [w1, run, '9999999999999999999', rank, ord, id], // past bigint
+        [w1, run, '9223372036854775807', rank, ord, id], // a bigint, but past any timestamp
+        [w1, run, atUs, rank, '-9999999999999999999', id],
+      ].map((parts) => parts.join('.'));
+      for (const after of forged) {
+        await expect(handle.watch({ after }).next()).rejects.toMatchObject({
+          code: 'INVALID_OPTIONS',
+          message: expect.stringMatching(/after.*out of range/s),
+        });
+      }
+      await handle.cancel('test over');
+    });
   });
 }

@@ -120,6 +120,11 @@ const WATCH_PAGE = 500;
 const WATCH_HELD_BACK_MS = 25;
 const RUN_ENDINGS = new Set(['completed', 'failed', 'cancelled']);
 
+const BIGINT_MAX = 9_223_372_036_854_775_807n;
+/** The times a cursor may hold (µs since the epoch): years 1 to 9999, well inside PostgreSQL's timestamptz range. */
+const CURSOR_MIN_AT_US = -62_135_596_800_000_000n;
+const CURSOR_MAX_AT_US = 253_402_300_799_999_999n;
+
 /** `w1.<run id, hex>.<at µs>.<rank>.<ord>.<id>`: a place in one run's history (see readRunEventsAfter). */
 function encodeCursor(runId: string, e: WatchedEventRow): string {
   return `w1.${runId.replaceAll('-', '')}.${e.at_us}.${e.rank}.${e.ord}.${e.id}`;
@@ -135,6 +140,18 @@ function decodeCursor(runId: string, cursor: string): WatchPosition {
   if (m[1] !== runId.replaceAll('-', '').toLowerCase()) {
     throw new InvalidOptionsError('watch options', [
       { path: 'after', message: `is a cursor of another run's events, not of run ${runId}` },
+    ]);
+  }
+  // The numbers go to bigint parameters (and a timestamp): out of their range, the database would refuse the read
+  // with a raw error instead of naming the cursor.
+  const atUs = BigInt(m[2]!);
+  const ord = BigInt(m[4]!);
+  if (atUs < CURSOR_MIN_AT_US || atUs > CURSOR_MAX_AT_US || ord < -BIGINT_MAX - 1n || ord > BIGINT_MAX) {
+    throw new InvalidOptionsError('watch options', [
+      {
+        path: 'after',
+        message: `is not a cursor from an event watch() yielded (a number is out of range): ${cursor.slice(0, 80)}`,
+      },
     ]);
   }
   return { atUs: m[2]!, rank: Number(m[3]), ord: m[4]!, id: m[5]! };
