@@ -65,16 +65,6 @@ export function defineTables(schemaName: string) {
       turnLeaseExpiresAt: ts('turn_lease_expires_at'),
       /** Bumped by every wake-up (a step ended, a cancel), so a turn that committed after one keeps the run due. */
       wakeCount: integer('wake_count').notNull().default(0),
-      /**
-       * `handle.result()` calls that have waited on the run: a statement that ends the run sends its `run:` NOTIFY
-       * only when one has (PostgreSQL serializes the commits of every NOTIFY behind one lock).
-       */
-      resultWaiters: integer('result_waiters').notNull().default(0),
-      /**
-       * `handle.watch()` calls that have watched the run: each turn commit that does not end it sends a `watch:`
-       * NOTIFY item only when one has (a result waiter alone needs only the end's).
-       */
-      watchers: integer('watchers').notNull().default(0),
       /** The schedule whose tick (or trigger, or backfill) created this run, or null. */
       scheduleId: text('schedule_id'),
       /** The tick of `schedule_id` this run is for, by the database clock. */
@@ -373,6 +363,26 @@ export function defineTables(schemaName: string) {
     ],
   );
 
+  /**
+   * The `handle.result()` and `handle.watch()` calls waiting on a run now, one row each, deleted when the call
+   * returns (issue 26). A statement that ends a run sends its `run:` NOTIFY item only when the run has a row here,
+   * and a turn commit that goes on its `watch:` item only when one has `turns` (see `<schema>.run_watched`). Apart
+   * from the runs, so that a reader never writes the hot run row and a watcher that left costs no NOTIFY. A row
+   * whose caller died without deleting it lapses at `expires_at`, which a live caller pushes forward, and the
+   * retention sweep deletes it.
+   */
+  const runWatchers = schema.table(
+    'run_watchers',
+    {
+      id: uuid('id').primaryKey(),
+      runId: uuid('run_id').notNull(),
+      /** A `watch()` (every turn NOTIFYs), not only a `result()` (the end does). */
+      turns: boolean('turns').notNull(),
+      expiresAt: ts('expires_at').notNull(),
+    },
+    (t) => [index('run_watchers_run_id_idx').on(t.runId, t.turns), index('run_watchers_expires_at_idx').on(t.expiresAt)],
+  );
+
   /** Test-only offset of `<schema>.now()` (time travel); one row at most, absent in production. */
   const clockOffset = schema.table('clock_offset', {
     id: boolean('id').primaryKey().default(true),
@@ -390,6 +400,7 @@ export function defineTables(schemaName: string) {
     signals,
     flowKeys,
     schedules,
+    runWatchers,
     clockOffset,
   };
 }
