@@ -53,6 +53,14 @@ export function defineTables(schemaName: string) {
        */
       concurrencyKey: text('concurrency_key'),
       concurrencyLimit: integer('concurrency_limit'),
+      /**
+       * `concurrency_key` while the run is live (`pending` or `running`), else null: what `runs_live_concurrency_key_idx`
+       * indexes, so that a key's count reads its live runs only, never the finished ones (issue 26). Generated, so no
+       * statement keeps it; an unkeyed run's stays null, so its status changes remain HOT updates.
+       */
+      liveConcurrencyKey: text('live_concurrency_key').generatedAlwaysAs(
+        sql`CASE WHEN status IN ('pending', 'running') THEN concurrency_key END`,
+      ),
       cancelRequestedAt: ts('cancel_requested_at'),
       cancelReason: text('cancel_reason'),
       // The workflow turn's own lease: a turn is an attempt (DESIGN.md §4, last paragraph).
@@ -93,11 +101,12 @@ export function defineTables(schemaName: string) {
         .on(t.queue, t.priority.desc().nullsFirst(), t.turnNextRunAt)
         .where(sql`${t.turnNextRunAt} IS NOT NULL`),
       index('runs_parent_run_id_idx').on(t.parentRunId),
-      // The runs of one concurrency key, for the turn claim's count of those running. Not on status: a run's
-      // status changes on its hot path, and a column in an index predicate would end its HOT updates too.
-      index('runs_concurrency_key_idx')
-        .on(t.name, t.concurrencyKey)
-        .where(sql`${t.concurrencyKey} IS NOT NULL`),
+      // The live runs of one concurrency key, for the turn claim's count of those running. Not status in the
+      // predicate: a run's status changes on its hot path, and a column in an index predicate would end the HOT
+      // updates of every run; the generated column changes only for keyed runs.
+      index('runs_live_concurrency_key_idx')
+        .on(t.name, t.liveConcurrencyKey)
+        .where(sql`${t.liveConcurrencyKey} IS NOT NULL`),
     ],
   );
 
@@ -197,6 +206,12 @@ export function defineTables(schemaName: string) {
       index('steps_concurrency_running_idx')
         .on(t.name, t.concurrencyKey)
         .where(sql`${t.concurrencyKey} IS NOT NULL AND ${t.status} = 'running'`),
+      // The live steps under a flow-control key, read by the retention sweep to find the keys no work holds.
+      index('steps_flow_keyed_live_idx')
+        .on(t.name)
+        .where(
+          sql`(${t.concurrencyKey} IS NOT NULL OR ${t.rateKey} IS NOT NULL) AND ${t.status} IN ('scheduled', 'running')`,
+        ),
     ],
   );
 
