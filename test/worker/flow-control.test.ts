@@ -18,7 +18,12 @@ import { gate, workerEvent, type Gate } from './helpers.js';
 
 const go = defineSignal({ name: 'go', payload: z.null() });
 
-const note = defineActivity({ name: 'note', input: z.number(), output: z.number(), run: (n) => Promise.resolve(n) });
+const note = defineActivity({
+  name: 'note',
+  input: z.number(),
+  output: z.number(),
+  run: (n) => Promise.resolve(n),
+});
 
 /** A keyed workflow run that schedules a step under a concurrency key and a rate key, then ends. */
 const keyed = defineWorkflow({
@@ -26,12 +31,17 @@ const keyed = defineWorkflow({
   input: z.number(),
   output: z.number(),
   run: (n, ctx) =>
-    ctx.run(note, n, { concurrency: { key: 'k', limit: 1 }, rateLimit: { key: 'k', limit: 100, period: '1s' } }),
+    ctx.run(note, n, {
+      concurrency: { key: 'k', limit: 1 },
+      rateLimit: { key: 'k', limit: 100, period: '1s' },
+    }),
 });
 
 /** The flow-control keys stored now. */
 async function flowKeys(engine: Engine): Promise<string[]> {
-  const rows = await engine.database.rows<{ key: string }>(sql`SELECT key FROM ${engine.names.flowKeys} ORDER BY key`);
+  const rows = await engine.database.rows<{ key: string }>(
+    sql`SELECT key FROM ${engine.names.flowKeys} ORDER BY key`,
+  );
   return rows.map((r) => r.key);
 }
 
@@ -327,9 +337,19 @@ for (const driver of ['postgres', 'pglite'] as const) {
         const done = await engine.client.startMany(keyed, [1, 2], { concurrency: { key: 't', limit: 1 } });
         await Promise.all(done.map((h) => h.result({ timeoutMs: 20_000 })));
         // Live work holds its key: a run of a workflow no worker serves stays pending under key 'held'.
-        const idle = defineWorkflow({ name: 'unserved', input: z.null(), output: z.null(), run: () => Promise.resolve(null) });
+        const idle = defineWorkflow({
+          name: 'unserved',
+          input: z.null(),
+          output: z.null(),
+          run: () => Promise.resolve(null),
+        });
         const pending = await engine.client.start(idle, null, { concurrency: { key: 'held', limit: 1 } });
-        expect(await flowKeys(engine)).toEqual(['rate/note/k', 'run/keyed/t', 'run/unserved/held', 'step/note/k']);
+        expect(await flowKeys(engine)).toEqual([
+          'rate/note/k',
+          'run/keyed/t',
+          'run/unserved/held',
+          'step/note/k',
+        ]);
 
         await advanceClock(engine, 25 * HOUR_MS); // past the rate key's longest period
         await engine.pruneRuns({ olderThan: '1h' });
@@ -337,7 +357,12 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
         const again = await engine.client.start(keyed, 3, { concurrency: { key: 't', limit: 1 } });
         await expect(again.result({ timeoutMs: 20_000 })).resolves.toBe(3);
-        expect(await flowKeys(engine)).toEqual(['rate/note/k', 'run/keyed/t', 'run/unserved/held', 'step/note/k']);
+        expect(await flowKeys(engine)).toEqual([
+          'rate/note/k',
+          'run/keyed/t',
+          'run/unserved/held',
+          'step/note/k',
+        ]);
         await pending.cancel('test over');
       } finally {
         await worker.stop();
@@ -346,7 +371,12 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it("counts a key's running runs off its live runs only, however many have finished", async () => {
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [keyed], activities: [note], concurrency: 10, pollIntervalMs: 50 });
+      const worker = engine.worker({
+        workflows: [keyed],
+        activities: [note],
+        concurrency: 10,
+        pollIntervalMs: 50,
+      });
       await worker.start();
       const finished = await engine.client.startMany(
         keyed,
@@ -363,7 +393,9 @@ for (const driver of ['postgres', 'pglite'] as const) {
           SELECT count(*) FROM ${engine.names.runs} k
            WHERE k.name = 'keyed' AND k.live_concurrency_key = 't' AND k.status = 'running' AND k.kind = 'workflow'`);
         const plan = row!['QUERY PLAN'];
-        return (typeof plan === 'string' ? JSON.parse(plan) : plan) as [{ Plan: { Plans: Record<string, unknown>[] } }];
+        return (typeof plan === 'string' ? JSON.parse(plan) : plan) as [
+          { Plan: { Plans: Record<string, unknown>[] } },
+        ];
       });
       // The runs it read off the index and then dropped: none, of the 20 finished ones.
       expect(scan[0].Plan.Plans[0]).toMatchObject({

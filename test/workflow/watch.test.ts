@@ -295,7 +295,9 @@ describe('watch beside other sessions (postgres)', () => {
       await ended;
       await drain();
       const afterLeaving = items.slice(from);
-      expect(afterLeaving.filter((i) => i === `watch:${handle.runId}` || i === `run:${handle.runId}`)).toEqual([]);
+      expect(
+        afterLeaving.filter((i) => i === `watch:${handle.runId}` || i === `run:${handle.runId}`),
+      ).toEqual([]);
     } finally {
       await worker.stop();
     }

@@ -28,13 +28,13 @@ import { withInfraRetry } from '../infra-retry.js';
 import { requestCancel } from '../queries/request-cancel.js';
 import { readUnclaimedWork, type UnclaimedWork } from '../queries/unclaimed-work.js';
 import { readSignals, type SignalRow } from '../queries/send-signal.js';
-import { readRunEventsAfter, WATCH_LATE_MS, WATCH_SETTLE_MS, type WatchPosition } from '../queries/watch-run.js';
 import {
-  WATCHER_TTL_MS,
-  deleteWatcher,
-  readRunForWaiter,
-  upsertWatcher,
-} from '../queries/run-watchers.js';
+  readRunEventsAfter,
+  WATCH_LATE_MS,
+  WATCH_SETTLE_MS,
+  type WatchPosition,
+} from '../queries/watch-run.js';
+import { WATCHER_TTL_MS, deleteWatcher, readRunForWaiter, upsertWatcher } from '../queries/run-watchers.js';
 import { randomUUID } from 'node:crypto';
 import { signalPayload, signalRun } from './signal-run.js';
 import type { Logger } from 'pino';

@@ -245,7 +245,11 @@ export async function lockIdleFlowKeys(tx: Database, n: SchemaNames, limit: numb
  * and a claim whose snapshot saw the deleted row never holds it: its versions protocol admits nothing then.
  * @returns how many keys were deleted.
  */
-export async function deleteIdleFlowKeys(tx: Database, n: SchemaNames, keys: readonly string[]): Promise<number> {
+export async function deleteIdleFlowKeys(
+  tx: Database,
+  n: SchemaNames,
+  keys: readonly string[],
+): Promise<number> {
   if (keys.length === 0) return 0;
   const rows = await tx.rows<{ n: number }>(sql`
     WITH gone AS (

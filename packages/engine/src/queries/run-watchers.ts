@@ -83,5 +83,5 @@ export async function readRunForWaiter(
   const row = rows[0];
   if (!row) return undefined;
   const { writing, ...run } = row;
-  return { run: run as RunRow, writing };
+  return { run, writing };
 }

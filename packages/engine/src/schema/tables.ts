@@ -395,7 +395,10 @@ export function defineTables(schemaName: string) {
       turns: boolean('turns').notNull(),
       expiresAt: ts('expires_at').notNull(),
     },
-    (t) => [index('run_watchers_run_id_idx').on(t.runId, t.turns), index('run_watchers_expires_at_idx').on(t.expiresAt)],
+    (t) => [
+      index('run_watchers_run_id_idx').on(t.runId, t.turns),
+      index('run_watchers_expires_at_idx').on(t.expiresAt),
+    ],
   );
 
   /** Test-only offset of `<schema>.now()` (time travel); one row at most, absent in production. */
