@@ -1,8 +1,8 @@
 /**
  * A run's end is NOTIFYed only to those who wait for it (issue 12: no NOTIFY where nobody can be waiting — every
  * NOTIFY holds PostgreSQL's one notify lock until COMMIT, serializing the commits behind it): `handle.result()`
- * registers on the run (`runs.result_waiters`), and the statement that ends a run names it in its NOTIFY only
- * when one has.
+ * registers on the run (a `run_watchers` row while it waits), and the statement that ends a run names it in its
+ * NOTIFY only when one has.
  */
 import { z } from 'zod';
 import { describe, expect, it } from 'vitest';
@@ -58,7 +58,7 @@ describe('run NOTIFYs for result waiters only', () => {
       .result({ pollIntervalMs: '1h', timeoutMs: 30_000 });
     await until('the waiter to register on its run', async () => {
       const [row] = await admin<{ n: number }[]>`
-        SELECT result_waiters AS n FROM ${admin(engine.schema)}.runs WHERE id = ${watched.runId}`;
+        SELECT count(*)::int AS n FROM ${admin(engine.schema)}.run_watchers WHERE run_id = ${watched.runId}`;
       return row && row.n > 0 ? true : undefined;
     });
     go.open();

@@ -279,6 +279,27 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(await rowsOf(engine, old)).toEqual({ runs: 0, steps: 0, attempts: 0, events: 0 });
       expect((await young.describe()).run.status).toBe('pending');
     });
+
+    it('deletes the watcher rows of waiters that died, and keeps those of waiters still pushing them forward', async () => {
+      const engine = await target.engine();
+      const run = await engine.client.enqueue(unserved, {});
+      const watchers = sql.raw(`"${engine.schema}"."run_watchers"`);
+      // A waiter that died: its row stays until it lapses (10 minutes after it was last pushed forward).
+      await engine.database.rows(sql`
+        INSERT INTO ${watchers} (id, run_id, turns, expires_at)
+        VALUES (gen_random_uuid(), ${run.runId}::uuid, true, ${engine.names.now} + interval '10 minutes')`);
+      await advanceClock(engine, 11 * 60_000);
+      // A live one, registered now.
+      const live = run.watch();
+      await live.next();
+      await engine.pruneRuns({ olderThan: '1h' });
+      const rows = await engine.database.rows<{ expired: boolean }>(
+        sql`SELECT expires_at < ${engine.names.now} AS expired FROM ${watchers} WHERE run_id = ${run.runId}::uuid`,
+      );
+      expect(rows).toEqual([{ expired: false }]);
+      await live.return();
+      await run.cancel('test over');
+    });
   });
 }
 

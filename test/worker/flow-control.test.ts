@@ -5,16 +5,47 @@
  * limits under several worker processes: ../cases/concurrency-keys-processes.test.ts.
  */
 import { EventEmitter } from 'node:events';
+import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { advanceClock } from '@palisade/engine/testing';
 import { defineActivity, defineSignal, defineWorkflow, isPalisadeError } from '@palisade/sdk';
+import type { Engine } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
 import { claimTimesMs, maxInWindow, maxRunningPerKey, runningNowPerKey } from '../support/flow-audit.js';
 import { stepsOf, until, warmUp } from '../workflow/workflow-rows.js';
 import { gate, workerEvent, type Gate } from './helpers.js';
 
 const go = defineSignal({ name: 'go', payload: z.null() });
+
+const note = defineActivity({
+  name: 'note',
+  input: z.number(),
+  output: z.number(),
+  run: (n) => Promise.resolve(n),
+});
+
+/** A keyed workflow run that schedules a step under a concurrency key and a rate key, then ends. */
+const keyed = defineWorkflow({
+  name: 'keyed',
+  input: z.number(),
+  output: z.number(),
+  run: (n, ctx) =>
+    ctx.run(note, n, {
+      concurrency: { key: 'k', limit: 1 },
+      rateLimit: { key: 'k', limit: 100, period: '1s' },
+    }),
+});
+
+/** The flow-control keys stored now. */
+async function flowKeys(engine: Engine): Promise<string[]> {
+  const rows = await engine.database.rows<{ key: string }>(
+    sql`SELECT key FROM ${engine.names.flowKeys} ORDER BY key`,
+  );
+  return rows.map((r) => r.key);
+}
+
+const HOUR_MS = 3_600_000;
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`flow control on ${driver}`, () => {
@@ -296,6 +327,82 @@ for (const driver of ['postgres', 'pglite'] as const) {
         [null, null],
       );
       await worker.stop();
+    });
+
+    it('deletes the keys no live work holds when runs are pruned, and the next work of a key inserts it again', async () => {
+      const engine = await target.engine();
+      const worker = engine.worker({ workflows: [keyed], activities: [note], pollIntervalMs: 50 });
+      await worker.start();
+      try {
+        const done = await engine.client.startMany(keyed, [1, 2], { concurrency: { key: 't', limit: 1 } });
+        await Promise.all(done.map((h) => h.result({ timeoutMs: 20_000 })));
+        // Live work holds its key: a run of a workflow no worker serves stays pending under key 'held'.
+        const idle = defineWorkflow({
+          name: 'unserved',
+          input: z.null(),
+          output: z.null(),
+          run: () => Promise.resolve(null),
+        });
+        const pending = await engine.client.start(idle, null, { concurrency: { key: 'held', limit: 1 } });
+        expect(await flowKeys(engine)).toEqual([
+          'rate/note/k',
+          'run/keyed/t',
+          'run/unserved/held',
+          'step/note/k',
+        ]);
+
+        await advanceClock(engine, 25 * HOUR_MS); // past the rate key's longest period
+        await engine.pruneRuns({ olderThan: '1h' });
+        expect(await flowKeys(engine)).toEqual(['run/unserved/held']);
+
+        const again = await engine.client.start(keyed, 3, { concurrency: { key: 't', limit: 1 } });
+        await expect(again.result({ timeoutMs: 20_000 })).resolves.toBe(3);
+        expect(await flowKeys(engine)).toEqual([
+          'rate/note/k',
+          'run/keyed/t',
+          'run/unserved/held',
+          'step/note/k',
+        ]);
+        await pending.cancel('test over');
+      } finally {
+        await worker.stop();
+      }
+    });
+
+    it("counts a key's running runs off its live runs only, however many have finished", async () => {
+      const engine = await target.engine();
+      const worker = engine.worker({
+        workflows: [keyed],
+        activities: [note],
+        concurrency: 10,
+        pollIntervalMs: 50,
+      });
+      await worker.start();
+      const finished = await engine.client.startMany(
+        keyed,
+        Array.from({ length: 20 }, (_, k) => k),
+        { concurrency: { key: 't', limit: 20 } },
+      );
+      await Promise.all(finished.map((h) => h.result({ timeoutMs: 30_000 })));
+      await worker.stop();
+      // The claim's count (flow-control.ts, runningRunsOfKey), with the index it is meant to use.
+      const scan = await engine.database.transaction(async (tx) => {
+        await tx.rows(sql`SET LOCAL enable_seqscan = off`);
+        const [row] = await tx.rows<{ 'QUERY PLAN': unknown }>(sql`
+          EXPLAIN (ANALYZE, FORMAT JSON)
+          SELECT count(*) FROM ${engine.names.runs} k
+           WHERE k.name = 'keyed' AND k.live_concurrency_key = 't' AND k.status = 'running' AND k.kind = 'workflow'`);
+        const plan = row!['QUERY PLAN'];
+        return (typeof plan === 'string' ? JSON.parse(plan) : plan) as [
+          { Plan: { Plans: Record<string, unknown>[] } },
+        ];
+      });
+      // The runs it read off the index and then dropped: none, of the 20 finished ones.
+      expect(scan[0].Plan.Plans[0]).toMatchObject({
+        'Index Name': 'runs_live_concurrency_key_idx',
+        'Actual Rows': 0,
+        'Rows Removed by Filter': 0,
+      });
     });
 
     it('refuses bad limits naming the option', async () => {

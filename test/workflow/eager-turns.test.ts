@@ -283,7 +283,7 @@ describe('eager turns whose grant missed a writer of the run row, on postgres', 
 
   // PostgreSQL only: two statements are queued on the run row behind another transaction, which PGlite (one
   // transaction at a time) cannot have.
-  it('continues the kept instance when a result() registration commits between a completion’s snapshot and its lock', async () => {
+  it('continues the kept instance when another writer of the run row commits between a completion’s snapshot and its lock', async () => {
     const engine = await target.engine();
     const admin = target.sql();
     const started = deferred();
@@ -315,23 +315,26 @@ describe('eager turns whose grant missed a writer of the run row, on postgres', 
     const handle = await engine.client.start(pair, {});
     await started.promise;
 
-    // Hold the run row; queue on it first a result() registration, then the completion of step 0 (whose
-    // snapshot is taken before the registration commits, and which claims the next turn for this worker).
+    // Hold the run row; queue on it first another writer (a result() registration was one before it had a row of
+    // its own: issue 26), then the completion of step 0 (whose snapshot is taken before that write commits, and
+    // which claims the next turn for this worker).
     const lock = await holdRunRow(admin, engine.schema, handle.runId);
-    const result = handle.result({ timeoutMs: 60_000 });
+    const writer = target.sql();
+    const wrote = writer`
+      UPDATE ${writer(engine.schema)}.runs SET priority = priority WHERE id = ${handle.runId}`.execute();
     await lock.waiting(1);
     finish.resolve();
     await lock.waiting(2);
     await lock.release();
-    await expect(result).resolves.toEqual({ n: 2 });
+    await wrote;
+    await expect(handle.result({ timeoutMs: 60_000 })).resolves.toEqual({ n: 2 });
     await until(
       [worker],
       () => turns.some((t) => t.runId === handle.runId && t.outcome === 'completed'),
       'end',
     );
 
-    // The completion's grant could not carry the news (its snapshot predates the registration's write of the run
-    // row); the worker read the news on its own and continued the kept instance, as it did on the last turn.
+    // The completion's grant could not carry the news (its snapshot predates the other write of the run row); the worker read the news on its own and continued the kept instance, as it did on the last turn.
     const mine = turns.filter((t) => t.runId === handle.runId);
     expect(mine.map((t) => [t.grant, t.replay])).toEqual([
       ['eager', 'full'],

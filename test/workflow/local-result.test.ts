@@ -31,9 +31,9 @@ const unordered = defineWorkflow({
   },
 });
 
-/** A statement a waiter sends about its run: the registration (registerResultWaiter) or a read (readRun). */
+/** A statement a waiter sends about its run: the registration (upsertWatcher) or a read (readRunForWaiter). */
 const isWaiterStatement = (query: string) =>
-  query.includes('SET result_waiters = r.result_waiters + 1') ||
+  query.includes('"run_watchers" (id, run_id, turns, expires_at)') ||
   /^\s*SELECT r\.id::text, r\.kind, r\.name, /.test(query);
 
 /**

@@ -2,10 +2,11 @@
  * `handle.watch()` (issue 13): a run's events as they happen, each once and in the order of `describe().events`,
  * woken by NOTIFY and resumable from a cursor.
  */
+import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineActivity, defineSignal, defineWorkflow } from '@palisade/sdk';
-import type { WatchedEvent } from '@palisade/engine';
+import type { Engine, WatchedEvent } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
 import { warmUp } from './workflow-rows.js';
 
@@ -34,7 +35,39 @@ const fanOut = defineWorkflow({
   },
 });
 
+const step = defineSignal({ name: 'step', payload: z.null() });
+
+/** Sets its progress to k and waits for a `step` signal, `rounds` times: each round needs the watch to see it. */
+const paced = defineWorkflow({
+  name: 'watched-paced',
+  input: z.object({ rounds: z.number() }),
+  output: z.number(),
+  async run({ rounds }, ctx) {
+    for (let k = 1; k <= rounds; k++) {
+      ctx.setProgress({ k });
+      await ctx.waitForSignal(step);
+    }
+    return rounds;
+  },
+});
+
 const ids = (events: readonly { id: string }[]) => events.map((e) => e.id);
+
+/** The run's watcher rows (result() and watch() calls waiting on it now). */
+async function watcherRows(engine: Engine, runId: string): Promise<number> {
+  const [row] = await engine.database.rows<{ n: number }>(
+    sql`SELECT count(*)::int AS n FROM ${sql.raw(`"${engine.schema}"."run_watchers"`)} WHERE run_id = ${runId}::uuid`,
+  );
+  return row!.n;
+}
+
+/** The run row's xmin: it changes with every write of the row. */
+async function runXmin(engine: Engine, runId: string): Promise<string> {
+  const [row] = await engine.database.rows<{ xmin: string }>(
+    sql`SELECT xmin::text AS xmin FROM ${engine.names.runs} WHERE id = ${runId}::uuid`,
+  );
+  return row!.xmin;
+}
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`watch on ${driver}`, () => {
@@ -126,5 +159,146 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await other.cancel('test over');
       await handle.cancel('test over');
     });
+
+    it('refuses a cursor whose numbers are out of range with INVALID_OPTIONS naming it, not a database error', async () => {
+      const engine = await target.engine();
+      const handle = await engine.client.start(fanOut, { n: 0 });
+      const watching = handle.watch();
+      const first = (await watching.next()).value!;
+      await watching.return();
+      const [w1, run, atUs, rank, ord, id] = first.cursor.split('.');
+      const forged = [
+        [w1, run, '9999999999999999999', rank, ord, id], // past bigint
+        [w1, run, '9223372036854775807', rank, ord, id], // a bigint, but past any timestamp
+        [w1, run, atUs, rank, '-9999999999999999999', id],
+      ].map((parts) => parts.join('.'));
+      for (const after of forged) {
+        const refused = handle.watch({ after }).next();
+        await expect(refused).rejects.toMatchObject({ code: 'INVALID_OPTIONS' });
+        await expect(refused).rejects.toThrow(/after.*out of range/s);
+      }
+      await handle.cancel('test over');
+    });
+
+    it('reads and waits without writing the run row: result() and watch() leave its xmin as it was', async () => {
+      const engine = await target.engine();
+      // No worker: nothing else writes the run meanwhile.
+      const handle = await engine.client.start(paced, { rounds: 1 });
+      const before = await runXmin(engine, handle.runId);
+      await expect(handle.result({ timeoutMs: 50 })).rejects.toMatchObject({ code: 'RESULT_TIMEOUT' });
+      const watching = handle.watch();
+      expect((await watching.next()).value).toMatchObject({ type: 'run:started' });
+      expect(await watcherRows(engine, handle.runId)).toBe(1);
+      await watching.return();
+      expect(await runXmin(engine, handle.runId)).toBe(before);
+      await handle.cancel('test over');
+    });
+
+    it('leaves no watcher behind once result() and watch() returned', async () => {
+      const engine = await target.engine();
+      const worker = engine.worker({ workflows: [paced], pollIntervalMs: 50 });
+      await worker.start();
+      try {
+        const handle = await engine.client.start(paced, { rounds: 2 });
+        for (let watch = 0; watch < 3; watch++) {
+          for await (const event of handle.watch()) if (event.type === 'run:progress') break;
+          await expect(handle.result({ timeoutMs: 20 })).rejects.toMatchObject({ code: 'RESULT_TIMEOUT' });
+        }
+        expect(await watcherRows(engine, handle.runId)).toBe(0);
+        const result = handle.result({ timeoutMs: 20_000 });
+        for (let k = 0; k < 2; k++) await handle.signal(step, null);
+        await expect(result).resolves.toBe(2);
+        expect(await watcherRows(engine, handle.runId)).toBe(0);
+      } finally {
+        await worker.stop();
+      }
+    });
   });
 }
+
+describe('watch beside other sessions (postgres)', () => {
+  const target = useEngineTarget('postgres');
+
+  it(
+    'delivers every progress change while another session holds a transaction open, before it is released',
+    { timeout: 60_000 }, // 8 rounds: a watch held back until that transaction is 10 s old would need 80 s
+    async () => {
+      const engine = await target.engine();
+      const worker = engine.worker({ workflows: [paced], pollIntervalMs: 50 });
+      await worker.start();
+      const held = await target.sql().reserve();
+      try {
+        await held`BEGIN`;
+        await held`SELECT txid_current()`; // an open transaction with an xid, of another session
+        const rounds = 8;
+        const handle = await engine.client.start(paced, { rounds });
+        const order: string[] = [];
+        // Only the NOTIFYs of the turns wake it: its poll interval is longer than the test.
+        for await (const event of handle.watch({ pollIntervalMs: 600_000 })) {
+          if (event.type === 'run:progress') {
+            order.push(`progress ${(event.data as { value: { k: number } }).value.k}`);
+            await handle.signal(step, null);
+          }
+          if (event.type === 'run:completed') order.push('completed');
+        }
+        await held`COMMIT`;
+        order.push('released');
+        expect(order).toEqual([
+          ...Array.from({ length: rounds }, (_, k) => `progress ${k + 1}`),
+          'completed',
+          'released',
+        ]);
+      } finally {
+        held.release();
+        await worker.stop();
+      }
+    },
+  );
+
+  it('sends no watch NOTIFY for a run whose watchers left', async () => {
+    const engine = await target.engine();
+    const admin = target.sql();
+    const channel = `palisade_${engine.schema}`;
+    const items: string[] = [];
+    let sentinel = (): void => undefined;
+    await admin.listen(channel, (payload) => {
+      if (payload === 'sentinel') sentinel();
+      else items.push(...payload.split('\n'));
+    });
+    /** NOTIFYs arrive in commit order: once the sentinel sent now is here, every earlier commit's NOTIFY is too. */
+    const drain = async () => {
+      const drained = new Promise<void>((resolve) => (sentinel = resolve));
+      await admin`SELECT pg_notify(${channel}, 'sentinel')`;
+      await drained;
+    };
+    const worker = engine.worker({ workflows: [paced], pollIntervalMs: 50 });
+    await worker.start();
+    try {
+      const handle = await engine.client.start(paced, { rounds: 3 });
+      let waits = 0;
+      for await (const event of handle.watch()) {
+        if (event.type !== 'signal:waiting') continue;
+        if (++waits === 2) break; // the turn after the first signal committed while it watched
+        await handle.signal(step, null);
+      }
+      await drain();
+      expect(items).toContain(`watch:${handle.runId}`); // its turns NOTIFYed while it watched
+      const from = items.length;
+      // The watch left; more turns commit, then the run ends with nobody waiting on it.
+      const ended = new Promise<void>((resolve) =>
+        worker.events.on('turn:committed', (e) => {
+          if (e.outcome !== 'blocked') resolve();
+        }),
+      );
+      for (let k = 0; k < 2; k++) await handle.signal(step, null);
+      await ended;
+      await drain();
+      const afterLeaving = items.slice(from);
+      expect(
+        afterLeaving.filter((i) => i === `watch:${handle.runId}` || i === `run:${handle.runId}`),
+      ).toEqual([]);
+    } finally {
+      await worker.stop();
+    }
+  });
+});

@@ -1,5 +1,7 @@
 import type { Database } from './db/database.js';
 import { pruneRunBatch, type PrunedCounts } from './queries/prune-runs.js';
+import { deleteIdleFlowKeys, lockIdleFlowKeys } from './queries/flow-control.js';
+import { deleteLapsedWatchers } from './queries/run-watchers.js';
 import type { SchemaNames } from './queries/schema-names.js';
 
 export type { PrunedCounts } from './queries/prune-runs.js';
@@ -23,6 +25,9 @@ export interface PruneResult extends PrunedCounts {
  * batch go in a later one (what an operator's `palisade runs prune` expects); a maintenance sweep passes false
  * and stops at the first short batch, leaving the rest to its next sweep. `keepGoing` is asked before each
  * batch after the first (a stopping worker ends its sweep between batches).
+ *
+ * Then it deletes what no live work needs any more: the flow-control keys no live run or step holds
+ * ({@link sweepIdleFlowKeys}) and the watcher rows whose caller let them lapse.
  */
 export async function pruneFinishedRuns(
   db: Database,
@@ -43,6 +48,30 @@ export async function pruneFinishedRuns(
     total.attempts += batch.attempts;
     total.events += batch.events;
     const more = p.untilEmpty ? batch.runs > 0 : batch.runs >= limit;
-    if (!more || (p.keepGoing !== undefined && !p.keepGoing())) return total;
+    if (!more || (p.keepGoing !== undefined && !p.keepGoing())) break;
+  }
+  await sweepIdleFlowKeys(db, n, { limit, keepGoing: p.keepGoing });
+  await deleteLapsedWatchers(db, n);
+  return total;
+}
+
+/**
+ * Delete the flow-control keys (`flow_keys` rows) that no live run or step holds, `limit` per transaction of two
+ * statements (lock, then delete what is still idle: see lockIdleFlowKeys), until a transaction locks fewer.
+ * A key is inserted again by the next work that needs it. @returns how many keys were deleted.
+ */
+export async function sweepIdleFlowKeys(
+  db: Database,
+  n: SchemaNames,
+  p: { limit: number; keepGoing?: (() => boolean) | undefined },
+): Promise<number> {
+  let deleted = 0;
+  for (;;) {
+    const { locked, gone } = await db.transaction(async (tx) => {
+      const keys = await lockIdleFlowKeys(tx, n, p.limit);
+      return { locked: keys.length, gone: await deleteIdleFlowKeys(tx, n, keys) };
+    });
+    deleted += gone;
+    if (locked < p.limit || (p.keepGoing !== undefined && !p.keepGoing())) return deleted;
   }
 }

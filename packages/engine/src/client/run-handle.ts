@@ -16,8 +16,6 @@ import type { Database } from '../db/database.js';
 import type { EndedRun, NotificationHub } from '../db/notification-hub.js';
 import {
   readRun,
-  registerResultWaiter,
-  registerWatcher,
   readRunHistory,
   readChildRuns,
   type AttemptRow,
@@ -32,10 +30,12 @@ import { readUnclaimedWork, type UnclaimedWork } from '../queries/unclaimed-work
 import { readSignals, type SignalRow } from '../queries/send-signal.js';
 import {
   readRunEventsAfter,
-  readWatchHorizon,
+  WATCH_LATE_MS,
+  WATCH_SETTLE_MS,
   type WatchPosition,
-  type WatchedEventRow,
 } from '../queries/watch-run.js';
+import { WATCHER_TTL_MS, deleteWatcher, readRunForWaiter, upsertWatcher } from '../queries/run-watchers.js';
+import { randomUUID } from 'node:crypto';
 import { signalPayload, signalRun } from './signal-run.js';
 import type { Logger } from 'pino';
 import { assertUsableOutsideTransaction } from '../worker/fenced-scope.js';
@@ -119,13 +119,64 @@ const watchSchema = z
 
 /** How many events one read of a watch takes at most. */
 const WATCH_PAGE = 500;
-/** How soon a watch reads again while an open transaction holds its horizon back (ms). */
-const WATCH_HELD_BACK_MS = 25;
+/** How soon a waiter reads again while a statement still in progress holds the run row (ms): see readRunForWaiter. */
+const RUN_ROW_BUSY_MS = 25;
 const RUN_ENDINGS = new Set(['completed', 'failed', 'cancelled']);
 
+const BIGINT_MAX = 9_223_372_036_854_775_807n;
+/** The times a cursor may hold (µs since the epoch): years 1 to 9999, well inside PostgreSQL's timestamptz range. */
+const CURSOR_MIN_AT_US = -62_135_596_800_000_000n;
+const CURSOR_MAX_AT_US = 253_402_300_799_999_999n;
+
 /** `w1.<run id, hex>.<at µs>.<rank>.<ord>.<id>`: a place in one run's history (see readRunEventsAfter). */
-function encodeCursor(runId: string, e: WatchedEventRow): string {
-  return `w1.${runId.replaceAll('-', '')}.${e.at_us}.${e.rank}.${e.ord}.${e.id}`;
+function encodeCursor(runId: string, e: WatchPosition): string {
+  return `w1.${runId.replaceAll('-', '')}.${e.atUs}.${e.rank}.${e.ord}.${e.id}`;
+}
+
+/** The order of history: (at, rank, ord, id), as readRunEventsAfter sorts. */
+function comparePositions(a: WatchPosition, b: WatchPosition): number {
+  const at = BigInt(a.atUs) - BigInt(b.atUs);
+  if (at !== 0n) return at < 0n ? -1 : 1;
+  if (a.rank !== b.rank) return a.rank - b.rank;
+  const ord = BigInt(a.ord) - BigInt(b.ord);
+  if (ord !== 0n) return ord < 0n ? -1 : 1;
+  return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+}
+
+/**
+ * A `run_watchers` row of one result()/watch() call: inserted by its first read, pushed forward while it waits,
+ * deleted when it returns (a call that dies lets it lapse: see run-watchers.ts).
+ */
+class WatcherRow {
+  private readonly id = randomUUID();
+  private held = false;
+  private refreshedAt = -Infinity;
+
+  constructor(
+    private readonly db: Database,
+    private readonly names: SchemaNames,
+    private readonly runId: string,
+    private readonly turns: boolean,
+  ) {}
+
+  /** Insert the row, or push it forward when half its life has passed; nothing when the run ended or is unknown. */
+  async keep(): Promise<void> {
+    if (performance.now() - this.refreshedAt < WATCHER_TTL_MS / 2) return;
+    const at = performance.now();
+    // Idempotent: retried after a lost reply, it leaves one row.
+    const kept = await withInfraRetry(() =>
+      upsertWatcher(this.db, this.names, { id: this.id, runId: this.runId, turns: this.turns }),
+    );
+    this.held ||= kept;
+    this.refreshedAt = at;
+  }
+
+  /** Delete the row. A failure (the engine closing, a lost connection) only lets it lapse. */
+  async drop(): Promise<void> {
+    if (!this.held) return;
+    this.held = false;
+    await deleteWatcher(this.db, this.names, this.id).catch(() => undefined);
+  }
 }
 
 function decodeCursor(runId: string, cursor: string): WatchPosition {
@@ -138,6 +189,18 @@ function decodeCursor(runId: string, cursor: string): WatchPosition {
   if (m[1] !== runId.replaceAll('-', '').toLowerCase()) {
     throw new InvalidOptionsError('watch options', [
       { path: 'after', message: `is a cursor of another run's events, not of run ${runId}` },
+    ]);
+  }
+  // The numbers go to bigint parameters (and a timestamp): out of their range, the database would refuse the read
+  // with a raw error instead of naming the cursor.
+  const atUs = BigInt(m[2]!);
+  const ord = BigInt(m[4]!);
+  if (atUs < CURSOR_MIN_AT_US || atUs > CURSOR_MAX_AT_US || ord < -BIGINT_MAX - 1n || ord > BIGINT_MAX) {
+    throw new InvalidOptionsError('watch options', [
+      {
+        path: 'after',
+        message: `is not a cursor from an event watch() yielded (a number is out of range): ${cursor.slice(0, 80)}`,
+      },
     ]);
   }
   return { atUs: m[2]!, rank: Number(m[3]), ord: m[4]!, id: m[5]! };
@@ -184,6 +247,7 @@ export class RunHandle<O = unknown> {
     let notified = false;
     // The run's end, when this process committed it: no read needed.
     let endedHere: EndedRun | undefined;
+    const watcher = new WatcherRow(this.db, this.names, this.runId, false);
     // Through an outage like every read here: LISTEN needs the database too.
     const unsubscribe = await withInfraRetry(() =>
       this.hub.subscribe(`run:${this.runId}`, (ended) => {
@@ -203,23 +267,29 @@ export class RunHandle<O = unknown> {
     };
     try {
       // A turn of this run in progress in this process (an eager start's, say) may end it: its end then comes from
-      // the commit, with no registration (a write on the run row, which that commit would wait for) and no read.
+      // the commit, with no registration and no read.
       const localTurn = this.hub.localTurnsSettled(this.runId);
       if (localTurn) await localTurn;
-      for (let read = 0; ; read++) {
+      for (;;) {
         throwIfClosed();
         notified = false;
-        // The first read registers this waiter on the run, so that the statement ending it NOTIFYs.
-        // A read that meets a lost connection is tried again (a registration counted twice only costs a NOTIFY).
-        const run =
-          endedHere ??
-          (await withInfraRetry(() => {
+        // Registered first (a row of its own: the run row is never written), then read: a statement that ends the
+        // run after the registration committed NOTIFYs; one that decided before is still writing the run row when
+        // the read comes (`writing`), and the read is tried again once it ended.
+        let run: RunRow | EndedRun | undefined = endedHere;
+        let writing = false;
+        if (!run) {
+          const read = await withInfraRetry(async () => {
             throwIfClosed();
-            return (read === 0 ? registerResultWaiter : readRun)(this.db, this.names, this.runId);
+            await watcher.keep();
+            return readRunForWaiter(this.db, this.names, this.runId);
           }).catch((error: unknown) => {
             throwIfClosed(); // the read failed because the engine closed its connections under it
             throw error;
-          }));
+          });
+          run = read?.run;
+          writing = read?.writing ?? false;
+        }
         if (!run) throw new RunNotFoundError(`run ${this.runId}`);
         if (run.status === 'completed') return run.output as O;
         if (run.status === 'failed') throw new RunFailedError(this.runId, run.error as SerializedFailure);
@@ -248,7 +318,7 @@ export class RunHandle<O = unknown> {
         }
         if (notified) continue;
         await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, Math.min(left, pollIntervalMs));
+          const timer = setTimeout(resolve, Math.min(left, writing ? RUN_ROW_BUSY_MS : pollIntervalMs));
           wake = () => {
             clearTimeout(timer);
             resolve();
@@ -258,6 +328,7 @@ export class RunHandle<O = unknown> {
       }
     } finally {
       unsubscribe();
+      await watcher.drop();
     }
   }
 
@@ -317,7 +388,8 @@ export class RunHandle<O = unknown> {
     assertUsableOutsideTransaction(this.db, 'handle.watch');
     const parsed = watchSchema.safeParse(options);
     if (!parsed.success) throw new InvalidOptionsError('watch options', formatIssues(parsed.error.issues));
-    let after = parsed.data.after === undefined ? undefined : decodeCursor(this.runId, parsed.data.after);
+    const from = parsed.data.after === undefined ? undefined : decodeCursor(this.runId, parsed.data.after);
+    let after = from;
     const pollIntervalMs = parsed.data.pollIntervalMs ?? 1_000;
     let wake: (() => void) | undefined;
     let notified = false;
@@ -329,11 +401,11 @@ export class RunHandle<O = unknown> {
       this.hub.subscribe(`run:${this.runId}`, onNotify),
       this.hub.subscribe(`watch:${this.runId}`, onNotify),
     ]);
+    // Registered as a watcher (a row of its own): the run's turns and its end NOTIFY while it waits.
+    const watcher = new WatcherRow(this.db, this.names, this.runId, true);
+    // The events yielded within WATCH_LATE_MS before the furthest one, by id, with their times (µs).
+    const seen = new Map<string, bigint>();
     try {
-      // Registered as a watcher: the run's turns and its end then NOTIFY (see commitTurn).
-      if (!(await registerWatcher(this.db, this.names, this.runId))) {
-        throw new RunNotFoundError(`run ${this.runId}`);
-      }
       for (;;) {
         if (this.hub.closed) {
           throw new PalisadeError('ENGINE_CLOSED', `engine closed while watching run ${this.runId}`, {
@@ -341,23 +413,41 @@ export class RunHandle<O = unknown> {
           });
         }
         notified = false;
-        const horizonUs = await readWatchHorizon(this.db, this.names);
-        const read = await readRunEventsAfter(this.db, this.names, this.runId, after, horizonUs, WATCH_PAGE);
-        for (const row of read.events) {
-          const { at_us: _at, rank: _rank, ord: _ord, ...event } = row;
-          yield { ...event, cursor: encodeCursor(this.runId, row) };
+        await watcher.keep();
+        if (after) {
+          const lateFromUs = BigInt(after.atUs) - BigInt(WATCH_LATE_MS) * 1000n;
+          for (const [id, atUs] of seen) if (atUs < lateFromUs) seen.delete(id);
         }
-        const last = read.events.at(-1);
-        if (last) after = { atUs: last.at_us, rank: last.rank, ord: last.ord, id: last.id };
+        const read = await readRunEventsAfter(this.db, this.names, this.runId, {
+          from,
+          after,
+          seenIds: [...seen.keys()],
+          limit: WATCH_PAGE,
+        });
+        for (const row of read.events) {
+          const { at_us: atUs, rank, ord, ...event } = row;
+          if (seen.has(row.id)) continue;
+          seen.set(row.id, BigInt(atUs));
+          const position = { atUs, rank, ord, id: row.id };
+          // An event that became visible late sorts before ones already yielded: its cursor is still the furthest
+          // place yielded, so that resuming from it yields nothing twice.
+          if (!after || comparePositions(position, after) > 0) after = position;
+          yield { ...event, cursor: encodeCursor(this.runId, after) };
+        }
         if (read.events.length === WATCH_PAGE || notified) continue;
         if (read.status === undefined) throw new RunNotFoundError(`run ${this.runId}`);
-        // Ended, and every event up to its end (the end included) is below the horizon, hence yielded.
+        // Ended, and every event up to its end (the end included) is before the horizon, hence yielded.
         const ended = RUN_ENDINGS.has(read.status) && read.finishedUs !== null;
-        if (ended && BigInt(read.finishedUs!) < BigInt(horizonUs)) return;
-        // Events (the end, say) past the horizon: read again soon, once the transactions open before them ended.
-        const heldBack = read.heldBack || ended;
+        if (ended && BigInt(read.finishedUs!) < BigInt(read.horizonUs)) return;
+        // Events (the end, say) past the horizon: read again once they are behind it. A statement still writing
+        // the run row may have decided on its NOTIFY before this watch registered: read again once it ended.
+        const delayMs = read.writing
+          ? RUN_ROW_BUSY_MS
+          : read.heldBack || ended
+            ? WATCH_SETTLE_MS
+            : pollIntervalMs;
         await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, heldBack ? WATCH_HELD_BACK_MS : pollIntervalMs);
+          const timer = setTimeout(resolve, delayMs);
           wake = () => {
             clearTimeout(timer);
             resolve();
@@ -367,6 +457,7 @@ export class RunHandle<O = unknown> {
       }
     } finally {
       for (const unsubscribe of unsubscribers) unsubscribe();
+      await watcher.drop();
     }
   }
 

@@ -854,8 +854,8 @@ ${
                                      }
        WHERE r.id = (SELECT id FROM go)
       RETURNING r.id, r.queue, r.turn_next_run_at <= (SELECT t FROM clock) AS due_now, r.status, r.output, r.error,
-                r.cancel_reason, r.result_waiters, r.turn_token, r.turn_nonce, r.turn_epoch, r.turn_attempt,
-                r.parent_step_id, r.watchers, r.concurrency_key),
+                r.cancel_reason, r.turn_token, r.turn_nonce, r.turn_epoch, r.turn_attempt,
+                r.parent_step_id, r.concurrency_key),
     turn_attempt AS (${
       grant.kind === 'claimed'
         ? sql`
@@ -964,17 +964,17 @@ ${
         : sql``
     }
     -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
-    -- next turn is due now, the run's waiters when it ended and a handle.result() waited on it, and, when it goes
-    -- on, its watchers (runs.watchers: one NOTIFY item per turn, for watched runs only).
+    -- next turn is due now, the run's waiters when it ended and a handle.result() waits on it, and, when it goes
+    -- on, its watchers (a handle.watch() waits on it now: one NOTIFY item per turn, for watched runs only).
     ${notifyOnce(
       n,
       'notified',
       sql`SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
-          UNION ALL ${endedRunItems(sql`(SELECT * FROM run_row WHERE ${ending}) x`)}
+          UNION ALL ${endedRunItems(n, sql`(SELECT * FROM run_row WHERE ${ending}) x`)}
           -- A run under a concurrency key that ends gives its place to a pending run of its key (flow-control.ts).
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE ${ending} AND concurrency_key IS NOT NULL
-          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE watchers > 0 AND NOT ${ending}${
+          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT ${ending} AND ${n.runWatched}(id, true)${
             startsChildren ? sql` UNION ALL SELECT 'turn:' || queue FROM children` : sql``
           }${
             ending

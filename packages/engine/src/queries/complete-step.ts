@@ -93,7 +93,7 @@ export async function completeSteps(
       UPDATE ${n.runs} r SET status = 'completed', output = applied.output, finished_at = ${n.now}
         FROM applied
        WHERE r.id = applied.run_id AND r.kind = 'activity' AND r.status IN ('pending', 'running')
-      RETURNING r.id, r.result_waiters),
+      RETURNING r.id),
     -- Eager turns: of the workflow runs this batch wakes, those whose turns the worker runs and whose turn no one
     -- holds, as many as it can start now, judged on each run's newest version (locked in run_lock).
     eager_pick AS MATERIALIZED (
@@ -163,7 +163,7 @@ export async function completeSteps(
       'notified',
       // A step under a concurrency key gives its place back: wake the claims of its queue, as a claim made while it
       // ran has skipped the steps waiting for that place (flow-control.ts).
-      sql`${endedRunItems(sql`finished_run`)} UNION ALL SELECT 'turn:' || queue FROM woken_run WHERE NOT eager
+      sql`${endedRunItems(n, sql`finished_run`)} UNION ALL SELECT 'turn:' || queue FROM woken_run WHERE NOT eager
           UNION ALL SELECT 'step:' || queue FROM applied WHERE concurrency_key IS NOT NULL`,
     )},
     ${rejectionCtes(n, { operation: 'complete', replayWhen: sql`cur.status = 'completed' AND cur.ended_nonce = cur.stale_nonce AND cur.fencing_token = cur.stale_token` })}

@@ -74,7 +74,7 @@ export async function expireSteps(db: Database, n: SchemaNames, limit = 100): Pr
       UPDATE ${n.runs} r SET status = e.status, error = e.error, finished_at = ${n.now}
         FROM ended e
        WHERE r.id = e.run_id AND r.kind = 'activity' AND r.status IN ('pending', 'running')
-      RETURNING r.id, r.status, r.error, r.result_waiters),
+      RETURNING r.id, r.status, r.error),
     run_events AS (
       INSERT INTO ${n.events} (run_id, type, data, terminal, at)
       SELECT id, 'run:' || status, jsonb_build_object('error', error), true, ${n.now} FROM finished_runs
@@ -87,7 +87,7 @@ export async function expireSteps(db: Database, n: SchemaNames, limit = 100): Pr
     ${notifyOnce(
       n,
       'notified',
-      sql`${endedRunItems(sql`finished_runs`)} UNION ALL SELECT 'turn:' || queue FROM woken_runs`,
+      sql`${endedRunItems(n, sql`finished_runs`)} UNION ALL SELECT 'turn:' || queue FROM woken_runs`,
     )}
     SELECT e.id::text, e.run_id::text, e.status,
            (SELECT count(*) FROM ended_attempts) + (SELECT count(*) FROM step_events)

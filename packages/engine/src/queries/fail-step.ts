@@ -85,7 +85,7 @@ export async function failSteps(
         FROM applied a
        WHERE r.id = a.run_id AND a.status <> 'scheduled'
          AND r.kind = 'activity' AND r.status IN ('pending', 'running')
-      RETURNING r.id, r.status, r.error, r.result_waiters),
+      RETURNING r.id, r.status, r.error),
     run_event AS (
       INSERT INTO ${n.events} (run_id, type, data, terminal, at)
       SELECT id, 'run:' || status, jsonb_build_object('error', error), true, ${now} FROM finished_run
@@ -100,7 +100,7 @@ export async function failSteps(
       n,
       'notified',
       // A step under a concurrency key gives its place back (retried or not): see completeSteps.
-      sql`${endedRunItems(sql`finished_run`)} UNION ALL SELECT 'turn:' || queue FROM woken_run
+      sql`${endedRunItems(n, sql`finished_run`)} UNION ALL SELECT 'turn:' || queue FROM woken_run
           UNION ALL SELECT 'step:' || queue FROM applied WHERE concurrency_key IS NOT NULL`,
     )},
     ${rejectionCtes(n, {

@@ -1,4 +1,5 @@
 import { sql, type SQL } from 'drizzle-orm';
+import type { Database } from '../db/database.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 /*
@@ -53,10 +54,13 @@ function runningStepsOfKey(n: SchemaNames, s: SQL): SQL {
      WHERE k.name = ${s}.name AND k.concurrency_key = ${s}.concurrency_key AND k.status = 'running')`;
 }
 
-/** The number of running runs of the workflow and concurrency key of runs row `r` (the snapshot's). */
+/**
+ * The number of running runs of the workflow and concurrency key of runs row `r` (the snapshot's), read off
+ * `runs_live_concurrency_key_idx`: the key's live runs only, however many have finished.
+ */
 function runningRunsOfKey(n: SchemaNames, r: SQL): SQL {
   return sql`(SELECT count(*) FROM ${n.runs} k
-     WHERE k.name = ${r}.name AND k.concurrency_key = ${r}.concurrency_key AND k.status = 'running'
+     WHERE k.name = ${r}.name AND k.live_concurrency_key = ${r}.concurrency_key AND k.status = 'running'
        AND k.kind = 'workflow')`;
 }
 
@@ -176,15 +180,82 @@ export function flowKeysBumped(n: SchemaNames, admittedIds: SQL): SQL {
 }
 
 /**
- * CTE `flow_keys_made`: inserts the flow-control keys `keys` (a subquery of one text column, NULLs ignored) that
- * do not exist yet, in key order (two statements inserting the same new keys wait on each other in one order).
- * Takes no lock on an existing key. Ends with a comma.
+ * CTEs `flow_keys_kept` and `flow_keys_made`: inserts the flow-control keys `keys` (a subquery of one text column,
+ * NULLs ignored) that do not exist yet, in key order (two statements inserting the same new keys wait on each other
+ * in one order). An existing key is first locked `FOR KEY SHARE`, which no claim's lock conflicts with: only the
+ * retention sweep's, which deletes keys no live work holds ({@link lockIdleFlowKeys}). The race it prevents: the
+ * insert finds the key (no conflict to resolve), the sweep, which cannot see the insert's uncommitted work, deletes
+ * it, and the new work waits forever for a key row no claim can lock. With the lock, either the sweep skips the
+ * key (SKIP LOCKED), or the insert waits for the sweep's commit, finds the row gone, and inserts it afresh. Ends
+ * with a comma.
  */
 export function flowKeysInserted(n: SchemaNames, keys: SQL): SQL {
   return sql`
+    flow_keys_kept AS MATERIALIZED (
+      SELECT count(*) AS n FROM (
+        SELECT k.key FROM ${n.flowKeys} k WHERE k.key IN (SELECT x.key FROM (${keys}) x(key))
+         ORDER BY k.key FOR KEY SHARE OF k) y),
     flow_keys_made AS (
       INSERT INTO ${n.flowKeys} (key)
-      SELECT DISTINCT x.key FROM (${keys}) x(key) WHERE x.key IS NOT NULL ORDER BY 1
+      SELECT DISTINCT x.key FROM (${keys}) x(key) WHERE x.key IS NOT NULL AND (SELECT n FROM flow_keys_kept) >= 0
+       ORDER BY 1
       ON CONFLICT DO NOTHING
       RETURNING 1),`;
+}
+
+/** The longest rate-limit period (ms) a step may have (the sdk's `RateLimit.period` is at most a day). */
+const MAX_RATE_PERIOD_MS = 86_400_000;
+
+/**
+ * A predicate on flow_keys row `k`: no live work holds the key — no `pending` or `running` workflow run under a
+ * run key (`runs_live_concurrency_key_idx`), no `scheduled` or `running` step under a step or rate key
+ * (`steps_flow_keyed_live_idx`) — and, for a rate key, no start within the longest rate period.
+ */
+function flowKeyIdle(n: SchemaNames): SQL {
+  return sql`k.key NOT IN (
+        SELECT 'run/' || r.name || '/' || r.live_concurrency_key FROM ${n.runs} r WHERE r.live_concurrency_key IS NOT NULL
+        UNION ALL
+        SELECT 'step/' || s.name || '/' || s.concurrency_key FROM ${n.steps} s
+         WHERE (s.concurrency_key IS NOT NULL OR s.rate_key IS NOT NULL) AND s.status IN ('scheduled', 'running')
+           AND s.concurrency_key IS NOT NULL
+        UNION ALL
+        SELECT 'rate/' || s.name || '/' || s.rate_key FROM ${n.steps} s
+         WHERE (s.concurrency_key IS NOT NULL OR s.rate_key IS NOT NULL) AND s.status IN ('scheduled', 'running')
+           AND s.rate_key IS NOT NULL)
+     AND NOT EXISTS (SELECT 1 FROM unnest(k.recent) x(t) WHERE x.t > ${n.now} - ${msInterval(sql`${MAX_RATE_PERIOD_MS}::float8`)})`;
+}
+
+/**
+ * First statement of the retention sweep's deletion of idle flow-control keys, in its transaction: lock at most
+ * `limit` keys that no live work holds in this snapshot (see flowKeyIdle), `FOR UPDATE SKIP LOCKED` — a key a claim
+ * or an insert holds now is left for a later sweep. @returns the keys locked.
+ */
+export async function lockIdleFlowKeys(tx: Database, n: SchemaNames, limit: number): Promise<string[]> {
+  const rows = await tx.rows<{ key: string }>(sql`
+    SELECT k.key FROM ${n.flowKeys} k WHERE ${flowKeyIdle(n)}
+     ORDER BY k.key LIMIT ${limit} FOR UPDATE OF k SKIP LOCKED`);
+  return rows.map((r) => r.key);
+}
+
+/**
+ * Second statement, in the same transaction: delete the locked `keys` that are still idle in a snapshot taken now,
+ * after the locks: work inserted under a key before it was locked has committed by then (its insert held the key
+ * `FOR KEY SHARE`, see {@link flowKeysInserted}) and is seen; work inserted later waits for this commit and
+ * inserts the key again. A claim cannot have admitted under a locked key (it locks the row itself, SKIP LOCKED),
+ * and a claim whose snapshot saw the deleted row never holds it: its versions protocol admits nothing then.
+ * @returns how many keys were deleted.
+ */
+export async function deleteIdleFlowKeys(
+  tx: Database,
+  n: SchemaNames,
+  keys: readonly string[],
+): Promise<number> {
+  if (keys.length === 0) return 0;
+  const rows = await tx.rows<{ n: number }>(sql`
+    WITH gone AS (
+      DELETE FROM ${n.flowKeys} k
+       WHERE k.key IN (SELECT jsonb_array_elements_text(${JSON.stringify(keys)}::jsonb)) AND ${flowKeyIdle(n)}
+      RETURNING 1)
+    SELECT count(*)::int AS n FROM gone`);
+  return Number(rows[0]?.n ?? 0);
 }

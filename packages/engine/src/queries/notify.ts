@@ -34,9 +34,10 @@ export function notifyOnce(n: SchemaNames, name: string, items: SQL): SQL {
 }
 
 /**
- * The `run:<id>` items of the runs that `endedRuns` (a CTE returning `id` and `result_waiters` of the run rows a
- * statement ended, as it wrote them) ended: only those a `handle.result()` registered on (registerResultWaiter).
+ * The `run:<id>` items of the runs that `endedRuns` (a CTE returning the `id` of the run rows a statement ended,
+ * after it wrote them) ended: only those a `handle.result()` or `handle.watch()` waits on now (a `run_watchers`
+ * row, read by `<schema>.run_watched` with a snapshot of its own: see migration 0018 and run-watchers.ts).
  */
-export function endedRunItems(endedRuns: SQL): SQL {
-  return sql`SELECT 'run:' || id::text FROM ${endedRuns} WHERE result_waiters > 0`;
+export function endedRunItems(n: SchemaNames, endedRuns: SQL): SQL {
+  return sql`SELECT 'run:' || id::text FROM ${endedRuns} WHERE ${n.runWatched}(id, false)`;
 }

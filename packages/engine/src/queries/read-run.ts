@@ -36,7 +36,7 @@ export interface RunRow {
 }
 
 /** The columns of a {@link RunRow} from run alias `r` (a job's status and start read off its step: job-run.ts). */
-function runColumns(n: SchemaNames): SQL {
+export function runColumns(n: SchemaNames): SQL {
   const job = jobRunColumns(n, sql`r`);
   return sql`r.id::text, r.kind, r.name, ${job.status} AS status, r.input, r.output, r.error, r.progress,
   r.parent_run_id::text, r.schedule_id,
@@ -48,42 +48,6 @@ function runColumns(n: SchemaNames): SQL {
   to_char(${job.startAt} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS start_at,
   to_char(${job.startedAt} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS started_at,
   to_char(r.finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS finished_at`;
-}
-
-/**
- * Register a `handle.result()` waiter on a run that has not ended (`runs.result_waiters`, so that the statement
- * that ends it sends its `run:` NOTIFY) and return the run as that write left it; a run that has ended, or
- * does not exist, is read as it is. The registration waits for a statement that holds the run row (one that is
- * ending it), so either it registers before that statement decides whether to NOTIFY, or it reads the end.
- */
-export async function registerResultWaiter(
-  db: Database,
-  n: SchemaNames,
-  runId: string,
-): Promise<RunRow | undefined> {
-  if (!/^[0-9a-f-]{36}$/i.test(runId)) return undefined;
-  const rows = await db.rows<RunRow>(sql`
-    UPDATE ${n.runs} r SET result_waiters = r.result_waiters + 1
-     WHERE r.id = ${runId}::uuid AND r.status IN ('pending', 'running')
-    RETURNING ${runColumns(n)}`);
-  // A second statement, not a fallback SELECT in the same one: that one would read with the snapshot taken before
-  // the UPDATE waited, and could show a run as running that the statement it waited for had just ended.
-  return rows[0] ?? (await readRun(db, n, runId));
-}
-
-/**
- * Register a `handle.watch()` on a run that has not ended: as {@link registerResultWaiter} (its end NOTIFYs), and
- * `runs.watchers`, so that each turn commit that goes on NOTIFYs `watch:<id>` too. @returns whether the run exists.
- */
-export async function registerWatcher(db: Database, n: SchemaNames, runId: string): Promise<boolean> {
-  if (!/^[0-9a-f-]{36}$/i.test(runId)) return false;
-  const rows = await db.rows<{ id: string }>(sql`
-    WITH w AS (
-      UPDATE ${n.runs} r SET result_waiters = r.result_waiters + 1, watchers = r.watchers + 1
-       WHERE r.id = ${runId}::uuid AND r.status IN ('pending', 'running')
-      RETURNING r.id)
-    SELECT id::text FROM w UNION ALL SELECT id::text FROM ${n.runs} WHERE id = ${runId}::uuid`);
-  return rows.length > 0;
 }
 
 /** One run by id; plain read. */

@@ -19,6 +19,9 @@ export interface SchemaNames {
   readonly signals: SQL;
   /** Flow-control keys: per-key concurrency and rate limits (migration 0016). */
   readonly flowKeys: SQL;
+  readonly runWatchers: SQL;
+  /** `<schema>.run_watched` (call it as `${n.runWatched}(run_id, turns)`). */
+  readonly runWatched: SQL;
   /** Durable schedules (migration 0017). */
   readonly schedules: SQL;
   readonly clockOffset: SQL;
@@ -50,6 +53,8 @@ export function schemaNames(schema: string): SchemaNames {
     fences: t('fences'),
     signals: t('signals'),
     flowKeys: t('flow_keys'),
+    runWatchers: t('run_watchers'),
+    runWatched: sql.raw(`${q}."run_watched"`),
     schedules: t('schedules'),
     clockOffset: t('clock_offset'),
     nextToken: sql.raw(`nextval('${q}."fencing_token_seq"')`),

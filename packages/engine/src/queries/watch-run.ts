@@ -22,88 +22,104 @@ export interface WatchPosition {
 }
 
 /**
- * How far back the horizon may lag the database clock (ms) when a transaction that could still write older events
- * is open or cannot be seen: past it, such a transaction's events are yielded when they commit, out of order.
+ * How long after its time an event is yielded at the latest when nothing holds it back (ms): the horizon of a read
+ * is its database time minus this. Events are stamped with `<schema>.now()` inside the statement that writes them,
+ * before it commits, so an event may become visible after a later-stamped one; holding each back this long yields
+ * them in history order as long as their statements commit within it (the engine's are single statements).
+ * Rejected: a horizon at the oldest open transaction (pg_stat_activity), which any long transaction of the
+ * database, or one the engine's role cannot see, held back for seconds (issue 26).
  */
-export const WATCH_HORIZON_MAX_LAG_MS = 10_000;
+export const WATCH_SETTLE_MS = 250;
 
 /**
- * The horizon before which every event of every run is committed (or never will be), in µs of database time.
- * Every event's time is `<schema>.now()` = clock_timestamp() + the time-travel offset, read inside its own
- * transaction, so it is never earlier than that transaction's start plus the offset: the horizon is the earliest
- * start of the other transactions open now (pg_stat_activity), or now when none is. Read in its own statement,
- * before the statement that reads the events: a transaction open now that commits before that read is then seen
- * by it, and one that starts later writes after the horizon. A transaction this role cannot see (another role's,
- * without pg_read_all_stats), or one open longer than {@link WATCH_HORIZON_MAX_LAG_MS}, holds the horizon back
- * that long at most.
+ * How far back from the furthest event it yielded a watch still looks for events that became visible late (ms):
+ * one whose statement committed more than {@link WATCH_SETTLE_MS} after its time is yielded then, out of order,
+ * rather than never.
  */
-export async function readWatchHorizon(db: Database, n: SchemaNames): Promise<string> {
-  const rows = await db.rows<{ horizon_us: string }>(sql`
-    WITH clock AS MATERIALIZED (
-      SELECT ${n.now} AS now_at,
-             coalesce((SELECT offset_ms FROM ${n.clockOffset}), 0) * interval '1 millisecond' AS offset_by),
-    open_tx AS (
-      SELECT min(a.xact_start) AS oldest, bool_or(a.state IS NULL) AS unseen
-        FROM pg_stat_activity a
-       WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.backend_type = 'client backend'
-         AND (a.xact_start IS NOT NULL OR a.state IS NULL))
-    SELECT (extract(epoch FROM greatest(
-              c.now_at - ${WATCH_HORIZON_MAX_LAG_MS} * interval '1 millisecond',
-              CASE WHEN o.unseen THEN c.now_at - ${WATCH_HORIZON_MAX_LAG_MS} * interval '1 millisecond'
-                   ELSE least(c.now_at, o.oldest + c.offset_by) END)) * 1000000)::bigint::text AS horizon_us
-      FROM clock c, open_tx o`);
-  return rows[0]!.horizon_us;
+export const WATCH_LATE_MS = 10_000;
+
+/** What one read of a watch asks for. */
+export interface WatchReadParams {
+  /** The furthest event yielded so far (none: from the run's start). */
+  readonly after: WatchPosition | undefined;
+  /** Where the watch started (its `after` option): nothing at or before it is read, late or not. */
+  readonly from: WatchPosition | undefined;
+  /** The events yielded so far at or after `after.atUs - WATCH_LATE_MS` µs, by id: not yielded again. */
+  readonly seenIds: readonly string[];
+  readonly limit: number;
 }
 
 /**
- * The events of run `runId` after `after` (all when undefined) and before `horizonUs`, in history order (at, rank,
- * ord, id — the order of `describe().events`), at most `limit`; whether the run has events at or past the horizon
- * (held back until the transactions open before them end); and the run's status and end time as now committed.
+ * One read of a watch of run `runId`: its events stamped before the horizon (database time minus
+ * {@link WATCH_SETTLE_MS}) that come after `after` in history order (at, rank, ord, id — the order of
+ * `describe().events`), plus those stamped within {@link WATCH_LATE_MS} before `after` that are not in `seenIds`
+ * (visible late); at most `limit`, in history order. Also whether the run has events past the horizon
+ * (`heldBack`), the run's status and end time as now committed, the horizon, and whether a transaction still in
+ * progress holds the run row (`writing`, see readRunForWaiter): a turn commit that decided on its NOTIFY before
+ * this watch registered. Plain read: no lock, no write; reads no other session's state.
  */
 export async function readRunEventsAfter(
   db: Database,
   n: SchemaNames,
   runId: string,
-  after: WatchPosition | undefined,
-  horizonUs: string,
-  limit: number,
+  p: WatchReadParams,
 ): Promise<{
   events: WatchedEventRow[];
   heldBack: boolean;
   status: string | undefined;
   finishedUs: string | null;
+  horizonUs: string;
+  writing: boolean;
 }> {
+  const after = p.after;
+  const position = sql`(e.at, e.rank, e.ord, e.id)`;
+  const from = p.from;
+  const fromClause = from
+    ? sql`AND ${position} > ('epoch'::timestamptz + ${from.atUs}::bigint * interval '1 microsecond',
+                              ${from.rank}::int, ${from.ord}::bigint, ${from.id}::text)`
+    : sql``;
   const afterClause = after
-    ? sql`AND (e.at, e.rank, e.ord, e.id) > ('epoch'::timestamptz + ${after.atUs}::bigint * interval '1 microsecond',
-                                             ${after.rank}::int, ${after.ord}::bigint, ${after.id}::text)`
+    ? sql`AND (${position} > ('epoch'::timestamptz + ${after.atUs}::bigint * interval '1 microsecond',
+                               ${after.rank}::int, ${after.ord}::bigint, ${after.id}::text)
+               OR (e.at >= 'epoch'::timestamptz + ${after.atUs}::bigint * interval '1 microsecond'
+                            - ${WATCH_LATE_MS} * interval '1 millisecond'
+                   AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(${JSON.stringify(p.seenIds)}::jsonb) y(id)
+                                    WHERE y.id = e.id) ${fromClause}))`
     : sql``;
   const rows = await db.rows<{
     events: WatchedEventRow[] | null;
     held_back: boolean;
     status: string | null;
     finished_us: string | null;
+    horizon_us: string;
+    writing: boolean | null;
   }>(sql`
+    WITH clock AS MATERIALIZED (SELECT ${n.now} - ${WATCH_SETTLE_MS} * interval '1 millisecond' AS horizon)
     SELECT (SELECT jsonb_agg(x ORDER BY x.at_us::bigint, x.rank, x.ord::bigint, x.id) FROM (
               SELECT e.id, e.step_id::text, s.name AS step_name, e.type, e.attempt, e.epoch,
                      e.fencing_token::text AS token, e.worker_id, e.data,
                      to_char(e.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS at,
                      (extract(epoch FROM e.at) * 1000000)::bigint::text AS at_us, e.rank, e.ord::text AS ord
                 FROM ${n.runEvents} e LEFT JOIN ${n.steps} s ON s.id = e.step_id
-               WHERE e.run_id = ${runId}::uuid
-                 AND e.at < 'epoch'::timestamptz + ${horizonUs}::bigint * interval '1 microsecond' ${afterClause}
+               WHERE e.run_id = ${runId}::uuid AND e.at < (SELECT horizon FROM clock) ${afterClause}
                ORDER BY e.at, e.rank, e.ord, e.id
-               LIMIT ${limit}) x) AS events,
+               LIMIT ${p.limit}) x) AS events,
            EXISTS (SELECT 1 FROM ${n.runEvents} e
-                    WHERE e.run_id = ${runId}::uuid
-                      AND e.at >= 'epoch'::timestamptz + ${horizonUs}::bigint * interval '1 microsecond') AS held_back,
+                    WHERE e.run_id = ${runId}::uuid AND e.at >= (SELECT horizon FROM clock)) AS held_back,
            r.status,
-           (extract(epoch FROM r.finished_at) * 1000000)::bigint::text AS finished_us
+           (extract(epoch FROM r.finished_at) * 1000000)::bigint::text AS finished_us,
+           (extract(epoch FROM (SELECT horizon FROM clock)) * 1000000)::bigint::text AS horizon_us,
+           r.xmax::text <> '0' AND EXISTS (
+             SELECT 1 FROM pg_snapshot_xip(pg_current_snapshot()) x
+              WHERE x::text::bigint % 4294967296 = r.xmax::text::bigint) AS writing
       FROM (SELECT 1) one LEFT JOIN ${n.runs} r ON r.id = ${runId}::uuid`);
-  const row = rows[0];
+  const row = rows[0]!;
   return {
-    events: row?.events ?? [],
-    heldBack: row?.held_back ?? false,
-    status: row?.status ?? undefined,
-    finishedUs: row?.finished_us ?? null,
+    events: row.events ?? [],
+    heldBack: row.held_back,
+    status: row.status ?? undefined,
+    finishedUs: row.finished_us ?? null,
+    horizonUs: row.horizon_us,
+    writing: row.writing ?? false,
   };
 }

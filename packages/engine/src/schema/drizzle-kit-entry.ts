@@ -14,5 +14,6 @@ export const {
   signals,
   flowKeys,
   schedules,
+  runWatchers,
   clockOffset,
 } = tables;

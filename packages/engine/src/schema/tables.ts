@@ -53,6 +53,14 @@ export function defineTables(schemaName: string) {
        */
       concurrencyKey: text('concurrency_key'),
       concurrencyLimit: integer('concurrency_limit'),
+      /**
+       * `concurrency_key` while the run is live (`pending` or `running`), else null: what `runs_live_concurrency_key_idx`
+       * indexes, so that a key's count reads its live runs only, never the finished ones (issue 26). Generated, so no
+       * statement keeps it; an unkeyed run's stays null, so its status changes remain HOT updates.
+       */
+      liveConcurrencyKey: text('live_concurrency_key').generatedAlwaysAs(
+        sql`CASE WHEN status IN ('pending', 'running') THEN concurrency_key END`,
+      ),
       cancelRequestedAt: ts('cancel_requested_at'),
       cancelReason: text('cancel_reason'),
       // The workflow turn's own lease: a turn is an attempt (DESIGN.md §4, last paragraph).
@@ -65,16 +73,6 @@ export function defineTables(schemaName: string) {
       turnLeaseExpiresAt: ts('turn_lease_expires_at'),
       /** Bumped by every wake-up (a step ended, a cancel), so a turn that committed after one keeps the run due. */
       wakeCount: integer('wake_count').notNull().default(0),
-      /**
-       * `handle.result()` calls that have waited on the run: a statement that ends the run sends its `run:` NOTIFY
-       * only when one has (PostgreSQL serializes the commits of every NOTIFY behind one lock).
-       */
-      resultWaiters: integer('result_waiters').notNull().default(0),
-      /**
-       * `handle.watch()` calls that have watched the run: each turn commit that does not end it sends a `watch:`
-       * NOTIFY item only when one has (a result waiter alone needs only the end's).
-       */
-      watchers: integer('watchers').notNull().default(0),
       /** The schedule whose tick (or trigger, or backfill) created this run, or null. */
       scheduleId: text('schedule_id'),
       /** The tick of `schedule_id` this run is for, by the database clock. */
@@ -103,11 +101,12 @@ export function defineTables(schemaName: string) {
         .on(t.queue, t.priority.desc().nullsFirst(), t.turnNextRunAt)
         .where(sql`${t.turnNextRunAt} IS NOT NULL`),
       index('runs_parent_run_id_idx').on(t.parentRunId),
-      // The runs of one concurrency key, for the turn claim's count of those running. Not on status: a run's
-      // status changes on its hot path, and a column in an index predicate would end its HOT updates too.
-      index('runs_concurrency_key_idx')
-        .on(t.name, t.concurrencyKey)
-        .where(sql`${t.concurrencyKey} IS NOT NULL`),
+      // The live runs of one concurrency key, for the turn claim's count of those running. Not status in the
+      // predicate: a run's status changes on its hot path, and a column in an index predicate would end the HOT
+      // updates of every run; the generated column changes only for keyed runs.
+      index('runs_live_concurrency_key_idx')
+        .on(t.name, t.liveConcurrencyKey)
+        .where(sql`${t.liveConcurrencyKey} IS NOT NULL`),
     ],
   );
 
@@ -207,6 +206,12 @@ export function defineTables(schemaName: string) {
       index('steps_concurrency_running_idx')
         .on(t.name, t.concurrencyKey)
         .where(sql`${t.concurrencyKey} IS NOT NULL AND ${t.status} = 'running'`),
+      // The live steps under a flow-control key, read by the retention sweep to find the keys no work holds.
+      index('steps_flow_keyed_live_idx')
+        .on(t.name)
+        .where(
+          sql`(${t.concurrencyKey} IS NOT NULL OR ${t.rateKey} IS NOT NULL) AND ${t.status} IN ('scheduled', 'running')`,
+        ),
     ],
   );
 
@@ -380,6 +385,29 @@ export function defineTables(schemaName: string) {
     ],
   );
 
+  /**
+   * The `handle.result()` and `handle.watch()` calls waiting on a run now, one row each, deleted when the call
+   * returns (issue 26). A statement that ends a run sends its `run:` NOTIFY item only when the run has a row here,
+   * and a turn commit that goes on its `watch:` item only when one has `turns` (see `<schema>.run_watched`). Apart
+   * from the runs, so that a reader never writes the hot run row and a watcher that left costs no NOTIFY. A row
+   * whose caller died without deleting it lapses at `expires_at`, which a live caller pushes forward, and the
+   * retention sweep deletes it.
+   */
+  const runWatchers = schema.table(
+    'run_watchers',
+    {
+      id: uuid('id').primaryKey(),
+      runId: uuid('run_id').notNull(),
+      /** A `watch()` (every turn NOTIFYs), not only a `result()` (the end does). */
+      turns: boolean('turns').notNull(),
+      expiresAt: ts('expires_at').notNull(),
+    },
+    (t) => [
+      index('run_watchers_run_id_idx').on(t.runId, t.turns),
+      index('run_watchers_expires_at_idx').on(t.expiresAt),
+    ],
+  );
+
   /** Test-only offset of `<schema>.now()` (time travel); one row at most, absent in production. */
   const clockOffset = schema.table('clock_offset', {
     id: boolean('id').primaryKey().default(true),
@@ -397,6 +425,7 @@ export function defineTables(schemaName: string) {
     signals,
     flowKeys,
     schedules,
+    runWatchers,
     clockOffset,
   };
 }
