@@ -10,6 +10,7 @@ import { PalisadeError } from '@palisade/sdk';
 import {
   ENGINE_DEFAULTS,
   createEngine,
+  resolveSchemaName,
   loadMigrations,
   type CreateEngineOptions,
   type Engine,
@@ -30,7 +31,8 @@ export function resolveTarget(g: GlobalOptions): Target {
   return {
     databaseUrl: g.databaseUrl,
     dataDir: g.dataDir ?? ENGINE_DEFAULTS.dataDir,
-    schema: g.schema ?? ENGINE_DEFAULTS.schema,
+    // commander already read PALISADE_SCHEMA into --schema; the rule is createEngine's all the same.
+    schema: resolveSchemaName(g.schema).schema,
   };
 }
 
