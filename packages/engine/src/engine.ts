@@ -6,6 +6,7 @@ import { Client } from './client/client.js';
 import { fromPglite, fromPostgres, poolReconnectBackoffSeconds, type Database } from './db/database.js';
 import { connectionFailure, describeConnection } from './db/database-target.js';
 import { pgliteProblem, postgresClientProblem } from './db/client-shapes.js';
+import { engineIdentity } from './db/caller-transaction.js';
 import { openEmbeddedDatabase } from './db/embedded-database.js';
 import { NotificationHub } from './db/notification-hub.js';
 import { migrate, type MigrateResult } from './migrate.js';
@@ -212,6 +213,8 @@ async function assembleEngine(
   );
   const names = schemaNames(resolved.schema);
   if (resolved.migrate) await migrate(database, resolved.schema);
+  // Which database this is, for the check of a caller's transaction (`{ tx }`): read now, once.
+  await engineIdentity(database);
   const hub = new NotificationHub(database, names.channel);
   const workers = new Set<Worker>();
   const client = new Client(database, names, hub, logger, (workflowName, queue) => {
