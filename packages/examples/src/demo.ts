@@ -153,7 +153,7 @@ if (zombieRuns.length > 0 && databaseUrl && target.keepSchema) {
     log(`npx -y pnpm@12.4.2 palisade runs show ${z.runId} --schema ${target.schema}`);
   }
   log(`# every run of the demo: npx -y pnpm@12.4.2 palisade runs list --schema ${target.schema}`);
-  log(`# drop them after: DROP SCHEMA ${target.schema}, ${target.schema}_* CASCADE`);
+  log(`# drop them after: schemas ${target.schema} and ${target.schema}_* (DROP SCHEMA … CASCADE)`);
 } else if (zombieRuns.length > 0) {
   log('');
   log(
