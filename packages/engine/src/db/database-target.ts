@@ -58,7 +58,6 @@ export function databaseUrlProblem(url: string): string | undefined {
   }
   try {
     const first = hosts.split(',')[0] ?? '';
-    // eslint-disable-next-line no-new
     new URL(hosts.includes(',') ? url.replace(hosts, first) : url);
   } catch {
     return 'is not a valid URL: postgres://user:password@host:port/database, with reserved characters of the user and password percent-encoded';
