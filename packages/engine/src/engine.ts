@@ -213,8 +213,10 @@ async function assembleEngine(
   );
   const names = schemaNames(resolved.schema);
   if (resolved.migrate) await migrate(database, resolved.schema);
-  // Which database this is, for the check of a caller's transaction (`{ tx }`): read now, once.
-  await engineIdentity(database);
+  // Which database this is, for the check of a caller's transaction (`{ tx }`). On PGlite it is read now, while
+  // no caller's transaction holds its one connection (a failure here only leaves that check out); on PostgreSQL
+  // at the first such start, on another connection of the pool.
+  if (database.driver === 'pglite') await engineIdentity(database).catch(() => undefined);
   const hub = new NotificationHub(database, names.channel);
   const workers = new Set<Worker>();
   const client = new Client(database, names, hub, logger, (workflowName, queue) => {

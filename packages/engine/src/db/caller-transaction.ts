@@ -95,7 +95,9 @@ export function engineIdentity(
       .rows<IdentityRow>(sql.raw(`SELECT ${IDENTITY_COLUMNS}`))
       .then((rows) => identityOfRow(rows[0]));
     // A failed read is not kept: the next start asks again.
-    identity.catch(() => engineIdentities.delete(db));
+    identity.catch(() => {
+      if (engineIdentities.get(db) === identity) engineIdentities.delete(db);
+    });
     engineIdentities.set(db, identity);
   }
   return identity;
@@ -194,7 +196,12 @@ class TransactionStatements implements CallerTransaction {
         [row] = await this.run<IdentityRow>(sql.raw(`SELECT ${IDENTITY_COLUMNS}`));
       }
       const mine = identityOfRow(row);
-      let engines = await engineIdentity(this.engine);
+      // On PGlite only what createEngine read: a read now would wait for the caller's transaction on the one
+      // connection, which waits for this start.
+      let engines =
+        this.driver === 'pglite'
+          ? await (engineIdentities.get(this.engine) ?? Promise.resolve(undefined))
+          : await engineIdentity(this.engine);
       // The server restarted since the engine read its identity (its start time moved): read it again once. Never
       // on PGlite, which does not restart, and whose one connection the caller's transaction holds.
       if (mine && engines && !sameDatabase(mine, engines) && this.driver === 'postgres') {
