@@ -6,7 +6,10 @@
  * No database is needed: engine options are refused before any is opened, and worker options are checked when
  * the worker is made — here on an engine over a postgres.js client that never connects (it is never queried).
  */
-import type { PGlite } from '@electric-sql/pglite';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { PGlite } from '@electric-sql/pglite';
 import postgres from '@palisade/engine/postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -41,8 +44,8 @@ function refusal(fn: () => unknown): { paths: string[]; message: string; code: s
 }
 
 describe('engine options', () => {
-  // Stand-ins for database handles: the options are refused before either is touched.
-  const pglite = {} as PGlite;
+  // Stand-ins for database handles (a PGlite never started): the options are refused before either is touched.
+  const pglite = Object.create(PGlite.prototype) as PGlite;
   const client = postgres('postgres://127.0.0.1:1/never', { max: 1 });
   afterAll(() => client.end({ timeout: 0 }));
 
@@ -78,6 +81,131 @@ describe('engine options', () => {
     const r = await engineRefusal({ databaseUrl: 'mysql://127.0.0.1/x', poolSize: 1 });
     expect(r.paths.sort()).toEqual(['databaseUrl', 'poolSize']);
     expect(r.message).toMatch(/poolSize: must be ≥ 2/);
+  });
+
+  it.each([
+    [
+      'a URL given as sql',
+      () => ({ sql: 'postgres://postgres@127.0.0.1:1/app' }),
+      'sql',
+      /sql: must be a postgres\.js client .*give a connection URL as databaseUrl/,
+    ],
+    [
+      'an object given as sql',
+      () => ({ sql: {} }),
+      'sql',
+      /sql: must be a postgres\.js client .*got an object/,
+    ],
+    [
+      'a directory given as pglite',
+      () => ({ pglite: '.palisade/db' }),
+      'pglite',
+      /pglite: must be a PGlite instance .*give a directory as dataDir/,
+    ],
+    [
+      'a postgres.js client given as pglite',
+      () => ({ pglite: client }),
+      'pglite',
+      /pglite: must be a PGlite instance .*got a function/,
+    ],
+    ['a client given as db', () => ({ db: client }), 'db', /db: must be a drizzle database/],
+    [
+      'true given as logger',
+      () => ({ pglite, logger: true }),
+      'logger',
+      /logger: must be a pino logger .*got a boolean/,
+    ],
+    [
+      'a function given as logger',
+      () => ({ pglite, logger: () => undefined }),
+      'logger',
+      /logger: must be a pino logger/,
+    ],
+  ] as const)('refuses %s, naming the option', async (_, given, path, message) => {
+    const r = await engineRefusal(given() as unknown as Parameters<typeof createEngine>[0]);
+    expect(r.code).toBe('INVALID_OPTIONS');
+    expect(r.paths).toEqual([path]);
+    expect(r.message).toMatch(message);
+  });
+
+  it.each([
+    [
+      'an out-of-range port',
+      'postgres://app:hunter2@127.0.0.1:99999/app',
+      /databaseUrl: has port 99999 out of range/,
+    ],
+    ['port 0', 'postgres://app:hunter2@127.0.0.1:0/app', /databaseUrl: has port 0 out of range/],
+    [
+      'a bad percent-encoding',
+      'postgres://app:hunter2%zz@127.0.0.1/app',
+      /databaseUrl: has a bad percent-encoding/,
+    ],
+    [
+      'a port that is not a number',
+      'postgres://app:hunter2@127.0.0.1:x5432/app',
+      /databaseUrl: is not a valid URL/,
+    ],
+  ])('refuses a databaseUrl with %s, without repeating its password', async (_, databaseUrl, message) => {
+    const r = await engineRefusal({ databaseUrl });
+    expect(r.paths).toEqual(['databaseUrl']);
+    expect(r.message).toMatch(message);
+    expect(r.message).not.toContain('hunter2');
+  });
+
+  it('refuses a DATABASE_URL with an out-of-range port, naming the variable and not its password', async () => {
+    const saved = process.env.DATABASE_URL;
+    process.env.DATABASE_URL = 'postgres://app:hunter2@127.0.0.1:70000/app';
+    try {
+      const r = await engineRefusal({});
+      expect(r.paths).toEqual(['DATABASE_URL']);
+      expect(r.message).toMatch(/DATABASE_URL: has port 70000 out of range/);
+      expect(r.message).not.toContain('hunter2');
+    } finally {
+      if (saved === undefined) delete process.env.DATABASE_URL;
+      else process.env.DATABASE_URL = saved;
+    }
+  });
+
+  it('takes the schema from PALISADE_SCHEMA when no schema option is given, and the option over it', async () => {
+    const saved = process.env.PALISADE_SCHEMA;
+    process.env.PALISADE_SCHEMA = 'from_env';
+    try {
+      const engine = await createEngine({ pglite, migrate: false });
+      try {
+        expect(engine.schema).toBe('from_env');
+      } finally {
+        await engine.close();
+      }
+      const explicit = await createEngine({ pglite, migrate: false, schema: 'from_option' });
+      try {
+        expect(explicit.schema).toBe('from_option');
+      } finally {
+        await explicit.close();
+      }
+      process.env.PALISADE_SCHEMA = 'Bad-Name';
+      const r = await engineRefusal({ pglite });
+      expect(r.paths).toEqual(['PALISADE_SCHEMA']);
+      expect(r.message).toMatch(/PALISADE_SCHEMA: must be a lowercase identifier/);
+    } finally {
+      if (saved === undefined) delete process.env.PALISADE_SCHEMA;
+      else process.env.PALISADE_SCHEMA = saved;
+    }
+  });
+
+  it('refuses a dataDir that names a file, naming the option', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'palisade-opts-'));
+    try {
+      const file = join(dir, 'not-a-dir');
+      await writeFile(file, 'x');
+      const r = await engineRefusal({ dataDir: file });
+      expect(r.paths).toEqual(['dataDir']);
+      expect(r.message).toMatch(/dataDir: .*not-a-dir is a file, not a directory/);
+      const under = await engineRefusal({ dataDir: join(file, 'db') });
+      expect(under.paths).toEqual(['dataDir']);
+      expect(under.message).toMatch(/is under a file, not a directory/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   it('refuses an unknown option rather than ignoring it', async () => {

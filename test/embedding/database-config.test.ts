@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
+import postgres from '@palisade/engine/postgres';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createEngine, type Engine } from '@palisade/engine';
 import { PalisadeError } from '@palisade/sdk';
@@ -114,6 +115,38 @@ describe('which database createEngine() uses', () => {
     expect(error.code).toBe('INVALID_OPTIONS');
     expect(error.message).toContain('DATABASE_URL: must start with postgres://');
   });
+});
+
+describe('a misused createEngine', () => {
+  const url = useTestDatabase();
+  let admin: postgres.Sql | undefined;
+  afterEach(async () => {
+    await admin?.end({ timeout: 1 });
+    admin = undefined;
+  });
+
+  /** Backends connected to this file's database, other than the admin client's own. */
+  async function backends(): Promise<number> {
+    admin ??= postgres(url(), { max: 1, onnotice: () => undefined });
+    const [row] = await admin<{ n: number }[]>`
+      SELECT count(*)::int AS n FROM pg_stat_activity
+       WHERE datname = current_database() AND pid <> pg_backend_pid()`;
+    return row!.n;
+  }
+
+  it.each([
+    ['a URL given as sql', () => ({ sql: url(), schema: 'cfg_misuse' }), 'sql'],
+    ['true given as logger', () => ({ databaseUrl: url(), logger: true, schema: 'cfg_misuse' }), 'logger'],
+  ] as const)(
+    'refuses %s with INVALID_OPTIONS naming it, and leaves no connection open',
+    async (_, given, path) => {
+      const before = await backends();
+      const error = await rejectionOf(createEngine(given() as unknown as Parameters<typeof createEngine>[0]));
+      expect(error.code).toBe('INVALID_OPTIONS');
+      expect(error.message).toContain(`${path}: must be`);
+      expect(await backends()).toBe(before);
+    },
+  );
 });
 
 describe('a database the engine cannot use', () => {

@@ -7,7 +7,7 @@ import { once } from 'node:events';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { createRequire } from 'node:module';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -100,7 +100,7 @@ it('takes over a lock left by a process that is gone', async () => {
   const deadPid = Number(dead.stdout);
   writeFileSync(
     `${dataDir}.lock`,
-    JSON.stringify({ pid: deadPid, hostname: 'gone', startedAt: '2026-01-01T00:00:00Z' }),
+    JSON.stringify({ pid: deadPid, hostname: hostname(), startedAt: '2026-01-01T00:00:00Z' }),
   );
   const engine = await createEngine({ dataDir, migrate: false });
   try {
@@ -110,3 +110,51 @@ it('takes over a lock left by a process that is gone', async () => {
   }
   expect(existsSync(`${dataDir}.lock`)).toBe(false);
 });
+
+/** The error `createEngine({ dataDir })` fails with; the lock is refused before PGlite opens anything. */
+async function refusalOf(dataDir: string): Promise<PalisadeError> {
+  const error = await createEngine({ dataDir, migrate: false }).then(
+    async (engine) => {
+      await engine.close();
+      return undefined;
+    },
+    (e: unknown) => e,
+  );
+  expect(error).toBeInstanceOf(PalisadeError);
+  return error as PalisadeError;
+}
+
+it('never takes over the lock of another host by its pid, and names that host and pid', async () => {
+  const dataDir = join(root, 'other-host');
+  await mkdir(dataDir, { recursive: true });
+  const dead = spawnSync(process.execPath, ['-e', 'process.stdout.write(String(process.pid))'], {
+    encoding: 'utf8',
+  });
+  // A pid that runs nowhere here: on this host the lock would be stale; on another host it says nothing.
+  const lock = JSON.stringify({
+    pid: Number(dead.stdout),
+    hostname: `not-${hostname()}`,
+    startedAt: '2026-01-01T00:00:00Z',
+  });
+  writeFileSync(`${dataDir}.lock`, lock);
+  const error = await refusalOf(dataDir);
+  expect(error.code).toBe('EMBEDDED_DATABASE_LOCKED');
+  expect(error.message).toContain(`process ${Number(dead.stdout)} on not-${hostname()} holds it`);
+  expect(readFileSync(`${dataDir}.lock`, 'utf8')).toBe(lock);
+});
+
+it.each([
+  ['empty', ''],
+  ['half written', '{"pid":12'],
+])(
+  'holds a lock file found %s (caught between its create and its write), never taking it for stale',
+  async (name, text) => {
+    const dataDir = join(root, `unreadable-${name.replace(' ', '-')}`);
+    await mkdir(dataDir, { recursive: true });
+    writeFileSync(`${dataDir}.lock`, text);
+    const error = await refusalOf(dataDir);
+    expect(error.code).toBe('EMBEDDED_DATABASE_LOCKED');
+    expect(error.message).toContain(`its lock file ${dataDir}.lock cannot be read`);
+    expect(readFileSync(`${dataDir}.lock`, 'utf8')).toBe(text);
+  },
+);

@@ -9,13 +9,15 @@ import { sql } from 'drizzle-orm';
 import { pgSchema, text } from 'drizzle-orm/pg-core';
 import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
 import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { PGlite } from '@electric-sql/pglite';
 import { defineActivity, defineWorkflow, isPalisadeError } from '@palisade/sdk';
-import type { Engine, Worker } from '@palisade/engine';
+import { createEngine, type Engine, type Worker } from '@palisade/engine';
+import postgres from '@palisade/engine/postgres';
 import { advanceClock } from '@palisade/engine/testing';
 import { useEngineTarget, type EngineTarget } from '../support/engine.js';
+import { createTestDatabase } from '../support/postgres.js';
 import { attemptsOf, dbNowMs, deferred, runOf, stepsOf, until, warmUp } from './workflow-rows.js';
 
 const pack = defineActivity({
@@ -231,6 +233,57 @@ for (const driver of ['postgres', 'pglite'] as const) {
         .catch((e: unknown) => e);
       expect((bulk as { issues?: { path: string }[] }).issues?.map((i) => i.path)).toEqual(['tx']);
       expect(await count(engine, 'runs')).toBe(0);
+    });
+  });
+}
+
+for (const driver of ['postgres', 'pglite'] as const) {
+  describe(`a transaction of another database on ${driver}`, () => {
+    const target = useEngineTarget(driver);
+    warmUp(target);
+    let other: { url: string; drop(): Promise<void> } | undefined;
+    afterEach(async () => {
+      await other?.drop();
+      other = undefined;
+    });
+
+    it('is refused naming tx, even with the engine’s schema there, and writes nothing on either', async () => {
+      const engine = await target.engine();
+      // Another database with the engine's schema migrated: the statements would succeed there.
+      let otherEngine: Engine;
+      let begin: <T>(fn: (tx: unknown) => Promise<T>) => Promise<T>;
+      let closeOther: () => Promise<void>;
+      if (driver === 'postgres') {
+        other = await createTestDatabase('tx_other');
+        otherEngine = await createEngine({ databaseUrl: other.url, schema: engine.schema });
+        const client = postgres(other.url, { max: 1, onnotice: () => undefined });
+        begin = (fn) => client.begin((tx) => fn(tx)) as never;
+        closeOther = () => client.end({ timeout: 1 });
+      } else {
+        const pglite = new PGlite();
+        otherEngine = await createEngine({ pglite, schema: engine.schema });
+        begin = (fn) => pglite.transaction((tx) => fn(tx));
+        closeOther = () => pglite.close();
+      }
+      try {
+        const error = await begin((tx) =>
+          engine.client.start(fulfil, { orderId: 'elsewhere' }, { tx, key: 'elsewhere' }),
+        ).catch((e: unknown) => e);
+        expect(isPalisadeError(error, 'INVALID_OPTIONS'), String(error)).toBe(true);
+        expect((error as { issues: { path: string }[] }).issues.map((i) => i.path)).toEqual(['tx']);
+        expect((error as Error).message).toMatch(
+          /tx: is a (postgres\.js|PGlite) transaction on database "[^"]+"( of another (server|PGlite instance))?, not on this engine's database "[^"]+": the run would be committed where no worker of this engine sees it/,
+        );
+        const bulk = await begin((tx) =>
+          engine.client.enqueueMany(pack, [{ orderId: 'elsewhere' }], { tx }),
+        ).catch((e: unknown) => e);
+        expect(isPalisadeError(bulk, 'INVALID_OPTIONS'), String(bulk)).toBe(true);
+        expect(await count(otherEngine, 'runs')).toBe(0);
+        expect(await count(engine, 'runs')).toBe(0);
+      } finally {
+        await otherEngine.close();
+        await closeOther();
+      }
     });
   });
 }

@@ -5,6 +5,8 @@ import { PalisadeError } from '@palisade/sdk';
 import { Client } from './client/client.js';
 import { fromPglite, fromPostgres, poolReconnectBackoffSeconds, type Database } from './db/database.js';
 import { connectionFailure, describeConnection } from './db/database-target.js';
+import { pgliteProblem, postgresClientProblem } from './db/client-shapes.js';
+import { engineIdentity } from './db/caller-transaction.js';
 import { openEmbeddedDatabase } from './db/embedded-database.js';
 import { NotificationHub } from './db/notification-hub.js';
 import { migrate, type MigrateResult } from './migrate.js';
@@ -119,13 +121,14 @@ async function openDatabase(options: ResolvedEngineOptions): Promise<Database> {
       return fromPostgres(client, true);
     }
     case 'sql':
-      return fromPostgres(c.sql, false);
+      // A 3.x or 4.x client, checked by shape (db/client-shapes.ts); the engine uses only what both have.
+      return fromPostgres(c.sql as unknown as Sql, false);
     case 'pglite':
       return fromPglite(c.pglite, false);
     case 'drizzle': {
       const client = (c.db as unknown as { $client?: unknown }).$client;
-      if (client instanceof PGlite) return fromPglite(client, false);
-      if (typeof client === 'function') return fromPostgres(client as Sql, false);
+      if (pgliteProblem(client) === undefined) return fromPglite(client as PGlite, false);
+      if (postgresClientProblem(client) === undefined) return fromPostgres(client as Sql, false);
       throw new PalisadeError(
         'INVALID_OPTIONS',
         'engine options: db must be a drizzle instance on the postgres-js or pglite driver (its $client was neither)',
@@ -172,16 +175,31 @@ async function openDatabase(options: ResolvedEngineOptions): Promise<Database> {
  * directory.
  */
 export async function createEngine(options: CreateEngineOptions = {}): Promise<Engine> {
-  const { logger: givenLogger, ...engineOptions } = options;
-  const resolved = resolveEngineOptions(engineOptions);
+  // Every option, the logger included, is checked before anything is opened: a misuse opens no connection.
+  const resolved = resolveEngineOptions(options);
   const logger =
-    givenLogger ??
+    options.logger ??
     pino(
       { level: process.env.PALISADE_LOG_LEVEL ?? 'warn', serializers: { err: shortErrorSerializer } },
       pino.destination({ dest: 2, sync: true }),
     );
   const target = describeConnection(resolved.connection);
   const database = await openDatabase(resolved);
+  // From here on the engine holds what it opened: whatever fails closes it before the error reaches the caller.
+  try {
+    return await assembleEngine(resolved, database, logger, target);
+  } catch (error) {
+    await database.close().catch(() => undefined);
+    throw error;
+  }
+}
+
+async function assembleEngine(
+  resolved: ResolvedEngineOptions,
+  database: Database,
+  logger: Logger,
+  target: ReturnType<typeof describeConnection>,
+): Promise<Engine> {
   logger.info(
     {
       event: 'engine:database',
@@ -194,12 +212,11 @@ export async function createEngine(options: CreateEngineOptions = {}): Promise<E
       `(${target.from}), schema ${resolved.schema}`,
   );
   const names = schemaNames(resolved.schema);
-  try {
-    if (resolved.migrate) await migrate(database, resolved.schema);
-  } catch (error) {
-    await database.close();
-    throw error;
-  }
+  if (resolved.migrate) await migrate(database, resolved.schema);
+  // Which database this is, for the check of a caller's transaction (`{ tx }`). On PGlite it is read now, while
+  // no caller's transaction holds its one connection (a failure here only leaves that check out); on PostgreSQL
+  // at the first such start, on another connection of the pool.
+  if (database.driver === 'pglite') await engineIdentity(database).catch(() => undefined);
   const hub = new NotificationHub(database, names.channel);
   const workers = new Set<Worker>();
   const client = new Client(database, names, hub, logger, (workflowName, queue) => {

@@ -44,12 +44,14 @@ export {
   type ErrorClass,
   type InfraRetryOptions,
 } from './infra-retry.js';
+export type { PostgresJsClient } from './db/client-shapes.js';
 export { loadMigrations, migrate, type MigrateResult, type Migration } from './migrate.js';
 export {
   ENGINE_DEFAULTS,
   WORKER_DEFAULTS,
   MAX_RETENTION_MS,
   MIN_RETENTION_MS,
+  resolveSchemaName,
   type EngineOptions,
   type PruneOptions,
   type ResolvedEngineOptions,

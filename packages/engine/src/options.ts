@@ -1,5 +1,4 @@
 import type { PGlite } from '@electric-sql/pglite';
-import type { Sql } from '../vendor/postgres/index.js';
 import { z } from 'zod';
 import {
   InvalidOptionsError,
@@ -12,6 +11,14 @@ import {
   type WorkflowDefinition,
 } from '@palisade/sdk';
 import type { AnyPgDatabase } from './db/database.js';
+import {
+  drizzleProblem,
+  loggerProblem,
+  pgliteProblem,
+  postgresClientProblem,
+  type PostgresJsClient,
+} from './db/client-shapes.js';
+import { databaseUrlProblem } from './db/database-target.js';
 import { MIN_LEASE_MS, MIN_TEST_LEASE_MS, allowsUnsafeTimings } from './internal/unsafe-timings.js';
 import { SCHEMA_NAME } from './queries/schema-names.js';
 import { RETENTION_SWEEP_INTERVAL_MS } from './worker/retention-sweeper.js';
@@ -28,8 +35,11 @@ export interface EngineOptions {
    * @defaultValue `process.env.DATABASE_URL` when no other connection option (nor `dataDir`) is given
    */
   readonly databaseUrl?: string;
-  /** A postgres.js client the host already has; the engine never ends it. */
-  readonly sql?: Sql;
+  /**
+   * A postgres.js client the host already has (postgres.js 3.4 or later, including 4.x); the engine never ends
+   * it. Typed by the part the engine uses ({@link PostgresJsClient}), so a client of either major version fits.
+   */
+  readonly sql?: PostgresJsClient;
   /** A PGlite instance the host already has. */
   readonly pglite?: PGlite;
   /** A drizzle instance (postgres.js or PGlite driver) the host already has; its `$client` is used. */
@@ -41,7 +51,10 @@ export interface EngineOptions {
    * when no connection option is given and `DATABASE_URL` is not set
    */
   readonly dataDir?: string;
-  /** Postgres schema holding the engine's tables; lowercase identifier. @defaultValue `'palisade'` */
+  /**
+   * Postgres schema holding the engine's tables; lowercase identifier.
+   * @defaultValue the `PALISADE_SCHEMA` environment variable when set (as for the CLI), else `'palisade'`
+   */
   readonly schema?: string;
   /** Apply pending migrations when the engine is created. @defaultValue true */
   readonly migrate?: boolean;
@@ -80,16 +93,31 @@ export const ENGINE_DEFAULTS = Object.freeze({
   lockTimeoutMs: 5_000,
 });
 
+/** A zod check of an opaque value (a client, a logger) by a function that says what is wrong with it. */
+function shaped(problem: (value: unknown) => string | undefined) {
+  return z
+    .unknown()
+    .superRefine((value, ctx) => {
+      const message = problem(value);
+      if (message !== undefined) ctx.addIssue({ code: 'custom', message });
+    })
+    .optional();
+}
+
+/** A connection string, checked as the driver will parse it; the message never repeats it (a password). */
+const databaseUrlSchema = z.string().superRefine((url, ctx) => {
+  const message = databaseUrlProblem(url);
+  if (message !== undefined) ctx.addIssue({ code: 'custom', message });
+});
+
 const engineSchema = z
   .object({
-    databaseUrl: z
-      .string()
-      .regex(/^postgres(ql)?:\/\//, 'must start with postgres:// or postgresql://')
-      .optional(),
-    sql: z.any().optional(),
-    pglite: z.any().optional(),
-    db: z.any().optional(),
-    dataDir: z.string().min(1).optional(),
+    databaseUrl: databaseUrlSchema.optional(),
+    sql: shaped(postgresClientProblem),
+    pglite: shaped(pgliteProblem),
+    db: shaped(drizzleProblem),
+    logger: shaped(loggerProblem),
+    dataDir: z.string().min(1, 'must be a directory path or memory://').optional(),
     schema: z
       .string()
       .regex(SCHEMA_NAME, 'must be a lowercase identifier of at most 40 characters')
@@ -127,7 +155,7 @@ const engineSchema = z
 export interface ResolvedEngineOptions {
   readonly connection:
     | { readonly kind: 'url'; readonly url: string; readonly from: 'option' | 'DATABASE_URL' }
-    | { readonly kind: 'sql'; readonly sql: Sql }
+    | { readonly kind: 'sql'; readonly sql: PostgresJsClient }
     | { readonly kind: 'pglite'; readonly pglite: PGlite }
     | { readonly kind: 'drizzle'; readonly db: AnyPgDatabase }
     | { readonly kind: 'embedded'; readonly dataDir: string };
@@ -140,18 +168,35 @@ export interface ResolvedEngineOptions {
   readonly retentionMs: number | null;
 }
 
-/** The environment {@link resolveEngineOptions} reads: only `DATABASE_URL`. */
+/** The environment {@link resolveEngineOptions} reads: `DATABASE_URL` and `PALISADE_SCHEMA`. */
 export interface EngineEnvironment {
   readonly DATABASE_URL?: string | undefined;
+  readonly PALISADE_SCHEMA?: string | undefined;
+}
+
+/**
+ * The schema an engine uses: the `schema` option (the CLI's `--schema`), else the `PALISADE_SCHEMA` environment
+ * variable when set and not empty, else `'palisade'`. One rule for `createEngine` and the CLI.
+ * @returns the name and where it came from (for messages).
+ */
+export function resolveSchemaName(
+  option: string | undefined,
+  env: EngineEnvironment = process.env,
+): { readonly schema: string; readonly from: 'option' | 'PALISADE_SCHEMA' | 'default' } {
+  if (option !== undefined) return { schema: option, from: 'option' };
+  if (env.PALISADE_SCHEMA) return { schema: env.PALISADE_SCHEMA, from: 'PALISADE_SCHEMA' };
+  return { schema: ENGINE_DEFAULTS.schema, from: 'default' };
 }
 
 /**
  * Fill defaults and choose the database: an explicit connection option (or `dataDir`), else `DATABASE_URL` from
- * `env`, else the embedded database.
- * @throws InvalidOptionsError naming each bad option (or a `DATABASE_URL` that is not a postgres:// URL).
+ * `env`, else the embedded database; the schema by {@link resolveSchemaName}. Checks every option (and `logger`,
+ * which `createEngine` takes) before anything is opened.
+ * @throws InvalidOptionsError naming each bad option (or a `DATABASE_URL` / `PALISADE_SCHEMA` that is not
+ * usable, naming the variable).
  */
 export function resolveEngineOptions(
-  options: EngineOptions = {},
+  options: EngineOptions & { readonly logger?: unknown } = {},
   env: EngineEnvironment = process.env,
 ): ResolvedEngineOptions {
   const parsed = engineSchema.safeParse(options);
@@ -161,11 +206,18 @@ export function resolveEngineOptions(
     (k) => options[k] !== undefined,
   );
   const envUrl = explicit || !env.DATABASE_URL ? undefined : env.DATABASE_URL;
-  if (envUrl !== undefined && !/^postgres(ql)?:\/\//.test(envUrl)) {
+  const envUrlProblem = envUrl === undefined ? undefined : databaseUrlProblem(envUrl);
+  if (envUrlProblem !== undefined) {
+    throw new InvalidOptionsError('engine options', [
+      { path: 'DATABASE_URL', message: `${envUrlProblem} (the environment variable)` },
+    ]);
+  }
+  const schema = resolveSchemaName(o.schema, env);
+  if (schema.from === 'PALISADE_SCHEMA' && !SCHEMA_NAME.test(schema.schema)) {
     throw new InvalidOptionsError('engine options', [
       {
-        path: 'DATABASE_URL',
-        message: 'must start with postgres:// or postgresql:// (the environment variable)',
+        path: 'PALISADE_SCHEMA',
+        message: 'must be a lowercase identifier of at most 40 characters (the environment variable)',
       },
     ]);
   }
@@ -182,7 +234,7 @@ export function resolveEngineOptions(
             : { kind: 'embedded', dataDir: o.dataDir ?? ENGINE_DEFAULTS.dataDir };
   return Object.freeze({
     connection,
-    schema: o.schema ?? ENGINE_DEFAULTS.schema,
+    schema: schema.schema,
     migrate: o.migrate ?? ENGINE_DEFAULTS.migrate,
     poolSize: o.poolSize ?? ENGINE_DEFAULTS.poolSize,
     statementTimeoutMs: o.statementTimeoutMs ?? ENGINE_DEFAULTS.statementTimeoutMs,

@@ -1,10 +1,12 @@
 /**
- * `pnpm demo`: run every example in sequence, each printing its live timeline and its checks, then a summary and
- * the `palisade runs show` commands that open the zombies' runs. Runs on the PostgreSQL server of DATABASE_URL if
- * it is set, otherwise on the embedded database in `.palisade/db` — the database `palisade runs list` reads with
- * no flags — in its default schema `palisade`, and keeps everything it ran there. Exits 1 if any check of any
- * example failed (or an example could not run).
+ * `pnpm demo`: run every example in sequence, each printing its live timeline and its checks, then a summary.
+ * Runs on the PostgreSQL server of DATABASE_URL if it is set, in a schema of its own (`palisade_demo_<random>`,
+ * dropped at the end and on Ctrl-C; kept with PALISADE_DEMO_KEEP=1, and then the summary prints the
+ * `palisade runs show` commands that open the zombies' runs); otherwise on an in-memory embedded database. It never
+ * touches a schema it did not create: the examples move their schema's database clock (see ./demo-target.ts).
+ * Exits 1 if any check of any example failed (or an example could not run).
  */
+import { demoTarget, dropDemoSchemas } from './demo-target.js';
 import { runInvoiceSettlementDemo } from './invoice-settlement/index.js';
 import { runSupportAgentDemo } from './support-agent/index.js';
 import { runTranscodingDemo } from './transcoding/index.js';
@@ -77,20 +79,36 @@ const demos: readonly Demo[] = [
   },
 ];
 
-const databaseUrl = process.env.DATABASE_URL || undefined;
-/** The database `palisade runs list` reads with no flags: DATABASE_URL, else `.palisade/db`; schema `palisade`. */
+const target = demoTarget();
+const { databaseUrl } = target;
 const where: DemoOptions = {
-  ...(databaseUrl ? { databaseUrl } : { dataDir: '.palisade/db' }),
-  schema: 'palisade',
-  keepSchema: true,
+  ...(databaseUrl ? { databaseUrl } : {}),
+  schema: target.schema,
+  keepSchema: target.keepSchema,
 };
+
+/** Drop the demo's schemas (PostgreSQL, unless kept); on Ctrl-C or SIGTERM too, then exit. */
+async function dropSchemas(): Promise<void> {
+  if (databaseUrl && !target.keepSchema) await dropDemoSchemas(databaseUrl, target.schema);
+}
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    console.log(`\n${signal}: dropping the demo's schema ${target.schema}`);
+    void dropSchemas()
+      .catch((error: unknown) => console.error(`could not drop ${target.schema}: ${String(error)}`))
+      .finally(() => process.exit(130));
+  });
+}
+
 const zombieRuns: { name: string; runId: string; what: string }[] = [];
 const log = (line: string): void => console.log(line);
 const summary: { name: string; passed: number; failed: string[]; seconds: number }[] = [];
 
 for (const demo of demos) {
   log('');
-  log(`=== ${demo.name} (${databaseUrl ? 'PostgreSQL from DATABASE_URL' : 'embedded database'}) ===`);
+  log(
+    `=== ${demo.name} (${databaseUrl ? `PostgreSQL from DATABASE_URL, schema ${target.schema}` : 'in-memory embedded database'}) ===`,
+  );
   const startedAt = performance.now();
   try {
     const outcome = await demo.run({ ...where, log });
@@ -127,15 +145,22 @@ for (const s of summary) {
   );
   for (const name of s.failed) log(`         ✗ ${name}`);
 }
-if (zombieRuns.length > 0) {
+if (zombieRuns.length > 0 && databaseUrl && target.keepSchema) {
   log('');
-  log(
-    `=== the zombies' runs, kept in ${databaseUrl ? 'the DATABASE_URL database' : '.palisade/db'} (schema palisade) ===`,
-  );
+  log(`=== the zombies' runs, kept in the DATABASE_URL database, schema ${target.schema} ===`);
   for (const z of zombieRuns) {
     log(`# ${z.name}: ${z.what}`);
-    log(`npx -y pnpm@12.4.2 palisade runs show ${z.runId}`);
+    log(`npx -y pnpm@12.4.2 palisade runs show ${z.runId} --schema ${target.schema}`);
   }
-  log('# every run of the demo: npx -y pnpm@12.4.2 palisade runs list');
+  log(`# every run of the demo: npx -y pnpm@12.4.2 palisade runs list --schema ${target.schema}`);
+  log(`# drop them after: schemas ${target.schema} and ${target.schema}_* (DROP SCHEMA … CASCADE)`);
+} else if (zombieRuns.length > 0) {
+  log('');
+  log(
+    databaseUrl
+      ? `(schema ${target.schema} dropped; PALISADE_DEMO_KEEP=1 keeps it to open the zombies' runs with palisade runs show)`
+      : "(in memory: run with DATABASE_URL and PALISADE_DEMO_KEEP=1 to keep the zombies' runs to open with palisade runs show)",
+  );
 }
+await dropSchemas().catch((error: unknown) => log(`could not drop ${target.schema}: ${String(error)}`));
 process.exitCode = summary.every((s) => s.failed.length === 0) ? 0 : 1;

@@ -1,3 +1,4 @@
+export { DEMO_SCHEMA_PREFIX, demoTarget, dropDemoSchemas, type DemoTarget } from './demo-target.js';
 export {
   FFMPEG_PATH,
   ObjectStore,

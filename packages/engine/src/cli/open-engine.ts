@@ -6,10 +6,11 @@
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { sql } from 'drizzle-orm';
-import { PalisadeError } from '@palisade/sdk';
+import { InvalidOptionsError, PalisadeError } from '@palisade/sdk';
 import {
   ENGINE_DEFAULTS,
   createEngine,
+  resolveSchemaName,
   loadMigrations,
   type CreateEngineOptions,
   type Engine,
@@ -24,13 +25,21 @@ export interface Target {
   readonly databaseUrl?: string | undefined;
   readonly dataDir: string;
   readonly schema: string;
+  /** The flag or variable each option came from, to name it when it is refused (`--data-dir`, `DATABASE_URL`…). */
+  readonly from?: { readonly [option: string]: string };
 }
 
 export function resolveTarget(g: GlobalOptions): Target {
   return {
+    from: {
+      databaseUrl: g.databaseUrlFrom ?? '--database-url',
+      dataDir: '--data-dir',
+      schema: g.schemaFrom ?? '--schema',
+    },
     databaseUrl: g.databaseUrl,
     dataDir: g.dataDir ?? ENGINE_DEFAULTS.dataDir,
-    schema: g.schema ?? ENGINE_DEFAULTS.schema,
+    // commander already read PALISADE_SCHEMA into --schema; the rule is createEngine's all the same.
+    schema: resolveSchemaName(g.schema).schema,
   };
 }
 
@@ -72,7 +81,9 @@ export async function openEngine(t: Target, purpose: EnginePurpose): Promise<Eng
     migrate: purpose === 'worker',
     ...(purpose === 'worker' ? {} : { poolSize: 2 }),
   };
-  const engine = await createEngine(options);
+  const engine = await createEngine(options).catch((error: unknown) => {
+    throw namedAsGiven(error, t);
+  });
   if (purpose === 'runs') {
     try {
       await ensureMigrated(engine, t);
@@ -82,6 +93,19 @@ export async function openEngine(t: Target, purpose: EnginePurpose): Promise<Eng
     }
   }
   return engine;
+}
+
+/**
+ * An InvalidOptionsError of createEngine with its option names as the command line gave them: `--data-dir`, not
+ * `dataDir`; `DATABASE_URL` when the URL came from the environment.
+ */
+function namedAsGiven(error: unknown, t: Target): unknown {
+  if (!(error instanceof InvalidOptionsError) || t.from === undefined) return error;
+  const from = t.from;
+  return new InvalidOptionsError(
+    'database options',
+    error.issues.map((i) => ({ ...i, path: from[i.path] ?? i.path })),
+  );
 }
 
 /** Refuse to read a schema that is missing or older than this code: its queries would fail obscurely. */

@@ -12,8 +12,12 @@ import { detectTerminal, jsonReplacer, type Terminal } from './format.js';
  */
 export interface GlobalOptions {
   readonly databaseUrl?: string | undefined;
+  /** Where `databaseUrl` came from, for messages: the flag or the environment variable. */
+  readonly databaseUrlFrom?: '--database-url' | 'DATABASE_URL' | undefined;
   readonly dataDir?: string | undefined;
   readonly schema?: string | undefined;
+  /** Where `schema` came from, for messages. */
+  readonly schemaFrom?: '--schema' | 'PALISADE_SCHEMA' | undefined;
   /** `--json`: JSON on stdout instead of text. */
   readonly json: boolean;
 }
@@ -59,10 +63,18 @@ export function globalOptions(command: Command): GlobalOptions {
       code: 'palisade.conflictingOptions',
     });
   }
+  const schemaSource = command.getOptionValueSourceWithGlobals('schema');
   return {
     databaseUrl: dirGiven ? undefined : o.databaseUrl,
+    databaseUrlFrom:
+      dirGiven || o.databaseUrl === undefined
+        ? undefined
+        : urlSource === 'env'
+          ? 'DATABASE_URL'
+          : '--database-url',
     dataDir: o.dataDir,
     schema: o.schema,
+    schemaFrom: o.schema === undefined ? undefined : schemaSource === 'env' ? 'PALISADE_SCHEMA' : '--schema',
     json: o.json === true,
   };
 }

@@ -637,7 +637,11 @@ export class Client {
       assertUsableOutsideTransaction(this.db, what);
       return undefined;
     }
-    return callerTransaction(tx, { driver: this.db.driver, schema: this.names.schema }, where);
+    return callerTransaction(
+      tx,
+      { driver: this.db.driver, schema: this.names.schema, database: this.db },
+      where,
+    );
   }
 
   /**

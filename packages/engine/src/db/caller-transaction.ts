@@ -5,11 +5,10 @@
  * and drops them on rollback).
  * @module
  */
-import { is, type SQL } from 'drizzle-orm';
+import { is, sql, type SQL } from 'drizzle-orm';
 import { PgDatabase, PgDialect, PgTransaction } from 'drizzle-orm/pg-core';
 import { InvalidOptionsError, PalisadeError, isPalisadeError } from '@palisade/sdk';
 import { sqlstateOf } from '../infra-retry.js';
-import { inSavepoint } from '../queries/savepoint.js';
 import { wrapDatabaseError, type Database } from './database.js';
 
 /** The caller's transaction, running engine statements. */
@@ -30,6 +29,79 @@ interface PgliteTransaction {
 }
 
 const dialect = new PgDialect();
+
+/**
+ * Which database a connection is on: the name and oid of its database, the cluster's `system_identifier` (null
+ * where the role may not read `pg_control_system()`: managed services revoke it) and the server's start (epoch
+ * seconds, as text: never formatted in the session's time zone). Two databases of one cluster differ by oid; two
+ * clusters by system identifier (every initdb draws one; every in-memory PGlite too) or, without it, by start.
+ */
+interface DatabaseIdentity {
+  readonly database: string;
+  readonly oid: string;
+  readonly system: string | null;
+  readonly started: string;
+}
+
+/** The columns of {@link DatabaseIdentity}; read by a statement that takes no lock and writes nothing. */
+const IDENTITY_COLUMNS =
+  'current_database() AS palisade_database, ' +
+  '(SELECT oid FROM pg_database WHERE datname = current_database())::text AS palisade_database_oid, ' +
+  "CASE WHEN has_function_privilege('pg_control_system()', 'execute') " +
+  'THEN (SELECT system_identifier::text FROM pg_control_system()) END AS palisade_system, ' +
+  'extract(epoch FROM pg_postmaster_start_time())::text AS palisade_started';
+
+interface IdentityRow {
+  readonly palisade_database: string;
+  readonly palisade_database_oid: string;
+  readonly palisade_system: string | null;
+  readonly palisade_started: string;
+}
+
+function identityOfRow(row: IdentityRow | undefined): DatabaseIdentity | undefined {
+  if (row === undefined || typeof row.palisade_database !== 'string') return undefined;
+  return {
+    database: row.palisade_database,
+    oid: row.palisade_database_oid,
+    system: row.palisade_system,
+    started: row.palisade_started,
+  };
+}
+
+function sameDatabase(a: DatabaseIdentity, b: DatabaseIdentity): boolean {
+  return (
+    a.database === b.database &&
+    a.oid === b.oid &&
+    (a.system === null || b.system === null || a.system === b.system) &&
+    a.started === b.started
+  );
+}
+
+/** The identity of each engine's database, read once per engine handle (and again after a server restart). */
+const engineIdentities = new WeakMap<object, Promise<DatabaseIdentity | undefined>>();
+
+/**
+ * Read (once; again with `fresh`) which database the engine's handle `db` is on, for the check of a caller's
+ * transaction. `createEngine` reads it when it opens the database: on PGlite, one connection, a read at the first
+ * start inside a caller's transaction on the same instance would wait for that transaction, which waits for it.
+ */
+export function engineIdentity(
+  db: Pick<Database, 'rows'>,
+  fresh = false,
+): Promise<DatabaseIdentity | undefined> {
+  let identity = engineIdentities.get(db);
+  if (identity === undefined || fresh) {
+    identity = db
+      .rows<IdentityRow>(sql.raw(`SELECT ${IDENTITY_COLUMNS}`))
+      .then((rows) => identityOfRow(rows[0]));
+    // A failed read is not kept: the next start asks again.
+    identity.catch(() => {
+      if (engineIdentities.get(db) === identity) engineIdentities.delete(db);
+    });
+    engineIdentities.set(db, identity);
+  }
+  return identity;
+}
 
 /**
  * SQLSTATEs a statement on a database without the engine's schema fails with: invalid_schema_name,
@@ -70,40 +142,83 @@ function isPgliteTransaction(value: unknown): value is PgliteTransaction {
  * caller's transaction failed (see {@link callerTransactionError}).
  */
 class TransactionStatements implements CallerTransaction {
-  /** Whether the first statement has shown the transaction open (postgres.js only: see `assertOpen`). */
-  private open: Promise<void> | undefined;
+  /** The first statement's check that the transaction is open and on the engine's database (see `check`). */
+  private checked: Promise<void> | undefined;
 
   constructor(
     readonly driver: 'postgres' | 'pglite',
     readonly kind: string,
     private readonly client: PostgresTransaction | PgliteTransaction,
+    private readonly engine: Pick<Database, 'rows'>,
     private readonly schema: string,
     private readonly where: string,
   ) {}
 
+  private refuse(message: string): InvalidOptionsError {
+    return new InvalidOptionsError(this.where, [{ path: 'tx', message: `is ${this.kind} ${message}` }]);
+  }
+
   /**
-   * A postgres.js transaction object kept after its `sql.begin` callback returned runs statements on a pooled
-   * connection outside any transaction: the run would be written on its own, whatever became of the caller's
-   * transaction. The driver offers no flag to tell, so the first statement opens and releases an empty savepoint
-   * ({@link inSavepoint}), which PostgreSQL refuses outside a transaction block (25P01).
-   * @throws InvalidOptionsError naming `tx` when the transaction has ended.
+   * Before the first statement, one round trip that reads which database the transaction is on and, on
+   * postgres.js, shows it open:
+   * - A transaction of another database with the engine's schema would take the run, and commit it where no worker
+   *   of this engine looks. Its identity ({@link DatabaseIdentity}) must be the engine's, read once per engine.
+   * - A postgres.js transaction object kept after its `sql.begin` callback returned runs statements on a pooled
+   *   connection outside any transaction: the run would be written on its own, whatever became of the caller's
+   *   transaction. The driver offers no flag to tell, so the identity is read between a SAVEPOINT and its RELEASE,
+   *   sent as one simple-protocol query; PostgreSQL refuses the SAVEPOINT outside a transaction block (25P01).
+   * @throws InvalidOptionsError naming `tx` when the transaction has ended or is on another database.
    */
-  private assertOpen(): Promise<void> {
-    return (this.open ??= inSavepoint({ rows: (q) => this.run(q) }, () => Promise.resolve()).catch(
-      (error: unknown) => {
-        if (sqlstateOf(error) !== '25P01') throw error;
-        throw new InvalidOptionsError(this.where, [
-          {
-            path: 'tx',
-            message: `is ${this.kind} that has ended (its statements would run outside any transaction): start the run inside the transaction's callback`,
-          },
-        ]);
-      },
-    ));
+  private check(): Promise<void> {
+    return (this.checked ??= (async () => {
+      let row: IdentityRow | undefined;
+      if ('unsafe' in this.client) {
+        let results: unknown;
+        try {
+          results = await this.client.unsafe(
+            `SAVEPOINT palisade_tx_check; SELECT ${IDENTITY_COLUMNS}; RELEASE SAVEPOINT palisade_tx_check`,
+            [],
+            { prepare: false },
+          );
+        } catch (error) {
+          if (sqlstateOf(error) === '25P01') {
+            throw this.refuse(
+              "that has ended (its statements would run outside any transaction): start the run inside the transaction's callback",
+            );
+          }
+          throw callerTransactionError(error, this.schema, this.kind);
+        }
+        // One result per statement (postgres.js 3.x may leave out the last): the SELECT's is the one with rows.
+        row = (Array.isArray(results) ? results : [])
+          .flatMap((r: unknown) => (Array.isArray(r) ? (r as IdentityRow[]) : []))
+          .find((r) => typeof r?.palisade_database === 'string');
+      } else {
+        [row] = await this.run<IdentityRow>(sql.raw(`SELECT ${IDENTITY_COLUMNS}`));
+      }
+      const mine = identityOfRow(row);
+      // On PGlite only what createEngine read: a read now would wait for the caller's transaction on the one
+      // connection, which waits for this start.
+      let engines =
+        this.driver === 'pglite'
+          ? await (engineIdentities.get(this.engine) ?? Promise.resolve(undefined))
+          : await engineIdentity(this.engine);
+      // The server restarted since the engine read its identity (its start time moved): read it again once. Never
+      // on PGlite, which does not restart, and whose one connection the caller's transaction holds.
+      if (mine && engines && !sameDatabase(mine, engines) && this.driver === 'postgres') {
+        engines = await engineIdentity(this.engine, true);
+      }
+      if (mine && engines && !sameDatabase(mine, engines)) {
+        throw this.refuse(
+          `on database "${mine.database}"${mine.database !== engines.database ? '' : this.driver === 'pglite' ? ' of another PGlite instance' : ' of another server'}, not on ` +
+            `this engine's database "${engines.database}": the run would be committed where no worker of this engine ` +
+            "sees it. Pass a transaction on the engine's database (or give the engine that database)",
+        );
+      }
+    })());
   }
 
   async rows<T>(query: SQL): Promise<T[]> {
-    if ('unsafe' in this.client) await this.assertOpen();
+    await this.check();
     return this.run<T>(query);
   }
 
@@ -158,7 +273,12 @@ export function callerTransactionError(error: unknown, schema: string, kind: str
  */
 export function callerTransaction(
   tx: unknown,
-  engine: { readonly driver: 'postgres' | 'pglite'; readonly schema: string },
+  engine: {
+    readonly driver: 'postgres' | 'pglite';
+    readonly schema: string;
+    /** The engine's database, whose identity the transaction's must match (read once, cached). */
+    readonly database: Pick<Database, 'rows'>;
+  },
   where: string,
 ): CallerTransaction {
   const refuse = (message: string) => new InvalidOptionsError(where, [{ path: 'tx', message }]);
@@ -218,6 +338,7 @@ export function callerTransaction(
     driver,
     kind,
     client as PostgresTransaction | PgliteTransaction,
+    engine.database,
     engine.schema,
     where,
   );

@@ -32,6 +32,39 @@ export function serverTarget(url: string): ServerTarget {
   }
 }
 
+/**
+ * Why `url` cannot be a PostgreSQL connection string, or undefined when it can: parsed as postgres.js parses it
+ * (several `host:port` separated by commas allowed), so that an out-of-range port or a bad percent-encoding is
+ * refused with a message rather than a `TypeError`/`URIError` from the driver. The message never repeats the URL
+ * (it may hold a password).
+ */
+export function databaseUrlProblem(url: string): string | undefined {
+  if (!/^postgres(ql)?:\/\//.test(url)) return 'must start with postgres:// or postgresql://';
+  const authority = url.slice(url.indexOf('://') + 3).split(/[?/]/)[0] ?? '';
+  const hosts = authority.slice(authority.lastIndexOf('@') + 1);
+  const badEncoding =
+    'has a bad percent-encoding (a % not followed by two hex digits) in its user, password or host: ' +
+    'write a literal % as %25';
+  try {
+    decodeURIComponent(authority);
+  } catch {
+    return badEncoding;
+  }
+  for (const host of hosts.split(',')) {
+    const port = /:(\d*)$/.exec(host.replace(/^\[[^\]]*\]/, ''))?.[1];
+    if (port !== undefined && port !== '' && !(Number(port) >= 1 && Number(port) <= 65_535)) {
+      return `has port ${port} out of range: a port is 1 to 65535`;
+    }
+  }
+  try {
+    const first = hosts.split(',')[0] ?? '';
+    new URL(hosts.includes(',') ? url.replace(hosts, first) : url);
+  } catch {
+    return 'is not a valid URL: postgres://user:password@host:port/database, with reserved characters of the user and password percent-encoded';
+  }
+  return undefined;
+}
+
 /** `host:port/database`, e.g. `127.0.0.1:5432/app`. */
 export function formatServer(t: ServerTarget): string {
   return `${t.host}${t.port ? `:${t.port}` : ''}/${t.database}`;

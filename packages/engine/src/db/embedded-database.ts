@@ -1,5 +1,7 @@
-import { mkdir } from 'node:fs/promises';
+import { mkdir, stat } from 'node:fs/promises';
+import { resolve } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
+import { InvalidOptionsError } from '@palisade/sdk';
 import { lockEmbeddedDirectory } from './embedded-lock.js';
 
 /** A file-backed PGlite that this process holds the embedded lock of. */
@@ -16,9 +18,11 @@ export interface EmbeddedDatabase {
  * that wants its own tables in the same PGlite: pass `{ pglite: db.pglite }` to `createEngine`, and close it with
  * `db.close()` after the engine. A directory another live process holds is refused before PGlite reads it.
  * @throws PalisadeError `EMBEDDED_DATABASE_LOCKED` naming the pid of the process that holds `dataDir`.
+ * @throws InvalidOptionsError naming `dataDir` when it cannot be a directory: it names a file, a path under a file,
+ * or a place this process may not create it.
  */
 export async function openEmbeddedDatabase(dataDir: string): Promise<EmbeddedDatabase> {
-  await mkdir(dataDir, { recursive: true });
+  await makeDataDirectory(dataDir);
   const lock = lockEmbeddedDirectory(dataDir);
   let pglite: PGlite;
   try {
@@ -41,4 +45,30 @@ export async function openEmbeddedDatabase(dataDir: string): Promise<EmbeddedDat
         }
       })()),
   };
+}
+
+/** Create `dataDir` (and its parents) if missing, or refuse it naming the option: never a raw `EEXIST`/`ENOTDIR`. */
+async function makeDataDirectory(dataDir: string): Promise<void> {
+  const refuse = (message: string) =>
+    new InvalidOptionsError('engine options', [
+      { path: 'dataDir', message: `${resolve(dataDir)} ${message}` },
+    ]);
+  try {
+    await mkdir(dataDir, { recursive: true });
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'EEXIST')
+      throw refuse('is a file, not a directory: name a directory for the embedded database');
+    if (code === 'ENOTDIR')
+      throw refuse('is under a file, not a directory: name a directory for the embedded database');
+    if (code === 'EACCES' || code === 'EPERM' || code === 'EROFS') {
+      throw refuse(`cannot be created (${code}): name a directory this process may write`);
+    }
+    throw error;
+  }
+  // mkdir with `recursive` succeeds on an existing path only when it is a directory; this is the belt to its braces
+  // on platforms where it does not.
+  if (!(await stat(dataDir)).isDirectory()) {
+    throw refuse('is a file, not a directory: name a directory for the embedded database');
+  }
 }
