@@ -144,7 +144,8 @@ export function lockEmbeddedDirectory(dataDir: string): EmbeddedLock {
       if (tries >= 3) throw lockedError(dir, path, content);
       continue; // released (or moved aside) since our create: try again
     }
-    if (content.state !== 'owner' || !isStale(content.owner) || tries >= 3) throw lockedError(dir, path, content);
+    if (content.state !== 'owner' || !isStale(content.owner) || tries >= 3)
+      throw lockedError(dir, path, content);
     // Stale (a process of this host that is gone): move it aside under our own name, then try again.
     const aside = `${path}.stale-${process.pid}`;
     try {
