@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import {
+  echoed,
   InvalidOptionsError,
   PAYLOAD_LIMITS,
   PalisadeError,
@@ -787,14 +788,14 @@ export class Client {
    */
   async retry(runId: string): Promise<RunHandle> {
     const run = await withInfraRetry(() => readRun(this.db, this.names, runId));
-    if (!run) throw new RunNotFoundError(`run ${runId}`);
+    if (!run) throw new RunNotFoundError(`run ${echoed(runId)}`);
     // One statement, retried as a whole on a transient error (a deadlock cannot occur by the lock order, but a
     // dropped connection or a restart can): it applies at most once, since a retried run is no longer failed.
     if (!(await withInfraRetry(() => retryRun(this.db, this.names, runId)))) {
       throw new InvalidOptionsError('retry', [
         {
           path: 'runId',
-          message: `run ${runId} is ${run.status}; only failed or cancelled runs can be retried`,
+          message: `run ${echoed(runId)} is ${run.status}; only failed or cancelled runs can be retried`,
         },
       ]);
     }

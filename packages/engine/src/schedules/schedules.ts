@@ -6,6 +6,7 @@ import {
   PalisadeError,
   checkPayload,
   durationMs,
+  echoed,
   formatIssues,
   textProblem,
   validate,
@@ -219,7 +220,7 @@ function tickSpec(
   if (!isKnownTimezone(timezone)) {
     issues.push({
       path: 'timezone',
-      message: `"${timezone}" is not an IANA time zone (e.g. 'Europe/Berlin')`,
+      message: `"${echoed(timezone)}" is not an IANA time zone (e.g. 'Europe/Berlin')`,
     });
     return undefined;
   }
@@ -231,7 +232,10 @@ function tickSpec(
     return spec;
   } catch (error) {
     const why = error instanceof Error ? error.message : String(error);
-    issues.push({ path: 'cron', message: `"${cron}" is not a valid cron expression: ${why}` });
+    issues.push({
+      path: 'cron',
+      message: `"${echoed(cron)}" is not a valid cron expression: ${echoed(why)}`,
+    });
     return undefined;
   }
 }
@@ -320,7 +324,7 @@ function toSchedule(row: ScheduleRow): Schedule {
 function notFound(id: string): PalisadeError {
   return new PalisadeError(
     'SCHEDULE_NOT_FOUND',
-    `schedule ${id} does not exist; check the id (schedules list shows existing schedules)`,
+    `schedule ${echoed(id)} does not exist; check the id (schedules list shows existing schedules)`,
   );
 }
 
@@ -362,7 +366,7 @@ export class Schedules {
    */
   async create(options: ScheduleOptions): Promise<Schedule> {
     this.assertOpen('create');
-    const where = `schedule options${typeof options?.id === 'string' ? ` of ${options.id}` : ''}`;
+    const where = `schedule options${typeof options?.id === 'string' ? ` of ${echoed(options.id)}` : ''}`;
     const o = parse(createSchema, options, where);
     const issues: Issue[] = [];
     const spec = tickSpec(o, issues);
@@ -390,7 +394,7 @@ export class Schedules {
     if (inserted === 'different') {
       throw new PalisadeError(
         'SCHEDULE_EXISTS',
-        `schedule ${o.id} already exists with other options${o.paused === undefined ? '' : ' or paused state'}; ` +
+        `schedule ${echoed(o.id)} already exists with other options${o.paused === undefined ? '' : ' or paused state'}; ` +
           'update it (or pause or resume it), or delete it first, or choose another id',
       );
     }
@@ -405,7 +409,7 @@ export class Schedules {
    */
   async update(id: string, patch: SchedulePatch): Promise<Schedule> {
     this.assertOpen('update');
-    const where = `schedule update of ${String(id)}`;
+    const where = `schedule update of ${echoed(id)}`;
     const o = parse(patchSchema, patch, where);
     const issues: Issue[] = [];
     const t = target(o, issues, false);
@@ -498,7 +502,10 @@ export class Schedules {
       const fired = await this.fire(row, [nowMs], [runId]);
       if (fired.runs.length === 1) return runId;
     }
-    throw new PalisadeError('DATABASE_ERROR', `schedule ${id}: trigger kept losing to concurrent changes`);
+    throw new PalisadeError(
+      'DATABASE_ERROR',
+      `schedule ${echoed(id)}: trigger kept losing to concurrent changes`,
+    );
   }
 
   /**
@@ -513,13 +520,13 @@ export class Schedules {
     range: { readonly from: Date | string | number; readonly to: Date | string | number },
   ): Promise<BackfillResult> {
     this.assertOpen('backfill');
-    const where = `backfill of schedule ${String(id)}`;
+    const where = `backfill of schedule ${echoed(id)}`;
     const r = parse(backfillSchema, range, where);
     const fromMs = instantMs(r.from);
     const toMs = instantMs(r.to);
     const issues: Issue[] = [];
-    if (Number.isNaN(fromMs)) issues.push({ path: 'from', message: `${String(r.from)} is not a time` });
-    if (Number.isNaN(toMs)) issues.push({ path: 'to', message: `${String(r.to)} is not a time` });
+    if (Number.isNaN(fromMs)) issues.push({ path: 'from', message: `${echoed(r.from)} is not a time` });
+    if (Number.isNaN(toMs)) issues.push({ path: 'to', message: `${echoed(r.to)} is not a time` });
     if (issues.length === 0 && fromMs > toMs) issues.push({ path: 'from', message: 'must not be after to' });
     if (issues.length > 0) throw new InvalidOptionsError(where, issues);
     for (let i = 0; i < CAS_TRIES; i++) {
@@ -553,7 +560,10 @@ export class Schedules {
         return { ticks: ticks.length, runIds, alreadyFired: ticks.length - runIds.length };
       }
     }
-    throw new PalisadeError('DATABASE_ERROR', `schedule ${id}: backfill kept losing to concurrent changes`);
+    throw new PalisadeError(
+      'DATABASE_ERROR',
+      `schedule ${echoed(id)}: backfill kept losing to concurrent changes`,
+    );
   }
 
   /**
@@ -620,7 +630,7 @@ export class Schedules {
 
   /** Check `input` against the target's schema and its JSON round trip. */
   private checkInput(id: string, t: NonNullable<ReturnType<typeof target>>, input: unknown): string {
-    const what = `input of schedule ${id} (${t.kind} ${t.def.name})`;
+    const what = `input of schedule ${echoed(id)} (${t.kind} ${t.def.name})`;
     const value: unknown = validate(t.def.input as z.ZodType, input, what);
     return checkPayload(value, what, PAYLOAD_LIMITS.inputBytes);
   }
@@ -660,6 +670,9 @@ export class Schedules {
       );
       if (written) return toSchedule(written);
     }
-    throw new PalisadeError('DATABASE_ERROR', `schedule ${id}: change kept losing to concurrent changes`);
+    throw new PalisadeError(
+      'DATABASE_ERROR',
+      `schedule ${echoed(id)}: change kept losing to concurrent changes`,
+    );
   }
 }
