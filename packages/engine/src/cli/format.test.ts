@@ -205,21 +205,25 @@ describe('runs show timeline', () => {
 });
 
 describe('runs list table', () => {
-  it('prints the full run id, the full name and the idempotency key', () => {
-    const keyless: RunRow = { ...run, id: '7d1c2b9e-0c1f-4d53-9a55-2f7d0e7b6a11', idempotency_key: null };
-    const lines = formatRunsTable(plain, [run, keyless], '2025-06-01T13:00:00.000Z');
+  it('prints the full run id, the name and the idempotency key within 100 columns', () => {
+    const keyed: RunRow = { ...run, name: 'settle', idempotency_key: 'inv-1' };
+    const keyless: RunRow = { ...keyed, id: '7d1c2b9e-0c1f-4d53-9a55-2f7d0e7b6a11', idempotency_key: null };
+    const lines = formatRunsTable(plain, [keyed, keyless], '2025-06-01T13:00:00.000Z');
     expect(lines[0]).toMatch(/^RUN ID +STATUS +KIND +NAME +KEY +CREATED \(UTC\) +DURATION$/);
     expect(lines[1]).toMatch(
-      /^7d1c2b9e-0c1f-4d53-9a55-2f7d0e7b6a10 {2}completed {2}wf {4}settle-invoices-for-a-very-long-customer-name {2}batch-42 {2}2025-06-01 12:00:00 +1m01s$/,
+      /^7d1c2b9e-0c1f-4d53-9a55-2f7d0e7b6a10 {2}completed {2}wf {4}settle {2}inv-1 {2}2025-06-01 12:00:00 +1m01s$/,
     );
-    expect(lines[2]).toMatch(/settle-invoices-for-a-very-long-customer-name {2}— +2025-06-01/);
+    expect(lines[2]).toMatch(/ settle {2}— +2025-06-01/);
+    for (const line of lines) expect(widthOf(line)).toBeLessThanOrEqual(100);
   });
 
-  it('cuts a long key in the middle to fit, never the name', () => {
-    const keyed: RunRow = { ...run, idempotency_key: `order-${'7'.repeat(80)}-end` };
-    const lines = formatRunsTable(plain, [keyed], '2025-06-01T13:00:00.000Z');
-    expect(lines[1]).toContain('settle-invoices-for-a-very-long-customer-name');
-    expect(lines[1]).toMatch(/ order-7*…7*-end /);
+  it('never cuts a name: it cuts the key in the middle, and a line that still cannot fit stays long', () => {
+    const keyed: RunRow = { ...run, name: 'settle', idempotency_key: `order-${'7'.repeat(80)}-end` };
+    expect(formatRunsTable(plain, [keyed], '2025-06-01T13:00:00.000Z')[1]).toMatch(
+      / settle {2}ord…nd {2}2025-/,
+    );
+    const long = formatRunsTable(plain, [run], '2025-06-01T13:00:00.000Z');
+    expect(long[1]).toMatch(/ settle-invoices-for-a-very-long-customer-name {2}bat…42 {2}2025-/);
   });
 });
 

@@ -16,8 +16,9 @@ const STATUSES: readonly RunRow['status'][] = ['pending', 'running', 'completed'
 
 /**
  * The runs table: id (full, to paste into `runs show`), status, name (full: names are at most 128 characters, and
- * a cut one could name another workflow), idempotency key (`—` for none; the column cut in the middle to fit the
- * width, `--json` has it whole), creation time, duration.
+ * a cut one could name another workflow), idempotency key (`—` for none; cut in the middle when the line would be
+ * wider than the terminal, `runs show` and `--json` have it whole), creation time, duration. A line that cannot
+ * fit the width even so stays long rather than cut a name.
  */
 export function formatRunsTable(term: Terminal, runs: readonly RunRow[], nowIso: string): string[] {
   return table(
@@ -27,7 +28,7 @@ export function formatRunsTable(term: Terminal, runs: readonly RunRow[], nowIso:
       { header: 'STATUS' },
       { header: 'KIND' },
       { header: 'NAME' },
-      { header: 'KEY', shrink: 'middle', minWidth: 12 },
+      { header: 'KEY', shrink: 'middle', minWidth: 6 },
       { header: 'CREATED (UTC)' },
       { header: 'DURATION', align: 'right' },
     ],
