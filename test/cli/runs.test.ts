@@ -168,12 +168,12 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
     expect(text.stderr).toBe('');
     expect(text.code).toBe(0);
     const out = lines(text.stdout);
-    expect(out[0]).toMatch(/^RUN ID\s+STATUS\s+KIND\s+NAME\s+CREATED \(UTC\)\s+DURATION$/);
+    expect(out[0]).toMatch(/^RUN ID\s+STATUS\s+KIND\s+NAME\s+KEY\s+CREATED \(UTC\)\s+DURATION$/);
     expect(out[1]).toMatch(
-      new RegExp(`^${pendingRunId}\\s+pending\\s+act\\s+refund\\s+\\d{4}-\\d\\d-\\d\\d `),
+      new RegExp(`^${pendingRunId}\\s+pending\\s+act\\s+refund\\s+\\S+\\s+\\d{4}-\\d\\d-\\d\\d `),
     );
     expect(out[2]).toMatch(
-      new RegExp(`^${chargeRunId}\\s+completed\\s+act\\s+charge\\s+\\d{4}-\\d\\d-\\d\\d `),
+      new RegExp(`^${chargeRunId}\\s+completed\\s+act\\s+charge\\s+\\S+\\s+\\d{4}-\\d\\d-\\d\\d `),
     );
     expect(out).toHaveLength(3);
     expectTerminalFriendly(text.stdout);

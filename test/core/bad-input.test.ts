@@ -16,6 +16,7 @@ import { advanceClock } from '@palisade/engine/testing';
 import {
   ApplicationFailure,
   defineActivity,
+  defineSignal,
   defineWorkflow,
   isPalisadeError,
   type PalisadeErrorCode,
@@ -374,6 +375,58 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await worker.start();
       const handle = await engine.client.enqueue(healthy, { n: 1 });
       await expect(handle.result({ timeoutMs: '20s' })).resolves.toEqual({ n: 2 });
+    });
+
+    it('repeats at most a capped excerpt of a 10,000-character id, name or key in every message', async () => {
+      const engine = await target.engine();
+      const long = 'x'.repeat(10_000);
+      const uuidLike = `00000000-0000-4000-8000-${'0'.repeat(10_000)}`;
+      const signal = defineSignal({ name: 'approve', payload: z.object({}) });
+      const calls: [string, () => unknown][] = [
+        ['defineWorkflow with a long name', () => defineWorkflow({ ...flowOptions, name: long })],
+        ['defineActivity with a long name', () => defineActivity({ ...echoOptions, name: long })],
+        ['defineSignal with a long name', () => defineSignal({ name: long, payload: z.object({}) })],
+        [
+          'start of a workflow with a long unknown option',
+          () => engine.client.start(flow, { v: 1 }, { [long]: 1 }),
+        ],
+        ['enqueue with a long key', () => engine.client.enqueue(echo, { v: 1 }, { key: long })],
+        ['enqueue with a long delay string', () => engine.client.enqueue(echo, { v: 1 }, { delayMs: long })],
+        ['enqueue input with a long field name', () => engine.client.enqueue(dated, { [long]: 1 } as never)],
+        ['getHandle(long id).describe()', () => engine.client.getHandle(long).describe()],
+        ['getHandle(long id).result()', () => engine.client.getHandle(uuidLike).result({ timeoutMs: 10 })],
+        ['getHandle(long id).cancel()', () => engine.client.getHandle(long).cancel()],
+        ['signal of a long run id', () => engine.client.signal(long, signal, {})],
+        ['retry of a long run id', () => engine.client.retry(long)],
+        ['watch with a long cursor', () => engine.client.getHandle(long).watch({ after: long }).next()],
+        ['schedules.get of a long id', () => engine.schedules.get(long)],
+        ['schedules.update of a long id', () => engine.schedules.update(long, {})],
+        [
+          'schedules.create with a long id',
+          () => engine.schedules.create({ id: long, cron: '* * * * *', workflow: flow, input: { v: 1 } }),
+        ],
+        [
+          'schedules.create with a long cron',
+          () => engine.schedules.create({ id: 's', cron: long, workflow: flow, input: { v: 1 } }),
+        ],
+      ];
+      const failures: string[] = [];
+      for (const [name, call] of calls) {
+        const outcome = await settle(Promise.resolve().then(call));
+        const error = (outcome as { error?: unknown }).error;
+        if (outcome.ok) failures.push(`${name}: was accepted`);
+        else if (!isPalisadeError(error)) failures.push(`${name}: not a PalisadeError: ${String(error)}`);
+        else if (error.message.length > 700 || error.message.includes('x'.repeat(301)))
+          failures.push(
+            `${name}: message of ${error.message.length} characters: ${error.message.slice(0, 200)}`,
+          );
+        else if (
+          error.message.includes('x'.repeat(100)) &&
+          !/…\(\d[\d,]* more characters\)/.test(error.message)
+        )
+          failures.push(`${name}: the cut is not marked: ${error.message.slice(0, 200)}`);
+      }
+      expect(failures).toEqual([]);
     });
 
     it("takes result({ timeoutMs: '50ms' }) in the same duration forms as every other option", async () => {

@@ -6,7 +6,13 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { sql } from 'drizzle-orm';
-import { ApplicationFailure, defineActivity, defineWorkflow, isPalisadeError } from '@palisade/sdk';
+import {
+  ApplicationFailure,
+  defineActivity,
+  defineSignal,
+  defineWorkflow,
+  isPalisadeError,
+} from '@palisade/sdk';
 import { createEngine, type Engine, type WorkerEventMap } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';
 import { nextEvent, useEngineTarget } from '../support/engine.js';
@@ -38,6 +44,8 @@ const unserved = defineActivity({
   run: () => Promise.resolve({}),
 });
 
+const nudge = defineSignal({ name: 'nudge', payload: z.object({}) });
+
 const sleeper = defineWorkflow({
   name: 'sleeper',
   input: z.object({}),
@@ -53,9 +61,22 @@ interface RowCounts {
   steps: number;
   attempts: number;
   events: number;
+  /** Not in a prune's counts (those are the history `runs show` lists), but deleted with the run. */
+  signals: number;
 }
 
-/** Rows of `runIds` in each table, as stored. */
+const NONE: RowCounts = { runs: 0, steps: 0, attempts: 0, events: 0, signals: 0 };
+
+/** What a prune reports of `counts`: every table but `signals`. */
+function history({ signals: _signals, ...counts }: RowCounts): Omit<RowCounts, 'signals'> {
+  return counts;
+}
+
+/**
+ * Rows of `runIds` in each table that holds a run's rows, as stored. `steps`, `attempts` and `signals` have no
+ * foreign key to `runs` (nothing would cascade, and nothing would refuse an orphan): only a count shows that a
+ * prune took them.
+ */
 async function rowsOf(engine: Engine, runIds: readonly string[]): Promise<RowCounts> {
   const n = engine.names;
   const ids = JSON.stringify(runIds);
@@ -64,15 +85,29 @@ async function rowsOf(engine: Engine, runIds: readonly string[]): Promise<RowCou
           (SELECT (jsonb_array_elements_text(${ids}::jsonb))::uuid))`;
   const [row] = await engine.database.rows<RowCounts>(sql`
     SELECT ${inIds(n.runs, 'id')} AS runs, ${inIds(n.steps, 'run_id')} AS steps,
-           ${inIds(n.attempts, 'run_id')} AS attempts, ${inIds(n.events, 'run_id')} AS events`);
+           ${inIds(n.attempts, 'run_id')} AS attempts, ${inIds(n.events, 'run_id')} AS events,
+           ${inIds(n.signals, 'run_id')} AS signals`);
   if (!row) throw new Error('no counts');
   return row;
 }
 
-/** One run of each ending: two completed, one failed, one cancelled; returns their ids. */
+/**
+ * One run of each ending: two completed, one failed, one cancelled; and a workflow run cancelled with a signal it
+ * never took (kept, with the run); returns their ids.
+ */
 async function finishedRuns(engine: Engine): Promise<string[]> {
-  const worker = engine.worker({ activities: [double, refuse], pollIntervalMs: 50 });
+  const worker = engine.worker({ activities: [double, refuse], workflows: [sleeper], pollIntervalMs: 50 });
   await worker.start();
+  const blocked = nextEvent<WorkerEventMap['turn:committed'][0]>(
+    worker.events,
+    'turn:committed',
+    (e) => e.workflow === 'sleeper' && e.outcome === 'blocked',
+  );
+  const signalled = await engine.client.start(sleeper, {});
+  await blocked;
+  await engine.client.signal(signalled.runId, nudge, {});
+  await signalled.cancel('test');
+  await expect(signalled.result({ timeoutMs: 20_000 })).rejects.toMatchObject({ code: 'CANCELLED' });
   const a = await engine.client.enqueue(double, { n: 1 });
   const b = await engine.client.enqueue(double, { n: 2 });
   const c = await engine.client.enqueue(refuse, {});
@@ -82,13 +117,14 @@ async function finishedRuns(engine: Engine): Promise<string[]> {
   await expect(c.result({ timeoutMs: 20_000 })).rejects.toThrow(/no/);
   await d.cancel('test');
   await worker.stop({ graceMs: 1_000 });
-  const statuses = await Promise.all([a, b, c, d].map(async (h) => (await h.describe()).run.status));
-  expect(statuses).toEqual(['completed', 'completed', 'failed', 'cancelled']);
-  return [a, b, c, d].map((h) => h.runId);
+  const runs = [a, b, c, d, signalled];
+  const statuses = await Promise.all(runs.map(async (h) => (await h.describe()).run.status));
+  expect(statuses).toEqual(['completed', 'completed', 'failed', 'cancelled', 'cancelled']);
+  return runs.map((h) => h.runId);
 }
 
 /**
- * Insert `count` finished runs directly, each with one step, one attempt and one event, that ended
+ * Insert `count` finished runs directly, each with one step, one attempt, one event and one signal, that ended
  * `agoMs` before the database clock (for volume: real runs would take the test minutes). `status` and
  * `parentRunId` as given. Returns their ids.
  */
@@ -117,8 +153,12 @@ async function insertRuns(
       SELECT run_id, id, 'activity', 1, 1, ${n.nextToken}, gen_random_uuid(), 'w', ${n.now} FROM steps
       RETURNING 1),
     events AS (
-      INSERT INTO ${n.events} (run_id, type, at) SELECT id, 'run:completed', ${n.now} FROM runs RETURNING 1)
-    SELECT id::text FROM runs WHERE (SELECT count(*) FROM attempts) + (SELECT count(*) FROM events) > 0`);
+      INSERT INTO ${n.events} (run_id, type, at) SELECT id, 'run:completed', ${n.now} FROM runs RETURNING 1),
+    signals AS (
+      INSERT INTO ${n.signals} (run_id, name, payload, request_id, created_at)
+      SELECT id, 'nudge', '{}'::jsonb, gen_random_uuid(), ${n.now} FROM runs RETURNING 1)
+    SELECT id::text FROM runs
+     WHERE (SELECT count(*) FROM attempts) + (SELECT count(*) FROM events) + (SELECT count(*) FROM signals) > 0`);
   return rows.map((r) => r.id);
 }
 
@@ -130,22 +170,24 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const engine = await target.engine();
       const old = await finishedRuns(engine);
       const before = await rowsOf(engine, old);
-      expect(before.runs).toBe(4);
-      expect(before.steps).toBe(4);
-      expect(before.attempts).toBe(3); // the cancelled run's step was never claimed
+      expect(before.runs).toBe(5);
+      expect(before.steps).toBe(5); // one per activity run, the sleeper's timer
+      // The cancelled job's step was never claimed; the sleeper has its turns' attempts (two or more).
+      expect(before.attempts).toBeGreaterThanOrEqual(5);
       expect(before.events).toBeGreaterThan(0); // stored events (the run_events view derives the others)
+      expect(before.signals).toBe(1);
 
       await advanceClock(engine, 2 * HOUR_MS);
       const young = await finishedRuns(engine);
       const youngBefore = await rowsOf(engine, young);
 
       const dry = await engine.pruneRuns({ olderThan: '1h', dryRun: true });
-      expect(dry).toEqual({ ...before, olderThanMs: HOUR_MS, dryRun: true });
+      expect(dry).toEqual({ ...history(before), olderThanMs: HOUR_MS, dryRun: true });
       expect(await rowsOf(engine, old)).toEqual(before); // a dry run deletes nothing
 
       const pruned = await engine.pruneRuns({ olderThan: HOUR_MS });
-      expect(pruned).toEqual({ ...before, olderThanMs: HOUR_MS, dryRun: false });
-      expect(await rowsOf(engine, old)).toEqual({ runs: 0, steps: 0, attempts: 0, events: 0 });
+      expect(pruned).toEqual({ ...history(before), olderThanMs: HOUR_MS, dryRun: false });
+      expect(await rowsOf(engine, old)).toEqual(NONE);
       expect(await rowsOf(engine, young)).toEqual(youngBefore);
       expect((await engine.client.list()).map((r) => r.id).sort()).toEqual([...young].sort());
 
@@ -221,8 +263,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
         olderThanMs: HOUR_MS,
         dryRun: false,
       });
-      expect(await rowsOf(engine, old)).toEqual({ runs: 0, steps: 0, attempts: 0, events: 0 });
-      expect((await rowsOf(engine, young)).runs).toBe(3);
+      expect(await rowsOf(engine, old)).toEqual(NONE);
+      expect(await rowsOf(engine, young)).toEqual({ runs: 3, steps: 3, attempts: 3, events: 3, signals: 3 });
     });
 
     it('keeps a parent while a child run that must be kept names it, and deletes children before parents', async () => {
@@ -250,12 +292,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       if (!grandchild) throw new Error('no grandchild');
       expect(await engine.pruneRuns({ olderThan: '1h', dryRun: true })).toMatchObject({ runs: 3 });
       expect(await engine.pruneRuns({ olderThan: '1h' })).toMatchObject({ runs: 3 });
-      expect(await rowsOf(engine, [parent, child, grandchild])).toEqual({
-        runs: 0,
-        steps: 0,
-        attempts: 0,
-        events: 0,
-      });
+      expect(await rowsOf(engine, [parent, child, grandchild])).toEqual(NONE);
     });
 
     it('with createEngine({ retention }), a worker deletes finished runs past it in the background', async () => {
@@ -275,8 +312,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const second = engine.worker({ activities: [double], pollIntervalMs: 50 });
       const sweep = nextEvent<WorkerEventMap['retention:pruned'][0]>(second.events, 'retention:pruned');
       await second.start();
-      expect(await sweep).toEqual({ ...before, olderThanMs: HOUR_MS });
-      expect(await rowsOf(engine, old)).toEqual({ runs: 0, steps: 0, attempts: 0, events: 0 });
+      expect(await sweep).toEqual({ ...history(before), olderThanMs: HOUR_MS });
+      expect(await rowsOf(engine, old)).toEqual(NONE);
       expect((await young.describe()).run.status).toBe('pending');
     });
 

@@ -242,6 +242,53 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(runs.size).toBe(2);
     });
 
+    it('writes nothing of a call over several statements whose last statement meets a key conflict', async () => {
+      // 2,500 inputs: three statements (1,000 + 1,000 + 500); the key of inputs[2,400] names a run with another
+      // input. A blind retry of a call that left the first 2,000 runs written would start them twice.
+      const engine = await target.engine();
+      const existing = await engine.client.enqueue(double, { n: -1 }, { key: 'taken' });
+      const count = 2_500;
+      const keys = Array.from({ length: count }, (_, k) => (k === 2_400 ? 'taken' : undefined));
+      const inputs = Array.from({ length: count }, (_, n) => ({ n }));
+
+      const clash = await rejectionOf(engine.client.enqueueMany(double, inputs, { keys }));
+      expect(clash.code).toBe('RUN_KEY_CONFLICT');
+      expect(clash.runId).toBe(existing.runId);
+      expect(clash.message).toContain('key "taken" of inputs[2400] already started run');
+      expect(clash.message).toContain(`Nothing of inputs[0..${count - 1}] was written.`);
+      expect(await countOf(engine, 'runs')).toBe(1);
+      expect(await countOf(engine, 'steps')).toBe(1);
+      expect(await countOf(engine, 'runEvents')).toBe(1);
+
+      const workflowClash = await rejectionOf(
+        engine.client.startMany(settleOrder, inputs, {
+          keys: inputs.map((_, i) => (i === 2_000 || i === 2_499 ? 'w' : undefined)),
+        }),
+      );
+      expect(workflowClash.code).toBe('RUN_KEY_CONFLICT');
+      expect(workflowClash.message).toContain('inputs[2499] has the key "w" of inputs[2000]');
+      expect(await countOf(engine, 'runs')).toBe(1);
+
+      // A key of the first statement repeated with another input in the last names the input, not a run that the
+      // refusal rolled back.
+      const acrossStatements = await rejectionOf(
+        engine.client.startMany(settleOrder, inputs, {
+          keys: inputs.map((_, i) => (i === 5 || i === 2_450 ? 'v' : undefined)),
+        }),
+      );
+      expect(acrossStatements.message).toContain(
+        'inputs[2450] has the key "v" of inputs[5] with a different input',
+      );
+      expect(acrossStatements.message).toContain('Nothing of inputs[0..2499] was written.');
+      expect(await countOf(engine, 'runs')).toBe(1);
+      expect(await countOf(engine, 'runEvents')).toBe(1);
+
+      // The same call without the conflict writes every run, once.
+      const handles = await engine.client.enqueueMany(double, inputs);
+      expect(new Set(handles.map((h) => h.runId)).size).toBe(count);
+      expect(await countOf(engine, 'runs')).toBe(count + 1);
+    });
+
     it('refuses a bad input by its index and field before writing anything, in any statement of the call', async () => {
       const engine = await target.engine();
       // Index 1,500 is in the second statement: the first is not written either.

@@ -119,14 +119,34 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const worker = await startedWorker(engine);
       const orders = ordersTable(engine);
       const db = callerDrizzle(target);
+      // The worker has a turn slot free, so a start outside a transaction would be granted its first turn by the
+      // statement that creates the run (an eager start); inside the caller's transaction it must not be.
+      const grants: string[] = [];
+      const firstTurn = new Promise<void>((resolve) => {
+        worker.events.on('turn:committed', (e) => {
+          grants.push(e.grant);
+          resolve();
+        });
+      });
+      const inside: { status: string; turn_token: string | null; attempts: number }[] = [];
       const handle = await db.transaction(async (tx) => {
         await tx.insert(orders).values({ id: 'o-1' });
-        return engine.client.start(fulfil, { orderId: 'o-1' }, { tx, key: 'order-o-1' });
+        const started = await engine.client.start(fulfil, { orderId: 'o-1' }, { tx, key: 'order-o-1' });
+        // Read in the caller's transaction, where an eager grant's writes would be visible: none.
+        const result = await tx.execute<{ status: string; turn_token: string | null; attempts: number }>(sql`
+          SELECT r.status, r.turn_token::text,
+                 (SELECT count(*)::int FROM ${engine.names.attempts} a WHERE a.run_id = r.id) AS attempts
+            FROM ${engine.names.runs} r WHERE r.id = ${started.runId}::uuid`);
+        inside.push(...(Array.isArray(result) ? result : (result as { rows: typeof inside }).rows));
+        return started;
       });
       expect(handle.created).toBe(true);
+      expect(inside).toEqual([{ status: 'pending', turn_token: null, attempts: 0 }]);
       await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe('packed o-1');
       expect(await count(engine, 'orders')).toBe(1);
-      // Not started eagerly inside the transaction: its first turn was claimed after the commit.
+      // Its first turn was claimed by the worker after the commit, not granted by the start's statement.
+      await firstTurn;
+      expect(grants[0]).toBe('claimed');
       expect(
         (await attemptsOf(engine, handle.runId)).filter((a) => a.kind === 'turn').length,
       ).toBeGreaterThan(0);

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { rateLimitSchema, type RateLimit, type ResolvedRateLimit } from './flow-control.js';
 import { durationMs, type Duration } from './duration.js';
-import { InvalidOptionsError, formatIssues } from './errors.js';
+import { InvalidOptionsError, echoed, formatIssues } from './errors.js';
 import { resolveRetryPolicy, type ResolvedRetryPolicy, type RetryPolicy } from './retry-policy.js';
 
 /**
@@ -183,16 +183,16 @@ export function defineActivity<I extends z.ZodType, O extends z.ZodType>(
 ): ActivityDefinition<I, O> {
   const parsed = activityOptionsSchema.safeParse(options);
   if (!parsed.success) {
-    throw new InvalidOptionsError(`activity ${String(options.name)}`, formatIssues(parsed.error.issues));
+    throw new InvalidOptionsError(`activity ${echoed(options.name)}`, formatIssues(parsed.error.issues));
   }
   if (typeof options.run !== 'function') {
-    throw new InvalidOptionsError(`activity ${options.name}`, [
+    throw new InvalidOptionsError(`activity ${echoed(options.name)}`, [
       { path: 'run', message: 'must be a function' },
     ]);
   }
   for (const key of ['input', 'output'] as const) {
     if (!(options[key] instanceof z.ZodType)) {
-      throw new InvalidOptionsError(`activity ${options.name}`, [
+      throw new InvalidOptionsError(`activity ${echoed(options.name)}`, [
         { path: key, message: 'must be a zod schema' },
       ]);
     }

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { InvalidOptionsError } from './errors.js';
+import { InvalidOptionsError, echoed } from './errors.js';
 
 /**
  * A duration: a number of milliseconds, or a string such as `'250ms'`, `'30s'`, `'5m'`, `'2h'`, `'1d'`
@@ -26,7 +26,7 @@ const PATTERN = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$/;
 /** Show a rejected value in an error message: `NaN` and `Infinity` as themselves (JSON would print `null`). */
 function formatValue(value: unknown): string {
   if (typeof value === 'number' || typeof value === 'bigint') return String(value);
-  if (typeof value === 'string' && value.length > 40) return JSON.stringify(`${value.slice(0, 40)}…`);
+  if (typeof value === 'string') return JSON.stringify(echoed(value, 40));
   try {
     return JSON.stringify(value) ?? String(value);
   } catch {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   ActivityFailure,
+  ECHOED_CHARS,
   ApplicationFailure,
   AttemptAbortedError,
   InvalidOptionsError,
@@ -8,6 +9,7 @@ import {
   NonDeterminismError,
   PalisadeError,
   ValidationError,
+  echoed,
   formatIssues,
   serializeFailure,
   type LeaseLostDetails,
@@ -289,5 +291,26 @@ describe('NonDeterminismError', () => {
     );
     expect(error).toMatchObject({ position: 2, recorded: 'activity charge', current: 'activity refund' });
     expect(error.runId).toBe('r1');
+  });
+});
+
+describe('echoed', () => {
+  it('repeats a short value whole and cuts a long one with a note of what it left out', () => {
+    expect(echoed('run-1')).toBe('run-1');
+    expect(echoed('x'.repeat(10_000))).toBe(`${'x'.repeat(ECHOED_CHARS)}…(9,900 more characters)`);
+    expect(echoed('abcdef', 3)).toBe('abc…(3 more characters)');
+  });
+
+  it('never leaves half of a surrogate pair at the cut', () => {
+    expect(echoed(`ab${'😀'.repeat(5)}`, 3)).toBe('ab…(10 more characters)');
+  });
+
+  it('caps each unknown key of an options error, whose zod message repeats them whole', () => {
+    const error = new InvalidOptionsError(
+      'start options of flow',
+      formatIssues([{ code: 'unrecognized_keys', keys: ['k'.repeat(5_000)], path: [], message: 'x' }]),
+    );
+    expect(error.message.length).toBeLessThan(250);
+    expect(error.message).toContain('…(4,900 more characters)');
   });
 });

@@ -45,6 +45,33 @@ export type PalisadeErrorCode =
   | 'FENCED_TRANSACTION_NESTED'
   | 'FENCED_TRANSACTION_ABORTED';
 
+/** How many characters of a caller's value (an id, a name, a key, an option) an error message repeats. */
+export const ECHOED_CHARS = 100;
+
+/**
+ * `value` as an error message repeats it: its first `maxChars` characters (default {@link ECHOED_CHARS}), then
+ * `…(N more characters)` when it is longer, so that a 10,000-character id or name given by a caller does not come
+ * back 10,000 characters long in the message (and in every log line that prints it). A non-string is shown with
+ * `String()`. Every message that repeats a caller's value goes through this one function; the full value may stay
+ * in a structured field of the error (`runId`, `issues`, …).
+ */
+export function echoed(value: unknown, maxChars: number = ECHOED_CHARS): string {
+  const text = typeof value === 'string' ? value : safeString(value);
+  if (text.length <= maxChars) return text;
+  let head = text.slice(0, maxChars);
+  // Do not leave half of a surrogate pair at the cut.
+  if (/[\uD800-\uDBFF]$/.test(head)) head = head.slice(0, -1);
+  return `${head}…(${(text.length - head.length).toLocaleString('en-US')} more characters)`;
+}
+
+function safeString(value: unknown): string {
+  try {
+    return String(value);
+  } catch {
+    return Object.prototype.toString.call(value);
+  }
+}
+
 /** Context fields an error may carry; all optional, all readonly once set. */
 export interface PalisadeErrorContext {
   readonly runId?: string | undefined;
@@ -175,15 +202,32 @@ export class AttemptAbortedError extends PalisadeError {
   }
 }
 
+/**
+ * How long a phrase that holds a caller's value may be in a message (`where` of an {@link InvalidOptionsError},
+ * `what` of a {@link ValidationError} or {@link RunNotFoundError}, one issue): a backstop behind {@link echoed} at
+ * each value, for a phrase built without it.
+ */
+const PHRASE_CHARS = 300;
+
+/** At most this many issues are listed in a message (the error's `issues` holds them all). */
+const LISTED_ISSUES = 10;
+
+/** `issues` as a message lists them: `path: message; …`, each capped, at most {@link LISTED_ISSUES} of them. */
+function issueList(issues: readonly { path: string; message: string }[], root = ''): string {
+  const listed = issues.slice(0, LISTED_ISSUES).map((i) => {
+    const path = i.path || root;
+    return echoed(path ? `${path}: ${i.message}` : i.message, PHRASE_CHARS);
+  });
+  if (issues.length > LISTED_ISSUES) listed.push(`…and ${issues.length - LISTED_ISSUES} more problems`);
+  return listed.join('; ');
+}
+
 /** Options or parameters were refused; the message names each bad field, its value and the rule. */
 export class InvalidOptionsError extends PalisadeError {
   /** One entry per problem: `path` like `worker.heartbeatIntervalMs`, and what is wrong with it. */
   readonly issues: readonly { readonly path: string; readonly message: string }[];
   constructor(where: string, issues: readonly { path: string; message: string }[]) {
-    super(
-      'INVALID_OPTIONS',
-      `invalid ${where}: ${issues.map((i) => (i.path ? `${i.path}: ${i.message}` : i.message)).join('; ')}`,
-    );
+    super('INVALID_OPTIONS', `invalid ${echoed(where, PHRASE_CHARS)}: ${issueList(issues)}`);
     this.issues = issues;
   }
 }
@@ -198,7 +242,7 @@ export class ValidationError extends PalisadeError {
   ) {
     super(
       'VALIDATION_FAILED',
-      `${what} is invalid: ${issues.map((i) => `${i.path || '(root)'}: ${i.message}`).join('; ')}`,
+      `${echoed(what, PHRASE_CHARS)} is invalid: ${issueList(issues, '(root)')}`,
       context,
     );
     this.issues = issues;
@@ -400,7 +444,10 @@ export class CancelledFailure extends PalisadeError {
 /** A run id, idempotency key or step does not exist. */
 export class RunNotFoundError extends PalisadeError {
   constructor(what: string) {
-    super('RUN_NOT_FOUND', `${what} does not exist; check the id (runs list shows existing runs)`);
+    super(
+      'RUN_NOT_FOUND',
+      `${echoed(what, PHRASE_CHARS)} does not exist; check the id (runs list shows existing runs)`,
+    );
   }
 }
 
@@ -411,7 +458,13 @@ export class RunNotFoundError extends PalisadeError {
 export class RunEndedError extends PalisadeError {
   readonly status: string;
   constructor(runId: string, status: string, what: string) {
-    super('RUN_ENDED', `run ${runId} has ended (${status}): ${what} was not sent`, { runId });
+    super(
+      'RUN_ENDED',
+      `run ${echoed(runId)} has ended (${status}): ${echoed(what, PHRASE_CHARS)} was not sent`,
+      {
+        runId,
+      },
+    );
     this.status = status;
   }
 }
@@ -420,7 +473,7 @@ export class RunEndedError extends PalisadeError {
 export class RunFailedError extends PalisadeError {
   readonly failure: SerializedFailure;
   constructor(runId: string, failure: SerializedFailure) {
-    super('RUN_FAILED', `run ${runId} failed: ${failure.type}: ${failure.message}`, { runId });
+    super('RUN_FAILED', `run ${echoed(runId)} failed: ${failure.type}: ${failure.message}`, { runId });
     this.failure = failure;
   }
 }
@@ -457,9 +510,24 @@ export class NonDeterminismError extends PalisadeError {
 
 /** Convert zod issues to `{ path, message }` pairs with dotted paths (`items.3.amount`). */
 export function formatIssues(
-  issues: readonly { readonly path: readonly PropertyKey[]; readonly message: string }[],
+  issues: readonly {
+    readonly path: readonly PropertyKey[];
+    readonly message: string;
+    readonly code?: unknown;
+    readonly keys?: unknown;
+  }[],
 ): { path: string; message: string }[] {
-  return issues.map((i) => ({ path: i.path.map((p) => String(p)).join('.'), message: i.message }));
+  return issues.map((i) => ({
+    path: i.path.map((p) => echoed(String(p))).join('.'),
+    message: unrecognizedKeys(i) ?? i.message,
+  }));
+}
+
+/** zod's message for unknown keys, with each key capped by {@link echoed} (zod repeats them whole). */
+function unrecognizedKeys(issue: { readonly code?: unknown; readonly keys?: unknown }): string | undefined {
+  if (issue.code !== 'unrecognized_keys' || !Array.isArray(issue.keys)) return undefined;
+  const keys = (issue.keys as unknown[]).map((k) => JSON.stringify(echoed(k)));
+  return `Unrecognized key${keys.length === 1 ? '' : 's'}: ${keys.slice(0, LISTED_ISSUES).join(', ')}${keys.length > LISTED_ISSUES ? `, …and ${keys.length - LISTED_ISSUES} more` : ''}`;
 }
 
 /**

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { InvalidOptionsError, formatIssues } from './errors.js';
+import { InvalidOptionsError, echoed, formatIssues } from './errors.js';
 
 /**
  * A message a workflow run can receive from outside once it has started (Temporal's signal): a name and a zod
@@ -41,7 +41,7 @@ export function defineSignal<P extends z.ZodType>(options: SignalOptions<P>): Si
   const parsed = signalOptionsSchema.safeParse(options);
   if (!parsed.success) {
     throw new InvalidOptionsError(
-      `signal ${String((options as { name?: unknown } | undefined)?.name)}`,
+      `signal ${echoed((options as { name?: unknown } | undefined)?.name)}`,
       formatIssues(parsed.error.issues),
     );
   }

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import type { ActivityDefinition } from './activity.js';
 import type { Duration } from './duration.js';
 import type { ConcurrencyLimit, RateLimit } from './flow-control.js';
-import { InvalidOptionsError, formatIssues } from './errors.js';
+import { InvalidOptionsError, echoed, formatIssues } from './errors.js';
 import type { RetryPolicy } from './retry-policy.js';
 import type { SignalDefinition, SignalWait } from './signal.js';
 
@@ -196,7 +196,7 @@ export function defineWorkflow<I extends z.ZodType, O extends z.ZodType>(
 ): WorkflowDefinition<I, O> {
   const parsed = workflowOptionsSchema.safeParse(options);
   if (!parsed.success) {
-    throw new InvalidOptionsError(`workflow ${String(options.name)}`, formatIssues(parsed.error.issues));
+    throw new InvalidOptionsError(`workflow ${echoed(options.name)}`, formatIssues(parsed.error.issues));
   }
   return Object.freeze({
     kind: 'workflow' as const,

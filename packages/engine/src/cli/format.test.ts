@@ -205,12 +205,93 @@ describe('runs show timeline', () => {
 });
 
 describe('runs list table', () => {
-  it('prints the full run id and fits 100 columns even with a long name', () => {
-    const lines = formatRunsTable(plain, [run], '2025-06-01T13:00:00.000Z');
+  it('prints the full run id, the name and the idempotency key within 100 columns', () => {
+    const keyed: RunRow = { ...run, name: 'settle', idempotency_key: 'inv-1' };
+    const keyless: RunRow = { ...keyed, id: '7d1c2b9e-0c1f-4d53-9a55-2f7d0e7b6a11', idempotency_key: null };
+    const lines = formatRunsTable(plain, [keyed, keyless], '2025-06-01T13:00:00.000Z');
+    expect(lines[0]).toMatch(/^RUN ID +STATUS +KIND +NAME +KEY +CREATED \(UTC\) +DURATION$/);
     expect(lines[1]).toMatch(
-      /^7d1c2b9e-0c1f-4d53-9a55-2f7d0e7b6a10 {2}completed {2}wf {4}settle-.*… {2}2025-06-01 12:00:00 +1m01s$/,
+      /^7d1c2b9e-0c1f-4d53-9a55-2f7d0e7b6a10 {2}completed {2}wf {4}settle {2}inv-1 {2}2025-06-01 12:00:00 +1m01s$/,
     );
+    expect(lines[2]).toMatch(/ settle {2}— +2025-06-01/);
     for (const line of lines) expect(widthOf(line)).toBeLessThanOrEqual(100);
+  });
+
+  it('never cuts a name: it cuts the key in the middle, and a line that still cannot fit stays long', () => {
+    const keyed: RunRow = { ...run, name: 'settle', idempotency_key: `order-${'7'.repeat(80)}-end` };
+    expect(formatRunsTable(plain, [keyed], '2025-06-01T13:00:00.000Z')[1]).toMatch(
+      / settle {2}ord…nd {2}2025-/,
+    );
+    const long = formatRunsTable(plain, [run], '2025-06-01T13:00:00.000Z');
+    expect(long[1]).toMatch(/ settle-invoices-for-a-very-long-customer-name {2}bat…42 {2}2025-/);
+  });
+});
+
+describe('runs show of a long run', () => {
+  const failed: RunRow = {
+    ...run,
+    status: 'failed',
+    error: {
+      type: 'ApplicationFailure',
+      message: `the ledger refused the batch: ${'line item rejected; '.repeat(12)}see ticket OPS-4711 for the cause`,
+      nonRetryable: true,
+    },
+  };
+  const steps = Array.from({ length: 240 }, (_, k) => ({
+    ...step,
+    id: `a0000000-0000-0000-0000-${String(k).padStart(12, '0')}`,
+    seq: k,
+    attempts: [
+      attempt({
+        step_id: `a0000000-0000-0000-0000-${String(k).padStart(12, '0')}`,
+        token: String(1000 + k),
+        outcome: 'completed',
+      }),
+    ],
+  }));
+  const events: EventRow[] = steps.flatMap((s) =>
+    ['attempt:claimed', 'attempt:completed'].map((type, i) => ({
+      ...staleEvent,
+      id: `${s.seq}-${i}`,
+      step_id: s.id,
+      type,
+      token: s.attempts[0]?.token ?? null,
+      data: {},
+    })),
+  );
+  const long: RunTimeline = { ...timeline, run: failed, steps, turns: [], events };
+
+  it('prints the run error whole, wrapped to the width', () => {
+    const lines = formatRunTimeline(plain, long, { nowIso: '2025-06-01T13:00:00.000Z', events: false });
+    const at = lines.findIndex((l) => l.startsWith('error'));
+    const errorLines = lines.slice(
+      at,
+      lines.findIndex((l, i) => i > at && !l.startsWith(' '.repeat(10))),
+    );
+    const text = errorLines.map((l, i) => (i === 0 ? l.slice(10) : l.trim())).join(' ');
+    expect(text).toBe(
+      `ApplicationFailure: the ledger refused the batch: ${'line item rejected; '.repeat(12)}see ticket OPS-4711 for the cause`,
+    );
+    expect(errorLines.length).toBeGreaterThan(1);
+    for (const line of lines) expect(widthOf(line), line).toBeLessThanOrEqual(100);
+  });
+
+  it('shows the first and last attempts and events of a 240-step run and says how many it left out', () => {
+    const lines = formatRunTimeline(plain, long, { nowIso: '2025-06-01T13:00:00.000Z', events: true });
+    expect(lines.length).toBeLessThan(120);
+    expect(lines).toContain('      … 210 more attempts (use --all to show every one)');
+    expect(lines).toContain('  … 450 more events (use --all to show every one)');
+    expect(lines.some((l) => /^ {2}charge#239 /.test(l))).toBe(true);
+    expect(lines.some((l) => /^ {2}charge#0 /.test(l))).toBe(true);
+    expect(lines.some((l) => /^ {2}charge#100 /.test(l))).toBe(false);
+
+    const every = formatRunTimeline(plain, long, {
+      nowIso: '2025-06-01T13:00:00.000Z',
+      events: true,
+      all: true,
+    });
+    expect(every.filter((l) => /^ {2}charge#\d+ /.test(l))).toHaveLength(240);
+    expect(every.some((l) => l.includes('more attempts'))).toBe(false);
   });
 });
 

@@ -82,6 +82,47 @@ export function truncate(text: string, width: number, where: 'end' | 'middle' = 
   return chars.slice(0, head).join('') + '…' + (tail > 0 ? chars.slice(-tail).join('') : '');
 }
 
+/**
+ * `text` in lines of at most `width` characters, for what must be read whole (an error message): each line of
+ * `text` broken at its last space that fits, a word longer than `width` split. Never returns no line.
+ */
+export function wrap(text: string, width: number): string[] {
+  const room = Math.max(1, width);
+  const out: string[] = [];
+  for (const paragraph of text.split('\n')) {
+    let rest = [...paragraph.trimEnd()];
+    if (rest.length === 0) out.push('');
+    while (rest.length > 0) {
+      if (rest.length <= room) {
+        out.push(rest.join(''));
+        break;
+      }
+      const space = rest.lastIndexOf(' ', room);
+      const cut = space > 0 ? space : room;
+      out.push(rest.slice(0, cut).join('').trimEnd());
+      rest = rest.slice(space > 0 ? cut + 1 : cut);
+    }
+  }
+  return out.length > 0 ? out : [''];
+}
+
+/**
+ * The first `head` and last `tail` of `items`, and how many were left out between them (0 when all fit, or with
+ * `all`): the long lists of `runs show` (attempts, events) are summarized unless `--all` is given.
+ */
+export function elide<T>(
+  items: readonly T[],
+  p: { readonly head: number; readonly tail: number; readonly all: boolean },
+): { readonly head: readonly T[]; readonly omitted: number; readonly tail: readonly T[] } {
+  // Leaving out fewer than a handful saves nothing: show them.
+  if (p.all || items.length <= p.head + p.tail + 5) return { head: items, omitted: 0, tail: [] };
+  return {
+    head: items.slice(0, p.head),
+    omitted: items.length - p.head - p.tail,
+    tail: items.slice(items.length - p.tail),
+  };
+}
+
 function visibleLength(text: string): number {
   return [...text].length;
 }
@@ -156,8 +197,9 @@ export function table(
   ];
   for (const row of rows) {
     if ('note' in row) {
+      // Notes are failures: wrapped, never cut.
       const width = Math.max(MIN_WIDTH, term.width) - indent.length - 4;
-      lines.push(indent + '    ' + paint(term, row.style, truncate(row.note, width)));
+      for (const part of wrap(row.note, width)) lines.push(indent + '    ' + paint(term, row.style, part));
     } else lines.push(line(row, false));
   }
   return lines;
@@ -216,14 +258,14 @@ export function jsonReplacer(_key: string, value: unknown): unknown {
   return typeof value === 'bigint' ? value.toString() : value;
 }
 
-/** A stored failure (`SerializedFailure`-like) as `Type: message`. */
-export function formatFailure(error: unknown): string | undefined {
+/** A stored failure (`SerializedFailure`-like) as `Type: message`: the message's first line, or all of it (`full`). */
+export function formatFailure(error: unknown, full = false): string | undefined {
   if (error === null || error === undefined) return undefined;
   if (typeof error === 'string') return error;
   if (typeof error !== 'object') return JSON.stringify(error);
   const e = error as { type?: unknown; message?: unknown };
   const type = typeof e.type === 'string' ? e.type : undefined;
-  const message = typeof e.message === 'string' ? e.message.split('\n')[0] : undefined;
+  const message = typeof e.message === 'string' ? (full ? e.message : e.message.split('\n')[0]) : undefined;
   if (type && message) return `${type}: ${message}`;
   return type ?? message ?? compactJson(error, 200);
 }

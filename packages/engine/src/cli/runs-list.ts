@@ -14,7 +14,12 @@ import {
 
 const STATUSES: readonly RunRow['status'][] = ['pending', 'running', 'completed', 'failed', 'cancelled'];
 
-/** The runs table: id (full, to paste into `runs show`), status, name, creation time, duration. */
+/**
+ * The runs table: id (full, to paste into `runs show`), status, name (full: names are at most 128 characters, and
+ * a cut one could name another workflow), idempotency key (`—` for none; cut in the middle when the line would be
+ * wider than the terminal, `runs show` and `--json` have it whole), creation time, duration. A line that cannot
+ * fit the width even so stays long rather than cut a name.
+ */
 export function formatRunsTable(term: Terminal, runs: readonly RunRow[], nowIso: string): string[] {
   return table(
     term,
@@ -22,7 +27,8 @@ export function formatRunsTable(term: Terminal, runs: readonly RunRow[], nowIso:
       { header: 'RUN ID' },
       { header: 'STATUS' },
       { header: 'KIND' },
-      { header: 'NAME', shrink: 'end', minWidth: 10 },
+      { header: 'NAME' },
+      { header: 'KEY', shrink: 'middle', minWidth: 6 },
       { header: 'CREATED (UTC)' },
       { header: 'DURATION', align: 'right' },
     ],
@@ -31,6 +37,7 @@ export function formatRunsTable(term: Terminal, runs: readonly RunRow[], nowIso:
       { text: r.status, style: statusStyle(r.status) },
       { text: r.kind === 'workflow' ? 'wf' : 'act', style: 'dim' },
       r.name,
+      r.idempotency_key ?? { text: '—', style: 'dim' },
       formatTimestamp(r.created_at),
       r.status === 'pending'
         ? '—'

@@ -1,6 +1,6 @@
 import { Command } from 'commander';
 import { z } from 'zod';
-import { InvalidOptionsError, defineSignal, type SignalDefinition } from '@palisade/sdk';
+import { InvalidOptionsError, defineSignal, echoed, type SignalDefinition } from '@palisade/sdk';
 import type { Engine } from '../engine.js';
 import { globalOptions, type Output } from './output.js';
 
@@ -41,7 +41,7 @@ export function runsSignalCommand(output: Output): Command {
             payload = JSON.parse(json);
           } catch (error) {
             throw new InvalidOptionsError('runs signal', [
-              { path: 'json', message: `is not JSON (${(error as Error).message}): ${json.slice(0, 80)}` },
+              { path: 'json', message: `is not JSON (${echoed((error as Error).message)}): ${echoed(json)}` },
             ]);
           }
         }

@@ -1,6 +1,7 @@
 import type { AttemptRow, EventRow, RunDescription } from '../index.js';
 import {
   compactJson,
+  elide,
   formatClock,
   formatDuration,
   formatFailure,
@@ -10,6 +11,7 @@ import {
   statusStyle,
   table,
   truncate,
+  wrap,
   type Row,
   type Style,
   type Terminal,
@@ -20,6 +22,13 @@ import {
 export type RunTimeline = RunDescription;
 
 const INDENT = '  ';
+
+/**
+ * How many attempts and events `runs show` prints from the start and from the end of a long list without `--all`
+ * (a 240-step run has hundreds of each); the line between says how many it left out.
+ */
+export const SHOWN_HEAD = 20;
+export const SHOWN_TAIL = 10;
 
 interface Lookup {
   label(stepId: string | null, eventType?: string): string;
@@ -105,24 +114,32 @@ function attemptOutcome(a: AttemptRow): string {
   return a.outcome ?? (a.ended_at === null ? 'running' : 'ended');
 }
 
-/** The failure recorded for the attempt holding `token` (its `attempt:failed` / `step:failed` event), if any. */
+/**
+ * The failure recorded for the attempt holding `token` (its `attempt:failed` / `step:failed` event), if any, its
+ * message whole.
+ */
 function failureOf(events: readonly EventRow[], token: string): string | undefined {
   for (const e of events) {
     if (e.token !== token || e.type === 'attempt:stale-rejected') continue;
-    const f = formatFailure(data(e).error);
+    const f = formatFailure(data(e).error, true);
     if (f) return f;
   }
   return undefined;
 }
 
-/** Every attempt of the run, steps' and turns', in claim order (tokens only grow). */
-function attemptRows(t: RunTimeline, names: Lookup): Row[] {
+/**
+ * Every attempt of the run, steps' and turns', in claim order (tokens only grow), each with its failure in full
+ * (wrapped); without `all` a long list keeps its first and last attempts and says how many it left out.
+ */
+function attemptRows(t: RunTimeline, names: Lookup, all: boolean): Row[] {
   const reference = t.run.created_at;
-  const all = [...t.turns, ...t.steps.flatMap((s) => s.attempts)].sort((a, b) =>
+  const attempts = [...t.turns, ...t.steps.flatMap((s) => s.attempts)].sort((a, b) =>
     BigInt(a.token) < BigInt(b.token) ? -1 : BigInt(a.token) > BigInt(b.token) ? 1 : 0,
   );
-  const rows: Row[] = [];
-  for (const a of all) {
+  const groups: Row[][] = [];
+  for (const a of attempts) {
+    const rows: Row[] = [];
+    groups.push(rows);
     const outcome = attemptOutcome(a);
     rows.push([
       a.step_id === null ? { text: 'turn', style: 'dim' } : names.label(a.step_id),
@@ -138,26 +155,25 @@ function attemptRows(t: RunTimeline, names: Lookup): Row[] {
     if (failure) rows.push({ note: `↳ ${failure}`, style: 'dim' });
   }
   for (const s of t.steps.filter((s) => s.attempts.length === 0)) {
-    rows.push([
-      names.label(s.id),
-      '',
-      '',
-      '',
-      '',
-      { text: s.status, style: statusStyle(s.status) },
-      '—',
-      '—',
+    groups.push([
+      [names.label(s.id), '', '', '', '', { text: s.status, style: statusStyle(s.status) }, '—', '—'],
     ]);
   }
-  return rows;
+  const shown = elide(groups, { head: SHOWN_HEAD, tail: SHOWN_TAIL, all });
+  const omitted: Row[] =
+    shown.omitted > 0
+      ? [{ note: `… ${shown.omitted} more attempts (use --all to show every one)`, style: 'dim' }]
+      : [];
+  return [...shown.head.flat(), ...omitted, ...shown.tail.flat()];
 }
 
 /** The text of `palisade runs show`: header, every attempt, every rejected stale write, the event history. */
 export function formatRunTimeline(
   term: Terminal,
   t: RunTimeline,
-  options: { nowIso: string; events: boolean },
+  options: { nowIso: string; events: boolean; all?: boolean },
 ): string[] {
+  const all = options.all === true;
   const { run } = t;
   const names = lookup(t);
   const reference = run.created_at;
@@ -204,14 +220,21 @@ export function formatRunTimeline(
     lines.push(field('output', compactJson(run.output, width - 10)));
   if (run.progress !== null && run.progress !== undefined)
     lines.push(field('progress', compactJson(run.progress, width - 10)));
-  const runError = formatFailure(run.error);
-  if (runError) lines.push(field('error', runError, 'red'));
+  // The run's error whole, wrapped: its end is often what says why.
+  const runError = formatFailure(run.error, true);
+  if (runError) {
+    const [first = '', ...rest] = wrap(runError, width - 10);
+    lines.push(
+      field('error', first, 'red'),
+      ...rest.map((part) => ' '.repeat(10) + paint(term, 'red', part)),
+    );
+  }
   for (const u of t.unclaimed ?? []) {
     const what = `${u.kind} ${u.name} on queue ${u.queue} due for ${formatDuration(u.dueForMs)}, never claimed: is a worker serving it?`;
     lines.push(field('waiting', what, 'yellow'));
   }
 
-  const attempts = attemptRows(t, names);
+  const attempts = attemptRows(t, names, all);
   const count = t.turns.length + t.steps.reduce((n, s) => n + s.attempts.length, 0);
   lines.push('', paint(term, 'bold', `ATTEMPTS (${count})`));
   if (attempts.length === 0) lines.push(INDENT + paint(term, 'dim', 'none yet'));
@@ -289,7 +312,14 @@ export function formatRunTimeline(
       16,
       Math.max(0, ...t.events.map((e) => names.label(e.step_id, e.type).length)),
     );
-    for (const e of t.events) {
+    const shown = elide(t.events, { head: SHOWN_HEAD, tail: SHOWN_TAIL, all });
+    const omitted =
+      INDENT + paint(term, 'dim', `… ${shown.omitted} more events (use --all to show every one)`);
+    for (const e of [...shown.head, ...(shown.omitted > 0 ? [undefined] : []), ...shown.tail]) {
+      if (e === undefined) {
+        lines.push(omitted);
+        continue;
+      }
       const clock = formatClock(e.at, reference);
       const label = truncate(names.label(e.step_id, e.type), labelWidth).padEnd(labelWidth);
       const type = truncate(e.type, typeWidth).padEnd(typeWidth);

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import {
+  echoed,
   InvalidOptionsError,
   PAYLOAD_LIMITS,
   PalisadeError,
@@ -168,8 +169,8 @@ export interface StartManyOptions extends Omit<StartOptions, 'key'> {
 /**
  * How {@link Client.enqueueMany} and {@link Client.startMany} split a long array: one statement inserts at most
  * `runsPerStatement` runs, or fewer when their inputs' JSON exceeds `inputCharsPerStatement` characters (a
- * statement always takes at least one run). Each statement is atomic on its own; the statements of one call are
- * not one transaction.
+ * statement always takes at least one run). The call is atomic whatever its length: the statements of one call run
+ * in one transaction (a savepoint of the caller's, with `tx`).
  */
 export const BULK_START_LIMITS = Object.freeze({
   runsPerStatement: 1_000,
@@ -396,17 +397,18 @@ function startParams(
 }
 
 /**
- * RUN_KEY_CONFLICT for the item at `at.index` (of the whole call), whose key names a run with another input:
- * an existing run (named, with its `runId`), or — in a bulk call — the run an earlier item of the same statement
- * (`at.leadIndex`) was creating, which the refusal rolled back.
+ * RUN_KEY_CONFLICT for `items[at.index]`, whose key names a run with another input: an existing run (named, with
+ * its `runId`), or — in a bulk call — the run an earlier item of the call was creating (`items[at.leadIndex]` of the
+ * same statement, or one of an earlier statement). The call is all-or-nothing (see `insertRuns`): the refusal rolled
+ * back every run of it.
  */
 function keyConflict(
   call: { what: string; many: boolean },
-  chunk: readonly RunItem[],
+  items: readonly RunItem[],
   outcome: RunInsertOutcome,
-  at: { index: number; leadIndex: number; from: number; to: number },
+  at: { index: number; leadIndex: number },
 ): PalisadeError {
-  const key = chunk[at.index - at.from]?.idempotencyKey ?? '';
+  const key = echoed(items[at.index]?.idempotencyKey ?? '');
   if (!call.many) {
     return new PalisadeError(
       'RUN_KEY_CONFLICT',
@@ -415,15 +417,15 @@ function keyConflict(
       { runId: outcome.runId },
     );
   }
-  const unwritten =
-    `Nothing of inputs[${at.from}..${at.to}] was written` +
-    (at.from > 0 ? ` (inputs[0..${at.from - 1}] were, by earlier statements).` : '.');
-  if (outcome.createdHere) {
+  const unwritten = `Nothing of inputs[0..${items.length - 1}] was written.`;
+  // The run the key names may be one an earlier statement of this call created: rolled back with the rest.
+  const lead = outcome.createdHere ? at.leadIndex : items.findIndex((i) => i.runId === outcome.runId);
+  if (lead >= 0) {
     return new PalisadeError(
       'RUN_KEY_CONFLICT',
-      `${call.what}: inputs[${at.index}] has the key "${key}" of inputs[${at.leadIndex}] with a different input. ` +
+      `${call.what}: inputs[${at.index}] has the key "${key}" of inputs[${lead}] with a different input. ` +
         `${unwritten} Give different work different keys, or pass onConflict: 'use-existing' to have ` +
-        `inputs[${at.index}] name the run of inputs[${at.leadIndex}].`,
+        `inputs[${at.index}] name the run of inputs[${lead}].`,
     );
   }
   return new PalisadeError(
@@ -499,8 +501,9 @@ export class Client {
    * batch too: an input whose key an earlier input (or an existing run of this activity) took names that run
    * (`created` false) when its input is equal, and otherwise is RUN_KEY_CONFLICT unless
    * `onConflict: 'use-existing'`.
-   * Atomicity: each statement (up to 1,000 runs) is atomic; a call over more inputs runs several, and an error in
-   * one leaves the runs of the statements before it written (the error message says which).
+   * Atomicity: the call is all-or-nothing. A call over more than 1,000 inputs runs several statements, in one
+   * transaction (with `tx`, one savepoint of it), so an error in any of them leaves nothing of the call written and
+   * the call is safe to retry whole.
    * @param inputs - one input per run; an empty array returns `[]` without touching the database.
    * @returns one handle per input, in input order (several handles name the same run when keys repeat).
    * @throws ValidationError naming the bad input by its index (`inputs[3] of activity charge is invalid: …`) and
@@ -508,7 +511,7 @@ export class Client {
    * `keys` of another length than `inputs`).
    * @throws PalisadeError `RUN_KEY_CONFLICT` naming the index (and the existing `runId` when the key belongs to an
    * existing run) when a key names a run with a different input, unless `onConflict: 'use-existing'`; nothing of
-   * that statement is written.
+   * the call is written.
    */
   async enqueueMany<I extends z.ZodType, O extends z.ZodType>(
     activity: ActivityDefinition<I, O>,
@@ -591,14 +594,14 @@ export class Client {
    * {@link BULK_START_LIMITS}`.runsPerStatement` (1,000) runs, with one NOTIFY per statement. `options` apply to
    * every run; `keys` gives each input its own idempotency key, with the semantics of
    * {@link Client.enqueueMany} (within the batch too). Every input is checked against the workflow's schema
-   * before anything is stored, so a bad input writes nothing. Each statement is atomic; a call over more than
-   * 1,000 inputs runs several, and an error in one leaves the runs of the statements before it written.
+   * before anything is stored, so a bad input writes nothing. The call is all-or-nothing, as
+   * {@link Client.enqueueMany} is: its statements run in one transaction.
    * @param inputs - one input per run; an empty array returns `[]` without touching the database.
    * @returns one handle per input, in input order (several handles name the same run when keys repeat).
    * @throws ValidationError naming the bad input by its index and field; PalisadeError `PAYLOAD_TOO_LARGE`;
    * InvalidOptionsError naming the bad option (or `keys` of another length than `inputs`).
    * @throws PalisadeError `RUN_KEY_CONFLICT` naming the index (and the existing `runId`) when a key names a run
-   * with a different input, unless `onConflict: 'use-existing'`; nothing of that statement is written.
+   * with a different input, unless `onConflict: 'use-existing'`; nothing of the call is written.
    */
   async startMany<I extends z.ZodType, O extends z.ZodType>(
     workflow: WorkflowDefinition<I, O>,
@@ -645,18 +648,21 @@ export class Client {
   }
 
   /**
-   * Insert `items` in statements of at most {@link BULK_START_LIMITS}, each retried as a whole on a transient
-   * error (idempotent: the ids were fixed before the first try), and return one handle per item in order.
-   * A key that names a run with a different input is RUN_KEY_CONFLICT unless `onConflict` is `'use-existing'`,
-   * and must leave nothing of its statement written: when a statement holds more than one run and some key, it
-   * runs in a transaction that the refusal rolls back (the conflict is known only once the statement ran: the
-   * run holding the key may have committed while it waited on the key). One run alone, or no key, needs none: a
-   * refused run is not inserted, and without keys nothing can be refused.
+   * Insert `items` in statements of at most {@link BULK_START_LIMITS} and return one handle per item in order. A
+   * key that names a run with a different input is RUN_KEY_CONFLICT unless `onConflict` is `'use-existing'`.
+   *
+   * The call is all-or-nothing: a call of several statements runs them in one transaction, and so does one
+   * statement of several runs with some key (the conflict is known only once the statement ran: the run holding
+   * the key may have committed while it waited on the key), so that a refusal (or any error) leaves nothing of the
+   * call written and a blind retry of the call cannot start its keyless runs twice. One run alone, or one statement
+   * without keys, needs none: a refused run is not inserted, and without keys nothing can be refused. The
+   * transaction (or the lone statement) is retried as a whole on a transient error: idempotent, the ids were fixed
+   * before the first try.
    *
    * With `call.tx` (the caller's transaction) every statement runs in it, and nothing is retried: on PostgreSQL a
    * failed statement has aborted the caller's transaction, so a retry could only fail again (the caller retries
-   * the transaction whole). The transaction of an atomic statement is a savepoint in it, so that a refusal undoes
-   * that statement's runs and nothing else of the caller's.
+   * the transaction whole). What would be a transaction of its own is a savepoint in it, so that a refusal undoes
+   * the call's runs and nothing else of the caller's.
    */
   private async insertRuns<O>(
     items: readonly RunItem[],
@@ -664,40 +670,40 @@ export class Client {
     insert: (db: Pick<Database, 'rows'>, chunk: readonly RunItem[]) => Promise<RunInsertOutcome[]>,
     call: { what: string; many: boolean; tx: CallerTransaction | undefined },
   ): Promise<RunHandle<O>[]> {
-    const handles: RunHandle<O>[] = [];
-    for (const chunk of statementChunks(items)) {
-      const from = handles.length;
-      const once = async (db: Pick<Database, 'rows'>): Promise<RunInsertOutcome[]> => {
-        const outcomes = await insert(db, chunk);
-        const refused = onConflict === 'use-existing' ? -1 : outcomes.findIndex((o) => !o.sameInput);
-        const outcome = outcomes[refused];
+    const chunks = statementChunks(items);
+    const insertAll = async (db: Pick<Database, 'rows'>): Promise<RunInsertOutcome[]> => {
+      const outcomes: RunInsertOutcome[] = [];
+      for (const chunk of chunks) {
+        const from = outcomes.length;
+        const inserted = await insert(db, chunk);
+        const refused = onConflict === 'use-existing' ? -1 : inserted.findIndex((o) => !o.sameInput);
+        const outcome = inserted[refused];
         if (outcome) {
-          throw keyConflict(call, chunk, outcome, {
+          throw keyConflict(call, items, outcome, {
             index: from + refused,
             leadIndex: from + outcome.leadIndex,
-            from,
-            to: from + chunk.length - 1,
           });
         }
-        return outcomes;
-      };
-      const atomic =
-        chunk.length > 1 && onConflict !== 'use-existing' && chunk.some((i) => i.idempotencyKey !== null);
-      const tx = call.tx;
-      const outcomes = tx
-        ? atomic
-          ? await inSavepoint(tx, () => once(tx))
-          : await once(tx)
-        : await withInfraRetry(async () => {
-            const inserted = atomic ? await this.db.transaction(once) : await once(this.db);
-            await faultHooks['client:after-insert-run']?.(inserted[0]?.runId ?? '');
-            return inserted;
-          });
-      for (const o of outcomes) {
-        handles.push(new RunHandle<O>(o.runId, this.db, this.names, this.hub, this.logger, o.created));
+        outcomes.push(...inserted);
       }
-    }
-    return handles;
+      return outcomes;
+    };
+    const atomic =
+      chunks.length > 1 ||
+      (items.length > 1 && onConflict !== 'use-existing' && items.some((i) => i.idempotencyKey !== null));
+    const tx = call.tx;
+    const outcomes = tx
+      ? atomic
+        ? await inSavepoint(tx, () => insertAll(tx))
+        : await insertAll(tx)
+      : await withInfraRetry(async () => {
+          const inserted = atomic ? await this.db.transaction(insertAll) : await insertAll(this.db);
+          await faultHooks['client:after-insert-run']?.(inserted[0]?.runId ?? '');
+          return inserted;
+        });
+    return outcomes.map(
+      (o) => new RunHandle<O>(o.runId, this.db, this.names, this.hub, this.logger, o.created),
+    );
   }
 
   /**
@@ -813,12 +819,12 @@ export class Client {
     // What it reports is the run as it was once its lock was held, not as read before a wait on that lock (a
     // run a prune deleted meanwhile is not found; one retried meanwhile is pending).
     const retried = await withInfraRetry(() => retryRun(this.db, this.names, String(runId)));
-    if (!retried) throw new RunNotFoundError(`run ${String(runId)}`);
+    if (!retried) throw new RunNotFoundError(`run ${echoed(String(runId))}`);
     if (!retried.retried) {
       throw new InvalidOptionsError('retry', [
         {
           path: 'runId',
-          message: `run ${runId} is ${retried.status}; only failed or cancelled runs can be retried`,
+          message: `run ${echoed(String(runId))} is ${retried.status}; only failed or cancelled runs can be retried`,
         },
       ]);
     }

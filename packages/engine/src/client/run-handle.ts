@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import {
+  echoed,
   CancelledFailure,
   InvalidOptionsError,
   PalisadeError,
@@ -183,12 +184,12 @@ function decodeCursor(runId: string, cursor: string): WatchPosition {
   const m = /^w1\.([0-9a-f]{32})\.(-?\d{1,19})\.(\d{1,2})\.(-?\d{1,19})\.(\S{1,80})$/.exec(cursor);
   if (!m) {
     throw new InvalidOptionsError('watch options', [
-      { path: 'after', message: `is not a cursor from an event watch() yielded: ${cursor.slice(0, 80)}` },
+      { path: 'after', message: `is not a cursor from an event watch() yielded: ${echoed(cursor)}` },
     ]);
   }
   if (m[1] !== runId.replaceAll('-', '').toLowerCase()) {
     throw new InvalidOptionsError('watch options', [
-      { path: 'after', message: `is a cursor of another run's events, not of run ${runId}` },
+      { path: 'after', message: `is a cursor of another run's events, not of run ${echoed(runId)}` },
     ]);
   }
   // The numbers go to bigint parameters (and a timestamp): out of their range, the database would refuse the read
@@ -260,7 +261,7 @@ export class RunHandle<O = unknown> {
       if (this.hub.closed) {
         throw new PalisadeError(
           'ENGINE_CLOSED',
-          `engine closed while waiting for run ${this.runId}; the run goes on (wait again on an open engine)`,
+          `engine closed while waiting for run ${echoed(this.runId)}; the run goes on (wait again on an open engine)`,
           { runId: this.runId },
         );
       }
@@ -290,7 +291,7 @@ export class RunHandle<O = unknown> {
           run = read?.run;
           writing = read?.writing ?? false;
         }
-        if (!run) throw new RunNotFoundError(`run ${this.runId}`);
+        if (!run) throw new RunNotFoundError(`run ${echoed(this.runId)}`);
         if (run.status === 'completed') return run.output as O;
         if (run.status === 'failed') throw new RunFailedError(this.runId, run.error as SerializedFailure);
         if (run.status === 'cancelled') {
@@ -300,7 +301,7 @@ export class RunHandle<O = unknown> {
         if (left <= 0) {
           throw new PalisadeError(
             'RESULT_TIMEOUT',
-            `run ${this.runId} is still ${run.status} after ${timeoutMs} ms; it goes on (call result() again)`,
+            `run ${echoed(this.runId)} is still ${run.status} after ${timeoutMs} ms; it goes on (call result() again)`,
             { runId: this.runId },
           );
         }
@@ -344,7 +345,7 @@ export class RunHandle<O = unknown> {
     if (!parsed.success) throw new InvalidOptionsError('describe options', formatIssues(parsed.error.issues));
     // Plain reads: one that meets a lost connection is tried again.
     const run = await withInfraRetry(() => readRun(this.db, this.names, this.runId));
-    if (!run) throw new RunNotFoundError(`run ${this.runId}`);
+    if (!run) throw new RunNotFoundError(`run ${echoed(this.runId)}`);
     const [history, unclaimed, signals, children] = await Promise.all([
       withInfraRetry(() => readRunHistory(this.db, this.names, this.runId)),
       withInfraRetry(() =>
@@ -408,7 +409,7 @@ export class RunHandle<O = unknown> {
     try {
       for (;;) {
         if (this.hub.closed) {
-          throw new PalisadeError('ENGINE_CLOSED', `engine closed while watching run ${this.runId}`, {
+          throw new PalisadeError('ENGINE_CLOSED', `engine closed while watching run ${echoed(this.runId)}`, {
             runId: this.runId,
           });
         }
@@ -435,7 +436,7 @@ export class RunHandle<O = unknown> {
           yield { ...event, cursor: encodeCursor(this.runId, after) };
         }
         if (read.events.length === WATCH_PAGE || notified) continue;
-        if (read.status === undefined) throw new RunNotFoundError(`run ${this.runId}`);
+        if (read.status === undefined) throw new RunNotFoundError(`run ${echoed(this.runId)}`);
         // Ended, and every event up to its end (the end included) is before the horizon, hence yielded.
         const ended = RUN_ENDINGS.has(read.status) && read.finishedUs !== null;
         if (ended && BigInt(read.finishedUs!) < BigInt(read.horizonUs)) return;
@@ -493,14 +494,14 @@ export class RunHandle<O = unknown> {
     checkText(reason, 'cancel reason');
     // An id that is not a UUID names no run (the database would refuse the cast with a raw error).
     if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(String(this.runId))) {
-      throw new RunNotFoundError(`run ${String(this.runId)}`);
+      throw new RunNotFoundError(`run ${echoed(this.runId)}`);
     }
     // Retried as a whole on a transient error (a connection lost mid-request, a lock timeout): the request is
     // idempotent (coalesce on the first request's time and reason), so it is applied exactly once.
     const status = await withInfraRetry(() =>
       requestCancel(this.db, this.names, { runId: this.runId, reason }),
     );
-    if (status === undefined) throw new RunNotFoundError(`run ${this.runId}`);
+    if (status === undefined) throw new RunNotFoundError(`run ${echoed(this.runId)}`);
     return status;
   }
 }

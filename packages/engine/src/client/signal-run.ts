@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import {
+  echoed,
   InvalidOptionsError,
   PAYLOAD_LIMITS,
   RunEndedError,
@@ -45,7 +46,7 @@ export async function signalRun(
   names: SchemaNames,
   p: { runId: string; name: string; payload: unknown },
 ): Promise<string> {
-  if (!UUID.test(String(p.runId))) throw new RunNotFoundError(`run ${String(p.runId)}`);
+  if (!UUID.test(String(p.runId))) throw new RunNotFoundError(`run ${echoed(p.runId)}`);
   const requestId = randomUUID();
   const sent = await withInfraRetry(() =>
     sendSignal(db, names, { runId: p.runId, name: p.name, payload: p.payload, requestId }),
@@ -68,15 +69,15 @@ export async function signalRunIn(
 
 /** The signal's id from what storing it found, or the error that says why it was not stored. */
 function signalIdOf(sent: SentSignal | undefined, p: { runId: string; name: string }): string {
-  if (!sent) throw new RunNotFoundError(`run ${p.runId}`);
+  if (!sent) throw new RunNotFoundError(`run ${echoed(p.runId)}`);
   if (sent.kind !== 'workflow') {
-    throw new InvalidOptionsError(`signal ${p.name}`, [
+    throw new InvalidOptionsError(`signal ${echoed(p.name)}`, [
       {
         path: 'runId',
-        message: `run ${p.runId} is a standalone activity run (enqueue); only workflow runs take signals`,
+        message: `run ${echoed(p.runId)} is a standalone activity run (enqueue); only workflow runs take signals`,
       },
     ]);
   }
-  if (sent.signalId === null) throw new RunEndedError(p.runId, sent.status, `signal ${p.name}`);
+  if (sent.signalId === null) throw new RunEndedError(p.runId, sent.status, `signal ${echoed(p.name)}`);
   return sent.signalId;
 }

@@ -6,6 +6,7 @@ import {
   PalisadeError,
   checkPayload,
   durationMs,
+  echoed,
   formatIssues,
   instantProblem,
   textProblem,
@@ -227,7 +228,7 @@ function tickSpec(
   if (!isKnownTimezone(timezone)) {
     issues.push({
       path: 'timezone',
-      message: `"${timezone}" is not an IANA time zone (e.g. 'Europe/Berlin')`,
+      message: `"${echoed(timezone)}" is not an IANA time zone (e.g. 'Europe/Berlin')`,
     });
     return undefined;
   }
@@ -239,7 +240,10 @@ function tickSpec(
     return spec;
   } catch (error) {
     const why = error instanceof Error ? error.message : String(error);
-    issues.push({ path: 'cron', message: `"${cron}" is not a valid cron expression: ${why}` });
+    issues.push({
+      path: 'cron',
+      message: `"${echoed(cron)}" is not a valid cron expression: ${echoed(why)}`,
+    });
     return undefined;
   }
 }
@@ -339,7 +343,7 @@ function scheduleId(id: unknown, call: string): string {
 function notFound(id: string): PalisadeError {
   return new PalisadeError(
     'SCHEDULE_NOT_FOUND',
-    `schedule ${id} does not exist; check the id (schedules list shows existing schedules)`,
+    `schedule ${echoed(id)} does not exist; check the id (schedules list shows existing schedules)`,
   );
 }
 
@@ -450,7 +454,7 @@ export class Schedules {
     if (inserted === 'different') {
       throw new PalisadeError(
         'SCHEDULE_EXISTS',
-        `schedule ${wanted.row.id} already exists with other options${wanted.row.pausedGiven ? ' or paused state' : ''}; ` +
+        `schedule ${echoed(wanted.row.id)} already exists with other options${wanted.row.pausedGiven ? ' or paused state' : ''}; ` +
           'use upsert to bring it to these options, or update it (or pause or resume it), or delete it first, or ' +
           'choose another id',
       );
@@ -530,7 +534,7 @@ export class Schedules {
   async update(given: string, patch: SchedulePatch): Promise<Schedule> {
     this.assertOpen('update');
     const id = scheduleId(given, 'update');
-    const where = `schedule update of ${String(id)}`;
+    const where = `schedule update of ${echoed(String(id))}`;
     const o = parse(patchSchema, patch, where);
     const issues: Issue[] = [];
     const t = target(o, issues, false);
@@ -626,7 +630,10 @@ export class Schedules {
       const fired = await this.fire(row, [nowMs], [runId]);
       if (fired.runs.length === 1) return runId;
     }
-    throw new PalisadeError('DATABASE_ERROR', `schedule ${id}: trigger kept losing to concurrent changes`);
+    throw new PalisadeError(
+      'DATABASE_ERROR',
+      `schedule ${echoed(id)}: trigger kept losing to concurrent changes`,
+    );
   }
 
   /**
@@ -642,7 +649,7 @@ export class Schedules {
   ): Promise<BackfillResult> {
     this.assertOpen('backfill');
     const id = scheduleId(given, 'backfill');
-    const where = `backfill of schedule ${id}`;
+    const where = `backfill of schedule ${echoed(String(id))}`;
     const r = parse(backfillSchema, range, where);
     const fromMs = instantMs(r.from);
     const toMs = instantMs(r.to);
@@ -651,7 +658,7 @@ export class Schedules {
       ['from', fromMs, r.from],
       ['to', toMs, r.to],
     ] as const) {
-      if (Number.isNaN(ms)) issues.push({ path, message: `${String(value).slice(0, 100)} is not a time` });
+      if (Number.isNaN(ms)) issues.push({ path, message: `${echoed(String(value))} is not a time` });
       else if (instantProblem(ms) !== undefined) issues.push({ path, message: instantProblem(ms) as string });
     }
     if (issues.length === 0 && fromMs > toMs) issues.push({ path: 'from', message: 'must not be after to' });
@@ -687,7 +694,10 @@ export class Schedules {
         return { ticks: ticks.length, runIds, alreadyFired: ticks.length - runIds.length };
       }
     }
-    throw new PalisadeError('DATABASE_ERROR', `schedule ${id}: backfill kept losing to concurrent changes`);
+    throw new PalisadeError(
+      'DATABASE_ERROR',
+      `schedule ${echoed(id)}: backfill kept losing to concurrent changes`,
+    );
   }
 
   /**
@@ -758,7 +768,7 @@ export class Schedules {
 
   /** Check `input` against the target's schema and its JSON round trip. */
   private checkInput(id: string, t: NonNullable<ReturnType<typeof target>>, input: unknown): string {
-    const what = `input of schedule ${id} (${t.kind} ${t.def.name})`;
+    const what = `input of schedule ${echoed(id)} (${t.kind} ${t.def.name})`;
     const value: unknown = validate(t.def.input as z.ZodType, input, what);
     return checkPayload(value, what, PAYLOAD_LIMITS.inputBytes);
   }
@@ -798,6 +808,9 @@ export class Schedules {
       );
       if (written) return toSchedule(written);
     }
-    throw new PalisadeError('DATABASE_ERROR', `schedule ${id}: change kept losing to concurrent changes`);
+    throw new PalisadeError(
+      'DATABASE_ERROR',
+      `schedule ${echoed(id)}: change kept losing to concurrent changes`,
+    );
   }
 }
