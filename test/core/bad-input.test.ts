@@ -126,6 +126,31 @@ const doorCases: DoorCase[] = [
     names: 'workflow: must be a workflow from defineWorkflow()',
   },
   {
+    name: 'start of a copy of a workflow under a name defineWorkflow() refuses',
+    call: (e) => e.client.start({ ...flow, name: 'w'.repeat(10_000) }, { v: 1 }),
+    code: 'INVALID_OPTIONS',
+    names: 'workflow.name: must be 1–128 characters',
+  },
+  {
+    name: 'enqueue of a copy of an activity on a queue defineActivity() refuses',
+    call: (e) => e.client.enqueue({ ...echo, queue: 'a queue' }, { v: 1 }),
+    code: 'INVALID_OPTIONS',
+    names: 'activity.queue: must be 1–128 characters',
+  },
+  {
+    name: 'a worker serving a copy of an activity under a name defineActivity() refuses',
+    call: (e) => Promise.resolve(e.worker({ activities: [{ ...echo, name: 'echo again' }] })),
+    code: 'INVALID_OPTIONS',
+    names: 'activities.0.name: must be 1–128 characters',
+  },
+  {
+    name: 'a schedule of a copy of a workflow under a name defineWorkflow() refuses',
+    call: (e) =>
+      e.schedules.create({ id: 'copy', every: '1m', workflow: { ...flow, name: '' }, input: { v: 1 } }),
+    code: 'INVALID_OPTIONS',
+    names: 'workflow.name: must be 1–128 characters',
+  },
+  {
     name: 'enqueue delayMs of 30 days',
     call: (e) => e.client.enqueue(echo, { v: 1 }, { delayMs: '30d' }),
     code: 'INVALID_OPTIONS',

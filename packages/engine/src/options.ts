@@ -9,6 +9,7 @@ import {
   type ActivityDefinition,
   type Duration,
   type WorkflowDefinition,
+  definitionProblem,
 } from '@palisade/sdk';
 import type { AnyPgDatabase } from './db/database.js';
 import {
@@ -476,8 +477,12 @@ export function resolveWorkerOptions(options: WorkerOptions, defaultWorkerId: st
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   const activities = new Map<string, ActivityDefinition<any, any>>();
   for (const [i, a] of (options.activities ?? []).entries()) {
-    if (!a || a.kind !== 'activity') {
-      issues.push({ path: `activities.${i}`, message: 'is not an activity from defineActivity()' });
+    const problem = definitionProblem(a, 'activity');
+    if (problem) {
+      issues.push({
+        path: `activities.${i}${problem.path ? `.${problem.path}` : ''}`,
+        message: problem.message,
+      });
     } else if (activities.has(a.name)) {
       issues.push({ path: `activities.${i}`, message: `activity name ${a.name} is served twice` });
     } else activities.set(a.name, a);
@@ -485,8 +490,12 @@ export function resolveWorkerOptions(options: WorkerOptions, defaultWorkerId: st
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   const workflows = new Map<string, WorkflowDefinition<any, any>>();
   for (const [i, w] of (options.workflows ?? []).entries()) {
-    if (!w || w.kind !== 'workflow') {
-      issues.push({ path: `workflows.${i}`, message: 'is not a workflow from defineWorkflow()' });
+    const problem = definitionProblem(w, 'workflow');
+    if (problem) {
+      issues.push({
+        path: `workflows.${i}${problem.path ? `.${problem.path}` : ''}`,
+        message: problem.message,
+      });
     } else if (workflows.has(w.name)) {
       issues.push({ path: `workflows.${i}`, message: `workflow name ${w.name} is served twice` });
     } else workflows.set(w.name, w);

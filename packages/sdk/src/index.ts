@@ -69,6 +69,7 @@ export {
   type RetryPolicy,
 } from './retry-policy.js';
 export { validate } from './validate.js';
+export { DEFINITION_NAME, definitionProblem } from './definition-check.js';
 export { defineSignal, type SignalDefinition, type SignalOptions, type SignalWait } from './signal.js';
 export {
   defineWorkflow,

@@ -22,6 +22,7 @@ import {
   type RetryPolicy,
   type SignalDefinition,
   type WorkflowDefinition,
+  definitionProblem,
 } from '@palisade/sdk';
 import type { Logger } from 'pino';
 import type { Database } from '../db/database.js';
@@ -218,12 +219,10 @@ const enqueueManySchema = enqueueSchema.omit({ key: true }).extend({ keys: keysS
 
 /** Refuse anything but a definition from defineActivity()/defineWorkflow() before reading its fields. */
 function assertDefinition(definition: unknown, kind: 'activity' | 'workflow', call: string): void {
-  if ((definition as { kind?: unknown } | null | undefined)?.kind === kind) return;
+  const problem = definitionProblem(definition, kind);
+  if (!problem) return;
   throw new InvalidOptionsError(call, [
-    {
-      path: kind,
-      message: `must be ${kind === 'activity' ? 'an activity from defineActivity()' : 'a workflow from defineWorkflow()'}`,
-    },
+    { path: problem.path === '' ? kind : `${kind}.${problem.path}`, message: problem.message },
   ]);
 }
 

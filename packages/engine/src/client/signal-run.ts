@@ -8,6 +8,7 @@ import {
   checkPayload,
   validate,
   type SignalDefinition,
+  definitionProblem,
 } from '@palisade/sdk';
 import type { Database } from '../db/database.js';
 import { withInfraRetry } from '../infra-retry.js';
@@ -22,9 +23,10 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
  * PalisadeError `PAYLOAD_TOO_LARGE` over `PAYLOAD_LIMITS.inputBytes`.
  */
 export function signalPayload(signal: SignalDefinition, payload: unknown, call: string): unknown {
-  if ((signal as { kind?: unknown } | null | undefined)?.kind !== 'signal') {
+  const problem = definitionProblem(signal, 'signal');
+  if (problem) {
     throw new InvalidOptionsError(call, [
-      { path: 'signal', message: 'must be a signal from defineSignal()' },
+      { path: problem.path ? `signal.${problem.path}` : 'signal', message: problem.message },
     ]);
   }
   const what = `payload of signal ${signal.name}`;

@@ -14,6 +14,7 @@ import {
   type ActivityDefinition,
   type Duration,
   type WorkflowDefinition,
+  definitionProblem,
 } from '@palisade/sdk';
 import type { Database } from '../db/database.js';
 import { withInfraRetry } from '../infra-retry.js';
@@ -242,7 +243,7 @@ function tickSpec(
     const why = error instanceof Error ? error.message : String(error);
     issues.push({
       path: 'cron',
-      message: `"${echoed(cron)}" is not a valid cron expression: ${echoed(why)}`,
+      message: `"${echoed(cron)}" is not a valid cron expression: ${why}`,
     });
     return undefined;
   }
@@ -264,16 +265,18 @@ function target(
     return undefined;
   }
   if (o.workflow !== undefined) {
-    if ((o.workflow as { kind?: unknown }).kind !== 'workflow') {
-      issues.push({ path: 'workflow', message: 'must be a workflow from defineWorkflow()' });
+    const problem = definitionProblem(o.workflow, 'workflow');
+    if (problem) {
+      issues.push({ path: problem.path ? `workflow.${problem.path}` : 'workflow', message: problem.message });
       return undefined;
     }
     // eslint-disable-next-line @typescript-eslint/no-explicit-any
     return { kind: 'workflow', def: o.workflow as WorkflowDefinition<any, any> };
   }
   if (o.activity !== undefined) {
-    if ((o.activity as { kind?: unknown }).kind !== 'activity') {
-      issues.push({ path: 'activity', message: 'must be an activity from defineActivity()' });
+    const problem = definitionProblem(o.activity, 'activity');
+    if (problem) {
+      issues.push({ path: problem.path ? `activity.${problem.path}` : 'activity', message: problem.message });
       return undefined;
     }
     // eslint-disable-next-line @typescript-eslint/no-explicit-any
