@@ -8,6 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineActivity, defineWorkflow } from '@palisade/sdk';
 import type { Engine, Worker, WorkerEventMap } from '@palisade/engine';
+import { setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
 import { attemptsOf, stepsOf, turnLog, until } from './workflow-rows.js';
 import { aborted } from '../worker/helpers.js';
@@ -93,6 +94,92 @@ describe('sticky workflow instances on postgres', () => {
     );
     expect(steps[200]).toMatchObject({ kind: 'timer', status: 'completed', delivered_seq: 201 });
     expect(new Set(steps.slice(201).map((s) => s.delivered_seq))).toEqual(new Set([202, 203]));
+  });
+
+  it('continues the kept instance when parallel steps of a run complete together', async () => {
+    // Rounds of three parallel steps: their completions reach the worker together, and the turns they wake (granted
+    // by the completion statements) each continue the kept instance, one after another.
+    const rounds = defineWorkflow({
+      name: 'rounds',
+      input: z.object({ rounds: z.number() }),
+      output: z.number(),
+      async run({ rounds }, ctx) {
+        let n = 0;
+        for (let r = 0; r < rounds; r++) {
+          const three = await Promise.all([1, 2, 3].map((k) => ctx.run(add, { n: n + k })));
+          n = three.reduce((sum, x) => sum + x.n, 0);
+        }
+        return n;
+      },
+    });
+    const engine = await target.engine();
+    const reads = watchHistoryReads(engine);
+    const worker = engine.worker({ workflows: [rounds], activities: [add], pollIntervalMs: 50 });
+    const turns = turnLog(worker);
+    await worker.start();
+    const handle = await engine.client.start(rounds, { rounds: 30 });
+    let expected = 0;
+    for (let r = 0; r < 30; r++) expected = 3 * expected + 9;
+    await expect(handle.result({ timeoutMs: 120_000 })).resolves.toBe(expected);
+    await until(
+      [worker],
+      () => turns.some((t) => t.runId === handle.runId && t.outcome === 'completed'),
+      'end',
+    );
+    expect(reads.statements.get(handle.runId) ?? 0).toBe(0);
+    const mine = turns.filter((t) => t.runId === handle.runId);
+    expect(mine.slice(1).every((t) => t.replay === 'continued')).toBe(true);
+  });
+
+  it('continues the kept instance when the next turn is granted before the turn that kept it saw its commit', async () => {
+    // A turn commits a timer due at once. The database makes the commit visible, and its NOTIFY reaches the worker,
+    // before the commit's reply does: under load the worker's claim loop can claim the run's next turn while the
+    // committing turn still holds the instance (held here after its commit until the next turn is about to run).
+    // The next turn waits for the instance instead of replaying the whole history.
+    const timed = defineWorkflow({
+      name: 'timed',
+      input: z.object({}),
+      output: z.number(),
+      async run(_input, ctx) {
+        const a = await ctx.run(add, { n: 0 });
+        await ctx.sleep(0);
+        return (await ctx.run(add, a)).n;
+      },
+    });
+    const engine = await target.engine();
+    const reads = watchHistoryReads(engine);
+    const worker = engine.worker({ workflows: [timed], activities: [add], pollIntervalMs: 50 });
+    const turns = turnLog(worker);
+    let nextTurnGranted!: () => void;
+    const granted = new Promise<void>((resolve) => (nextTurnGranted = resolve));
+    let held = 0;
+    setFaultHook('turn:before-run', (turn) => {
+      if (turn.turnAttempt === 3) nextTurnGranted();
+      return Promise.resolve();
+    });
+    setFaultHook('turn:after-commit', async (turn) => {
+      if (turn.turnAttempt !== 2) return; // the turn that committed the timer
+      held++;
+      await granted;
+      await new Promise((resolve) => setImmediate(resolve)); // the next turn's code after its fault point runs first
+    });
+    try {
+      await worker.start();
+      const handle = await engine.client.start(timed, {});
+      await expect(handle.result({ timeoutMs: 60_000 })).resolves.toBe(2);
+      await until(
+        [worker],
+        () => turns.some((t) => t.runId === handle.runId && t.outcome === 'completed'),
+        'end',
+      );
+      expect(held).toBe(1);
+      expect(reads.statements.get(handle.runId) ?? 0).toBe(0);
+      const mine = turns.filter((t) => t.runId === handle.runId);
+      expect(mine.map((t) => t.replay)).toEqual(['full', 'continued', 'continued', 'continued']);
+    } finally {
+      setFaultHook('turn:before-run', undefined);
+      setFaultHook('turn:after-commit', undefined);
+    }
   });
 
   it('records the same history with kept instances as with full replays only', async () => {

@@ -92,6 +92,12 @@ export interface FaultHooks {
    */
   'dispatch:before-start'?: (turn: TurnFault, granted: readonly AttemptRef[]) => Promise<void>;
   /**
+   * In a worker's turn loop, after a claimed or eager turn's commit returned and before the worker keeps the run's
+   * workflow instance for its next turn (and before it starts granted steps): a stall here is a commit whose reply
+   * reaches the worker after the run's next turn was already claimed (a timer due at once, under load).
+   */
+  'turn:after-commit'?: (turn: TurnFault) => Promise<void>;
+  /**
    * In a schedule evaluation, after the due schedules were read (with the version of each) and their ticks
    * decided, before the firing statement is sent: a stall here is an evaluator that wakes with a stale read.
    * Receives the ids of the schedules it is about to fire.

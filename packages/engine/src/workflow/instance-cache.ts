@@ -56,6 +56,8 @@ export function canContinue(
  */
 export class InstanceCache {
   private readonly entries = new Map<string, KeptInstance>();
+  /** Runs whose instance is taken out for a turn in progress, with the promise that settles when it is back or gone. */
+  private readonly out = new Map<string, { readonly back: Promise<void>; readonly settle: () => void }>();
 
   constructor(private readonly capacity: number) {}
 
@@ -68,11 +70,36 @@ export class InstanceCache {
     return this.entries.get(runId);
   }
 
-  /** Remove and return the run's kept instance, if any. */
+  /**
+   * Remove and return the run's kept instance, if any. A taken instance is out until {@link put} puts it back or
+   * {@link release} says it is gone; meanwhile {@link returned} lets the run's next turn wait for it.
+   */
   take(runId: string): KeptInstance | undefined {
     const kept = this.entries.get(runId);
+    if (!kept) return undefined;
     this.entries.delete(runId);
+    let settle!: () => void;
+    const back = new Promise<void>((resolve) => (settle = resolve));
+    this.out.set(runId, { back, settle });
     return kept;
+  }
+
+  /**
+   * While the run's instance is out for a turn of this worker, a promise that settles when that turn put it back
+   * or dropped it; undefined otherwise. The run's next turn can be granted before the turn that holds the instance
+   * has seen its own commit's reply (the commit is visible to the database, and its NOTIFY to this worker, first):
+   * waiting here, a turn continues the instance instead of replaying the whole history. The wait is short, as the
+   * holder is a turn in progress, and never on this turn (turns of one run commit one after another, fenced).
+   */
+  returned(runId: string): Promise<void> | undefined {
+    return this.out.get(runId)?.back;
+  }
+
+  /** Say that the run's taken instance is gone, unless {@link put} already put it back: its waiters go on. */
+  release(runId: string): void {
+    const out = this.out.get(runId);
+    this.out.delete(runId);
+    out?.settle();
   }
 
   /**
@@ -81,16 +108,18 @@ export class InstanceCache {
    * two turns of one run never compete here.)
    */
   put(runId: string, kept: KeptInstance): void {
-    if (this.capacity === 0) return;
+    if (this.capacity === 0) return this.release(runId);
     this.entries.delete(runId);
     this.entries.set(runId, kept);
     while (this.entries.size > this.capacity) {
       const oldest = this.entries.keys().next().value as string;
       this.entries.delete(oldest);
     }
+    this.release(runId);
   }
 
   clear(): void {
     this.entries.clear();
+    for (const runId of [...this.out.keys()]) this.release(runId);
   }
 }

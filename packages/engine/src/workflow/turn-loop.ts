@@ -257,8 +257,26 @@ export class TurnLoop {
     };
     // No later than the grant's database time (row.now_ms) in monotonic time: a kept instance's clock bound.
     const grantedAtMs = monotonicNow();
-    // Taken out for the turn: put back only once this turn has committed blocked.
+    // Taken out for the turn: put back only once this turn has committed blocked. A turn of this worker that still
+    // holds the run's instance (its commit's reply not yet seen) puts it back or drops it first.
+    for (let back = this.instances.returned(row.id); back; back = this.instances.returned(row.id)) await back;
     const kept = this.instances.take(row.id);
+    try {
+      return await this.executeWith(row, grant, workflow, params, grantedAtMs, kept);
+    } finally {
+      if (kept) this.instances.release(row.id);
+    }
+  }
+
+  private async executeWith(
+    row: ClaimedTurnRow,
+    grant: 'claimed' | 'eager',
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any -- as the options' map holds them
+    workflow: WorkflowDefinition<any, any>,
+    params: TurnParams,
+    grantedAtMs: number,
+    kept: KeptInstance | undefined,
+  ): Promise<EndedRun | undefined> {
     let instance: WorkflowInstance | undefined;
     let result: TurnResult | undefined;
     // The grant carries the news unless its snapshot may have missed a writer of the history that committed
@@ -318,6 +336,8 @@ export class TurnLoop {
       ({ ended } = await commitTurn(this.db, this.names, ref, committed));
     }
     try {
+      const afterCommit = faultHooks['turn:after-commit'];
+      if (afterCommit) await afterCommit(turnFaultOf(row, grant));
       const beforeStart = faultHooks['dispatch:before-start'];
       if (beforeStart && granted.length > 0) {
         await beforeStart(turnFaultOf(row, grant), attemptRefsOf(granted));
@@ -384,6 +404,17 @@ export class TurnLoop {
    */
   async completeFused(completion: CompleteStepParams, step: StepPosition): Promise<'applied' | undefined> {
     if (this.state !== 'running') return undefined;
+    // Parallel steps of a run complete together: a fused turn of the run in progress holds its instance; wait for
+    // it (it puts the instance back, awaiting this step, or drops it) rather than record this completion beside
+    // it, which would refuse that fused turn and drop the instance.
+    for (
+      let back = this.instances.returned(completion.runId);
+      back;
+      back = this.instances.returned(completion.runId)
+    ) {
+      await back;
+      if (this.state !== 'running') return undefined;
+    }
     const kept = this.instances.peek(completion.runId);
     if (!kept?.instance.continuable || !kept.instance.awaits(step.seq)) return undefined;
     if (this.options.concurrency - this.running.size - this.reserved <= 0) return undefined;
@@ -397,6 +428,7 @@ export class TurnLoop {
       this.logger.warn({ err: error, runId: completion.runId }, 'turn:fused-failed');
       return undefined;
     } finally {
+      this.instances.release(completion.runId);
       this.running.delete(slot);
       done();
       this.wakeSignal.slotFreed();
