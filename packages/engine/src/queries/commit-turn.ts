@@ -48,7 +48,8 @@ export class TurnConflict extends Error {}
  * 5. the turn's attempt row ends; workers of the new steps' queues are NOTIFYed; with `dispatch`, new activities
  *    this worker serves are granted to it (eager dispatch) and returned, to start now.
  * The run row is written once (a statement may not update one row twice), and every write waits for the gate
- * (fence passed, no conflict).
+ * (fence passed, no conflict). The statement is planned once (`turn-commit/plan.ts`) and assembled, one piece per
+ * part above, in `turn-commit/statement.ts`; `turn-commit/__snapshots__/` shows its text for each kind of turn.
  * @returns the activity steps granted eagerly, and, when the turn ended the run, the run's end as stored.
  * @throws LeaseLostError when the fence refused the commit (recorded as `attempt:stale-rejected`);
  * TurnConflict when a cancel or a timer changed under the turn (handed back, due now); the driver's error,

@@ -57,7 +57,7 @@ export interface TurnCommitPlan {
   readonly deliveries: readonly DeliveryRow[];
   /** The pending signals the turn hands to waits (recorded ones and new ones), as ids. */
   readonly takenSignals: readonly string[];
-  /** {@link takenSignals} as a PostgreSQL array literal. */
+  /** `takenSignals` as a PostgreSQL array literal. */
   readonly takenSignalsArray: string;
   readonly rejected: readonly RejectedSignal[];
   /** Switch: a wait refused a pending signal. */

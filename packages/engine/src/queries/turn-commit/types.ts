@@ -46,7 +46,7 @@ export interface CommittedTurn {
 /**
  * A turn this worker runs without a claim, on the workflow instance it kept from the run's previous turn, right after
  * one of the run's activities completed on it, and commits in the same statement as that completion (a fused
- * step: {@link commitFusedTurn}).
+ * step: `commitFusedTurn` in commit-turn.ts).
  */
 export interface FusedTurnRef {
   readonly runId: string;
