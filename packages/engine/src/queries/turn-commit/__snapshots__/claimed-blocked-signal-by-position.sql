@@ -1,0 +1,392 @@
+-- claimed-blocked-signal-by-position: a wait recorded by an earlier turn takes a pending signal (Replay.handSignal: by position)
+
+    WITH 
+    lk AS MATERIALIZED (
+      SELECT r.id, r.queue, r.status, r.turn_token, r.turn_nonce, r.turn_lease_expires_at, r.turn_epoch,
+             r.turn_attempt, r.turn_worker_id, r.wake_count, r.turn_next_run_at,
+             r.cancel_requested_at IS NOT NULL AS cancel_requested
+        FROM "palisade"."runs" r
+       WHERE r.id = $1::uuid
+         FOR NO KEY UPDATE OF r),
+    -- The turn's lease is judged by the clock read once the run row is locked: read before a wait on a row
+    -- another statement only locked (no recheck follows), it would pass a lease that ran out meanwhile.
+    lock_clock AS MATERIALIZED (SELECT "palisade"."now"() AS t FROM (SELECT count(*) FROM lk) x),
+    fence AS MATERIALIZED (
+      SELECT lk.* FROM lk
+       WHERE lk.turn_token = $2::bigint AND lk.turn_nonce = $3::uuid
+         AND lk.turn_lease_expires_at > (SELECT t FROM lock_clock) AND lk.status IN ('pending', 'running')),
+    -- The outcomes delivered, each by step id; a wait recorded by a turn of a kept instance (which does not know
+    -- its id) by its position, as the live step there.
+    dl AS MATERIALIZED (
+      SELECT coalesce(x.id, (SELECT s.id FROM "palisade"."steps" s
+                              WHERE s.run_id = $4::uuid AND s.seq = x.seq AND s.retired_at IS NULL)) AS id, x.delivered_seq, x.fires_timer, x.signal_id
+        FROM jsonb_to_recordset($5::jsonb)
+             AS x(id uuid, seq int, delivered_seq int, fires_timer boolean, signal_id bigint)),
+    -- Then the steps this commit changes, by id, each as its newest version (a claim that committed while the
+    -- statement waited is seen as running; one that comes later skips the locked row).
+    locked AS MATERIALIZED (
+      SELECT s.id, s.status, s.fencing_token, s.nonce, s.lease_expires_at FROM "palisade"."steps" s
+       WHERE s.run_id = $6::uuid AND EXISTS (SELECT 1 FROM fence)
+         AND (s.id IN (SELECT id FROM dl)
+              OR ($7 AND s.status IN ('scheduled', 'running') AND s.retired_at IS NULL))
+       ORDER BY s.id FOR NO KEY UPDATE OF s),
+    -- The signals the turn hands to waits, locked after the steps (newest versions): still pending, or the commit
+    -- conflicts (a retry, or a turn whose snapshot was older than a commit that took them, ran again).
+
+    taken AS MATERIALIZED (
+      SELECT g.id, g.consumed_at, g.payload FROM "palisade"."signals" g
+       WHERE g.id = ANY($8::bigint[]) AND g.run_id = $9::uuid
+         AND EXISTS (SELECT 1 FROM fence) AND (SELECT count(*) FROM locked) >= 0
+       ORDER BY g.id FOR UPDATE OF g),
+    -- The clock read once the commit's locks are held: a fused step's completion is judged and written at it; every
+    -- other write of the commit reads clock, which is the same but for a fused step, whose turn comes after its
+    -- completion (a microsecond later at least, so that a run's events order the completion first).
+    step_clock AS MATERIALIZED (SELECT "palisade"."now"() AS t FROM (SELECT count(*) FROM locked) x),
+    clock AS MATERIALIZED (
+      SELECT t AS t FROM step_clock),
+    gate AS MATERIALIZED (
+      SELECT f.id, f.queue,
+             (f.cancel_requested AND $10)
+             OR EXISTS (SELECT 1 FROM dl LEFT JOIN locked l ON l.id = dl.id
+                         WHERE (dl.fires_timer OR dl.signal_id IS NOT NULL) AND l.status IS DISTINCT FROM 'scheduled')
+             OR (SELECT count(*) FROM taken WHERE consumed_at IS NULL) <> $11::int AS conflict
+        FROM fence f),
+    -- Every write of the commit waits for go, and go for every lock of locked (step_clock counts them): no write
+    -- may lock a step before the steps locked here are all held, in id order (seen: deadlocks with heartbeats when
+    -- the deliveries were marked before the run's other live steps were locked).
+    go AS MATERIALIZED (
+      SELECT id, queue FROM gate WHERE NOT conflict AND (SELECT t FROM step_clock) IS NOT NULL AND true),
+    ns AS (
+      SELECT * FROM jsonb_to_recordset($12::jsonb) AS x(
+        seq int, kind text, name text, after_delivered_seq int, status text, delivered_seq int, error jsonb, input jsonb, output jsonb,
+        queue text, priority int, retry_policy jsonb, lease_ms int, start_to_close_timeout_ms int,
+        delay_ms float8, due_at_ms float8, signal_id bigint, concurrency_key text, concurrency_limit int,
+        rate_key text, rate_limit int, rate_period_ms int)),
+    -- A position a retry retired and the code now schedules again is the same unit of work (invariant 13):
+    -- the new row takes the retired rows' fencing scope and highest epoch, and is not due before the lease of
+    -- an attempt that may still hold one of them (ended by the retirement, not by itself) runs out.
+    prev AS (
+      SELECT p.seq, (array_agg(p.fencing_scope ORDER BY p.created_at))[1] AS fencing_scope, max(p.epoch) AS epoch,
+             max(p.lease_expires_at) FILTER (WHERE p.ended_nonce IS DISTINCT FROM p.nonce) AS held_until
+        FROM "palisade"."steps" p
+       WHERE p.run_id = $13::uuid AND p.retired_at IS NOT NULL AND p.seq IN (SELECT seq FROM ns)
+       GROUP BY p.seq),
+    -- Eager dispatch: the new activities this worker serves, as many as it has slots for, are granted to it
+    -- here, as a claim grants (claimSteps): attempt 1, epoch + 1, a fresh token from the global sequence, a
+    -- fresh nonce, a lease from the database clock capped by the attempt deadline, an attempts row. Not a
+    -- position whose retired predecessor may still be held (it is not due before that lease ends), and nothing
+    -- when the turn ends the run.
+    eager_sel AS MATERIALIZED (
+      SELECT ns.seq FROM ns LEFT JOIN prev ON prev.seq = ns.seq
+       WHERE NOT $14 AND ns.kind = 'activity' AND ns.status = 'scheduled'
+         AND ns.name IN (SELECT jsonb_array_elements_text($15::jsonb))
+         AND ns.queue IN (SELECT jsonb_array_elements_text($16::jsonb))
+         AND (prev.held_until IS NULL OR prev.held_until <= (SELECT t FROM clock))
+         -- Not a step under a concurrency key or a rate limit: only a claim admits those (flow-control.ts).
+         AND ns.concurrency_key IS NULL AND ns.rate_key IS NULL
+       ORDER BY ns.seq
+       LIMIT $17),
+    
+    planned AS (
+      SELECT ns.*, prev.fencing_scope AS prev_scope, prev.epoch AS prev_epoch, prev.held_until,
+             ns.seq IN (SELECT seq FROM eager_sel) AS eager,
+             NULL::text AS key_taken_by,
+             NULL::uuid AS reused_run_id,
+             NULL::jsonb AS reused_output,
+             false AS reused_completed,
+             -- A step the run's end cancels with the run's other live steps (a child it would start: not started).
+             $18 AND (ns.status = 'scheduled' OR (ns.kind = 'child' AND ns.status = 'running')) AS ends_with_run,
+             CASE WHEN 1 >= (ns.retry_policy->>'maximumAttempts')::int THEN 0
+                  ELSE "palisade"."retry_delay_ms"(ns.retry_policy, 1) END AS first_reclaim_delay_ms
+        FROM ns LEFT JOIN prev ON prev.seq = ns.seq
+       WHERE EXISTS (SELECT 1 FROM go)),
+    inserted AS (
+      INSERT INTO "palisade"."steps" (run_id, seq, kind, name, fencing_scope, epoch, after_delivered_seq, status,
+                              delivered_seq, error, input, output, queue, priority, retry_policy, lease_ms,
+                              start_to_close_timeout_ms, next_run_at, finished_at, cancel_requested_at, created_at,
+                              attempt, fencing_token, nonce, worker_id, attempt_deadline_at, lease_expires_at,
+                              reclaim_delay_ms, started_at, concurrency_key, concurrency_limit, rate_key, rate_limit,
+                              rate_period_ms)
+      SELECT $19::uuid, p.seq, p.kind, p.name,
+             coalesce(p.prev_scope, $20 || p.seq::text),
+             coalesce(p.prev_epoch, 0) + CASE WHEN p.eager THEN 1 ELSE 0 END,
+             p.after_delivered_seq,
+             CASE WHEN p.eager THEN 'running' WHEN p.ends_with_run THEN 'cancelled'
+                  WHEN p.key_taken_by IS NOT NULL THEN 'failed' WHEN p.reused_completed THEN 'completed'
+                  ELSE p.status END,
+             p.delivered_seq,
+             CASE WHEN p.key_taken_by IS NOT NULL
+                  THEN jsonb_build_object(
+                         'type', 'ChildWorkflowFailure', 'nonRetryable', true, 'childRunId', p.key_taken_by,
+                         'message', 'child workflow ' || p.name || ' was not started: run ' || p.key_taken_by
+                                    || ' of that workflow has its key ' || (p.input->>'key'),
+                         'cause', jsonb_build_object(
+                           'type', 'RunKeyConflict', 'nonRetryable', true,
+                           'message', 'run ' || p.key_taken_by || ' has key ' || (p.input->>'key')))
+                  ELSE p.error END,
+             -- A child step records the run it waits for: its own earlier child when it takes that one again.
+             CASE WHEN p.reused_run_id IS NOT NULL AND NOT p.ends_with_run
+                  THEN jsonb_set(p.input, '{runId}', to_jsonb(p.reused_run_id::text)) ELSE p.input END,
+             CASE WHEN p.signal_id IS NOT NULL
+                  THEN (SELECT jsonb_build_object('signalId', g.id::text, 'payload', g.payload) FROM taken g
+                         WHERE g.id = p.signal_id)
+                  WHEN p.reused_completed AND NOT p.ends_with_run THEN p.reused_output
+                  ELSE p.output END,
+             coalesce(p.queue, (SELECT queue FROM go)), p.priority,
+             p.retry_policy, p.lease_ms, p.start_to_close_timeout_ms,
+             CASE WHEN p.eager THEN (SELECT t FROM clock)
+                                    + ((least(p.lease_ms, p.start_to_close_timeout_ms) + p.first_reclaim_delay_ms) * interval '1 millisecond')
+                  WHEN p.status <> 'scheduled' OR p.ends_with_run THEN NULL
+                  ELSE greatest(CASE WHEN p.due_at_ms IS NOT NULL THEN to_timestamp(p.due_at_ms / 1000.0)
+                                     WHEN p.delay_ms IS NOT NULL THEN (SELECT t FROM clock) + ((p.delay_ms) * interval '1 millisecond') END,
+                                p.held_until) END,
+             CASE WHEN p.delivered_seq IS NOT NULL AND NOT p.ends_with_run AND p.key_taken_by IS NULL THEN ('epoch'::timestamptz + (($21::bigint) * interval '1 millisecond'))
+                  WHEN p.status NOT IN ('scheduled', 'running') OR p.ends_with_run OR p.key_taken_by IS NOT NULL
+                       OR p.reused_completed
+                  THEN (SELECT t FROM clock) END,
+             CASE WHEN p.ends_with_run THEN (SELECT t FROM clock) END,
+             (SELECT t FROM clock),
+             CASE WHEN p.eager THEN 1 ELSE 0 END,
+             CASE WHEN p.eager THEN nextval('"palisade"."fencing_token_seq"') END,
+             CASE WHEN p.eager THEN gen_random_uuid() END,
+             CASE WHEN p.eager THEN $22 END,
+             CASE WHEN p.eager THEN (SELECT t FROM clock) + ((p.start_to_close_timeout_ms) * interval '1 millisecond') END,
+             CASE WHEN p.eager THEN (SELECT t FROM clock)
+                                    + ((least(p.lease_ms, p.start_to_close_timeout_ms)) * interval '1 millisecond') END,
+             CASE WHEN p.eager THEN p.first_reclaim_delay_ms ELSE 0 END,
+             CASE WHEN p.eager THEN (SELECT t FROM clock) END,
+             p.concurrency_key, p.concurrency_limit, p.rate_key, p.rate_limit, p.rate_period_ms
+        FROM planned p
+      RETURNING id, seq, kind, name, status, queue, priority, error, next_run_at, input, attempt, epoch, fencing_token, nonce,
+                lease_ms, start_to_close_timeout_ms, retry_policy, lease_expires_at, fencing_scope, started_at,
+                -- Cancelled with the run (a step the code saw cancelled carries its stored error).
+                status = 'cancelled' AND error IS NULL AS ended_with_run),
+    eager_attempts AS (
+      INSERT INTO "palisade"."attempts" (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
+                                 granted_until)
+      SELECT $23::uuid, id, 'activity', attempt, epoch, fencing_token, nonce, $24, started_at,
+             lease_expires_at
+        FROM inserted WHERE kind = 'activity' AND status = 'running'
+      RETURNING 1),
+    scheduled_events AS (
+      INSERT INTO "palisade"."events" (run_id, step_id, type, data, at)
+      SELECT $25::uuid, id,
+             CASE kind WHEN 'timer' THEN 'timer:started' WHEN 'signal' THEN 'signal:waiting'
+                       WHEN 'child' THEN 'child:started' ELSE 'step:scheduled' END,
+             CASE WHEN kind = 'child' THEN jsonb_build_object('name', name, 'seq', seq, 'childRunId', input->>'runId')
+                  ELSE jsonb_build_object('name', name, 'seq', seq, 'dueAt', next_run_at) END,
+             (SELECT t FROM clock)
+        FROM inserted WHERE kind IN ('activity', 'timer', 'signal') OR (kind = 'child' AND status = 'running')
+      RETURNING 1),
+    cancelled_events AS (
+      INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
+      SELECT $26::uuid, id, 'step:cancelled',
+             CASE WHEN ended_with_run THEN jsonb_build_object('reason', 'the run ended', 'whileRunning', false)
+                  ELSE jsonb_build_object('reason', 'the run was cancelled before this step could start') END,
+             true, (SELECT t FROM clock)
+        FROM inserted WHERE status = 'cancelled'
+      RETURNING 1),
+    marked AS (
+      UPDATE "palisade"."steps" s
+         SET delivered_seq = dl.delivered_seq,
+             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $27::uuid THEN 'completed'
+                           ELSE s.status END,
+             finished_at = CASE WHEN s.id = $28::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
+                                THEN ('epoch'::timestamptz + (($29::bigint) * interval '1 millisecond'))
+                                ELSE s.finished_at END,
+             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $30::uuid THEN NULL
+                                ELSE s.next_run_at END,
+             -- A signal wait's outcome: the signal it took, or its timeout; a fused step's, its completion's.
+             output = CASE WHEN dl.signal_id IS NOT NULL
+                             THEN (SELECT jsonb_build_object('signalId', g.id::text, 'payload', g.payload) FROM taken g
+                                    WHERE g.id = dl.signal_id)
+                           WHEN dl.fires_timer AND s.kind = 'signal' THEN '{"timedOut": true}'::jsonb
+                           ELSE s.output END
+        FROM dl
+       WHERE s.id = dl.id AND s.run_id = $31::uuid AND EXISTS (SELECT 1 FROM go)
+      RETURNING s.id, s.seq, s.kind, dl.fires_timer, dl.signal_id, s.fencing_token),
+    fired_events AS (
+      INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
+      SELECT $32::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
+             jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
+        FROM marked WHERE fires_timer
+      RETURNING 1),
+
+    -- Each signal handed to a wait records the step that took it (the wait's own row holds the payload).
+    consumed AS (
+      UPDATE "palisade"."signals" g SET step_id = w.step_id, consumed_at = (SELECT t FROM clock)
+        FROM (SELECT signal_id, id AS step_id, seq FROM marked WHERE signal_id IS NOT NULL
+              UNION ALL
+              SELECT p.signal_id, i.id, i.seq FROM planned p JOIN inserted i ON i.seq = p.seq
+               WHERE p.signal_id IS NOT NULL) w
+       WHERE g.id = w.signal_id AND g.run_id = $33::uuid
+      RETURNING g.id, g.name, w.step_id, w.seq),
+    received_events AS (
+      INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
+      SELECT $34::uuid, step_id, 'signal:received',
+             jsonb_build_object('seq', seq, 'name', name, 'signalId', id::text), true, (SELECT t FROM clock)
+        FROM consumed
+      RETURNING 1),
+
+    -- The run's earliest timer: those it had (less the ones this turn fires) and those this turn starts (a
+    -- statement does not see its own inserts).
+    waiting AS (
+      SELECT s.kind, s.name, s.next_run_at AS due FROM "palisade"."steps" s
+       WHERE s.run_id = $35::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
+         AND s.retired_at IS NULL
+         AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = s.id AND (dl.fires_timer OR dl.signal_id IS NOT NULL))
+      UNION ALL
+      SELECT kind, name, next_run_at FROM inserted WHERE kind IN ('timer', 'signal') AND status = 'scheduled'),
+    -- Timers and signal waits' timeouts, those it had (less the ones this turn ends) and those it starts.
+    next_timer AS (SELECT min(due) AS due FROM waiting),
+    -- A pending signal that a wait of the run now waits for (one the turn did not see: it came after the turn's
+    -- snapshot, or the turn made the wait without reading the run's signals, as a fused step's does).
+    signal_due AS (
+      SELECT EXISTS (
+        SELECT 1 FROM "palisade"."signals" g
+         WHERE g.run_id = $36::uuid AND g.consumed_at IS NULL AND g.id <> ALL($37::bigint[])
+           AND EXISTS (SELECT 1 FROM waiting w WHERE w.kind = 'signal' AND w.name = g.name)) AS due),
+    -- The one write of the run row: its end, or its next turn (now if anything woke it since the claim).
+    run_row AS (
+      UPDATE "palisade"."runs" r
+         SET turn_lease_expires_at = NULL,
+             status = coalesce($38::text, r.status),
+             output = CASE WHEN $39 THEN $40::jsonb ELSE r.output END,
+             error = CASE WHEN $41 THEN $42::jsonb ELSE r.error END,
+             finished_at = CASE WHEN $43 THEN (SELECT t FROM clock) ELSE r.finished_at END,
+             progress = CASE WHEN $44 THEN $45::jsonb ELSE r.progress END,
+             turn_next_run_at = CASE WHEN $46 THEN NULL
+                                     WHEN r.wake_count <> $47 THEN (SELECT t FROM clock)
+                                     WHEN (SELECT due FROM signal_due) THEN (SELECT t FROM clock)
+                                     ELSE (SELECT due FROM next_timer) END
+       WHERE r.id = (SELECT id FROM go)
+      RETURNING r.id, r.queue, r.turn_next_run_at <= (SELECT t FROM clock) AS due_now, r.status, r.output, r.error,
+                r.cancel_reason, r.turn_token, r.turn_nonce, r.turn_epoch, r.turn_attempt,
+                r.parent_step_id, r.concurrency_key),
+    turn_attempt AS (
+      UPDATE "palisade"."attempts" SET outcome = 'completed', ended_at = (SELECT t FROM clock)
+       WHERE fencing_token = $48::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
+      RETURNING 1),
+    -- Every live step ends with the run, running ones included (invariant 12: the holder's next write is
+    -- refused as "cancelled" and its signal fires), each from its newest version (locked above).
+    leftover AS (
+      UPDATE "palisade"."steps" s SET status = 'cancelled', finished_at = (SELECT t FROM clock), next_run_at = NULL,
+                              cancel_requested_at = coalesce(s.cancel_requested_at, (SELECT t FROM clock))
+        FROM locked l
+       WHERE $49 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
+         AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = l.id)
+      RETURNING s.id, s.attempt, s.epoch, s.fencing_token, l.status AS prev_status, s.kind,
+                s.input->>'runId' AS child_run_id, s.input->>'cancellation' AS cancellation),
+    leftover_attempts AS (
+      UPDATE "palisade"."attempts" a SET outcome = 'cancelled', ended_at = (SELECT t FROM clock)
+        FROM leftover l WHERE l.prev_status = 'running' AND a.fencing_token = l.fencing_token AND a.outcome IS NULL
+      RETURNING 1),
+    leftover_events AS (
+      INSERT INTO "palisade"."events" (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
+      SELECT $50::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
+             jsonb_build_object('reason', 'the run ended', 'whileRunning', prev_status = 'running'), true,
+             (SELECT t FROM clock)
+        FROM leftover
+      RETURNING 1),
+
+    run_event AS (
+      INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
+      SELECT id, 'run:' || $51::text,
+             CASE WHEN $52::jsonb IS NOT NULL THEN jsonb_build_object('error', $53::jsonb) END,
+             true, (SELECT t FROM clock)
+        FROM run_row WHERE $54
+      RETURNING 1),
+    
+    -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
+    -- next turn is due now, the run's waiters when it ended and a handle.result() waits on it, and, when it goes
+    -- on, its watchers (a handle.watch() waits on it now: one NOTIFY item per turn, for watched runs only).
+    notified AS (
+    SELECT pg_notify($55,
+             CASE WHEN length(p.all_items) <= $56 THEN p.all_items
+                  ELSE concat_ws(E'\n', 'run:*', p.other_items) END)
+      FROM (SELECT string_agg(item, E'\n') AS all_items,
+                   string_agg(item, E'\n') FILTER (WHERE item NOT LIKE 'run:%') AS other_items
+              FROM (SELECT DISTINCT item FROM (SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
+          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
+          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $57) x WHERE "palisade"."run_watched"(id, false)
+          -- A run under a concurrency key that ends gives its place to a pending run of its key (flow-control.ts).
+          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $58 AND concurrency_key IS NOT NULL
+          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $59 AND "palisade"."run_watched"(id, true)) x(item) WHERE item IS NOT NULL) d) p
+     WHERE p.all_items IS NOT NULL)
+    SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
+           (SELECT conflict FROM gate) AS conflict,
+           
+           (SELECT count(*) FROM notified) AS notified,
+           (SELECT jsonb_build_object('status', status, 'output', output, 'error', error, 'cancel_reason', cancel_reason)
+              FROM run_row WHERE $60) AS ended,
+           (SELECT jsonb_agg(jsonb_build_object(
+              'id', e.id::text, 'run_id', $61::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
+              'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
+              'nonce', e.nonce::text, 'lease_ms', e.lease_ms, 'start_to_close_timeout_ms', e.start_to_close_timeout_ms,
+              'retry_policy', e.retry_policy, 'heartbeat_details', NULL,
+              'remaining_ms', (extract(epoch FROM (e.lease_expires_at - "palisade"."now"())) * 1000)::float8,
+              'prev_token', NULL, 'fencing_scope', e.fencing_scope, 'next_due_ms', NULL) ORDER BY e.seq)
+              FROM inserted e WHERE e.kind = 'activity' AND e.status = 'running') AS eager_steps
+
+-- parameters
+-- $1 = "00000000-0000-4000-8000-000000000001"
+-- $2 = "41"
+-- $3 = "00000000-0000-4000-8000-0000000000ee"
+-- $4 = "00000000-0000-4000-8000-000000000001"
+-- $5 = "[{\"id\":null,\"seq\":2,\"delivered_seq\":3,\"fires_timer\":false,\"signal_id\":\"8\"}]"
+-- $6 = "00000000-0000-4000-8000-000000000001"
+-- $7 = false
+-- $8 = "{8}"
+-- $9 = "00000000-0000-4000-8000-000000000001"
+-- $10 = false
+-- $11 = 1
+-- $12 = "[]"
+-- $13 = "00000000-0000-4000-8000-000000000001"
+-- $14 = false
+-- $15 = "[]"
+-- $16 = "[]"
+-- $17 = 0
+-- $18 = false
+-- $19 = "00000000-0000-4000-8000-000000000001"
+-- $20 = "run:00000000-0000-4000-8000-000000000001/seq:"
+-- $21 = 1780000000000
+-- $22 = ""
+-- $23 = "00000000-0000-4000-8000-000000000001"
+-- $24 = ""
+-- $25 = "00000000-0000-4000-8000-000000000001"
+-- $26 = "00000000-0000-4000-8000-000000000001"
+-- $27 = null
+-- $28 = null
+-- $29 = 1780000000000
+-- $30 = null
+-- $31 = "00000000-0000-4000-8000-000000000001"
+-- $32 = "00000000-0000-4000-8000-000000000001"
+-- $33 = "00000000-0000-4000-8000-000000000001"
+-- $34 = "00000000-0000-4000-8000-000000000001"
+-- $35 = "00000000-0000-4000-8000-000000000001"
+-- $36 = "00000000-0000-4000-8000-000000000001"
+-- $37 = "{8}"
+-- $38 = null
+-- $39 = false
+-- $40 = null
+-- $41 = false
+-- $42 = null
+-- $43 = false
+-- $44 = false
+-- $45 = null
+-- $46 = false
+-- $47 = 3
+-- $48 = "41"
+-- $49 = false
+-- $50 = "00000000-0000-4000-8000-000000000001"
+-- $51 = null
+-- $52 = null
+-- $53 = null
+-- $54 = false
+-- $55 = "palisade_palisade"
+-- $56 = 7900
+-- $57 = false
+-- $58 = false
+-- $59 = false
+-- $60 = false
+-- $61 = "00000000-0000-4000-8000-000000000001"
