@@ -12,7 +12,7 @@ import { connect, createServer, type Socket } from 'node:net';
 import { z } from 'zod';
 import { defineActivity, defineWorkflow } from '@palisade/sdk';
 import type { HistoryStepRow } from './src/queries/claim-turns.js';
-import { runTurn } from './src/workflow/turn-runtime.js';
+import { runTurn } from './src/turn/turn-runtime.js';
 
 const outcomes = Number(process.argv[2] ?? 1_000);
 const samples = Number(process.argv[3] ?? 30);

@@ -38,7 +38,7 @@ import {
   settleMicrotasks,
   trackNonDurable,
   type NonDurableSink,
-} from './non-durable-await.js';
+} from '../worker/non-durable-await.js';
 import { seededRandom } from './seeded-random.js';
 
 /** A durable call that has no recorded step yet. Durations in ms; due times are fixed by the DB clock at commit. */

@@ -9,7 +9,7 @@ import { z } from 'zod';
 import { defineActivity, defineWorkflow, type WorkflowContext } from '@palisade/sdk';
 import type { HistoryStepRow } from '../queries/claim-turns.js';
 import { settleMicrotasks, trackNonDurable } from './non-durable-await.js';
-import { runTurn, type TurnResult } from './turn-runtime.js';
+import { runTurn, type TurnResult } from '../turn/turn-runtime.js';
 
 const macrotask = () => new Promise<void>((resolve) => setImmediate(resolve));
 

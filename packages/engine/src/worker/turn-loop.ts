@@ -20,7 +20,7 @@ import {
   type TurnRef,
 } from '../queries/commit-turn.js';
 import { faultHooks, type TurnFault } from '../internal/fault-points.js';
-import { monotonicNow } from '../worker/lease-clock.js';
+import { monotonicNow } from './lease-clock.js';
 import {
   attemptRefOf,
   type CompleteStepParams,
@@ -28,10 +28,10 @@ import {
   type StepPosition,
 } from '../queries/complete-step.js';
 import type { AttemptRef } from '../queries/fenced-outcome.js';
-import { asStoredJson } from './stored-json.js';
+import { asStoredJson } from '../turn/stored-json.js';
 import type { SchemaNames } from '../queries/schema-names.js';
-import { WakeSignal, claimRetryDelayMs } from '../worker/wake-signal.js';
-import type { WorkerEvents } from '../worker/worker-events.js';
+import { WakeSignal, claimRetryDelayMs } from './wake-signal.js';
+import type { WorkerEvents } from './worker-events.js';
 import { InstanceCache, canContinue, type KeptInstance } from './instance-cache.js';
 import {
   startTurn,
@@ -39,7 +39,7 @@ import {
   type TurnParams,
   type TurnResult,
   type WorkflowInstance,
-} from './turn-runtime.js';
+} from '../turn/turn-runtime.js';
 import type { EndedRun, LocalResults } from '../db/notification-hub.js';
 
 export interface TurnLoopOptions {
