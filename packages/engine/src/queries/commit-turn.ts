@@ -3,7 +3,7 @@ import { LeaseLostError } from '@palisade/sdk';
 import type { Database } from '../db/database.js';
 import type { EndedRun } from '../db/notification-hub.js';
 import type { ClaimedStepRow } from './claim-steps.js';
-import type { Delivery, NewStep, RejectedSignal, TurnOutcome } from '../turn/turn-runtime.js';
+import type { Delivery, NewStep, RejectedSignal, TurnOutcome } from '../turn/contract.js';
 import { endedRunItems, notifyOnce } from './notify.js';
 import { requestCancel } from './request-cancel.js';
 import { withInfraRetry } from '../infra-retry.js';

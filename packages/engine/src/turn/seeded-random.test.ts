@@ -14,6 +14,13 @@ describe('seededRandom', () => {
     expect(new Set([...a, ...b]).size).toBe(100);
   });
 
+  it('draws what it drew when its seed was hashed by node:crypto, so that runs recorded then replay the same', () => {
+    const next = seededRandom('0190f3a1-0000-7000-8000-000000000001');
+    expect(Array.from({ length: 4 }, () => next())).toEqual([
+      0.9686863070819527, 0.5596043523401022, 0.4246054261457175, 0.7756592240184546,
+    ]);
+  });
+
   it('draws numbers in [0, 1) spread over the whole range', () => {
     const next = seededRandom('spread');
     const values = Array.from({ length: 10_000 }, () => next());

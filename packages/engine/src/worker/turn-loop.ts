@@ -33,13 +33,9 @@ import type { SchemaNames } from '../queries/schema-names.js';
 import { WakeSignal, claimRetryDelayMs } from './wake-signal.js';
 import type { WorkerEvents } from './worker-events.js';
 import { InstanceCache, canContinue, type KeptInstance } from './instance-cache.js';
-import {
-  startTurn,
-  type TurnOutcome,
-  type TurnParams,
-  type TurnResult,
-  type WorkflowInstance,
-} from '../turn/turn-runtime.js';
+import type { TurnOutcome, TurnParams, TurnResult, WorkflowInstance } from '../turn/contract.js';
+import { startTurn } from '../turn/run-turn.js';
+import { nodeTurnHost } from './non-durable-await.js';
 import type { EndedRun, LocalResults } from '../db/notification-hub.js';
 
 export interface TurnLoopOptions {
@@ -278,7 +274,13 @@ export class TurnLoop {
       // The run's first turn grant ever (turn epochs only grow, retries included): no turn has committed, so
       // the run has no steps to read.
       const history = row.turn_epoch === 1 ? [] : await loadRunHistory(this.db, this.names, row.id);
-      ({ result, instance } = await startTurn({ ...params, workflow, input: row.input, history }));
+      ({ result, instance } = await startTurn({
+        ...params,
+        host: nodeTurnHost,
+        workflow,
+        input: row.input,
+        history,
+      }));
     }
     const ref = this.turnRefOf(row);
     let committed = result;
