@@ -149,7 +149,8 @@ export interface TurnParams {
   /**
    * The claim's DB time (epoch ms): timers due by then fire in this turn; `ctx.now()` records it. The outcomes this
    * turn gives steps (a timer fired, a signal taken, a step cancelled) are recorded as finished at its whole ms
-   * (`Math.floor(nowMs)`), the workflow's clock after them (`workflowClockAfter`, workflow-clock.ts): the commit writes that.
+   * (`Math.floor(nowMs)`), the workflow's clock after them (`workflowClockAfter`, workflow-clock.ts): the commit
+   * writes that.
    */
   readonly nowMs: number;
   /**

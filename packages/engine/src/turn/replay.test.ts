@@ -1,3 +1,4 @@
+/** Replay over recorded steps (replay.ts, replay-state.ts): scheduling, race winners, determinism checks. */
 import { describe, expect, it } from 'vitest';
 import { ActivityFailure, type SerializedFailure } from '@palisade/sdk';
 import { act, failure, NOW_MS, step, turn, workflow } from './fixtures/turns.js';

@@ -1,3 +1,4 @@
+/** The seeded random numbers of workflow code (seeded-random.ts): repeatable per run id, spread, pinned. */
 import { describe, expect, it } from 'vitest';
 import { seededRandom } from './seeded-random.js';
 

@@ -1,3 +1,4 @@
+/** The turn's SHA-256 (sha256.ts) against the FIPS 180-4 vectors and node:crypto's digests. */
 import { describe, expect, it } from 'vitest';
 import { sha256 } from './sha256.js';
 

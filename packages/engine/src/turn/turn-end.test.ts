@@ -1,3 +1,4 @@
+/** How a turn ends (turn-end.ts): a promise no durable step settles, a refused call, the run's failures. */
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { ActivityFailure, defineWorkflow, type SerializedFailure } from '@palisade/sdk';

@@ -50,7 +50,8 @@ function turnOutcome(state: ReplayState): TurnResult {
       new PalisadeError(
         'NON_DURABLE_AWAIT',
         `workflow ${workflowName} started a ${state.nonDurable} (a timer or I/O) inside workflow code; workflow ` +
-          'code may only await ctx.run, ctx.sleep, ctx.sleepUntil and ctx.waitForSignal — move the work into an activity',
+          'code may only await ctx.run, ctx.sleep, ctx.sleepUntil and ctx.waitForSignal — ' +
+          'move the work into an activity',
         { runId },
       ),
     );

@@ -1,3 +1,4 @@
+/** Continued turns of a kept workflow instance (replay.ts `continueTurn`) give what a full replay gives. */
 import { describe, expect, it } from 'vitest';
 import { ActivityFailure, CancelledFailure, type SerializedFailure } from '@palisade/sdk';
 import type { HistoryStepRow } from './contract.js';

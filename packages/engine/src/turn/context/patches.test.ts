@@ -1,3 +1,4 @@
+/** `ctx.patched` and `ctx.deprecatePatch` (patches.ts) over histories recorded before and after a patch. */
 import { describe, expect, it } from 'vitest';
 import { act, failure, step, turn, workflow } from '../fixtures/turns.js';
 

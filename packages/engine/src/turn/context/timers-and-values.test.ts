@@ -1,3 +1,4 @@
+/** `ctx.sleep`, `ctx.sleepUntil` (timers.ts) and the recorded values `ctx.now/random/uuid` (workflow-context.ts). */
 import { describe, expect, it } from 'vitest';
 import { failure, NOW_MS, step, turn, workflow } from '../fixtures/turns.js';
 

@@ -1,3 +1,4 @@
+/** A cancel request reaching the code (cancel.ts, outcomes.ts): cancelled steps, compensation, a cancelled run. */
 import { describe, expect, it } from 'vitest';
 import { CancelledFailure } from '@palisade/sdk';
 import { act, NOW_MS, step, turn, workflow } from '../fixtures/turns.js';

@@ -1,3 +1,4 @@
+/** Pending signals reaching signal waits (signals.ts, fresh.ts, context/signal-wait.ts). */
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineSignal } from '@palisade/sdk';
