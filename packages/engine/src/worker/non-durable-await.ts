@@ -39,8 +39,8 @@ const NON_DURABLE_TYPES = new Set([
  */
 const OTHER_QUEUE_TYPES = new Set(['TickObject', 'Microtask']);
 
-/** The process's own `Math.random`, `Date.now` and `Date`, for engine code that needs them while a turn runs. */
-export const originalRandom: () => number = Math.random;
+/** The process's own `Math.random`, `Date.now` and `Date` (the host's `random()` draws from the first). */
+const originalRandom: () => number = Math.random;
 const originalDateNow: () => number = Date.now;
 const OriginalDate: DateConstructor = Date;
 
