@@ -11,8 +11,9 @@
 import { connect, createServer, type Socket } from 'node:net';
 import { z } from 'zod';
 import { defineActivity, defineWorkflow } from '@palisade/sdk';
-import type { HistoryStepRow } from './src/queries/claim-turns.js';
-import { runTurn } from './src/workflow/turn-runtime.js';
+import type { HistoryStepRow } from './src/turn/contract.js';
+import { runTurn } from './src/turn/run-turn.js';
+import { nodeTurnHost } from './src/worker/non-durable-await.js';
 
 const outcomes = Number(process.argv[2] ?? 1_000);
 const samples = Number(process.argv[3] ?? 30);
@@ -52,6 +53,7 @@ async function measure(): Promise<{ p50: number; min: number }> {
   for (let k = 0; k < samples; k++) {
     const started = performance.now();
     const result = await runTurn({
+      host: nodeTurnHost,
       workflow: sequential,
       info: {
         runId: '11111111-1111-4111-8111-111111111111',

@@ -30,7 +30,7 @@ import { callerTransaction, type CallerTransaction } from '../db/caller-transact
 import type { NotificationHub } from '../db/notification-hub.js';
 import { withInfraRetry } from '../infra-retry.js';
 import { faultHooks } from '../internal/fault-points.js';
-import { shorterLeaseMessage } from '../lease-override.js';
+import { shorterLeaseMessage } from '../turn/context/lease-override.js';
 import { insertStandaloneRuns, type InsertStandaloneRunsParams } from '../queries/insert-standalone-run.js';
 import { listRuns, type ListRunsFilter, type RunRow } from '../queries/read-run.js';
 import { insertWorkflowRuns, type InsertWorkflowRunsParams } from '../queries/insert-workflow-run.js';

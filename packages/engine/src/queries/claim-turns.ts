@@ -8,6 +8,7 @@ import {
   runKeyHasRoom,
   runSlotKey,
 } from './flow-control.js';
+import type { HistoryStepRow, PendingSignal } from '../turn/contract.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 export interface ClaimTurnsParams {
@@ -61,15 +62,6 @@ export interface ClaimedTurnRow {
    * by the turn's commit, which keeps the run due while a pending signal matches a wait.
    */
   signals: PendingSignal[] | null;
-}
-
-/** A signal sent to a run that no wait has taken yet, as a turn sees it. */
-export interface PendingSignal {
-  id: string;
-  name: string;
-  payload: unknown;
-  /** When the run received it: epoch ms, database clock. */
-  received_ms: number;
 }
 
 /** The pending signals of run `runId` as one jsonb array in arrival order, or NULL when it has none. */
@@ -200,21 +192,6 @@ export function historyNews(n: SchemaNames, runId: SQL, nowMs: SQL, when: SQL): 
                FILTER (WHERE ${freshOutcome}), '[]'::jsonb)) AS news
       FROM ${n.steps} s
      WHERE s.run_id = ${runId} AND s.retired_at IS NULL AND ${when}`;
-}
-
-/** One recorded step of a run, as replay reads it. */
-export interface HistoryStepRow {
-  id: string;
-  seq: number;
-  kind: 'activity' | 'timer' | 'value' | 'signal' | 'child';
-  name: string;
-  status: 'scheduled' | 'running' | 'completed' | 'failed' | 'cancelled';
-  output: unknown;
-  error: unknown;
-  delivered_seq: number | null;
-  /** Epoch ms (DB clock) when a timer is due, or a signal wait times out. */
-  due_ms: number | null;
-  finished_ms: number | null;
 }
 
 /**

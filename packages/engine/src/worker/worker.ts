@@ -21,7 +21,7 @@ import { msUntilNextDueStep } from '../queries/next-due-step.js';
 import { notificationItems } from '../queries/notify.js';
 import { releaseStep } from '../queries/release-step.js';
 import type { SchemaNames } from '../queries/schema-names.js';
-import { TurnLoop } from '../workflow/turn-loop.js';
+import { TurnLoop } from './turn-loop.js';
 import { ActivityAttempt } from './activity-attempt.js';
 import { HeartbeatLoop } from './heartbeat-loop.js';
 import { RetentionSweeper } from './retention-sweeper.js';

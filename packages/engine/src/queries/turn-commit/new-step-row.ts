@@ -1,4 +1,4 @@
-import type { NewStep } from '../../workflow/turn-runtime.js';
+import type { NewStep } from '../../turn/contract.js';
 
 /** Stored error of a step a turn recorded cancelled (see `commitTurn`, 2). */
 const CANCELLED_UNSEEN = {

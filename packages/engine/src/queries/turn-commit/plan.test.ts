@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { NewStep } from '../../workflow/turn-runtime.js';
+import type { NewStep } from '../../turn/contract.js';
 import { planTurnCommit } from './plan.js';
 import { NO_EAGER_DISPATCH, type FusedTurnRef, type TurnRef } from './types.js';
 

@@ -1,5 +1,5 @@
 import { sql, type SQL } from 'drizzle-orm';
-import type { RejectedSignal, TurnOutcome } from '../../workflow/turn-runtime.js';
+import type { RejectedSignal, TurnOutcome } from '../../turn/contract.js';
 import { msInterval } from '../schema-names.js';
 import { newStepRow, type NewStepRow } from './new-step-row.js';
 import type { EagerDispatch, FusedTurnRef, TurnGrant, TurnRecord } from './types.js';

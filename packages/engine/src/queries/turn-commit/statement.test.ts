@@ -3,7 +3,7 @@ import type { SQL } from 'drizzle-orm';
 import { PgDialect } from 'drizzle-orm/pg-core';
 import { describe, expect, it } from 'vitest';
 import type { Database } from '../../db/database.js';
-import type { Delivery, NewStep, RejectedSignal, TurnOutcome } from '../../workflow/turn-runtime.js';
+import type { Delivery, NewStep, RejectedSignal, TurnOutcome } from '../../turn/contract.js';
 import {
   commitFusedTurn,
   commitTurn,

@@ -1,5 +1,5 @@
 import type { EndedRun } from '../../db/notification-hub.js';
-import type { Delivery, NewStep, RejectedSignal, TurnOutcome } from '../../workflow/turn-runtime.js';
+import type { Delivery, NewStep, RejectedSignal, TurnOutcome } from '../../turn/contract.js';
 import type { ClaimedStepRow } from '../claim-steps.js';
 
 export interface TurnRef {

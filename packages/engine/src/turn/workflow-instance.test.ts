@@ -1,181 +1,17 @@
+/** Continued turns of a kept workflow instance (replay.ts `continueTurn`) give what a full replay gives. */
 import { describe, expect, it } from 'vitest';
-import { z } from 'zod';
-import {
-  ActivityFailure,
-  CancelledFailure,
-  defineActivity,
-  defineWorkflow,
-  type SerializedFailure,
-  type WorkflowContext,
-} from '@palisade/sdk';
-import type { HistoryStepRow } from '../queries/claim-turns.js';
-import {
-  runTurn,
-  startTurn,
-  type TurnParams,
-  type TurnResult,
-  type WorkflowInstance,
-} from './turn-runtime.js';
+import { ActivityFailure, CancelledFailure, type SerializedFailure } from '@palisade/sdk';
+import type { HistoryStepRow } from './contract.js';
+import { startTurn } from './run-turn.js';
+import { plainTurnHost } from './fixtures/plain-host.js';
+import { START_MS, StoredRun, completeAll, driveBothWays } from './fixtures/stored-run.js';
+import { act, workflow } from './fixtures/turns.js';
 
-// Activities are never executed here: turns only schedule steps and hand recorded outcomes to the code.
-const act = (name: string) =>
-  defineActivity({
-    name,
-    input: z.object({ n: z.number() }).default({ n: 0 }),
-    output: z.unknown(),
-    run: () => Promise.resolve(null),
-  });
 const work = act('work');
 const fast = act('fast');
 const slow = act('slow');
 const compensate = act('compensate');
-
-const START_MS = Date.parse('2030-01-01T00:00:00Z');
-const RUN_ID = '11111111-1111-4111-8111-111111111111';
 const declined: SerializedFailure = { type: 'Declined', message: 'card declined', nonRetryable: true };
-
-function workflow<O>(name: string, run: (ctx: WorkflowContext) => Promise<O>) {
-  return defineWorkflow({ name, input: z.unknown(), output: z.unknown(), run: (_input, ctx) => run(ctx) });
-}
-type Workflow = ReturnType<typeof workflow>;
-
-/**
- * A run's steps as the database holds them, changed the way commitTurn (a turn's result), the step queries (an
- * activity's outcome) and requestCancel (a cancel) change them.
- */
-class StoredRun {
-  readonly steps: HistoryStepRow[] = [];
-  nowMs = START_MS;
-  cancelRequested = false;
-  private ids = 0;
-
-  commit(result: TurnResult): void {
-    for (const s of result.newSteps) {
-      const cancelled = s.kind !== 'value' && s.cancelled === true;
-      this.steps.push({
-        id: `00000000-0000-4000-8000-${String(++this.ids).padStart(12, '0')}`,
-        seq: s.seq,
-        kind: s.kind,
-        name: s.name,
-        status: s.kind === 'value' ? 'completed' : cancelled ? 'cancelled' : 'scheduled',
-        output: s.kind === 'value' ? s.output : null,
-        error: cancelled ? { type: 'CancelledFailure', message: 'cancelled', nonRetryable: true } : null,
-        delivered_seq: s.kind !== 'value' && s.deliveredSeq !== undefined ? s.deliveredSeq : null,
-        due_ms:
-          s.kind === 'timer'
-            ? (s.dueAtMs ?? this.nowMs + (s.delayMs ?? 0))
-            : s.kind === 'activity'
-              ? this.nowMs
-              : null,
-        finished_ms: s.kind === 'value' || cancelled ? this.nowMs : null,
-      });
-    }
-    for (const d of result.deliveries) {
-      const step = this.steps.find((h) => h.id === d.stepId) as HistoryStepRow;
-      step.delivered_seq = d.deliveredSeq;
-      if (d.firesTimer) Object.assign(step, { status: 'completed', finished_ms: this.nowMs, due_ms: null });
-    }
-  }
-
-  /** Activities scheduled and not ended, in position order. */
-  pending(): HistoryStepRow[] {
-    return this.steps.filter((h) => h.kind === 'activity' && h.status === 'scheduled');
-  }
-
-  complete(step: HistoryStepRow, output: unknown, finishedMs = ++this.nowMs): void {
-    Object.assign(step, { status: 'completed', output, finished_ms: finishedMs });
-  }
-
-  fail(step: HistoryStepRow, error: SerializedFailure): void {
-    Object.assign(step, { status: 'failed', error, finished_ms: ++this.nowMs });
-  }
-
-  /** requestCancel: the run is marked, every live step ends cancelled. */
-  cancel(): void {
-    this.cancelRequested = true;
-    for (const h of this.steps) {
-      if (h.kind !== 'value' && (h.status === 'scheduled' || h.status === 'running')) {
-        Object.assign(h, { status: 'cancelled', finished_ms: ++this.nowMs });
-      }
-    }
-  }
-
-  params(turnAttempt: number): TurnParams {
-    return {
-      info: { runId: RUN_ID, workflowName: 'w', turnAttempt, queue: 'q' },
-      priority: 0,
-      nowMs: this.nowMs,
-      // The run's start, as runs.started_at keeps it: the first turn's time.
-      startedMs: START_MS,
-      cancelRequested: this.cancelRequested,
-    };
-  }
-
-  /** What the claim reads for a kept instance: live steps not delivered yet. */
-  fresh(): HistoryStepRow[] {
-    return structuredClone(this.steps.filter((h) => h.delivered_seq === null));
-  }
-
-  maxDeliveredSeq(): number {
-    return this.steps.reduce((m, h) => Math.max(m, h.delivered_seq ?? 0), 0);
-  }
-}
-
-/**
- * Run `wf` to its end, `world` changing the stored run between turns. Every turn after the first runs twice
- * over the same stored history: a full replay from the top (as another worker would), and a continuation of the
- * instance kept from the turn before; the two results must be equal, and the continuation's is committed.
- * @returns the results of every turn, in order.
- */
-async function driveBothWays(
-  wf: Workflow,
-  world: (run: StoredRun, turn: number) => void,
-  maxTurns = 50,
-): Promise<{ results: TurnResult[]; run: StoredRun }> {
-  const run = new StoredRun();
-  const first = await startTurn({ ...run.params(1), workflow: wf, input: null, history: [] });
-  const instance: WorkflowInstance = first.instance;
-  let result = first.result;
-  const results = [result];
-  run.commit(result);
-  for (let turn = 2; result.outcome.kind === 'blocked'; turn++) {
-    if (turn > maxTurns) throw new Error(`no end after ${maxTurns} turns`);
-    expect(instance.continuable).toBe(true);
-    expect(instance.expected).toEqual({
-      liveSteps: run.steps.length,
-      maxDeliveredSeq: run.maxDeliveredSeq(),
-    });
-    world(run, turn);
-    const full = await runTurn({
-      ...run.params(turn),
-      workflow: wf,
-      input: null,
-      history: structuredClone(run.steps),
-    });
-    const continued = await instance.continueTurn({ ...run.params(turn), fresh: run.fresh() });
-    // Stacks name the functions that threw, which differ between the two ways (and between any two workers).
-    expect(withoutStacks(continued)).toEqual(withoutStacks(full));
-    result = continued as TurnResult;
-    results.push(result);
-    run.commit(result);
-    if (result.outcome.kind !== 'blocked') {
-      expect(instance.continuable).toBe(false);
-      expect(await instance.continueTurn({ ...run.params(turn + 1), fresh: [] })).toBeUndefined();
-    }
-  }
-  return { results, run };
-}
-
-function withoutStacks(result: TurnResult | undefined): unknown {
-  return JSON.parse(
-    JSON.stringify(result ?? null, (key, value: unknown) => (key === 'stack' ? undefined : value)),
-  );
-}
-
-/** Complete every pending activity, in position order, with `<name>:<seq>`. */
-const completeAll = (run: StoredRun) => {
-  for (const h of run.pending()) run.complete(h, `${h.name}:${h.seq}`);
-};
 
 describe('a continued turn gives what a full replay over the same history gives', () => {
   it('runs a sequential workflow to its end, one step per turn', async () => {
@@ -357,33 +193,6 @@ describe('a continued turn gives what a full replay over the same history gives'
     ]);
     expect(results.at(-1)?.outcome.kind).toBe('cancelled');
   });
-
-  it('detects a timer started in workflow code during a continued turn', async () => {
-    const napper = workflow('timer-napper', async (ctx) => {
-      await ctx.run(work, { n: 1 });
-      await ctx.run(work, { n: 2 });
-      await new Promise((resolve) => setTimeout(resolve, 1));
-      return 'unreachable';
-    });
-    const { results } = await driveBothWays(napper, completeAll);
-    const last = results.at(-1)?.outcome;
-    expect(last?.kind === 'failed' && last.error.code).toBe('NON_DURABLE_AWAIT');
-    expect(last?.kind === 'failed' && last.error.message).toContain('Timeout');
-  });
-
-  it('gives Math.random() and Date.now() in a continued turn what a full replay gives, and restores them after', async () => {
-    const processRandom = Math.random;
-    const coin = workflow('coin', async (ctx) => {
-      const before = [Math.random(), Date.now()];
-      await ctx.run(work, { n: 1 });
-      return [...before, Math.random(), Date.now()];
-    });
-    // driveBothWays compares each continued turn's result with a full replay's.
-    const { results } = await driveBothWays(coin, completeAll);
-    const last = results.at(-1)?.outcome;
-    expect(last?.kind).toBe('completed');
-    expect(Math.random).toBe(processRandom);
-  });
 });
 
 describe('an instance that cannot be continued', () => {
@@ -396,6 +205,7 @@ describe('an instance that cannot be continued', () => {
     });
     const { result, instance } = await startTurn({
       ...new StoredRun().params(1),
+      host: plainTurnHost,
       workflow: sneaky,
       input: null,
       history: [],
@@ -412,6 +222,7 @@ describe('an instance that cannot be continued', () => {
     const quick = workflow('quick', () => Promise.resolve('done'));
     const { result, instance } = await startTurn({
       ...new StoredRun().params(1),
+      host: plainTurnHost,
       workflow: quick,
       input: null,
       history: [],

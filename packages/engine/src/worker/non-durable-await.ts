@@ -1,5 +1,11 @@
+/**
+ * The worker's {@link TurnHost} for Node: the async hook that catches workflow code awaiting timers or I/O, the
+ * deterministic `Date`/`Math.random` installed while turns run, and the drain of the microtask queue.
+ */
 import { AsyncLocalStorage, createHook, type AsyncHook } from 'node:async_hooks';
+import { randomUUID } from 'node:crypto';
 import { promiseHooks } from 'node:v8';
+import type { TurnHost, TurnSink } from '../turn/host.js';
 
 /**
  * Detects workflow code that starts timers or I/O — anything it could await that is not a durable primitive
@@ -33,19 +39,8 @@ const NON_DURABLE_TYPES = new Set([
  */
 const OTHER_QUEUE_TYPES = new Set(['TickObject', 'Microtask']);
 
-/** Receives the first non-durable resource a turn created, and gives the code its clock and random numbers. */
-export interface NonDurableSink {
-  reportNonDurable(type: string): void;
-  /** Workflow code scheduled work on `process.nextTick` or `queueMicrotask` ({@link OTHER_QUEUE_TYPES}). */
-  reportOtherQueue?(type: string): void;
-  /** The workflow's clock (whole epoch ms): what `Date.now()` and `new Date()` read in workflow code. */
-  clockMs?(): number;
-  /** The workflow's seeded random numbers in [0, 1): what `Math.random()` returns in workflow code. */
-  random?(): number;
-}
-
-/** The process's own `Math.random`, `Date.now` and `Date`, for engine code that needs them while a turn runs. */
-export const originalRandom: () => number = Math.random;
+/** The process's own `Math.random`, `Date.now` and `Date` (the host's `random()` draws from the first). */
+const originalRandom: () => number = Math.random;
 const originalDateNow: () => number = Date.now;
 const OriginalDate: DateConstructor = Date;
 
@@ -89,7 +84,7 @@ Object.defineProperty(WorkflowDate, 'prototype', { value: OriginalDate.prototype
 Object.defineProperty(WorkflowDate, 'length', { value: OriginalDate.length });
 Object.assign(WorkflowDate, { now: workflowDateNow, parse: OriginalDate.parse, UTC: OriginalDate.UTC });
 
-const storage = new AsyncLocalStorage<NonDurableSink>();
+const storage = new AsyncLocalStorage<TurnSink>();
 const hook: AsyncHook = createHook({
   init(_asyncId, type) {
     if (NON_DURABLE_TYPES.has(type)) storage.getStore()?.reportNonDurable(type);
@@ -154,7 +149,7 @@ let activeTurns = 0;
  * Run `fn` (workflow code) so that timers and I/O it starts, now or in its continuations, reach `sink`, until
  * the returned `end()` is called (when the turn is over).
  */
-export function trackNonDurable(sink: NonDurableSink, fn: () => void): { end(): void } {
+export function trackNonDurable(sink: TurnSink, fn: () => void): { end(): void } {
   if (activeTurns++ === 0) {
     hook.enable();
     // Each returns a function (typed `Function` by @types/node) that removes the hook.
@@ -180,3 +175,12 @@ export function trackNonDurable(sink: NonDurableSink, fn: () => void): { end(): 
     },
   };
 }
+
+/** What a turn needs of this process ({@link TurnHost}), as the worker hands it to every turn it runs. */
+export const nodeTurnHost: TurnHost = Object.freeze({
+  track: trackNonDurable,
+  settleMicrotasks,
+  macrotask: () => new Promise<void>((resolve) => setImmediate(resolve)),
+  random: () => originalRandom(),
+  randomUUID: () => randomUUID(),
+});

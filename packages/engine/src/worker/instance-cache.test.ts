@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { RunHistoryNews } from '../queries/claim-turns.js';
 import { InstanceCache, canContinue, type KeptInstance } from './instance-cache.js';
-import type { WorkflowInstance } from './turn-runtime.js';
+import type { WorkflowInstance } from '../turn/contract.js';
 
 function kept(turnEpoch: number, over: Partial<WorkflowInstance> = {}): KeptInstance {
   const instance: WorkflowInstance = {

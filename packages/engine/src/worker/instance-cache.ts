@@ -1,5 +1,5 @@
 import type { RunHistoryNews } from '../queries/claim-turns.js';
-import type { WorkflowInstance } from './turn-runtime.js';
+import type { WorkflowInstance } from '../turn/contract.js';
 
 /** A workflow instance kept after its turn committed, and the run as that turn's grant left it. */
 export interface KeptInstance {

@@ -7,9 +7,9 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineActivity, defineWorkflow, type WorkflowContext } from '@palisade/sdk';
-import type { HistoryStepRow } from '../queries/claim-turns.js';
-import { settleMicrotasks, trackNonDurable } from './non-durable-await.js';
-import { runTurn, type TurnResult } from './turn-runtime.js';
+import type { HistoryStepRow, TurnResult } from '../turn/contract.js';
+import { runTurn } from '../turn/run-turn.js';
+import { nodeTurnHost, settleMicrotasks, trackNonDurable } from './non-durable-await.js';
 
 const macrotask = () => new Promise<void>((resolve) => setImmediate(resolve));
 
@@ -156,6 +156,7 @@ function replay(
     run: (_input, ctx) => run(ctx),
   });
   return runTurn({
+    host: nodeTurnHost,
     workflow: wf,
     info: { runId: '11111111-1111-4111-8111-111111111111', workflowName: 'wf', turnAttempt: 1, queue: 'q' },
     input: null,

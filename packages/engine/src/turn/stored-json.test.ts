@@ -1,3 +1,4 @@
+/** `asStoredJson` (stored-json.ts): values as jsonb gives them back. */
 import { describe, expect, it } from 'vitest';
 import { asStoredJson } from './stored-json.js';
 

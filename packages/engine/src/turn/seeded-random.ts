@@ -1,4 +1,8 @@
-import { createHash } from 'node:crypto';
+/**
+ * The workflow's deterministic random numbers: `Math.random()` in workflow code draws from here, seeded by the
+ * run's id.
+ */
+import { sha256 } from './sha256.js';
 
 /**
  * A deterministic source of numbers in [0, 1) seeded from `seed` (a run's id): what `Math.random()` returns in
@@ -7,11 +11,11 @@ import { createHash } from 'node:crypto';
  * runs with different ids draw unrelated sequences. Not for secrets (use `ctx.uuid()` or an activity).
  */
 export function seededRandom(seed: string): () => number {
-  const digest = createHash('sha256').update(seed).digest();
-  let a = digest.readUInt32LE(0);
-  let b = digest.readUInt32LE(4);
-  let c = digest.readUInt32LE(8);
-  let d = digest.readUInt32LE(12);
+  const digest = new DataView(sha256(seed).buffer);
+  let a = digest.getUint32(0, true);
+  let b = digest.getUint32(4, true);
+  let c = digest.getUint32(8, true);
+  let d = digest.getUint32(12, true);
   return () => {
     const t = (((a + b) | 0) + d) | 0;
     d = (d + 1) | 0;

@@ -1,3 +1,4 @@
+/** The seeded random numbers of workflow code (seeded-random.ts): repeatable per run id, spread, pinned. */
 import { describe, expect, it } from 'vitest';
 import { seededRandom } from './seeded-random.js';
 
@@ -12,6 +13,13 @@ describe('seededRandom', () => {
     const b = draw('0190f3a1-0000-7000-8000-000000000002');
     expect(b).not.toEqual(a);
     expect(new Set([...a, ...b]).size).toBe(100);
+  });
+
+  it('draws what it drew when its seed was hashed by node:crypto, so that runs recorded then replay the same', () => {
+    const next = seededRandom('0190f3a1-0000-7000-8000-000000000001');
+    expect(Array.from({ length: 4 }, () => next())).toEqual([
+      0.9686863070819527, 0.5596043523401022, 0.4246054261457175, 0.7756592240184546,
+    ]);
   });
 
   it('draws numbers in [0, 1) spread over the whole range', () => {

@@ -1,0 +1,75 @@
+/** `ctx.waitForSignal(signal, options)`: a durable wait for a signal sent to the run, with an optional timeout. */
+import {
+  InvalidOptionsError,
+  MAX_SLEEP_MS,
+  formatIssues,
+  toMs,
+  validate,
+  type Duration,
+  type SignalDefinition,
+} from '@palisade/sdk';
+import type { PendingSignal } from '../contract.js';
+import type { ReplayState } from '../replay-state.js';
+
+/**
+ * `ctx.waitForSignal`: the payload of the next signal named `signal.name` that the run takes (with a timeout:
+ * `{ timedOut: false, payload }`, or `{ timedOut: true }` once `timeout` passed first by the DB clock). Something
+ * that is not a signal, or options other than `{ timeout }`, throw {@link InvalidOptionsError} at the call.
+ */
+export function waitForSignal<T>(
+  state: ReplayState,
+  signal: SignalDefinition,
+  options?: { timeout?: Duration },
+): Promise<T> {
+  const { workflowName, runId } = state;
+  if (!signal || (signal as { kind?: unknown }).kind !== 'signal') {
+    throw new InvalidOptionsError(`ctx.waitForSignal in workflow ${workflowName}`, [
+      { path: 'signal', message: 'must be a signal from defineSignal()' },
+    ]);
+  }
+  const where = `ctx.waitForSignal(${signal.name}) in workflow ${workflowName}`;
+  if (options !== undefined && (typeof options !== 'object' || options === null)) {
+    throw new InvalidOptionsError(where, [{ path: 'options', message: 'must be { timeout }' }]);
+  }
+  const extra = Object.keys(options ?? {}).filter((k) => k !== 'timeout');
+  if (extra.length > 0) {
+    throw new InvalidOptionsError(where, [
+      { path: extra[0] as string, message: 'is not an option (only timeout)' },
+    ]);
+  }
+  const withTimeout = options?.timeout !== undefined;
+  const timeoutMs = withTimeout
+    ? toMs(options.timeout as Duration, `timeout of ${where}`, MAX_SLEEP_MS)
+    : undefined;
+  // A pending signal is checked against the schema of the code that waits for it before the wait takes it
+  // (one sent from the CLI, or by a sender with another version of the schema, was not): a payload the
+  // schema refuses is recorded undelivered, with the schema's message, and the wait goes on waiting — a
+  // mistyped signal never costs the run. The turn decides once; its commit records it, so no replay sees it.
+  const refuses = (pending: PendingSignal): string | undefined => {
+    const parsed = signal.payload.safeParse(pending.payload);
+    if (parsed.success) return undefined;
+    const issues = formatIssues(parsed.error.issues).map((i) => `${i.path || '(root)'}: ${i.message}`);
+    return `payload of signal ${signal.name} #${pending.id} does not fit ${where}: ${issues.join('; ')}`;
+  };
+  // The stored outcome: `{ signalId, payload }`, or `{ timedOut: true }` when the timeout passed first. The
+  // payload was checked when the wait took it; a wait recorded with a payload its schema refuses (taken
+  // before that check, or by code whose schema has changed since) rejects the await with ValidationError.
+  const map = (stored: unknown): unknown => {
+    const o = (stored ?? {}) as { timedOut?: boolean; signalId?: string; payload?: unknown };
+    if (withTimeout && o.timedOut === true) return { timedOut: true };
+    const payload: unknown = validate(
+      signal.payload,
+      o.payload,
+      `payload of signal ${signal.name} #${String(o.signalId)} taken by ${where}`,
+      { runId },
+    );
+    return withTimeout ? { timedOut: false, payload } : payload;
+  };
+  return state.durable<T>(
+    'signal',
+    signal.name,
+    (seq) => ({ seq, kind: 'signal', name: signal.name, ...(timeoutMs !== undefined ? { timeoutMs } : {}) }),
+    map,
+    refuses,
+  );
+}
