@@ -51,9 +51,9 @@ const LAYERS = [
     layer: ['options.ts', 'options'],
     may: ['db', 'queries', 'internal', 'turn', 'infra-retry.ts', 'lease-override.ts'],
   },
-  { layer: ['retention.ts'], may: ['db', 'queries', 'infra-retry.ts'] },
-  { layer: ['migrate.ts'], may: ['db', 'queries', 'schema'] },
-  { layer: ['fenced-resource.ts'], may: ['db', 'infra-retry.ts'] },
+  { layer: ['retention.ts'], may: ['db', 'queries', 'turn', 'infra-retry.ts'] },
+  { layer: ['migrate.ts'], may: ['db', 'queries', 'schema', 'turn'] },
+  { layer: ['fenced-resource.ts'], may: ['db', 'turn', 'infra-retry.ts'] },
   // The services: schedules/ below worker/ (the worker hosts schedule evaluation), client/ beside them.
   { layer: ['schedules'], may: BELOW_SERVICES },
   { layer: ['client'], may: BELOW_SERVICES },
