@@ -103,6 +103,9 @@ export default tseslint.config(
     languageOptions: { parser: tseslint.parser },
     plugins: { 'import-x': importX },
     settings: {
+      // Without these, import-x skips .ts modules when it follows imports (no-cycle would see no cycle).
+      'import-x/extensions': ['.ts', '.js'],
+      'import-x/parsers': { '@typescript-eslint/parser': ['.ts'] },
       'import-x/resolver-next': [
         createTypeScriptImportResolver({
           project: ['packages/*/tsconfig.json', 'test/tsconfig.json'],
