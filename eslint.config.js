@@ -1,6 +1,25 @@
 // @ts-check
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
+import layers from './eslint.layers.js';
+
+/**
+ * Engine files still over the size limits, being split by other issue-27 branches; the merge empties this list
+ * and removes it.
+ */
+// TEMPORARY until issue-27 branches merge
+const OVERSIZED = [
+  'packages/engine/src/queries/commit-turn.ts',
+  'packages/engine/src/workflow/**',
+  'packages/engine/src/client/client.ts',
+  'packages/engine/src/schedules/schedules.ts',
+  'packages/engine/src/worker/activity-attempt.ts',
+  'packages/engine/src/worker/worker.ts',
+  'packages/engine/src/options.ts',
+  'packages/engine/src/schema/tables.ts',
+  'packages/engine/src/cli/timeline.ts',
+  'packages/engine/src/queries/fire-schedule-ticks.ts',
+];
 
 export default tseslint.config(
   {
@@ -11,6 +30,7 @@ export default tseslint.config(
       '**/migrations/**',
       '**/vendor/**',
       'eslint.config.js',
+      'eslint.layers.js',
     ],
   },
   js.configs.recommended,
@@ -23,6 +43,16 @@ export default tseslint.config(
       '@typescript-eslint/consistent-type-imports': 'error',
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
       eqeqeq: ['error', 'smart'],
+    },
+  },
+  ...layers,
+  {
+    // Small files and functions (STYLE.md "Layout"); counted without blank lines and comments.
+    files: ['packages/engine/src/**/*.ts'],
+    ignores: ['**/*.test.ts', ...OVERSIZED],
+    rules: {
+      'max-lines': ['error', { max: 400, skipBlankLines: true, skipComments: true }],
+      'max-lines-per-function': ['error', { max: 120, skipBlankLines: true, skipComments: true }],
     },
   },
 );

@@ -1,7 +1,8 @@
 /**
- * The `palisade` CLI as a child process, run from source exactly as `pnpm palisade` runs it:
+ * The `palisade` CLI as a child process, run from source as `pnpm palisade` runs it, but reached through the
+ * package's `./cli` export (`palisade.ts` beside this file imports `@palisade/engine/cli`):
  *
- *   node --conditions=@palisade/source --import tsx packages/engine/src/cli/main.ts <args>
+ *   node --conditions=@palisade/source --import tsx test/cli/palisade.ts <args>
  *
  * (with tsx's loader given by path, so that the working directory may be anywhere).
  * `runCli` waits for the exit; `startCli` returns a running process (for `worker`) whose output can be waited on.
@@ -14,7 +15,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 
 export const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
 export const TEST_ROOT = fileURLToPath(new URL('../', import.meta.url));
-const MAIN = fileURLToPath(new URL('../../packages/engine/src/cli/main.ts', import.meta.url));
+const MAIN = fileURLToPath(new URL('./palisade.ts', import.meta.url));
 /** tsx's loader by URL, so the child may run in any working directory (not only inside the repository). */
 const TSX = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
 

@@ -9,10 +9,14 @@ import { z } from 'zod';
 import { describe, expect, it } from 'vitest';
 import { LeaseLostError, defineActivity } from '@palisade/sdk';
 import type { Engine } from '@palisade/engine';
-import { claimSteps } from '../../packages/engine/src/queries/claim-steps.js';
-import { completeStep, completeSteps } from '../../packages/engine/src/queries/complete-step.js';
-import { failStep, failSteps } from '../../packages/engine/src/queries/fail-step.js';
-import { CompletionBatcher } from '../../packages/engine/src/worker/completion-batcher.js';
+import {
+  CompletionBatcher,
+  claimSteps,
+  completeStep,
+  completeSteps,
+  failStep,
+  failSteps,
+} from '@palisade/engine/testing/internals';
 import { useEngineTarget } from '../support/engine.js';
 import { attemptsOfStep, eventsOfRun, stepOfRun } from './engine-rows.js';
 

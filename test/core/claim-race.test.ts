@@ -20,11 +20,14 @@ import { z } from 'zod';
 import { LeaseLostError, defineActivity } from '@palisade/sdk';
 import { createEngine, type Database, type Engine } from '@palisade/engine';
 import { advanceClock, setClockOffset } from '@palisade/engine/testing';
-import { claimSteps, type ClaimedStepRow } from '../../packages/engine/src/queries/claim-steps.js';
-import { completeStep } from '../../packages/engine/src/queries/complete-step.js';
-import { expireSteps } from '../../packages/engine/src/queries/expire-steps.js';
-import { failStep } from '../../packages/engine/src/queries/fail-step.js';
-import { heartbeatSteps } from '../../packages/engine/src/queries/heartbeat-steps.js';
+import {
+  claimSteps,
+  completeStep,
+  expireSteps,
+  failStep,
+  heartbeatSteps,
+  type ClaimedStepRow,
+} from '@palisade/engine/testing/internals';
 import { useEngineTarget, type EngineTarget } from '../support/engine.js';
 import { eventsOfType, stepOfRun } from './engine-rows.js';
 

@@ -17,11 +17,14 @@ import { z } from 'zod';
 import { LeaseLostError, defineActivity } from '@palisade/sdk';
 import type { Engine } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';
-import { claimSteps, type ClaimedStepRow } from '../../packages/engine/src/queries/claim-steps.js';
-import { completeSteps } from '../../packages/engine/src/queries/complete-step.js';
-import { failStep } from '../../packages/engine/src/queries/fail-step.js';
-import { fenceStep } from '../../packages/engine/src/queries/fence-step.js';
-import { heartbeatSteps } from '../../packages/engine/src/queries/heartbeat-steps.js';
+import {
+  claimSteps,
+  completeSteps,
+  failStep,
+  fenceStep,
+  heartbeatSteps,
+  type ClaimedStepRow,
+} from '@palisade/engine/testing/internals';
 import { useEngineTarget } from '../support/engine.js';
 import { until } from '../worker/helpers.js';
 

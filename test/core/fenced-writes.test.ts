@@ -13,9 +13,7 @@ import { describe, expect, it } from 'vitest';
 import { LeaseLostError, RunFailedError } from '@palisade/sdk';
 import { createEngine, type Engine, type Worker } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';
-import { claimSteps } from '../../packages/engine/src/queries/claim-steps.js';
-import { completeStep } from '../../packages/engine/src/queries/complete-step.js';
-import { failStep } from '../../packages/engine/src/queries/fail-step.js';
+import { claimSteps, completeStep, failStep } from '@palisade/engine/testing/internals';
 import { createTcpProxy } from '../support/tcp-proxy.js';
 import { nextEvent, useEngineTarget, type EngineTarget } from '../support/engine.js';
 import {

@@ -51,6 +51,7 @@ export {
   WORKER_DEFAULTS,
   MAX_RETENTION_MS,
   MIN_RETENTION_MS,
+  RETENTION_SWEEP_INTERVAL_MS,
   resolveSchemaName,
   type EngineOptions,
   type PruneOptions,
@@ -80,5 +81,4 @@ export { SCHEDULE_BATCH_SIZE, type ScheduleEvaluation } from './schedules/evalua
 export { MAX_BACKFILL_TICKS, MAX_CATCHUP_TICKS, ON_TIME_MS } from './schedules/schedule-ticks.js';
 export { PRUNE_BATCH_SIZE, type PruneResult, type PrunedCounts } from './retention.js';
 export { Worker, type StopOptions } from './worker/worker.js';
-export { RETENTION_SWEEP_INTERVAL_MS } from './worker/retention-sweeper.js';
 export { WorkerEvents, type WorkerEventMap } from './worker/worker-events.js';

@@ -19,10 +19,9 @@ import {
   postgresClientProblem,
   type PostgresJsClient,
 } from './db/client-shapes.js';
-import { databaseUrlProblem } from './db/database-target.js';
+import { databaseUrlProblem, type DatabaseConnection } from './db/database-target.js';
 import { MIN_LEASE_MS, MIN_TEST_LEASE_MS, allowsUnsafeTimings } from './internal/unsafe-timings.js';
 import { SCHEMA_NAME } from './queries/schema-names.js';
-import { RETENTION_SWEEP_INTERVAL_MS } from './worker/retention-sweeper.js';
 
 /**
  * Where the engine's database is. Give at most one of `databaseUrl`, `sql`, `pglite`, `db` (or `dataDir`).
@@ -154,12 +153,7 @@ const engineSchema = z
 
 /** {@link EngineOptions} with defaults filled. */
 export interface ResolvedEngineOptions {
-  readonly connection:
-    | { readonly kind: 'url'; readonly url: string; readonly from: 'option' | 'DATABASE_URL' }
-    | { readonly kind: 'sql'; readonly sql: PostgresJsClient }
-    | { readonly kind: 'pglite'; readonly pglite: PGlite }
-    | { readonly kind: 'drizzle'; readonly db: AnyPgDatabase }
-    | { readonly kind: 'embedded'; readonly dataDir: string };
+  readonly connection: DatabaseConnection;
   readonly schema: string;
   readonly migrate: boolean;
   readonly poolSize: number;
@@ -360,6 +354,9 @@ export interface WorkerOptions {
    */
   readonly schedules?: boolean;
 }
+
+/** How often a worker sweeps finished runs past the engine's retention (the first sweep is at start), in ms. */
+export const RETENTION_SWEEP_INTERVAL_MS = 60_000;
 
 export const WORKER_DEFAULTS = Object.freeze({
   queues: ['default'] as readonly string[],

@@ -35,10 +35,10 @@ import { insertStandaloneRuns, type InsertStandaloneRunsParams } from '../querie
 import { listRuns, type ListRunsFilter, type RunRow } from '../queries/read-run.js';
 import { insertWorkflowRuns, type InsertWorkflowRunsParams } from '../queries/insert-workflow-run.js';
 import { retryRun } from '../queries/retry-run.js';
-import { inSavepoint } from '../queries/savepoint.js';
+import { inSavepoint } from '../db/savepoint.js';
 import type { RunInsertOutcome, RunItem } from '../queries/run-by-key.js';
 import type { SchemaNames } from '../queries/schema-names.js';
-import { assertUsableOutsideTransaction } from '../worker/fenced-scope.js';
+import { assertUsableOutsideTransaction } from '../db/fenced-scope.js';
 import { RunHandle } from './run-handle.js';
 import { signalPayload, signalRun, signalRunIn } from './signal-run.js';
 import type { ClaimedTurnRow } from '../queries/claim-turns.js';

@@ -39,7 +39,7 @@ import { WATCHER_TTL_MS, deleteWatcher, readRunForWaiter, upsertWatcher } from '
 import { randomUUID } from 'node:crypto';
 import { signalPayload, signalRun } from './signal-run.js';
 import type { Logger } from 'pino';
-import { assertUsableOutsideTransaction } from '../worker/fenced-scope.js';
+import { assertUsableOutsideTransaction } from '../db/fenced-scope.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 
 /** Options of {@link RunHandle.result}; durations as everywhere (ms, or `'2s'`), ≤ 2,147,483,647 ms. */

@@ -4,9 +4,23 @@
  * @module
  */
 import { resolve } from 'node:path';
+import type { PGlite } from '@electric-sql/pglite';
 import { PalisadeError, type PalisadeErrorCode } from '@palisade/sdk';
-import type { ResolvedEngineOptions } from '../options.js';
 import { codesOf } from '../infra-retry.js';
+import type { PostgresJsClient } from './client-shapes.js';
+import type { AnyPgDatabase } from './database.js';
+
+/**
+ * The database an engine was given, as its options resolve it (`ResolvedEngineOptions['connection']`): a
+ * connection string (from the `databaseUrl` option or the `DATABASE_URL` environment variable), a postgres.js
+ * client, a PGlite instance, a drizzle instance, or the embedded database's data directory.
+ */
+export type DatabaseConnection =
+  | { readonly kind: 'url'; readonly url: string; readonly from: 'option' | 'DATABASE_URL' }
+  | { readonly kind: 'sql'; readonly sql: PostgresJsClient }
+  | { readonly kind: 'pglite'; readonly pglite: PGlite }
+  | { readonly kind: 'drizzle'; readonly db: AnyPgDatabase }
+  | { readonly kind: 'embedded'; readonly dataDir: string };
 
 /** A PostgreSQL server and database as a URL names them (no password). */
 export interface ServerTarget {
@@ -71,7 +85,7 @@ export function formatServer(t: ServerTarget): string {
 }
 
 /** What the start-up log says about the database: where it is and why this one (never a password). */
-export function describeConnection(c: ResolvedEngineOptions['connection']): {
+export function describeConnection(c: DatabaseConnection): {
   readonly kind: string;
   readonly where: string;
   readonly from: string;

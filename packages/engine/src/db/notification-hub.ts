@@ -1,5 +1,5 @@
 import { PalisadeError } from '@palisade/sdk';
-import { notificationItems } from '../queries/notify.js';
+import { notificationItems } from './notification-payload.js';
 import type { Database } from './database.js';
 
 /** How a run ended, as stored: read back by the statement of this process that ended it. */

@@ -1,18 +1,10 @@
+/**
+ * The statements' side of the engine's wake-up NOTIFY: the payload's items and their format are described with
+ * their decoder, `notificationItems` in `db/notification-payload.ts`.
+ * @module
+ */
 import { sql, type SQL } from 'drizzle-orm';
 import type { SchemaNames } from './schema-names.js';
-
-/**
- * Wake-ups travel on one channel per schema as NOTIFY payloads made of items, one per line:
- * - `step:<queue>`: an activity step of that queue may be claimable;
- * - `turn:<queue>`: a workflow turn of that queue may be due;
- * - `run:<id>`: that run ended (for `handle.result()` waiters); `run:*`: some runs ended, too many to name.
- * A statement sends at most one NOTIFY ({@link notifyOnce}): PostgreSQL queues every NOTIFY of a transaction
- * under one global lock held until COMMIT, so one per run or per queue would serialize the commits of every
- * worker behind it.
- */
-export function notificationItems(payload: string): string[] {
-  return payload.split('\n');
-}
 
 /** Largest payload sent as it is (PostgreSQL refuses more than 8000 bytes); longer ones name the runs as `run:*`. */
 const MAX_PAYLOAD = 7900;

@@ -32,7 +32,7 @@ import {
   type ScheduleRunOptions,
 } from '../queries/schedule-rows.js';
 import type { SchemaNames } from '../queries/schema-names.js';
-import { assertUsableOutsideTransaction } from '../worker/fenced-scope.js';
+import { assertUsableOutsideTransaction } from '../db/fenced-scope.js';
 import {
   activityRunParamsOf,
   applyFirings,

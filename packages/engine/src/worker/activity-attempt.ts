@@ -35,7 +35,7 @@ import {
 } from '../queries/settle-fenced-transaction.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import type { AttemptRef } from '../queries/fenced-outcome.js';
-import { assertUsableOutsideTransaction, openFencedTransaction } from './fenced-scope.js';
+import { assertUsableOutsideTransaction, openFencedTransaction } from '../db/fenced-scope.js';
 import { localLeaseDeadline, monotonicNow } from './lease-clock.js';
 import type { WorkerEvents } from './worker-events.js';
 

@@ -5,13 +5,10 @@ import type { SchemaNames } from '../queries/schema-names.js';
 import { pruneFinishedRuns } from '../retention.js';
 import type { WorkerEvents } from './worker-events.js';
 
-/** How often a worker sweeps finished runs past the engine's retention (the first sweep is at start). */
-export const RETENTION_SWEEP_INTERVAL_MS = 60_000;
-
 /**
- * A worker's retention sweep (`createEngine({ retention })`): at start and then every
- * {@link RETENTION_SWEEP_INTERVAL_MS}, delete finished runs older than the retention, batch after batch until a
- * batch comes back short. It runs apart from the claim loop, not in its maintenance tick: a first sweep over a
+ * A worker's retention sweep (`createEngine({ retention })`): at start and then every `retentionSweepIntervalMs`
+ * (default `RETENTION_SWEEP_INTERVAL_MS`), delete finished runs older than the retention, batch after batch until
+ * a batch comes back short. It runs apart from the claim loop, not in its maintenance tick: a first sweep over a
  * long history may take many batches, and claims must not wait for it. Several workers sweeping at once share the
  * work (each batch skips runs another holds). A failed sweep is logged and tried again at the next interval.
  * Emits `retention:pruned` after each sweep, with what it deleted (zero counts included).

@@ -18,7 +18,7 @@ import { CompletionBatcher, MAX_COMPLETION_BATCH } from './completion-batcher.js
 import { expireSteps } from '../queries/expire-steps.js';
 import { findClaimedByRequest } from '../queries/find-claimed-by-request.js';
 import { msUntilNextDueStep } from '../queries/next-due-step.js';
-import { notificationItems } from '../queries/notify.js';
+import { notificationItems } from '../db/notification-payload.js';
 import { releaseStep } from '../queries/release-step.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import { TurnLoop } from './turn-loop.js';

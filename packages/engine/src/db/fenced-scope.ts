@@ -1,6 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { PalisadeError } from '@palisade/sdk';
-import type { Database } from '../db/database.js';
+import type { Database } from './database.js';
 
 /**
  * The fenced transaction whose callback is running in this async context, by its step label. A fenced transaction

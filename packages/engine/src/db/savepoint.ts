@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import type { Database } from '../db/database.js';
+import type { Database } from './database.js';
 
 /** The savepoint a bulk insert of runs opens inside a caller's transaction (nesting reuses the name safely). */
 const NAME = sql.raw('palisade_insert_runs');
