@@ -17,7 +17,7 @@ const SRC = 'packages/engine/src';
  * imports. `workflow/` dissolves into `turn/` and `worker/`; the merge empties this list and removes it.
  */
 // TEMPORARY until issue-27 branches merge
-const PENDING = ['workflow'];
+const PENDING = [];
 
 /** Everything below the services: what `worker/`, `client/` and `schedules/` may all import. */
 const BELOW_SERVICES = [
