@@ -2,6 +2,7 @@ import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { notifyOnce } from './notify.js';
 import type { SchemaNames } from './schema-names.js';
+import { liveRunStatuses, liveStepStatuses } from './status-sql.js';
 
 /**
  * Cancel a run, in one transaction. First lock the run row (`FOR NO KEY UPDATE`); then, in the next statement,
@@ -74,7 +75,7 @@ export async function cancelInTransaction(
     -- version committed meanwhile, so a claim that committed first is seen as running.
     live AS MATERIALIZED (
       SELECT id, status FROM ${n.steps}
-       WHERE run_id = ${p.runId}::uuid AND status IN ('scheduled', 'running') AND retired_at IS NULL
+       WHERE run_id = ${p.runId}::uuid AND status IN ${liveStepStatuses} AND retired_at IS NULL
        ORDER BY id FOR NO KEY UPDATE),
     dropped AS (
       UPDATE ${n.steps} s SET status = 'cancelled', cancel_requested_at = ${n.now}, finished_at = ${n.now},
@@ -184,7 +185,7 @@ async function endUnbegunRun(
     parent_woken AS (
       UPDATE ${n.runs} r
          SET turn_next_run_at = least(coalesce(r.turn_next_run_at, ${n.now}), ${n.now}), wake_count = r.wake_count + 1
-       WHERE r.id = (SELECT run_id FROM parent_step) AND r.status IN ('pending', 'running')
+       WHERE r.id = (SELECT run_id FROM parent_step) AND r.status IN ${liveRunStatuses}
       RETURNING r.queue),
     ${notifyOnce(
       n,

@@ -1,6 +1,7 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import type { SchemaNames } from './schema-names.js';
+import { liveRunStatuses } from './status-sql.js';
 
 /** What sending a signal found: the run's kind and status, and whether the signal is stored (now or before). */
 export interface SentSignal {
@@ -49,7 +50,7 @@ export async function storeSignal(
         INSERT INTO ${n.signals} (run_id, name, payload, request_id, created_at)
         SELECT r.id, ${p.name}, ${JSON.stringify(p.payload ?? null)}::jsonb, ${p.requestId}::uuid, (SELECT t FROM clock)
           FROM ${n.runs} r
-         WHERE r.id = ${p.runId}::uuid AND r.kind = 'workflow' AND r.status IN ('pending', 'running')
+         WHERE r.id = ${p.runId}::uuid AND r.kind = 'workflow' AND r.status IN ${liveRunStatuses}
            AND NOT EXISTS (SELECT 1 FROM prior)
         RETURNING id, run_id),
       woke AS (
