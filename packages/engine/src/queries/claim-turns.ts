@@ -10,6 +10,7 @@ import {
 } from './flow-control.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 import { liveRunStatuses, terminalStepStatuses } from './status-sql.js';
+import type { StepKind, StepStatus } from '../turn/state-machine.js';
 
 export interface ClaimTurnsParams {
   readonly workerId: string;
@@ -207,9 +208,9 @@ export function historyNews(n: SchemaNames, runId: SQL, nowMs: SQL, when: SQL): 
 export interface HistoryStepRow {
   id: string;
   seq: number;
-  kind: 'activity' | 'timer' | 'value' | 'signal' | 'child';
+  kind: StepKind;
   name: string;
-  status: 'scheduled' | 'running' | 'completed' | 'failed' | 'cancelled';
+  status: StepStatus;
   output: unknown;
   error: unknown;
   delivered_seq: number | null;

@@ -3,11 +3,12 @@ import type { Database } from '../db/database.js';
 import { endedRunItems, notifyOnce } from './notify.js';
 import type { SchemaNames } from './schema-names.js';
 import { liveRunStatuses } from './status-sql.js';
+import type { UnsuccessfulStatus } from '../turn/state-machine.js';
 
 export interface ExpiredStepRow {
   id: string;
   run_id: string;
-  status: 'failed' | 'cancelled';
+  status: UnsuccessfulStatus;
 }
 
 /**

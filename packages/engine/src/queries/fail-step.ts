@@ -14,6 +14,10 @@ import {
 import { msInterval, type SchemaNames } from './schema-names.js';
 import { endedRunItems, notifyOnce } from './notify.js';
 import { liveRunStatuses } from './status-sql.js';
+import type { AttemptOutcome } from '../turn/state-machine.js';
+
+/** The outcomes a failure records on its attempt row. */
+export type FailedAttemptOutcome = Extract<AttemptOutcome, 'failed' | 'timed_out' | 'cancelled'>;
 
 export interface FailStepParams extends AttemptRef {
   readonly nonce: string;
@@ -21,7 +25,7 @@ export interface FailStepParams extends AttemptRef {
   /** Decided by the worker from the stored retry policy (`retryDecision`). */
   readonly retry: boolean;
   /** Attempt-row outcome: `failed`, `timed_out` (start-to-close passed) or `cancelled`. */
-  readonly outcome?: 'failed' | 'timed_out' | 'cancelled';
+  readonly outcome?: FailedAttemptOutcome;
 }
 
 /**

@@ -2,6 +2,7 @@ import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 import { liveStepStatuses, unsuccessfulStatuses } from './status-sql.js';
+import { isUnsuccessfulStatus, type RunStatus } from '../turn/state-machine.js';
 
 /**
  * Retry a `failed` or `cancelled` run from its recorded history (Temporal's reset, DBOS's resume): its failed
@@ -22,17 +23,17 @@ export async function retryRun(
   db: Database,
   n: SchemaNames,
   runId: string,
-): Promise<{ status: string; retried: boolean } | undefined> {
+): Promise<{ status: RunStatus; retried: boolean } | undefined> {
   // Not a run id at all: no such run (as in readRun), rather than a uuid cast error from the database.
   if (!/^[0-9a-f-]{36}$/i.test(runId)) return undefined;
   return db.transaction(async (tx) => {
     // A locking read returns the row's newest version once the lock is held (READ COMMITTED), and no row when
     // the holder deleted it: the status reported below is the one this call acted on.
-    const locked = await tx.rows<{ status: string }>(sql`
+    const locked = await tx.rows<{ status: RunStatus }>(sql`
       SELECT status FROM ${n.runs} WHERE id = ${runId}::uuid FOR NO KEY UPDATE`);
     const run = locked[0];
     if (!run) return undefined;
-    if (run.status !== 'failed' && run.status !== 'cancelled') return { status: run.status, retried: false };
+    if (!isUnsuccessfulStatus(run.status)) return { status: run.status, retried: false };
     return { status: run.status, retried: await resetRun(tx, n, runId) };
   });
 }

@@ -2,11 +2,12 @@ import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import type { SchemaNames } from './schema-names.js';
 import { liveRunStatuses } from './status-sql.js';
+import type { RunKind, RunStatus, TerminalRunStatus } from '../turn/state-machine.js';
 
 /** What sending a signal found: the run's kind and status, and whether the signal is stored (now or before). */
 export interface SentSignal {
-  readonly kind: string;
-  readonly status: string;
+  readonly kind: RunKind;
+  readonly status: RunStatus;
   /** The signal's id (arrival order) when it is stored: by this call, or by an earlier try of the same request. */
   readonly signalId: string | null;
 }
@@ -39,7 +40,7 @@ export async function storeSignal(
   p: { runId: string; name: string; payload: unknown; requestId: string },
 ): Promise<SentSignal | undefined> {
   {
-    const runs = await tx.rows<{ kind: string; status: string }>(sql`
+    const runs = await tx.rows<{ kind: RunKind; status: RunStatus }>(sql`
       SELECT kind, status FROM ${n.runs} WHERE id = ${p.runId}::uuid FOR NO KEY UPDATE`);
     const run = runs[0];
     if (!run) return undefined;
@@ -89,7 +90,7 @@ export interface SignalRow {
 /** Why no wait will take a signal (`signals.undelivered`). */
 export type UndeliveredSignal =
   | { readonly reason: 'invalid-payload'; readonly seq: number; readonly message: string }
-  | { readonly reason: 'run-ended'; readonly status: 'completed' | 'failed' | 'cancelled' };
+  | { readonly reason: 'run-ended'; readonly status: TerminalRunStatus };
 
 /** The signals of run `runId` in arrival order; plain read. */
 export async function readSignals(db: Database, n: SchemaNames, runId: string): Promise<SignalRow[]> {

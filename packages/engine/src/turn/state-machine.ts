@@ -115,6 +115,8 @@ export const UNSUCCESSFUL_STATUSES = [RunStatus.failed, RunStatus.cancelled] as 
 export type TerminalRunStatus = (typeof TERMINAL_RUN_STATUSES)[number];
 /** A step status with which the step has ended. */
 export type TerminalStepStatus = (typeof TERMINAL_STEP_STATUSES)[number];
+/** An unsuccessful end of a run or step (`failed` or `cancelled`): what a retry undoes. */
+export type UnsuccessfulStatus = (typeof UNSUCCESSFUL_STATUSES)[number];
 
 const has = <T extends string>(set: readonly T[], value: string): value is T =>
   (set as readonly string[]).includes(value);
@@ -132,6 +134,11 @@ export function isLiveRunStatus(status: string): status is (typeof LIVE_RUN_STAT
 /** Whether `status` (any string, as read from a row) is a step status with which the step has ended. */
 export function isTerminalStepStatus(status: string): status is TerminalStepStatus {
   return has(TERMINAL_STEP_STATUSES, status);
+}
+
+/** Whether `status` is an unsuccessful end (`failed` or `cancelled`), of a run or a step: what a retry undoes. */
+export function isUnsuccessfulStatus(status: string): status is UnsuccessfulStatus {
+  return has(UNSUCCESSFUL_STATUSES, status);
 }
 
 /** Whether `value` is a run status. */
