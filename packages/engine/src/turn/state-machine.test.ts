@@ -3,26 +3,28 @@ import { describe, expect, it } from 'vitest';
 import {
   ATTEMPT_KINDS,
   ATTEMPT_OUTCOMES,
-  INSERTED,
   LIVE_RUN_STATUSES,
   LIVE_STEP_STATUSES,
   RUN_KINDS,
   RUN_STATUSES,
-  STATE_MACHINES,
   STEP_KINDS,
   STEP_STATUSES,
   TERMINAL_RUN_STATUSES,
   TERMINAL_STEP_STATUSES,
   UNSUCCESSFUL_STATUSES,
-  canTransition,
   isLiveRunStatus,
   isTerminalRunStatus,
   isTerminalStepStatus,
+  sqlList,
+} from './state-machine.js';
+import {
+  INSERTED,
+  STATE_MACHINES,
+  canTransition,
   mermaidDiagram,
   nextStatuses,
-  sqlList,
   type StateMachine,
-} from './state-machine.js';
+} from './transitions.js';
 
 const machines: readonly StateMachine<string, string>[] = Object.values(STATE_MACHINES);
 
