@@ -1,10 +1,11 @@
 import { PalisadeError } from '@palisade/sdk';
 import { notificationItems } from './notification-payload.js';
 import type { Database } from './database.js';
+import type { TerminalRunStatus } from '../turn/state-machine.js';
 
 /** How a run ended, as stored: read back by the statement of this process that ended it. */
 export interface EndedRun {
-  readonly status: 'completed' | 'failed' | 'cancelled';
+  readonly status: TerminalRunStatus;
   /** The stored output (JSON), or null. */
   readonly output: unknown;
   /** The stored failure (a SerializedFailure), or null. */

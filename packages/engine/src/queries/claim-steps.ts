@@ -12,6 +12,7 @@ import {
 } from './flow-control.js';
 import { stepInputSql } from './job-run.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
+import { liveStepStatuses } from './status-sql.js';
 
 export interface ClaimStepsParams {
   readonly workerId: string;
@@ -100,7 +101,7 @@ export async function claimSteps(
              CASE WHEN s.rate_key IS NOT NULL THEN ${stepRateKey(sql`s`)} END AS rate_id, s.rate_limit, s.rate_period_ms
         FROM ${n.steps} s
        WHERE s.queue IN ${p.queues} AND s.name IN ${p.activityNames} AND s.kind = 'activity'
-         AND s.status IN ('scheduled', 'running')
+         AND s.status IN ${liveStepStatuses}
          AND s.next_run_at <= (SELECT t FROM clock)
          AND NOT (s.status = 'running' AND (s.cancel_requested_at IS NOT NULL OR s.attempt >= ${maxAttempts}))
          AND ${stepKeyHasRoom(n, sql`s`)}

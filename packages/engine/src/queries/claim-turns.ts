@@ -10,6 +10,8 @@ import {
 } from './flow-control.js';
 import type { HistoryStepRow, PendingSignal } from '../turn/contract.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
+import { liveRunStatuses, terminalStepStatuses } from './status-sql.js';
+import type { StepKind, StepStatus } from '../turn/state-machine.js';
 
 export interface ClaimTurnsParams {
   readonly workerId: string;
@@ -120,7 +122,7 @@ export async function claimTurns(
              NULL::text AS rate_id, NULL::int AS rate_limit, NULL::int AS rate_period_ms
         FROM ${n.runs} r
        WHERE r.kind = 'workflow' AND r.queue IN ${p.queues} AND r.name IN ${p.workflowNames}
-         AND r.status IN ('pending', 'running')
+         AND r.status IN ${liveRunStatuses}
          AND r.turn_next_run_at <= (SELECT t FROM clock)
          AND (r.turn_lease_expires_at IS NULL OR r.turn_lease_expires_at <= (SELECT t FROM clock))
          AND ${runKeyHasRoom(n, sql`r`)}
@@ -178,7 +180,7 @@ export async function claimTurns(
 export function historyNews(n: SchemaNames, runId: SQL, nowMs: SQL, when: SQL): SQL {
   const dueMs = sql`(extract(epoch FROM s.next_run_at) * 1000)::float8`;
   const freshOutcome = sql`s.delivered_seq IS NULL AND (
-      (s.kind IN ('activity', 'child') AND s.status IN ('completed', 'failed', 'cancelled'))
+      (s.kind IN ('activity', 'child') AND s.status IN ${terminalStepStatuses})
       OR (s.kind IN ('timer', 'signal')
           AND (s.status IN ('completed', 'cancelled') OR (s.status = 'scheduled' AND ${dueMs} <= ${nowMs}))))`;
   return sql`
@@ -262,6 +264,6 @@ export async function msUntilNextDueTurn(
     SELECT (extract(epoch FROM (min(greatest(turn_next_run_at, coalesce(turn_lease_expires_at, turn_next_run_at))) - ${n.now})) * 1000)::float8 AS wait_ms
       FROM ${n.runs} r
      WHERE queue IN ${p.queues} AND name IN ${p.workflowNames} AND kind = 'workflow'
-       AND status IN ('pending', 'running') AND turn_next_run_at IS NOT NULL AND ${runKeyHasRoom(n, sql`r`)}`);
+       AND status IN ${liveRunStatuses} AND turn_next_run_at IS NOT NULL AND ${runKeyHasRoom(n, sql`r`)}`);
   return rows[0]?.wait_ms ?? null;
 }

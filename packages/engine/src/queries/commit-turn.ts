@@ -17,6 +17,7 @@ import {
   type TurnRecord,
   type TurnRef,
 } from './turn-commit/types.js';
+import { liveRunStatuses } from './status-sql.js';
 
 export type { CommittedFusedTurn, CommittedTurn, EagerDispatch, FusedTurnRef, TurnRecord, TurnRef };
 
@@ -170,7 +171,7 @@ async function rejectTurn(db: Database, n: SchemaNames, ref: TurnRef): Promise<n
              jsonb_build_object('operation', 'turn-commit', 'staleToken', ${token}::text,
                                 'currentToken', turn_token::text,
                                 'reason', CASE WHEN turn_token IS DISTINCT FROM ${token}::bigint THEN 'superseded'
-                                               WHEN status NOT IN ('pending', 'running') THEN status ELSE 'expired' END),
+                                               WHEN status NOT IN ${liveRunStatuses} THEN status ELSE 'expired' END),
              ${n.now}
         FROM cur
       RETURNING data),

@@ -13,6 +13,7 @@ import {
 import { endedRunItems, notifyOnce } from './notify.js';
 import { grantedTurnJson, historyNews, type ClaimedTurnRow } from './claim-turns.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
+import { liveRunStatuses } from './status-sql.js';
 
 export interface CompleteStepParams extends AttemptRef {
   readonly nonce: string;
@@ -92,7 +93,7 @@ export async function completeSteps(
     finished_run AS (
       UPDATE ${n.runs} r SET status = 'completed', output = applied.output, finished_at = ${n.now}
         FROM applied
-       WHERE r.id = applied.run_id AND r.kind = 'activity' AND r.status IN ('pending', 'running')
+       WHERE r.id = applied.run_id AND r.kind = 'activity' AND r.status IN ${liveRunStatuses}
       RETURNING r.id),
     -- Eager turns: of the workflow runs this batch wakes, those whose turns the worker runs and whose turn no one
     -- holds, as many as it can start now, judged on each run's newest version (locked in run_lock).
@@ -101,7 +102,7 @@ export async function completeSteps(
              ${eager.keepsInstances}::boolean AND rl.turn_worker_id IS NOT DISTINCT FROM ${eager.workerId} AS ran_last_turn,
              rl.locked_xmin
         FROM run_lock rl
-       WHERE rl.id IN (SELECT run_id FROM applied) AND rl.kind = 'workflow' AND rl.status IN ('pending', 'running')
+       WHERE rl.id IN (SELECT run_id FROM applied) AND rl.kind = 'workflow' AND rl.status IN ${liveRunStatuses}
          AND rl.name IN (SELECT jsonb_array_elements_text(${JSON.stringify(eager.workflowNames)}::jsonb))
          AND rl.queue IN (SELECT jsonb_array_elements_text(${JSON.stringify(eager.queues)}::jsonb))
          AND (rl.turn_lease_expires_at IS NULL OR rl.turn_lease_expires_at <= ${lockNow})
@@ -127,7 +128,7 @@ export async function completeSteps(
              started_at = CASE WHEN e.id IS NOT NULL THEN coalesce(r.started_at, ${lockNow}) ELSE r.started_at END
         FROM run_lock rl LEFT JOIN eager_pick e ON e.id = rl.id
        WHERE r.id = rl.id AND r.id IN (SELECT run_id FROM applied) AND r.kind = 'workflow'
-         AND r.status IN ('pending', 'running')
+         AND r.status IN ${liveRunStatuses}
       RETURNING r.id, r.queue, e.id IS NOT NULL AS eager, r.name, r.priority, r.input, r.turn_attempt, r.turn_epoch,
                 r.turn_token, r.turn_nonce, r.wake_count, r.cancel_requested_at, r.cancel_reason,
                 r.turn_lease_expires_at, r.started_at, e.prev_token, coalesce(e.ran_last_turn, false) AS ran_last_turn,

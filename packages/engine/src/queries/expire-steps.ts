@@ -2,11 +2,13 @@ import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { endedRunItems, notifyOnce } from './notify.js';
 import type { SchemaNames } from './schema-names.js';
+import { liveRunStatuses } from './status-sql.js';
+import type { UnsuccessfulStatus } from '../turn/state-machine.js';
 
 export interface ExpiredStepRow {
   id: string;
   run_id: string;
-  status: 'failed' | 'cancelled';
+  status: UnsuccessfulStatus;
 }
 
 /**
@@ -73,7 +75,7 @@ export async function expireSteps(db: Database, n: SchemaNames, limit = 100): Pr
     finished_runs AS (
       UPDATE ${n.runs} r SET status = e.status, error = e.error, finished_at = ${n.now}
         FROM ended e
-       WHERE r.id = e.run_id AND r.kind = 'activity' AND r.status IN ('pending', 'running')
+       WHERE r.id = e.run_id AND r.kind = 'activity' AND r.status IN ${liveRunStatuses}
       RETURNING r.id, r.status, r.error),
     run_events AS (
       INSERT INTO ${n.events} (run_id, type, data, terminal, at)
@@ -82,7 +84,7 @@ export async function expireSteps(db: Database, n: SchemaNames, limit = 100): Pr
     woken_runs AS (
       UPDATE ${n.runs} r SET turn_next_run_at = least(coalesce(r.turn_next_run_at, ${n.now}), ${n.now}),
                            wake_count = r.wake_count + 1
-       WHERE r.id IN (SELECT run_id FROM ended) AND r.kind = 'workflow' AND r.status IN ('pending', 'running')
+       WHERE r.id IN (SELECT run_id FROM ended) AND r.kind = 'workflow' AND r.status IN ${liveRunStatuses}
       RETURNING r.id, r.queue),
     ${notifyOnce(
       n,

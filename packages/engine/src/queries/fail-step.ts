@@ -13,6 +13,11 @@ import {
 } from './fenced-outcome.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 import { endedRunItems, notifyOnce } from './notify.js';
+import { liveRunStatuses } from './status-sql.js';
+import type { AttemptOutcome } from '../turn/state-machine.js';
+
+/** The outcomes a failure records on its attempt row. */
+export type FailedAttemptOutcome = Extract<AttemptOutcome, 'failed' | 'timed_out' | 'cancelled'>;
 
 export interface FailStepParams extends AttemptRef {
   readonly nonce: string;
@@ -20,7 +25,7 @@ export interface FailStepParams extends AttemptRef {
   /** Decided by the worker from the stored retry policy (`retryDecision`). */
   readonly retry: boolean;
   /** Attempt-row outcome: `failed`, `timed_out` (start-to-close passed) or `cancelled`. */
-  readonly outcome?: 'failed' | 'timed_out' | 'cancelled';
+  readonly outcome?: FailedAttemptOutcome;
 }
 
 /**
@@ -84,7 +89,7 @@ export async function failSteps(
       UPDATE ${n.runs} r SET status = a.status, error = a.error, finished_at = ${now}
         FROM applied a
        WHERE r.id = a.run_id AND a.status <> 'scheduled'
-         AND r.kind = 'activity' AND r.status IN ('pending', 'running')
+         AND r.kind = 'activity' AND r.status IN ${liveRunStatuses}
       RETURNING r.id, r.status, r.error),
     run_event AS (
       INSERT INTO ${n.events} (run_id, type, data, terminal, at)
@@ -94,7 +99,7 @@ export async function failSteps(
       UPDATE ${n.runs} r SET turn_next_run_at = least(coalesce(r.turn_next_run_at, ${now}), ${now}),
                            wake_count = r.wake_count + 1
        WHERE r.id IN (SELECT run_id FROM applied WHERE status <> 'scheduled')
-         AND r.kind = 'workflow' AND r.status IN ('pending', 'running')
+         AND r.kind = 'workflow' AND r.status IN ${liveRunStatuses}
       RETURNING r.id, r.queue),
     ${notifyOnce(
       n,

@@ -3,6 +3,7 @@ import type { Database } from '../db/database.js';
 import { flowKeysInserted } from './flow-control.js';
 import { notifyOnce } from './notify.js';
 import { msTimestamp, type SchemaNames } from './schema-names.js';
+import { liveRunStatuses } from './status-sql.js';
 
 /** One schedule's part of a firing statement: what its evaluator decided from the version it read. */
 export interface ScheduleFiring {
@@ -101,7 +102,7 @@ export async function fireScheduleTicks(
                   ELSE s.run_options END AS run_options,
              CASE WHEN d.manual THEN 'allow-all' ELSE s.overlap END AS overlap,
              EXISTS (SELECT 1 FROM ${n.runs} lr
-                      WHERE lr.id = s.last_run_id AND lr.status IN ('pending', 'running')) AS prev_live
+                      WHERE lr.id = s.last_run_id AND lr.status IN ${liveRunStatuses}) AS prev_live
         FROM ${n.schedules} s JOIN d ON d.id = s.id AND s.version = d.v
        ORDER BY s.id
          FOR NO KEY UPDATE OF s SKIP LOCKED),

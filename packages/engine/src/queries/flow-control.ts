@@ -1,6 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
+import { liveStepStatuses } from './status-sql.js';
 
 /*
  * Flow control in the claim statements (issue 14): per-key concurrency of activity steps and workflow runs, and
@@ -216,11 +217,11 @@ function flowKeyIdle(n: SchemaNames): SQL {
         SELECT 'run/' || r.name || '/' || r.live_concurrency_key FROM ${n.runs} r WHERE r.live_concurrency_key IS NOT NULL
         UNION ALL
         SELECT 'step/' || s.name || '/' || s.concurrency_key FROM ${n.steps} s
-         WHERE (s.concurrency_key IS NOT NULL OR s.rate_key IS NOT NULL) AND s.status IN ('scheduled', 'running')
+         WHERE (s.concurrency_key IS NOT NULL OR s.rate_key IS NOT NULL) AND s.status IN ${liveStepStatuses}
            AND s.concurrency_key IS NOT NULL
         UNION ALL
         SELECT 'rate/' || s.name || '/' || s.rate_key FROM ${n.steps} s
-         WHERE (s.concurrency_key IS NOT NULL OR s.rate_key IS NOT NULL) AND s.status IN ('scheduled', 'running')
+         WHERE (s.concurrency_key IS NOT NULL OR s.rate_key IS NOT NULL) AND s.status IN ${liveStepStatuses}
            AND s.rate_key IS NOT NULL)
      AND NOT EXISTS (SELECT 1 FROM unnest(k.recent) x(t) WHERE x.t > ${n.now} - ${msInterval(sql`${MAX_RATE_PERIOD_MS}::float8`)})`;
 }

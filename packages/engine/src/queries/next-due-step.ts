@@ -2,6 +2,7 @@ import { sql, type SQL } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { stepKeyHasRoom } from './flow-control.js';
 import type { SchemaNames } from './schema-names.js';
+import { liveStepStatuses } from './status-sql.js';
 
 /**
  * An expression: ms (DB clock) until the next step on these queues becomes claimable (a retry's backoff, a
@@ -20,7 +21,7 @@ export function nextDueMsSql(
 ): SQL {
   return sql`(SELECT (extract(epoch FROM (min(x.next_run_at) - ${now})) * 1000)::float8
       FROM ${n.steps} x
-     WHERE x.queue IN ${p.queues} AND x.status IN ('scheduled', 'running') AND x.name IN ${p.activityNames}
+     WHERE x.queue IN ${p.queues} AND x.status IN ${liveStepStatuses} AND x.name IN ${p.activityNames}
        AND x.kind = 'activity' AND x.next_run_at IS NOT NULL AND ${stepKeyHasRoom(n, sql`x`)}${exclude ? sql` AND x.id NOT IN ${exclude}` : sql``})`;
 }
 

@@ -1,6 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
+import { terminalRunStatuses } from './status-sql.js';
 
 /** How many rows one retention statement deleted (or, for a dry run, would delete). */
 export interface PrunedCounts {
@@ -46,7 +47,7 @@ function clockCte(n: SchemaNames, olderThanMs: number): SQL {
  */
 function prunablePredicate(n: SchemaNames): SQL {
   return sql`r.created_at < (SELECT cutoff FROM clock)
-     AND r.status IN ('completed', 'failed', 'cancelled')
+     AND r.status IN ${terminalRunStatuses}
      AND r.finished_at < (SELECT cutoff FROM clock)
      AND (r.turn_lease_expires_at IS NULL OR r.turn_lease_expires_at <= (SELECT t FROM clock))
      AND NOT EXISTS (SELECT 1 FROM ${n.steps} s

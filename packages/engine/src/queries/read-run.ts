@@ -2,12 +2,20 @@ import { sql, type SQL } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { jobRunColumns, stepOutputSql } from './job-run.js';
 import type { SchemaNames } from './schema-names.js';
+import type {
+  AttemptKind,
+  AttemptOutcome,
+  RunKind,
+  RunStatus,
+  StepKind,
+  StepStatus,
+} from '../turn/state-machine.js';
 
 export interface RunRow {
   id: string;
-  kind: 'workflow' | 'activity';
+  kind: RunKind;
   name: string;
-  status: 'pending' | 'running' | 'completed' | 'failed' | 'cancelled';
+  status: RunStatus;
   input: unknown;
   output: unknown;
   error: unknown;
@@ -94,9 +102,9 @@ export async function listScheduleRuns(
 export interface StepRow {
   id: string;
   seq: number;
-  kind: string;
+  kind: StepKind;
   name: string;
-  status: string;
+  status: StepStatus;
   attempt: number;
   epoch: number;
   token: string | null;
@@ -116,14 +124,15 @@ export interface StepRow {
 
 export interface AttemptRow {
   step_id: string | null;
-  kind: string;
+  kind: AttemptKind;
   attempt: number;
   epoch: number;
   token: string;
   worker_id: string;
   claimed_at: string;
   ended_at: string | null;
-  outcome: string | null;
+  /** How the attempt ended, or null while it is open. */
+  outcome: AttemptOutcome | null;
   duration_ms: number | null;
 }
 
@@ -174,7 +183,7 @@ export async function readRunHistory(
 export interface ChildRunRow {
   id: string;
   name: string;
-  status: string;
+  status: RunStatus;
   /** The parent's step that started it (its position in the parent's history). */
   seq: number | null;
   created_at: string;

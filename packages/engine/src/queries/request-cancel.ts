@@ -2,6 +2,8 @@ import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { notifyOnce } from './notify.js';
 import type { SchemaNames } from './schema-names.js';
+import { liveRunStatuses, liveStepStatuses } from './status-sql.js';
+import { isLiveRunStatus, type RunKind, type RunStatus } from '../turn/state-machine.js';
 
 /**
  * Cancel a run, in one transaction. First lock the run row (`FOR NO KEY UPDATE`); then, in the next statement,
@@ -52,12 +54,12 @@ export async function cancelInTransaction(
   // The run row alone: a statement that waited for it reads with the snapshot it began with, so steps that the
   // holder (a turn's commit) added meanwhile would be missed here and first locked by the next statement, out
   // of order. They are locked below, by a statement that begins once the run row is held.
-  const runs = await tx.rows<{ kind: string; status: string; queue: string; unbegun: boolean }>(sql`
+  const runs = await tx.rows<{ kind: RunKind; status: RunStatus; queue: string; unbegun: boolean }>(sql`
     SELECT kind, status, queue, kind = 'workflow' AND status = 'pending' AND started_at IS NULL AS unbegun
       FROM ${n.runs} WHERE id = ${p.runId}::uuid FOR NO KEY UPDATE`);
   const run = runs[0];
   if (!run) return undefined;
-  if (!['pending', 'running'].includes(run.status)) return run.status;
+  if (!isLiveRunStatus(run.status)) return run.status;
   const error = JSON.stringify({
     type: 'CancelledFailure',
     message: `cancelled: ${p.reason}`,
@@ -74,7 +76,7 @@ export async function cancelInTransaction(
     -- version committed meanwhile, so a claim that committed first is seen as running.
     live AS MATERIALIZED (
       SELECT id, status FROM ${n.steps}
-       WHERE run_id = ${p.runId}::uuid AND status IN ('scheduled', 'running') AND retired_at IS NULL
+       WHERE run_id = ${p.runId}::uuid AND status IN ${liveStepStatuses} AND retired_at IS NULL
        ORDER BY id FOR NO KEY UPDATE),
     dropped AS (
       UPDATE ${n.steps} s SET status = 'cancelled', cancel_requested_at = ${n.now}, finished_at = ${n.now},
@@ -184,7 +186,7 @@ async function endUnbegunRun(
     parent_woken AS (
       UPDATE ${n.runs} r
          SET turn_next_run_at = least(coalesce(r.turn_next_run_at, ${n.now}), ${n.now}), wake_count = r.wake_count + 1
-       WHERE r.id = (SELECT run_id FROM parent_step) AND r.status IN ('pending', 'running')
+       WHERE r.id = (SELECT run_id FROM parent_step) AND r.status IN ${liveRunStatuses}
       RETURNING r.queue),
     ${notifyOnce(
       n,

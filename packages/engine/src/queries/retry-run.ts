@@ -1,6 +1,8 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
+import { liveStepStatuses, unsuccessfulStatuses } from './status-sql.js';
+import { isUnsuccessfulStatus, type RunStatus } from '../turn/state-machine.js';
 
 /**
  * Retry a `failed` or `cancelled` run from its recorded history (Temporal's reset, DBOS's resume): its failed
@@ -21,17 +23,17 @@ export async function retryRun(
   db: Database,
   n: SchemaNames,
   runId: string,
-): Promise<{ status: string; retried: boolean } | undefined> {
+): Promise<{ status: RunStatus; retried: boolean } | undefined> {
   // Not a run id at all: no such run (as in readRun), rather than a uuid cast error from the database.
   if (!/^[0-9a-f-]{36}$/i.test(runId)) return undefined;
   return db.transaction(async (tx) => {
     // A locking read returns the row's newest version once the lock is held (READ COMMITTED), and no row when
     // the holder deleted it: the status reported below is the one this call acted on.
-    const locked = await tx.rows<{ status: string }>(sql`
+    const locked = await tx.rows<{ status: RunStatus }>(sql`
       SELECT status FROM ${n.runs} WHERE id = ${runId}::uuid FOR NO KEY UPDATE`);
     const run = locked[0];
     if (!run) return undefined;
-    if (run.status !== 'failed' && run.status !== 'cancelled') return { status: run.status, retried: false };
+    if (!isUnsuccessfulStatus(run.status)) return { status: run.status, retried: false };
     return { status: run.status, retried: await resetRun(tx, n, runId) };
   });
 }
@@ -46,7 +48,7 @@ async function resetRun(db: Database, n: SchemaNames, runId: string): Promise<bo
                            turn_lease_expires_at = NULL, wake_count = wake_count + 1,
                            -- The history is rewritten: no worker's kept workflow instance may be continued.
                            turn_worker_id = NULL
-       WHERE id = ${runId}::uuid AND status IN ('failed', 'cancelled')
+       WHERE id = ${runId}::uuid AND status IN ${unsuccessfulStatuses}
       RETURNING id, kind, queue),
     -- Then the run's steps, by id (invariant 14: the run row first, then its steps by id). The aggregate makes
     -- every lock be taken before either UPDATE below touches a step.
@@ -55,7 +57,7 @@ async function resetRun(db: Database, n: SchemaNames, runId: string): Promise<bo
         SELECT s.id FROM ${n.steps} s WHERE s.run_id IN (SELECT id FROM run) ORDER BY s.id FOR NO KEY UPDATE OF s) x),
     first_reset AS (
       SELECT min(s.delivered_seq) AS delivered_seq FROM ${n.steps} s, run
-       WHERE s.run_id = run.id AND s.status IN ('failed', 'cancelled') AND s.retired_at IS NULL),
+       WHERE s.run_id = run.id AND s.status IN ${unsuccessfulStatuses} AND s.retired_at IS NULL),
     -- Steps the code scheduled after it was handed the first withdrawn outcome (compensation in a catch, a
     -- step after a failed race) belong to the branch that saw it: retired, kept for the record, never replayed.
     -- A retired step that an attempt still holds keeps its lease expiry: the holder's next write is refused as
@@ -64,8 +66,8 @@ async function resetRun(db: Database, n: SchemaNames, runId: string): Promise<bo
     retired AS (
       UPDATE ${n.steps} s
          SET retired_at = ${n.now},
-             status = CASE WHEN s.status IN ('scheduled', 'running') THEN 'cancelled' ELSE s.status END,
-             finished_at = CASE WHEN s.status IN ('scheduled', 'running') THEN ${n.now} ELSE s.finished_at END,
+             status = CASE WHEN s.status IN ${liveStepStatuses} THEN 'cancelled' ELSE s.status END,
+             finished_at = CASE WHEN s.status IN ${liveStepStatuses} THEN ${n.now} ELSE s.finished_at END,
              lease_expires_at = CASE WHEN s.ended_nonce IS DISTINCT FROM s.nonce THEN s.lease_expires_at END,
              next_run_at = NULL, cancel_requested_at = NULL
         FROM run
@@ -73,7 +75,7 @@ async function resetRun(db: Database, n: SchemaNames, runId: string): Promise<bo
          AND (s.after_delivered_seq >= (SELECT delivered_seq FROM first_reset)
               -- A child run that failed or was cancelled is not run again: its step is retired, so the replayed
               -- code starts a new child run at that position.
-              OR (s.kind = 'child' AND s.status IN ('failed', 'cancelled')))
+              OR (s.kind = 'child' AND s.status IN ${unsuccessfulStatuses}))
       RETURNING s.id, s.seq, s.name, s.fencing_token),
     -- A signal a retired wait took is pending again: the code that waits for it anew takes it.
     returned_signals AS (
@@ -96,27 +98,27 @@ async function resetRun(db: Database, n: SchemaNames, runId: string): Promise<bo
       RETURNING 1),
     reset AS (
       UPDATE ${n.steps} s
-         SET status = CASE WHEN s.status IN ('failed', 'cancelled') THEN 'scheduled' ELSE s.status END,
-             attempt = CASE WHEN s.status IN ('failed', 'cancelled') THEN 0 ELSE s.attempt END,
-             error = CASE WHEN s.status IN ('failed', 'cancelled') THEN NULL ELSE s.error END,
+         SET status = CASE WHEN s.status IN ${unsuccessfulStatuses} THEN 'scheduled' ELSE s.status END,
+             attempt = CASE WHEN s.status IN ${unsuccessfulStatuses} THEN 0 ELSE s.attempt END,
+             error = CASE WHEN s.status IN ${unsuccessfulStatuses} THEN NULL ELSE s.error END,
              -- Ended under a live attempt (cancelled by the run's end, say): claimable only when that lease ends.
-             next_run_at = CASE WHEN s.status NOT IN ('failed', 'cancelled') THEN s.next_run_at
+             next_run_at = CASE WHEN s.status NOT IN ${unsuccessfulStatuses} THEN s.next_run_at
                                 -- A signal wait waits again, its timeout (if any) in full.
                                 WHEN s.kind = 'signal'
                                   THEN ${n.now} + ${msInterval(sql`(s.input->>'timeoutMs')::float8`)}
                                 WHEN s.ended_nonce IS DISTINCT FROM s.nonce
                                   THEN greatest(${n.now}, coalesce(s.lease_expires_at, ${n.now}))
                                 ELSE ${n.now} END,
-             finished_at = CASE WHEN s.status IN ('failed', 'cancelled') THEN NULL ELSE s.finished_at END,
+             finished_at = CASE WHEN s.status IN ${unsuccessfulStatuses} THEN NULL ELSE s.finished_at END,
              cancel_requested_at = NULL,
-             lease_expires_at = CASE WHEN s.status IN ('failed', 'cancelled') THEN NULL ELSE s.lease_expires_at END,
+             lease_expires_at = CASE WHEN s.status IN ${unsuccessfulStatuses} THEN NULL ELSE s.lease_expires_at END,
              delivered_seq = CASE WHEN s.delivered_seq >= (SELECT delivered_seq FROM first_reset) THEN NULL
                                   ELSE s.delivered_seq END
         FROM run
        WHERE s.run_id = run.id AND s.retired_at IS NULL AND (SELECT n FROM locked) >= 0
          AND s.after_delivered_seq < coalesce((SELECT delivered_seq FROM first_reset), 2147483647)
-         AND (s.status IN ('failed', 'cancelled') OR s.delivered_seq >= (SELECT delivered_seq FROM first_reset))
-         AND NOT (s.kind = 'child' AND s.status IN ('failed', 'cancelled')) -- retired above
+         AND (s.status IN ${unsuccessfulStatuses} OR s.delivered_seq >= (SELECT delivered_seq FROM first_reset))
+         AND NOT (s.kind = 'child' AND s.status IN ${unsuccessfulStatuses}) -- retired above
       RETURNING s.id, s.run_id, s.epoch, s.fencing_token, s.queue, s.kind, s.status),
     -- The unique "one terminal event per step/run" indexes then admit the retry's outcomes; the earlier
     -- terminal events stay in the history, no longer flagged as the current outcome.

@@ -2,6 +2,7 @@ import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { runColumns, type RunRow } from './read-run.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
+import { liveRunStatuses } from './status-sql.js';
 
 /*
  * Who waits on a run (issue 26): a `handle.result()` or `handle.watch()` call has a `run_watchers` row for as long
@@ -30,7 +31,7 @@ export async function upsertWatcher(
   const rows = await db.rows<{ id: string }>(sql`
     INSERT INTO ${n.runWatchers} (id, run_id, turns, expires_at)
     SELECT ${p.id}::uuid, r.id, ${p.turns}, ${n.now} + ${msInterval(sql`${WATCHER_TTL_MS}::float8`)}
-      FROM ${n.runs} r WHERE r.id = ${p.runId}::uuid AND r.status IN ('pending', 'running')
+      FROM ${n.runs} r WHERE r.id = ${p.runId}::uuid AND r.status IN ${liveRunStatuses}
     ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at
     RETURNING id::text`);
   return rows.length > 0;

@@ -1,6 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { msTimestamp, timestampMs, type SchemaNames } from './schema-names.js';
+import { liveRunStatuses } from './status-sql.js';
 
 /** A schedule row as the engine reads it: times in ms since the epoch (database clock). */
 export interface ScheduleRow {
@@ -260,7 +261,7 @@ export async function readDueSchedules(
           (SELECT ${cols} FROM ${n.schedules} s
             WHERE s.buffered_tick_at IS NOT NULL AND NOT s.paused
               AND NOT EXISTS (SELECT 1 FROM ${n.runs} lr
-                               WHERE lr.id = s.last_run_id AND lr.status IN ('pending', 'running'))
+                               WHERE lr.id = s.last_run_id AND lr.status IN ${liveRunStatuses})
             ORDER BY s.buffered_tick_at LIMIT ${p.limit})) u
         ORDER BY u.next_tick_ms LIMIT ${p.limit}) d ON true`);
   const first = rows[0];

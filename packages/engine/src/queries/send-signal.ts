@@ -1,11 +1,13 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import type { SchemaNames } from './schema-names.js';
+import { liveRunStatuses } from './status-sql.js';
+import type { RunKind, RunStatus, TerminalRunStatus } from '../turn/state-machine.js';
 
 /** What sending a signal found: the run's kind and status, and whether the signal is stored (now or before). */
 export interface SentSignal {
-  readonly kind: string;
-  readonly status: string;
+  readonly kind: RunKind;
+  readonly status: RunStatus;
   /** The signal's id (arrival order) when it is stored: by this call, or by an earlier try of the same request. */
   readonly signalId: string | null;
 }
@@ -38,7 +40,7 @@ export async function storeSignal(
   p: { runId: string; name: string; payload: unknown; requestId: string },
 ): Promise<SentSignal | undefined> {
   {
-    const runs = await tx.rows<{ kind: string; status: string }>(sql`
+    const runs = await tx.rows<{ kind: RunKind; status: RunStatus }>(sql`
       SELECT kind, status FROM ${n.runs} WHERE id = ${p.runId}::uuid FOR NO KEY UPDATE`);
     const run = runs[0];
     if (!run) return undefined;
@@ -49,7 +51,7 @@ export async function storeSignal(
         INSERT INTO ${n.signals} (run_id, name, payload, request_id, created_at)
         SELECT r.id, ${p.name}, ${JSON.stringify(p.payload ?? null)}::jsonb, ${p.requestId}::uuid, (SELECT t FROM clock)
           FROM ${n.runs} r
-         WHERE r.id = ${p.runId}::uuid AND r.kind = 'workflow' AND r.status IN ('pending', 'running')
+         WHERE r.id = ${p.runId}::uuid AND r.kind = 'workflow' AND r.status IN ${liveRunStatuses}
            AND NOT EXISTS (SELECT 1 FROM prior)
         RETURNING id, run_id),
       woke AS (
@@ -88,7 +90,7 @@ export interface SignalRow {
 /** Why no wait will take a signal (`signals.undelivered`). */
 export type UndeliveredSignal =
   | { readonly reason: 'invalid-payload'; readonly seq: number; readonly message: string }
-  | { readonly reason: 'run-ended'; readonly status: 'completed' | 'failed' | 'cancelled' };
+  | { readonly reason: 'run-ended'; readonly status: TerminalRunStatus };
 
 /** The signals of run `runId` in arrival order; plain read. */
 export async function readSignals(db: Database, n: SchemaNames, runId: string): Promise<SignalRow[]> {

@@ -2,6 +2,7 @@ import { sql, type SQL } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { runKeyHasRoom, stepKeyHasRoom } from './flow-control.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
+import { liveRunStatuses } from './status-sql.js';
 
 /** Work of a run that has been due for a while and that no worker ever claimed. */
 export interface UnclaimedWork {
@@ -91,7 +92,7 @@ export async function readUnservedWork(
       UNION ALL
       (SELECT 'workflow', r.name, r.queue FROM ${n.runs} r
         WHERE r.queue IN ${p.queues} AND r.turn_next_run_at <= ${n.now} AND r.kind = 'workflow'
-          AND r.status IN ('pending', 'running') AND ${notIn(sql`r.name`, p.workflowNames)}
+          AND r.status IN ${liveRunStatuses} AND ${notIn(sql`r.name`, p.workflowNames)}
         LIMIT ${p.limit})) x
      ORDER BY kind, name, queue`);
 }

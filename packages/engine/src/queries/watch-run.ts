@@ -2,6 +2,7 @@ import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import type { EventRow } from './read-run.js';
 import type { SchemaNames } from './schema-names.js';
+import type { RunStatus } from '../turn/state-machine.js';
 
 /** An event of a run's history as `handle.watch()` yields it: the `describe()` event plus its place. */
 export interface WatchedEventRow extends EventRow {
@@ -66,7 +67,7 @@ export async function readRunEventsAfter(
 ): Promise<{
   events: WatchedEventRow[];
   heldBack: boolean;
-  status: string | undefined;
+  status: RunStatus | undefined;
   finishedUs: string | null;
   horizonUs: string;
   writing: boolean;
@@ -89,7 +90,7 @@ export async function readRunEventsAfter(
   const rows = await db.rows<{
     events: WatchedEventRow[] | null;
     held_back: boolean;
-    status: string | null;
+    status: RunStatus | null;
     finished_us: string | null;
     horizon_us: string;
     writing: boolean | null;

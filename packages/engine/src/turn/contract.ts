@@ -11,14 +11,15 @@ import type {
   WorkflowInfo,
 } from '@palisade/sdk';
 import type { TurnHost } from './host.js';
+import type { StepKind, StepStatus } from './state-machine.js';
 
 /** One recorded step of a run, as replay reads it (`loadRunHistory`, `RunHistoryNews.fresh`). */
 export interface HistoryStepRow {
   id: string;
   seq: number;
-  kind: 'activity' | 'timer' | 'value' | 'signal' | 'child';
+  kind: StepKind;
   name: string;
-  status: 'scheduled' | 'running' | 'completed' | 'failed' | 'cancelled';
+  status: StepStatus;
   output: unknown;
   error: unknown;
   delivered_seq: number | null;

@@ -38,6 +38,7 @@ import type { AttemptRef } from '../queries/fenced-outcome.js';
 import { assertUsableOutsideTransaction, openFencedTransaction } from '../db/fenced-scope.js';
 import { localLeaseDeadline, monotonicNow } from './lease-clock.js';
 import type { WorkerEvents } from './worker-events.js';
+import type { FailedAttemptOutcome } from '../queries/fail-step.js';
 
 /** What an attempt needs from its worker. */
 export interface AttemptServices {
@@ -495,7 +496,7 @@ export class ActivityAttempt {
 
   private async recordFailure(
     thrown: SerializedFailure,
-    options: { forceNonRetryable?: boolean; outcome?: 'failed' | 'timed_out' | 'cancelled' } = {},
+    options: { forceNonRetryable?: boolean; outcome?: FailedAttemptOutcome } = {},
   ): Promise<void> {
     // A failure the engine refuses to retry (input or output failing its schema) is stored as non-retryable, so
     // the error readers get (RunFailedError.failure, events) agrees with what happened to the step.

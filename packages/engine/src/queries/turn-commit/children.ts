@@ -1,6 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { SchemaNames } from '../schema-names.js';
 import type { TurnCommitPlan } from './plan.js';
+import { unsuccessfulStatuses } from '../status-sql.js';
 
 /**
  * With a child started under a key: the runs holding its key (`key_holders`), the parent's own earlier children
@@ -62,8 +63,8 @@ ${
     -- the new child run; one still pending or running is now the new step's child. Before the inserts below.
     own_children AS (
       UPDATE ${n.runs} c
-         SET idempotency_key = CASE WHEN c.status IN ('failed', 'cancelled') THEN NULL ELSE c.idempotency_key END,
-             parent_step_id = CASE WHEN c.status IN ('failed', 'cancelled') THEN c.parent_step_id ELSE i.id END
+         SET idempotency_key = CASE WHEN c.status IN ${unsuccessfulStatuses} THEN NULL ELSE c.idempotency_key END,
+             parent_step_id = CASE WHEN c.status IN ${unsuccessfulStatuses} THEN c.parent_step_id ELSE i.id END
         FROM child_keys k JOIN inserted i ON i.seq = k.seq AND i.kind = 'child' AND i.status = 'running'
        WHERE c.id = k.run_id AND k.own AND c.status <> 'completed'
       RETURNING c.id, c.status),
@@ -79,7 +80,7 @@ ${
             ? sql`
          AND (SELECT count(*) FROM own_children) >= 0
          AND NOT EXISTS (SELECT 1 FROM own_children o
-                          WHERE o.id = (i.input->>'runId')::uuid AND o.status NOT IN ('failed', 'cancelled'))`
+                          WHERE o.id = (i.input->>'runId')::uuid AND o.status NOT IN ${unsuccessfulStatuses})`
             : sql``
         }
       RETURNING id, name, queue),

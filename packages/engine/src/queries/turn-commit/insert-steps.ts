@@ -2,6 +2,7 @@ import { sql, type SQL } from 'drizzle-orm';
 import { flowKeysInserted, stepRateKey, stepSlotKey } from '../flow-control.js';
 import { msInterval, type SchemaNames } from '../schema-names.js';
 import { outcomesAt, type TurnCommitPlan } from './plan.js';
+import { liveStepStatuses } from '../status-sql.js';
 
 /**
  * The insert of the new steps (`inserted`): activities due now (or granted eagerly), timers due by the DB clock,
@@ -56,7 +57,7 @@ export function insertedStepCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
                                      WHEN p.delay_ms IS NOT NULL THEN (SELECT t FROM clock) + ${msInterval(sql`p.delay_ms`)} END,
                                 p.held_until) END,
              CASE WHEN p.delivered_seq IS NOT NULL AND NOT p.ends_with_run AND p.key_taken_by IS NULL THEN ${outcomesAt(plan)}
-                  WHEN p.status NOT IN ('scheduled', 'running') OR p.ends_with_run OR p.key_taken_by IS NOT NULL
+                  WHEN p.status NOT IN ${liveStepStatuses} OR p.ends_with_run OR p.key_taken_by IS NOT NULL
                        OR p.reused_completed
                   THEN (SELECT t FROM clock) END,
              CASE WHEN p.ends_with_run THEN (SELECT t FROM clock) END,

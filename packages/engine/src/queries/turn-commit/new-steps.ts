@@ -1,6 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { SchemaNames } from '../schema-names.js';
 import type { TurnCommitPlan } from './plan.js';
+import { unsuccessfulStatuses } from '../status-sql.js';
 
 /**
  * The turn's new steps as rows (`ns`), the retired rows at their positions (`prev`: a position a retry retired is
@@ -57,7 +58,7 @@ export function plannedStepCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
              ${
                childKeys
                  ? sql`(SELECT k.run_id FROM child_keys k
-                        WHERE k.seq = ns.seq AND k.own AND k.status NOT IN ('failed', 'cancelled'))`
+                        WHERE k.seq = ns.seq AND k.own AND k.status NOT IN ${unsuccessfulStatuses})`
                  : sql`NULL::uuid`
              } AS reused_run_id,
              ${

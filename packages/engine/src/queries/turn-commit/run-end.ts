@@ -1,6 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { SchemaNames } from '../schema-names.js';
 import type { TurnCommitPlan } from './plan.js';
+import { liveRunStatuses, liveStepStatuses } from '../status-sql.js';
 
 /**
  * Every live step ends with the run, running ones included (`leftover`, locked by `stepLockCtes`; their holders
@@ -15,7 +16,7 @@ export function leftoverStepCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
       UPDATE ${n.steps} s SET status = 'cancelled', finished_at = (SELECT t FROM clock), next_run_at = NULL,
                               cancel_requested_at = coalesce(s.cancel_requested_at, (SELECT t FROM clock))
         FROM locked l
-       WHERE ${ending} AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
+       WHERE ${ending} AND s.id = l.id AND l.status IN ${liveStepStatuses} AND EXISTS (SELECT 1 FROM go)
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = l.id)
       RETURNING s.id, s.attempt, s.epoch, s.fencing_token, l.status AS prev_status, s.kind,
                 s.input->>'runId' AS child_run_id, s.input->>'cancellation' AS cancellation),
@@ -79,7 +80,7 @@ ${
              turn_next_run_at = (SELECT t FROM clock), wake_count = c.wake_count + 1
         FROM leftover l
        WHERE l.kind = 'child' AND l.cancellation = 'cascade' AND c.id = (l.child_run_id)::uuid
-         AND c.status IN ('pending', 'running')
+         AND c.status IN ${liveRunStatuses}
       RETURNING c.id, c.queue),
     cascaded_events AS (
       INSERT INTO ${n.events} (run_id, type, data, at)
@@ -91,7 +92,7 @@ ${
       UPDATE ${n.runs} p
          SET turn_next_run_at = least(coalesce(p.turn_next_run_at, (SELECT t FROM clock)), (SELECT t FROM clock)),
              wake_count = p.wake_count + 1
-       WHERE p.id = (SELECT run_id FROM parent_step) AND p.status IN ('pending', 'running')
+       WHERE p.id = (SELECT run_id FROM parent_step) AND p.status IN ${liveRunStatuses}
       RETURNING p.queue),`
     : sql``
 }`;

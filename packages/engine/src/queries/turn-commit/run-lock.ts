@@ -1,6 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { SchemaNames } from '../schema-names.js';
 import type { TurnCommitPlan } from './plan.js';
+import { liveRunStatuses } from '../status-sql.js';
 
 /**
  * The fence on the run row (`parent_lk`, `lk`, `lock_clock`, `fence`).
@@ -34,7 +35,7 @@ export function runLockCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
     lock_clock AS MATERIALIZED (SELECT ${n.now} AS t FROM (SELECT count(*) FROM lk) x),
     fence AS MATERIALIZED (
       SELECT lk.* FROM lk
-       WHERE ${runFence(plan)} AND lk.status IN ('pending', 'running')),`;
+       WHERE ${runFence(plan)} AND lk.status IN ${liveRunStatuses}),`;
 }
 
 /**

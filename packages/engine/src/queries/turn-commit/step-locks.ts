@@ -1,6 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { SchemaNames } from '../schema-names.js';
 import type { TurnCommitPlan } from './plan.js';
+import { liveStepStatuses } from '../status-sql.js';
 
 /**
  * The rows of the run the commit changes, locked after the run row (`dl`, `locked`, `taken`, `step_clock`,
@@ -36,7 +37,7 @@ export function stepLockCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
              ? sql`s.id IN (SELECT id FROM dl)`
              : sql`s.id = ANY(${`{${deliveries.map((d) => d.id).join(',')}}`}::uuid[])`
          }
-              OR (${ending} AND s.status IN ('scheduled', 'running') AND s.retired_at IS NULL))
+              OR (${ending} AND s.status IN ${liveStepStatuses} AND s.retired_at IS NULL))
        ORDER BY s.id FOR NO KEY UPDATE OF s),
     -- The signals the turn hands to waits, locked after the steps (newest versions): still pending, or the commit
     -- conflicts (a retry, or a turn whose snapshot was older than a commit that took them, ran again).

@@ -10,8 +10,7 @@ import {
 } from '@palisade/sdk';
 import type { HistoryStepRow } from '../contract.js';
 import { settleMapped, type ReplayState } from '../replay-state.js';
-
-const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
+import { isTerminalStepStatus } from '../state-machine.js';
 
 /** A child step's stored failure: what the parent's commit wrote when the child ended (see commitTurn). */
 interface ChildStepFailure {
@@ -27,7 +26,7 @@ export function outcomeOf(h: HistoryStepRow, nowMs: number): 'resolve' | 'reject
     if (h.status === 'scheduled' && h.due_ms !== null && h.due_ms <= nowMs) return 'resolve';
     return undefined;
   }
-  if ((h.kind === 'activity' || h.kind === 'child') && TERMINAL.has(h.status))
+  if ((h.kind === 'activity' || h.kind === 'child') && isTerminalStepStatus(h.status))
     return h.status === 'completed' ? 'resolve' : 'reject';
   return undefined;
 }
