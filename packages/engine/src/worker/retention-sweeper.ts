@@ -3,6 +3,7 @@ import type { Database } from '../db/database.js';
 import { classifyDatabaseError } from '../infra-retry.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import { pruneFinishedRuns } from '../retention.js';
+import { PeriodicTask } from './periodic-task.js';
 import type { WorkerEvents } from './worker-events.js';
 
 /** How often a worker sweeps finished runs past the engine's retention (the first sweep is at start). */
@@ -17,9 +18,7 @@ export const RETENTION_SWEEP_INTERVAL_MS = 60_000;
  * Emits `retention:pruned` after each sweep, with what it deleted (zero counts included).
  */
 export class RetentionSweeper {
-  private timer: NodeJS.Timeout | undefined;
-  private sweeping: Promise<void> | undefined;
-  private stopped = false;
+  private readonly task: PeriodicTask;
 
   constructor(
     private readonly p: {
@@ -30,26 +29,27 @@ export class RetentionSweeper {
       readonly events: WorkerEvents;
       readonly logger: Logger;
     },
-  ) {}
+  ) {
+    this.task = new PeriodicTask((keepGoing) => this.sweep(keepGoing));
+  }
 
   start(): void {
-    this.sweeping = this.sweep();
+    this.task.start();
   }
 
   /** Stop sweeping: the sweep under way ends after its current batch; no timer is left behind. */
   async stop(): Promise<void> {
-    this.stopped = true;
-    clearTimeout(this.timer);
-    await this.sweeping;
+    await this.task.stop();
   }
 
-  private async sweep(): Promise<void> {
+  /** One sweep; resolves with the wait before the next. */
+  private async sweep(keepGoing: () => boolean): Promise<number> {
     const { db, names, retentionMs, events, logger } = this.p;
     try {
       const pruned = await pruneFinishedRuns(db, names, {
         olderThanMs: retentionMs,
         untilEmpty: false,
-        keepGoing: () => !this.stopped,
+        keepGoing,
       });
       if (pruned.runs > 0) logger.info({ ...pruned, retentionMs }, 'retention:pruned');
       events.emit('retention:pruned', { ...pruned, olderThanMs: retentionMs });
@@ -57,11 +57,6 @@ export class RetentionSweeper {
       logger.warn({ err: error, class: classifyDatabaseError(error) }, 'retention:failed');
       events.emit('worker:error', { error });
     }
-    if (!this.stopped) {
-      this.timer = setTimeout(() => {
-        this.sweeping = this.sweep();
-      }, this.p.intervalMs);
-      this.timer.unref();
-    }
+    return this.p.intervalMs;
   }
 }

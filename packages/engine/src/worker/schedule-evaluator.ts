@@ -4,6 +4,7 @@ import { classifyDatabaseError } from '../infra-retry.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import type { ActivityRunParams } from '../queries/fire-schedule-ticks.js';
 import { evaluateDueSchedules } from '../schedules/evaluate-schedules.js';
+import { PeriodicTask } from './periodic-task.js';
 import type { WorkerEvents } from './worker-events.js';
 
 /** Shortest wait between evaluations when due schedules were left to another evaluator (ms). */
@@ -18,9 +19,7 @@ const CONTENDED_WAIT_MS = 50;
  * next interval. Emits `schedules:evaluated` after each evaluation that read due schedules.
  */
 export class ScheduleEvaluator {
-  private timer: NodeJS.Timeout | undefined;
-  private running: Promise<void> | undefined;
-  private stopped = false;
+  private readonly task: PeriodicTask;
 
   constructor(
     private readonly p: {
@@ -32,25 +31,26 @@ export class ScheduleEvaluator {
       /** The worker's activity definitions: the runs of schedules of these activities get their parameters. */
       readonly activities: ActivityRunParams;
     },
-  ) {}
+  ) {
+    this.task = new PeriodicTask((keepGoing) => this.evaluate(keepGoing));
+  }
 
   start(): void {
-    this.running = this.evaluate();
+    this.task.start();
   }
 
   /** Stop evaluating: an evaluation under way ends after its current statement; no timer is left behind. */
   async stop(): Promise<void> {
-    this.stopped = true;
-    clearTimeout(this.timer);
-    await this.running;
+    await this.task.stop();
   }
 
-  private async evaluate(): Promise<void> {
+  /** One evaluation; resolves with the wait before the next. */
+  private async evaluate(keepGoing: () => boolean): Promise<number> {
     const { db, names, pollIntervalMs, events, logger, activities } = this.p;
     let waitMs = pollIntervalMs;
     try {
       const done = await evaluateDueSchedules(db, names, {
-        keepGoing: () => !this.stopped,
+        keepGoing,
         activities,
       });
       for (const r of done.refused) logger.error({ schedule: r.id, error: r.error }, 'schedules:refused');
@@ -70,11 +70,6 @@ export class ScheduleEvaluator {
       logger.warn({ err: error, class: classifyDatabaseError(error) }, 'schedules:evaluation-failed');
       events.emit('worker:error', { error });
     }
-    if (!this.stopped) {
-      this.timer = setTimeout(() => {
-        this.running = this.evaluate();
-      }, waitMs);
-      this.timer.unref();
-    }
+    return waitMs;
   }
 }

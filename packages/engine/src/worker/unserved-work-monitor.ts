@@ -3,6 +3,7 @@ import type { Database } from '../db/database.js';
 import { classifyDatabaseError } from '../infra-retry.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import { readUnservedWork, type UnservedWork } from '../queries/unclaimed-work.js';
+import { PeriodicTask } from './periodic-task.js';
 import type { WorkerEvents } from './worker-events.js';
 
 /** Least time between two looks for due work the worker does not register (it looks at every poll otherwise). */
@@ -23,9 +24,7 @@ const UNSERVED_READ_LIMIT = 100;
  * failed read is logged at debug level and tried at the next interval.
  */
 export class UnservedWorkMonitor {
-  private timer: NodeJS.Timeout | undefined;
-  private checking: Promise<void> | undefined;
-  private stopped = false;
+  private readonly task = new PeriodicTask(() => this.check());
   /** When each `kind:name@queue` was last warned about (monotonic ms). */
   private readonly warnedAt = new Map<string, number>();
 
@@ -44,17 +43,16 @@ export class UnservedWorkMonitor {
   ) {}
 
   start(): void {
-    this.checking = this.check();
+    this.task.start();
   }
 
   /** Stop checking; waits for a check under way. */
   async stop(): Promise<void> {
-    this.stopped = true;
-    clearTimeout(this.timer);
-    await this.checking;
+    await this.task.stop();
   }
 
-  private async check(): Promise<void> {
+  /** One check; resolves with the wait before the next. */
+  private async check(): Promise<number> {
     const { db, names, queues, activityNames, workflowNames, logger } = this.p;
     try {
       const unserved = await readUnservedWork(db, names, {
@@ -74,15 +72,7 @@ export class UnservedWorkMonitor {
     } catch (error) {
       logger.debug({ err: error, class: classifyDatabaseError(error) }, 'worker:unserved-check-failed');
     }
-    if (!this.stopped) {
-      this.timer = setTimeout(
-        () => {
-          this.checking = this.check();
-        },
-        Math.max(this.p.pollIntervalMs, UNSERVED_CHECK_MIN_INTERVAL_MS),
-      );
-      this.timer.unref();
-    }
+    return Math.max(this.p.pollIntervalMs, UNSERVED_CHECK_MIN_INTERVAL_MS);
   }
 
   private warn(work: UnservedWork): void {
