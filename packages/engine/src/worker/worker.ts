@@ -325,17 +325,23 @@ export class Worker {
       const timing = this.options.timings.get(row.name);
       if (!definition || !timing) continue; // unreachable: the claim filters by our activity names
       const startedAt = monotonicNow();
-      const attempt = new ActivityAttempt(row, definition, timing, sentAt, {
-        db: this.host.db,
-        names: this.host.names,
-        workerId: this.workerId,
-        clockRateError: this.options.clockRateError,
-        logger: this.host.logger,
-        events: this.events,
-        completions: this.completions,
-        requestHeartbeat: () => this.heartbeats?.requestFlush(),
-        codeSettled: () => {
-          if (this.busy.delete(attempt)) this.slotFreed(monotonicNow() - startedAt);
+      const attempt = new ActivityAttempt({
+        row,
+        definition,
+        timing,
+        claimSentAtMs: sentAt,
+        services: {
+          db: this.host.db,
+          names: this.host.names,
+          workerId: this.workerId,
+          clockRateError: this.options.clockRateError,
+          logger: this.host.logger,
+          events: this.events,
+          completions: this.completions,
+          requestHeartbeat: () => this.heartbeats?.requestFlush(),
+          codeSettled: () => {
+            if (this.busy.delete(attempt)) this.slotFreed(monotonicNow() - startedAt);
+          },
         },
       });
       this.events.emit('attempt:claimed', {
