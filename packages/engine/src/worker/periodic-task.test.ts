@@ -1,6 +1,17 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { PeriodicTask } from './periodic-task.js';
 
+/** A task whose runs are the given function. */
+class TestTask extends PeriodicTask {
+  constructor(private readonly run: (keepGoing: () => boolean) => Promise<number>) {
+    super();
+  }
+
+  protected runOnce(keepGoing: () => boolean): Promise<number> {
+    return this.run(keepGoing);
+  }
+}
+
 describe('PeriodicTask', () => {
   beforeEach(() => vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] }));
   afterEach(() => vi.useRealTimers());
@@ -9,7 +20,7 @@ describe('PeriodicTask', () => {
     const waits = [100, 30, 500];
     const ranAt: number[] = [];
     let now = 0;
-    const task = new PeriodicTask(() => {
+    const task = new TestTask(() => {
       ranAt.push(now);
       return Promise.resolve(waits[ranAt.length - 1] ?? 1_000);
     });
@@ -26,7 +37,7 @@ describe('PeriodicTask', () => {
     let inFlight = 0;
     let most = 0;
     let runs = 0;
-    const task = new PeriodicTask(async () => {
+    const task = new TestTask(async () => {
       runs++;
       inFlight++;
       most = Math.max(most, inFlight);
@@ -47,7 +58,7 @@ describe('PeriodicTask', () => {
     let release!: () => void;
     let runs = 0;
     let seen: (() => boolean) | undefined;
-    const task = new PeriodicTask((keepGoing) => {
+    const task = new TestTask((keepGoing) => {
       runs++;
       seen = keepGoing;
       return new Promise<number>((resolve) => (release = () => resolve(10)));
@@ -68,7 +79,7 @@ describe('PeriodicTask', () => {
 
   it('stop between runs clears the pending timer', async () => {
     let runs = 0;
-    const task = new PeriodicTask(() => {
+    const task = new TestTask(() => {
       runs++;
       return Promise.resolve(1_000);
     });

@@ -15,11 +15,10 @@ export const RETENTION_SWEEP_INTERVAL_MS = 60_000;
  * batch comes back short. It runs apart from the claim loop, not in its maintenance tick: a first sweep over a
  * long history may take many batches, and claims must not wait for it. Several workers sweeping at once share the
  * work (each batch skips runs another holds). A failed sweep is logged and tried again at the next interval.
- * Emits `retention:pruned` after each sweep, with what it deleted (zero counts included).
+ * Emits `retention:pruned` after each sweep, with what it deleted (zero counts included). `stop()` ends the sweep
+ * under way after its current batch.
  */
-export class RetentionSweeper {
-  private readonly task: PeriodicTask;
-
+export class RetentionSweeper extends PeriodicTask {
   constructor(
     private readonly p: {
       readonly db: Database;
@@ -30,20 +29,11 @@ export class RetentionSweeper {
       readonly logger: Logger;
     },
   ) {
-    this.task = new PeriodicTask((keepGoing) => this.sweep(keepGoing));
-  }
-
-  start(): void {
-    this.task.start();
-  }
-
-  /** Stop sweeping: the sweep under way ends after its current batch; no timer is left behind. */
-  async stop(): Promise<void> {
-    await this.task.stop();
+    super();
   }
 
   /** One sweep; resolves with the wait before the next. */
-  private async sweep(keepGoing: () => boolean): Promise<number> {
+  protected async runOnce(keepGoing: () => boolean): Promise<number> {
     const { db, names, retentionMs, events, logger } = this.p;
     try {
       const pruned = await pruneFinishedRuns(db, names, {

@@ -16,11 +16,10 @@ const CONTENDED_WAIT_MS = 50;
  * elsewhere is seen within one interval). It runs apart from the claim loop, like the retention sweep, so claims
  * never wait for it. Every worker of every engine may evaluate at once: no leader, no lease — the firing statement
  * makes each tick's run exactly once (see fireScheduleTicks). A failed evaluation is logged and tried again at the
- * next interval. Emits `schedules:evaluated` after each evaluation that read due schedules.
+ * next interval. Emits `schedules:evaluated` after each evaluation that read due schedules. `stop()` ends an
+ * evaluation under way after its current statement.
  */
-export class ScheduleEvaluator {
-  private readonly task: PeriodicTask;
-
+export class ScheduleEvaluator extends PeriodicTask {
   constructor(
     private readonly p: {
       readonly db: Database;
@@ -32,20 +31,11 @@ export class ScheduleEvaluator {
       readonly activities: ActivityRunParams;
     },
   ) {
-    this.task = new PeriodicTask((keepGoing) => this.evaluate(keepGoing));
-  }
-
-  start(): void {
-    this.task.start();
-  }
-
-  /** Stop evaluating: an evaluation under way ends after its current statement; no timer is left behind. */
-  async stop(): Promise<void> {
-    await this.task.stop();
+    super();
   }
 
   /** One evaluation; resolves with the wait before the next. */
-  private async evaluate(keepGoing: () => boolean): Promise<number> {
+  protected async runOnce(keepGoing: () => boolean): Promise<number> {
     const { db, names, pollIntervalMs, events, logger, activities } = this.p;
     let waitMs = pollIntervalMs;
     try {

@@ -23,8 +23,7 @@ const UNSERVED_READ_LIMIT = 100;
  * warning says so. Its own timer, apart from the claim loop, so that a worker of workflows only checks too; a
  * failed read is logged at debug level and tried at the next interval.
  */
-export class UnservedWorkMonitor {
-  private readonly task = new PeriodicTask(() => this.check());
+export class UnservedWorkMonitor extends PeriodicTask {
   /** When each `kind:name@queue` was last warned about (monotonic ms). */
   private readonly warnedAt = new Map<string, number>();
 
@@ -40,19 +39,12 @@ export class UnservedWorkMonitor {
       readonly events: WorkerEvents;
       readonly logger: Logger;
     },
-  ) {}
-
-  start(): void {
-    this.task.start();
-  }
-
-  /** Stop checking; waits for a check under way. */
-  async stop(): Promise<void> {
-    await this.task.stop();
+  ) {
+    super();
   }
 
   /** One check; resolves with the wait before the next. */
-  private async check(): Promise<number> {
+  protected async runOnce(): Promise<number> {
     const { db, names, queues, activityNames, workflowNames, logger } = this.p;
     try {
       const unserved = await readUnservedWork(db, names, {
