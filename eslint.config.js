@@ -10,13 +10,7 @@ import layers from './eslint.layers.js';
 // TEMPORARY until issue-27 branches merge
 const OVERSIZED = [
   'packages/engine/src/client/client.ts',
-  'packages/engine/src/schedules/schedules.ts',
-  'packages/engine/src/worker/activity-attempt.ts',
-  'packages/engine/src/worker/worker.ts',
-  'packages/engine/src/options.ts',
-  'packages/engine/src/schema/tables.ts',
   'packages/engine/src/cli/timeline.ts',
-  'packages/engine/src/queries/fire-schedule-ticks.ts',
 ];
 
 export default tseslint.config(

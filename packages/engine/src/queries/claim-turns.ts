@@ -11,7 +11,6 @@ import {
 import type { HistoryStepRow, PendingSignal } from '../turn/contract.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 import { liveRunStatuses, terminalStepStatuses } from './status-sql.js';
-import type { StepKind, StepStatus } from '../turn/state-machine.js';
 
 export interface ClaimTurnsParams {
   readonly workerId: string;

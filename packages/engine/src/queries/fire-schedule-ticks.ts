@@ -73,22 +73,10 @@ export async function fireScheduleTicks(
   firings: readonly ScheduleFiring[],
   activities: ActivityRunParams = new Map(),
 ): Promise<FiredTicks> {
-  const decisions = JSON.stringify(
-    firings.map((f) => ({
-      id: f.id,
-      v: f.version,
-      next: f.nextTickMs ?? null,
-      manual: f.manual,
-      ticks: f.ticks.map((t) => ({ t: t.tickMs, r: t.runId })),
-    })),
-  );
+  const decisions = firingDecisions(firings);
   const definitions = JSON.stringify(Object.fromEntries(activities));
   const now = sql`(SELECT t FROM clock)`;
-  const rows = await db.rows<{
-    applied: string[] | null;
-    runs: { s: string; r: string; t: number }[] | null;
-    cancel: { s: string; r: string }[] | null;
-  }>(sql`
+  const rows = await db.rows<FiredRow>(sql`
     WITH clock AS MATERIALIZED (SELECT ${n.now} AS t),
     d AS MATERIALIZED (
       SELECT x.id, x.v, x.next, x.manual, x.ticks
@@ -186,7 +174,30 @@ export async function fireScheduleTicks(
              WHERE a.overlap = 'cancel-previous' AND a.prev_live AND a.fired > 0) AS cancel,
            (SELECT count(*) FROM st) + (SELECT count(*) FROM e) + (SELECT count(*) FROM notified)
              + (SELECT count(*) FROM flow_keys_made) AS effects`);
-  const row = rows[0];
+  return firedTicksOf(rows[0]);
+}
+
+/** The firings as the statement's one jsonb parameter (short keys: it can carry many ticks). */
+function firingDecisions(firings: readonly ScheduleFiring[]): string {
+  return JSON.stringify(
+    firings.map((f) => ({
+      id: f.id,
+      v: f.version,
+      next: f.nextTickMs ?? null,
+      manual: f.manual,
+      ticks: f.ticks.map((t) => ({ t: t.tickMs, r: t.runId })),
+    })),
+  );
+}
+
+/** The one row a firing statement returns. */
+interface FiredRow {
+  readonly applied: string[] | null;
+  readonly runs: { s: string; r: string; t: number }[] | null;
+  readonly cancel: { s: string; r: string }[] | null;
+}
+
+function firedTicksOf(row: FiredRow | undefined): FiredTicks {
   return {
     applied: row?.applied ?? [],
     runs: (row?.runs ?? []).map((x) => ({ scheduleId: x.s, runId: x.r, tickMs: Number(x.t) })),

@@ -1,24 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
-import {
-  InvalidOptionsError,
-  PAYLOAD_LIMITS,
-  PalisadeError,
-  checkPayload,
-  durationMs,
-  echoed,
-  formatIssues,
-  instantProblem,
-  textProblem,
-  validate,
-  type ActivityDefinition,
-  type Duration,
-  type WorkflowDefinition,
-  definitionProblem,
-} from '@palisade/sdk';
+import { InvalidOptionsError, PalisadeError, echoed } from '@palisade/sdk';
 import type { Database } from '../db/database.js';
 import { withInfraRetry } from '../infra-retry.js';
-import { listScheduleRuns, type RunRow } from '../queries/read-run.js';
+import { listScheduleRuns } from '../queries/read-run.js';
 import {
   deleteSchedule,
   insertSchedule,
@@ -26,389 +11,53 @@ import {
   readDatabaseNowMs,
   readSchedule,
   updateSchedule,
-  type NewScheduleRow,
   type ScheduleChanges,
   type ScheduleRow,
-  type ScheduleRunOptions,
 } from '../queries/schedule-rows.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import { assertUsableOutsideTransaction } from '../db/fenced-scope.js';
 import {
-  activityRunParamsOf,
   applyFirings,
   evaluateDueSchedules,
   tickSpecOf,
   type ScheduleEvaluation,
 } from './evaluate-schedules.js';
+import { patchChanges, upsertChanges } from './schedule-changes.js';
 import {
-  MAX_BACKFILL_TICKS,
-  cronOf,
-  isKnownTimezone,
-  nextTickAfter,
-  ticksBetween,
-  type CatchupPolicy,
-  type TickSpec,
-} from './schedule-ticks.js';
+  backfillRange,
+  checkScheduleInput,
+  parse,
+  patchSchema,
+  resolveSchedule,
+  scheduleId,
+  target,
+  type Issue,
+} from './schedule-options.js';
+import { MAX_BACKFILL_TICKS, nextTickAfter, ticksBetween } from './schedule-ticks.js';
+import {
+  toSchedule,
+  type BackfillResult,
+  type Schedule,
+  type ScheduleDescription,
+  type ScheduleOptions,
+  type SchedulePatch,
+} from './schedule-types.js';
 
-/**
- * What a tick does while the schedule's previous run (the run its latest fired tick started) is still pending or
- * running:
- * - `skip`: nothing; the tick is counted in `skippedTicks`.
- * - `buffer-one`: the tick waits and starts once the previous run has ended (within a poll interval of a
- *   worker); at most one tick waits, later ones are skipped.
- * - `allow-all`: a run starts anyway.
- * - `cancel-previous`: the previous run is cancelled (as `handle.cancel()`) and a run starts, in one transaction.
- */
-export type ScheduleOverlap = 'skip' | 'buffer-one' | 'allow-all' | 'cancel-previous';
-
-/**
- * What happens to ticks that fell due while no worker evaluated schedules (see `CatchupPolicy` in the docs of
- * `schedule-ticks.ts`): `'none'` skips them (a tick fires only when it is the one due tick and at most 60 s late);
- * `'latest'` fires the most recent one only; `{ all: { windowMs } }` fires each one at most `windowMs` old, at
- * most 100 per evaluation, oldest first. None of them walks every missed tick of a long downtime.
- */
-export type ScheduleCatchup = 'none' | 'latest' | { readonly all: { readonly windowMs: Duration } };
-
-/** Options of {@link Schedules.create}. Give `cron` or `every`, and `workflow` or `activity`. */
-export interface ScheduleOptions {
-  /** The schedule's id, chosen by the caller: 1–200 characters of storable text. */
-  readonly id: string;
-  /**
-   * A cron expression, read by croner: five fields (minute … weekday), or six with seconds first, or a nickname
-   * (`@hourly`, `@daily`, `@weekly`, `@monthly`, `@yearly`); names and `L`, `#`, `W` as croner reads them. Not a
-   * date (croner reads one as a single run): for one run at a time, use `client.start` with `startAt`. Ticks are computed in `timezone`, DST included (a local time that does
-   * not exist that day fires at the first time after it; one that occurs twice fires once).
-   */
-  readonly cron?: string;
-  /** A fixed interval instead of `cron`: ticks at whole multiples of it since 1970-01-01T00:00Z. ≥ 1 s. */
-  readonly every?: Duration;
-  /** IANA time zone of `cron` (`'Europe/Berlin'`). Only with `cron`. @defaultValue `'UTC'` */
-  readonly timezone?: string;
-  /** The workflow each tick starts. */
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  readonly workflow?: WorkflowDefinition<any, any>;
-  /**
-   * The activity each tick enqueues as a standalone run, with the activity's retry policy, lease, timeout and
-   * rate limit as `client.enqueue` gives them: those of the definition a worker that serves the activity holds
-   * when it fires the tick (else those of the latest create, upsert or update).
-   */
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  readonly activity?: ActivityDefinition<any, any>;
-  /** The input of every run, checked against the workflow's or activity's schema here. */
-  readonly input?: unknown;
-  /** @defaultValue `'skip'` */
-  readonly overlap?: ScheduleOverlap;
-  /** @defaultValue `'latest'` */
-  readonly catchup?: ScheduleCatchup;
-  /** @defaultValue the workflow's or activity's queue */
-  readonly queue?: string;
-  /** Priority of the runs; −1000 to 1000, higher first. @defaultValue 0 */
-  readonly priority?: number;
-  /** Create it paused (no tick fires until `resume`). @defaultValue false */
-  readonly paused?: boolean;
-}
-
-/**
- * Changes of {@link Schedules.update}: any of the options but `id` and `paused` (use pause/resume). A new `cron`,
- * `every` or `timezone` sets the next tick from now by the database clock. A new `input` needs `workflow` or
- * `activity` beside it, to check it against; a new target needs its input.
- */
-export type SchedulePatch = Partial<Omit<ScheduleOptions, 'id' | 'paused'>>;
-
-/** A schedule as `get`, `list` and the changing calls return it. Times are by the database clock. */
-export interface Schedule {
-  readonly id: string;
-  /** `{ cron, timezone }` or `{ everyMs }`. */
-  readonly spec: { readonly cron: string; readonly timezone: string } | { readonly everyMs: number };
-  readonly target: { readonly kind: 'workflow' | 'activity'; readonly name: string };
-  readonly input: unknown;
-  readonly overlap: ScheduleOverlap;
-  readonly catchup: 'none' | 'latest' | { readonly all: { readonly windowMs: number } };
-  readonly queue: string;
-  readonly priority: number;
-  readonly paused: boolean;
-  /** The next tick not yet fired (while paused: the one it would be; resume sets it again from now). */
-  readonly nextTickAt: Date;
-  /** The latest tick that started a run, and that run. */
-  readonly lastTickAt: Date | null;
-  readonly lastRunId: string | null;
-  /** overlap `buffer-one`: the tick waiting for the last run to end. */
-  readonly bufferedTickAt: Date | null;
-  /** Ticks the overlap policy let start no run. */
-  readonly skippedTicks: number;
-  /** Bumped by every change and every evaluation that moved the schedule. */
-  readonly version: number;
-  readonly createdAt: Date;
-  readonly updatedAt: Date;
-}
-
-/** {@link Schedules.describe}: the schedule and its newest runs. */
-export interface ScheduleDescription {
-  readonly schedule: Schedule;
-  /** The runs of its newest ticks (up to 20), newest tick first; each names `schedule_id` and `schedule_tick_at`. */
-  readonly recentRuns: RunRow[];
-}
-
-/** What {@link Schedules.backfill} did. */
-export interface BackfillResult {
-  /** The ticks in the range (by the schedule's spec). */
-  readonly ticks: number;
-  /** Runs it created: one per tick that had none. */
-  readonly runIds: readonly string[];
-  /** Ticks that already had a run (a tick fires once, whoever fires it). */
-  readonly alreadyFired: number;
-}
-
-const NAME = /^[A-Za-z0-9_.:-]{1,128}$/;
-const storable = (s: string) => textProblem(s) === undefined;
-const idSchema = z
-  .string()
-  .min(1, 'must not be empty')
-  .max(200, 'must be ≤ 200 characters')
-  .refine(storable, 'must be storable text (no NUL, no lone surrogate)');
-const catchupSchema = z.union(
-  [
-    z.literal('none'),
-    z.literal('latest'),
-    z
-      .object({ all: z.object({ windowMs: durationMs.pipe(z.number().min(1, 'must be > 0')) }).strict() })
-      .strict(),
-  ],
-  { error: () => "must be 'none', 'latest' or { all: { windowMs } }" },
-);
-const patchShape = {
-  cron: z.string().min(1).max(500).refine(storable, 'must be storable text').optional(),
-  every: durationMs.pipe(z.number().min(1_000, 'must be ≥ 1 s')).optional(),
-  timezone: z.string().min(1).max(100).optional(),
-  workflow: z.any().optional(),
-  activity: z.any().optional(),
-  input: z.unknown().optional(),
-  overlap: z.enum(['skip', 'buffer-one', 'allow-all', 'cancel-previous']).optional(),
-  catchup: catchupSchema.optional(),
-  queue: z.string().regex(NAME, 'must be 1–128 letters, digits, _ . : -').optional(),
-  priority: z.number().int('must be a whole number').min(-1000).max(1000).optional(),
-};
-const createSchema = z.object({ id: idSchema, paused: z.boolean().optional(), ...patchShape }).strict();
-const patchSchema = z.object(patchShape).strict();
-const backfillSchema = z
-  .object({
-    from: z.union([z.date(), z.string(), z.number()]),
-    to: z.union([z.date(), z.string(), z.number()]),
-  })
-  .strict();
-
-type Issue = { path: string; message: string };
-
-/** Parse with `schema`. @throws InvalidOptionsError naming each bad option, `where` naming the call. */
-function parse<S extends z.ZodType>(schema: S, value: unknown, where: string): z.output<S> {
-  const parsed = schema.safeParse(value);
-  if (!parsed.success) throw new InvalidOptionsError(where, formatIssues(parsed.error.issues));
-  return parsed.data;
-}
-
-/** The tick spec from `cron`/`every`/`timezone`, with an issue for each problem. */
-function tickSpec(
-  o: { cron?: string | undefined; every?: number | undefined; timezone?: string | undefined },
-  issues: Issue[],
-): TickSpec | undefined {
-  if (o.cron !== undefined && o.every !== undefined) {
-    issues.push({ path: 'cron', message: 'give either cron or every, not both' });
-    return undefined;
-  }
-  if (o.cron === undefined && o.every === undefined) {
-    issues.push({ path: 'cron', message: 'give cron (a cron expression) or every (an interval)' });
-    return undefined;
-  }
-  if (o.every !== undefined) {
-    if (o.timezone !== undefined) {
-      issues.push({ path: 'timezone', message: 'applies only to cron schedules (every ticks in UTC ms)' });
-    }
-    return { kind: 'every', everyMs: o.every };
-  }
-  const timezone = o.timezone ?? 'UTC';
-  if (!isKnownTimezone(timezone)) {
-    issues.push({
-      path: 'timezone',
-      message: `"${echoed(timezone)}" is not an IANA time zone (e.g. 'Europe/Berlin')`,
-    });
-    return undefined;
-  }
-  const cron = o.cron as string;
-  try {
-    const spec: TickSpec = { kind: 'cron', cron, timezone };
-    cronOf(cron, timezone);
-    nextTickAfter(spec, Date.now()); // an expression that never ticks (Feb 30) is refused here, not at evaluation
-    return spec;
-  } catch (error) {
-    const why = error instanceof Error ? error.message : String(error);
-    issues.push({
-      path: 'cron',
-      message: `"${echoed(cron)}" is not a valid cron expression: ${why}`,
-    });
-    return undefined;
-  }
-}
-
-/** The target of a schedule: exactly one definition, its kind and name. */
-function target(
-  o: { workflow?: unknown; activity?: unknown },
-  issues: Issue[],
-  required: boolean,
-):
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  | { kind: 'workflow'; def: WorkflowDefinition<any, any> }
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  | { kind: 'activity'; def: ActivityDefinition<any, any> }
-  | undefined {
-  if (o.workflow !== undefined && o.activity !== undefined) {
-    issues.push({ path: 'workflow', message: 'give either workflow or activity, not both' });
-    return undefined;
-  }
-  if (o.workflow !== undefined) {
-    const problem = definitionProblem(o.workflow, 'workflow');
-    if (problem) {
-      issues.push({ path: problem.path ? `workflow.${problem.path}` : 'workflow', message: problem.message });
-      return undefined;
-    }
-    // eslint-disable-next-line @typescript-eslint/no-explicit-any
-    return { kind: 'workflow', def: o.workflow as WorkflowDefinition<any, any> };
-  }
-  if (o.activity !== undefined) {
-    const problem = definitionProblem(o.activity, 'activity');
-    if (problem) {
-      issues.push({ path: problem.path ? `activity.${problem.path}` : 'activity', message: problem.message });
-      return undefined;
-    }
-    // eslint-disable-next-line @typescript-eslint/no-explicit-any
-    return { kind: 'activity', def: o.activity as ActivityDefinition<any, any> };
-  }
-  if (required)
-    issues.push({ path: 'workflow', message: 'give the workflow (or activity) each tick starts' });
-  return undefined;
-}
-
-/** The run parameters of a target, with the schedule's queue and priority. */
-function runOptions(
-  t: NonNullable<ReturnType<typeof target>>,
-  o: { queue?: string | undefined; priority?: number | undefined },
-): ScheduleRunOptions {
-  const base = { queue: o.queue ?? t.def.queue, priority: o.priority ?? 0 };
-  if (t.kind === 'workflow') return base;
-  return { ...base, ...activityRunParamsOf(t.def) };
-}
-
-function catchupPolicy(c: z.output<typeof catchupSchema> | undefined): CatchupPolicy {
-  if (c === undefined || c === 'latest') return { kind: 'latest' };
-  if (c === 'none') return { kind: 'none' };
-  return { kind: 'all', windowMs: c.all.windowMs };
-}
-
-function toSchedule(row: ScheduleRow): Schedule {
-  const date = (ms: number | null) => (ms === null ? null : new Date(Number(ms)));
-  const c = row.catchup;
-  return {
-    id: row.id,
-    spec: row.cron !== null ? { cron: row.cron, timezone: row.timezone } : { everyMs: Number(row.every_ms) },
-    target: { kind: row.target_kind, name: row.target_name },
-    input: row.input,
-    overlap: row.overlap,
-    catchup: c.kind === 'all' ? { all: { windowMs: c.windowMs } } : c.kind,
-    queue: row.run_options.queue,
-    priority: row.run_options.priority,
-    paused: row.paused,
-    nextTickAt: new Date(Number(row.next_tick_ms)),
-    lastTickAt: date(row.last_tick_ms),
-    lastRunId: row.last_run_id,
-    bufferedTickAt: date(row.buffered_tick_ms),
-    skippedTicks: Number(row.skipped_ticks),
-    version: Number(row.version),
-    createdAt: new Date(Number(row.created_ms)),
-    updatedAt: new Date(Number(row.updated_ms)),
-  };
-}
-
-/**
- * The id argument of a call on one schedule, checked as `create` checks it: a value the database could not
- * store (NUL, a lone surrogate) or compare is refused here, naming `id`, not by the database.
- * @throws InvalidOptionsError naming `id`.
- */
-function scheduleId(id: unknown, call: string): string {
-  const parsed = idSchema.safeParse(id);
-  if (!parsed.success) {
-    throw new InvalidOptionsError(
-      `schedules.${call}`,
-      parsed.error.issues.map((i) => ({ path: 'id', message: i.message })),
-    );
-  }
-  return parsed.data;
-}
+export type {
+  BackfillResult,
+  Schedule,
+  ScheduleCatchup,
+  ScheduleDescription,
+  ScheduleOptions,
+  ScheduleOverlap,
+  SchedulePatch,
+} from './schedule-types.js';
 
 function notFound(id: string): PalisadeError {
   return new PalisadeError(
     'SCHEDULE_NOT_FOUND',
     `schedule ${echoed(id)} does not exist; check the id (schedules list shows existing schedules)`,
   );
-}
-
-/** A Date, ISO string or ms number as ms. */
-function instantMs(value: Date | string | number): number {
-  return value instanceof Date ? value.getTime() : typeof value === 'number' ? value : Date.parse(value);
-}
-
-/** A schedule's options resolved: what `create` and `upsert` store, but its next tick. */
-interface ResolvedSchedule {
-  readonly spec: TickSpec;
-  readonly row: Omit<NewScheduleRow, 'nextTickMs'>;
-}
-
-/** Whether two JSON values are the same value (key order aside), as jsonb compares them. */
-function sameJson(a: unknown, b: unknown): boolean {
-  if (a === b) return true;
-  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
-  if (Array.isArray(a) !== Array.isArray(b)) return false;
-  const ka = Object.keys(a).filter((k) => (a as Record<string, unknown>)[k] !== undefined);
-  const kb = Object.keys(b).filter((k) => (b as Record<string, unknown>)[k] !== undefined);
-  return (
-    ka.length === kb.length &&
-    ka.every((k) => sameJson((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]))
-  );
-}
-
-/**
- * What {@link Schedules.upsert} changes of `row` to make it `wanted` at database time `nowMs`, or undefined when
- * nothing differs. The fired ticks (last tick and run, skipped ticks) are never changed; the next tick only by a
- * new spec or a resume, the paused state only when `paused` was given.
- */
-function upsertChanges(
-  row: ScheduleRow,
-  wanted: ResolvedSchedule,
-  nowMs: number,
-): ScheduleChanges | undefined {
-  const w = wanted.row;
-  const c: { -readonly [K in keyof ScheduleChanges]: ScheduleChanges[K] } = {};
-  const respec =
-    row.cron !== w.cron ||
-    (row.every_ms === null ? null : Number(row.every_ms)) !== w.everyMs ||
-    row.timezone !== w.timezone;
-  if (respec) {
-    c.cron = w.cron;
-    c.everyMs = w.everyMs;
-    c.timezone = w.timezone;
-    c.nextTickMs = nextTickAfter(wanted.spec, nowMs);
-    c.clearBuffered = true;
-  }
-  if (row.target_kind !== w.targetKind) c.targetKind = w.targetKind;
-  if (row.target_name !== w.targetName) c.targetName = w.targetName;
-  if (!sameJson(row.input, JSON.parse(w.inputJson))) c.inputJson = w.inputJson;
-  if (!sameJson(row.run_options, w.runOptions)) c.runOptions = w.runOptions;
-  if (row.overlap !== w.overlap) c.overlap = w.overlap;
-  if (!sameJson(row.catchup, w.catchup)) c.catchup = w.catchup;
-  if (w.pausedGiven && row.paused !== w.paused) {
-    c.paused = w.paused;
-    if (w.paused) c.clearBuffered = true;
-    else if (!respec) c.nextTickMs = nextTickAfter(wanted.spec, nowMs); // a resume: no backlog of the pause
-  }
-  return Object.keys(c).length === 0 ? undefined : c;
 }
 
 /** How often a change that lost its compare-and-set to an evaluation is tried again. */
@@ -449,7 +98,7 @@ export class Schedules {
    */
   async create(options: ScheduleOptions): Promise<Schedule> {
     this.assertOpen('create');
-    const wanted = this.resolve(options);
+    const wanted = resolveSchedule(options);
     const nowMs = await withInfraRetry(() => readDatabaseNowMs(this.db, this.names));
     const inserted = await withInfraRetry(() =>
       insertSchedule(this.db, this.names, { ...wanted.row, nextTickMs: nextTickAfter(wanted.spec, nowMs) }),
@@ -478,7 +127,7 @@ export class Schedules {
    */
   async upsert(options: ScheduleOptions): Promise<Schedule> {
     this.assertOpen('upsert');
-    const wanted = this.resolve(options);
+    const wanted = resolveSchedule(options);
     const { id } = wanted.row;
     return withInfraRetry(() =>
       this.db.transaction(async (tx) => {
@@ -498,34 +147,6 @@ export class Schedules {
         throw new PalisadeError('DATABASE_ERROR', `schedule ${id}: upsert kept losing to concurrent changes`);
       }),
     );
-  }
-
-  /** The schedule `options` describe, checked: its tick spec and the row `create` and `upsert` insert. */
-  private resolve(options: ScheduleOptions): ResolvedSchedule {
-    const where = `schedule options${typeof options?.id === 'string' ? ` of ${options.id}` : ''}`;
-    const o = parse(createSchema, options, where);
-    const issues: Issue[] = [];
-    const spec = tickSpec(o, issues);
-    const t = target(o, issues, true);
-    if (issues.length > 0 || !spec || !t) throw new InvalidOptionsError(where, issues);
-    const inputJson = this.checkInput(o.id, t, o.input);
-    return {
-      spec,
-      row: {
-        id: o.id,
-        cron: spec.kind === 'cron' ? spec.cron : null,
-        everyMs: spec.kind === 'every' ? spec.everyMs : null,
-        timezone: spec.kind === 'cron' ? spec.timezone : 'UTC',
-        targetKind: t.kind,
-        targetName: t.def.name,
-        inputJson,
-        runOptions: runOptions(t, o),
-        overlap: o.overlap ?? 'skip',
-        catchup: catchupPolicy(o.catchup),
-        paused: o.paused ?? false,
-        pausedGiven: o.paused !== undefined,
-      },
-    };
   }
 
   /**
@@ -548,48 +169,8 @@ export class Schedules {
       });
     }
     if (issues.length > 0) throw new InvalidOptionsError(where, issues);
-    const inputJson = t ? this.checkInput(id, t, o.input) : undefined;
-    return this.change(id, (row, nowMs) => {
-      const respec = o.cron !== undefined || o.every !== undefined || o.timezone !== undefined;
-      const changes: { -readonly [K in keyof ScheduleChanges]: ScheduleChanges[K] } = {};
-      if (respec) {
-        const specIssues: Issue[] = [];
-        const current = tickSpecOf(row);
-        const spec = tickSpec(
-          o.cron !== undefined || o.every !== undefined
-            ? o
-            : current.kind === 'cron'
-              ? { cron: current.cron, timezone: o.timezone }
-              : { every: current.everyMs, timezone: o.timezone },
-          specIssues,
-        );
-        if (!spec) throw new InvalidOptionsError(where, specIssues);
-        changes.cron = spec.kind === 'cron' ? spec.cron : null;
-        changes.everyMs = spec.kind === 'every' ? spec.everyMs : null;
-        changes.timezone = spec.kind === 'cron' ? spec.timezone : 'UTC';
-        changes.nextTickMs = nextTickAfter(spec, nowMs);
-        changes.clearBuffered = true;
-      }
-      if (t) {
-        changes.targetKind = t.kind;
-        changes.targetName = t.def.name;
-        changes.inputJson = inputJson;
-        changes.runOptions = runOptions(t, {
-          // A new target takes its own queue, unless given one; the same target keeps the schedule's.
-          queue: o.queue ?? (row.target_name === t.def.name ? row.run_options.queue : undefined),
-          priority: o.priority ?? row.run_options.priority,
-        });
-      } else if (o.queue !== undefined || o.priority !== undefined) {
-        changes.runOptions = {
-          ...row.run_options,
-          queue: o.queue ?? row.run_options.queue,
-          priority: o.priority ?? row.run_options.priority,
-        };
-      }
-      if (o.overlap !== undefined) changes.overlap = o.overlap;
-      if (o.catchup !== undefined) changes.catchup = catchupPolicy(o.catchup);
-      return changes;
-    });
+    const inputJson = t ? checkScheduleInput(id, t, o.input) : undefined;
+    return this.change(id, (row, nowMs) => patchChanges(row, nowMs, { o, t, inputJson, where }));
   }
 
   /**
@@ -653,19 +234,7 @@ export class Schedules {
     this.assertOpen('backfill');
     const id = scheduleId(given, 'backfill');
     const where = `backfill of schedule ${echoed(String(id))}`;
-    const r = parse(backfillSchema, range, where);
-    const fromMs = instantMs(r.from);
-    const toMs = instantMs(r.to);
-    const issues: Issue[] = [];
-    for (const [path, ms, value] of [
-      ['from', fromMs, r.from],
-      ['to', toMs, r.to],
-    ] as const) {
-      if (Number.isNaN(ms)) issues.push({ path, message: `${echoed(String(value))} is not a time` });
-      else if (instantProblem(ms) !== undefined) issues.push({ path, message: instantProblem(ms) as string });
-    }
-    if (issues.length === 0 && fromMs > toMs) issues.push({ path: 'from', message: 'must not be after to' });
-    if (issues.length > 0) throw new InvalidOptionsError(where, issues);
+    const { fromMs, toMs } = backfillRange(range, where);
     for (let i = 0; i < CAS_TRIES; i++) {
       const { row, nowMs } = await withInfraRetry(() => readSchedule(this.db, this.names, id));
       if (!row) throw notFound(id);
@@ -767,13 +336,6 @@ export class Schedules {
       throw new PalisadeError('ENGINE_CLOSED', `engine is closed; schedules.${call} needs an open engine`);
     }
     assertUsableOutsideTransaction(this.db, `schedules.${call}`);
-  }
-
-  /** Check `input` against the target's schema and its JSON round trip. */
-  private checkInput(id: string, t: NonNullable<ReturnType<typeof target>>, input: unknown): string {
-    const what = `input of schedule ${echoed(id)} (${t.kind} ${t.def.name})`;
-    const value: unknown = validate(t.def.input as z.ZodType, input, what);
-    return checkPayload(value, what, PAYLOAD_LIMITS.inputBytes);
   }
 
   /** Fire `ticks` of `row` by hand (manual: every tick starts a run; the next tick stays). */

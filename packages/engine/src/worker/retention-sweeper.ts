@@ -3,6 +3,7 @@ import type { Database } from '../db/database.js';
 import { classifyDatabaseError } from '../infra-retry.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import { pruneFinishedRuns } from '../retention.js';
+import { PeriodicTask } from './periodic-task.js';
 import type { WorkerEvents } from './worker-events.js';
 
 /**
@@ -11,13 +12,10 @@ import type { WorkerEvents } from './worker-events.js';
  * a batch comes back short. It runs apart from the claim loop, not in its maintenance tick: a first sweep over a
  * long history may take many batches, and claims must not wait for it. Several workers sweeping at once share the
  * work (each batch skips runs another holds). A failed sweep is logged and tried again at the next interval.
- * Emits `retention:pruned` after each sweep, with what it deleted (zero counts included).
+ * Emits `retention:pruned` after each sweep, with what it deleted (zero counts included). `stop()` ends the sweep
+ * under way after its current batch.
  */
-export class RetentionSweeper {
-  private timer: NodeJS.Timeout | undefined;
-  private sweeping: Promise<void> | undefined;
-  private stopped = false;
-
+export class RetentionSweeper extends PeriodicTask {
   constructor(
     private readonly p: {
       readonly db: Database;
@@ -27,26 +25,18 @@ export class RetentionSweeper {
       readonly events: WorkerEvents;
       readonly logger: Logger;
     },
-  ) {}
-
-  start(): void {
-    this.sweeping = this.sweep();
+  ) {
+    super();
   }
 
-  /** Stop sweeping: the sweep under way ends after its current batch; no timer is left behind. */
-  async stop(): Promise<void> {
-    this.stopped = true;
-    clearTimeout(this.timer);
-    await this.sweeping;
-  }
-
-  private async sweep(): Promise<void> {
+  /** One sweep; resolves with the wait before the next. */
+  protected async runOnce(keepGoing: () => boolean): Promise<number> {
     const { db, names, retentionMs, events, logger } = this.p;
     try {
       const pruned = await pruneFinishedRuns(db, names, {
         olderThanMs: retentionMs,
         untilEmpty: false,
-        keepGoing: () => !this.stopped,
+        keepGoing,
       });
       if (pruned.runs > 0) logger.info({ ...pruned, retentionMs }, 'retention:pruned');
       events.emit('retention:pruned', { ...pruned, olderThanMs: retentionMs });
@@ -54,11 +44,6 @@ export class RetentionSweeper {
       logger.warn({ err: error, class: classifyDatabaseError(error) }, 'retention:failed');
       events.emit('worker:error', { error });
     }
-    if (!this.stopped) {
-      this.timer = setTimeout(() => {
-        this.sweeping = this.sweep();
-      }, this.p.intervalMs);
-      this.timer.unref();
-    }
+    return this.p.intervalMs;
   }
 }

@@ -4,6 +4,7 @@ import { classifyDatabaseError } from '../infra-retry.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import type { ActivityRunParams } from '../queries/fire-schedule-ticks.js';
 import { evaluateDueSchedules } from '../schedules/evaluate-schedules.js';
+import { PeriodicTask } from './periodic-task.js';
 import type { WorkerEvents } from './worker-events.js';
 
 /** Shortest wait between evaluations when due schedules were left to another evaluator (ms). */
@@ -15,13 +16,10 @@ const CONTENDED_WAIT_MS = 50;
  * elsewhere is seen within one interval). It runs apart from the claim loop, like the retention sweep, so claims
  * never wait for it. Every worker of every engine may evaluate at once: no leader, no lease — the firing statement
  * makes each tick's run exactly once (see fireScheduleTicks). A failed evaluation is logged and tried again at the
- * next interval. Emits `schedules:evaluated` after each evaluation that read due schedules.
+ * next interval. Emits `schedules:evaluated` after each evaluation that read due schedules. `stop()` ends an
+ * evaluation under way after its current statement.
  */
-export class ScheduleEvaluator {
-  private timer: NodeJS.Timeout | undefined;
-  private running: Promise<void> | undefined;
-  private stopped = false;
-
+export class ScheduleEvaluator extends PeriodicTask {
   constructor(
     private readonly p: {
       readonly db: Database;
@@ -32,25 +30,17 @@ export class ScheduleEvaluator {
       /** The worker's activity definitions: the runs of schedules of these activities get their parameters. */
       readonly activities: ActivityRunParams;
     },
-  ) {}
-
-  start(): void {
-    this.running = this.evaluate();
+  ) {
+    super();
   }
 
-  /** Stop evaluating: an evaluation under way ends after its current statement; no timer is left behind. */
-  async stop(): Promise<void> {
-    this.stopped = true;
-    clearTimeout(this.timer);
-    await this.running;
-  }
-
-  private async evaluate(): Promise<void> {
+  /** One evaluation; resolves with the wait before the next. */
+  protected async runOnce(keepGoing: () => boolean): Promise<number> {
     const { db, names, pollIntervalMs, events, logger, activities } = this.p;
     let waitMs = pollIntervalMs;
     try {
       const done = await evaluateDueSchedules(db, names, {
-        keepGoing: () => !this.stopped,
+        keepGoing,
         activities,
       });
       for (const r of done.refused) logger.error({ schedule: r.id, error: r.error }, 'schedules:refused');
@@ -70,11 +60,6 @@ export class ScheduleEvaluator {
       logger.warn({ err: error, class: classifyDatabaseError(error) }, 'schedules:evaluation-failed');
       events.emit('worker:error', { error });
     }
-    if (!this.stopped) {
-      this.timer = setTimeout(() => {
-        this.running = this.evaluate();
-      }, waitMs);
-      this.timer.unref();
-    }
+    return waitMs;
   }
 }

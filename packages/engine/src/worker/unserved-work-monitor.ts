@@ -3,6 +3,7 @@ import type { Database } from '../db/database.js';
 import { classifyDatabaseError } from '../infra-retry.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import { readUnservedWork, type UnservedWork } from '../queries/unclaimed-work.js';
+import { PeriodicTask } from './periodic-task.js';
 import type { WorkerEvents } from './worker-events.js';
 
 /** Least time between two looks for due work the worker does not register (it looks at every poll otherwise). */
@@ -22,10 +23,7 @@ const UNSERVED_READ_LIMIT = 100;
  * warning says so. Its own timer, apart from the claim loop, so that a worker of workflows only checks too; a
  * failed read is logged at debug level and tried at the next interval.
  */
-export class UnservedWorkMonitor {
-  private timer: NodeJS.Timeout | undefined;
-  private checking: Promise<void> | undefined;
-  private stopped = false;
+export class UnservedWorkMonitor extends PeriodicTask {
   /** When each `kind:name@queue` was last warned about (monotonic ms). */
   private readonly warnedAt = new Map<string, number>();
 
@@ -41,20 +39,12 @@ export class UnservedWorkMonitor {
       readonly events: WorkerEvents;
       readonly logger: Logger;
     },
-  ) {}
-
-  start(): void {
-    this.checking = this.check();
+  ) {
+    super();
   }
 
-  /** Stop checking; waits for a check under way. */
-  async stop(): Promise<void> {
-    this.stopped = true;
-    clearTimeout(this.timer);
-    await this.checking;
-  }
-
-  private async check(): Promise<void> {
+  /** One check; resolves with the wait before the next. */
+  protected async runOnce(): Promise<number> {
     const { db, names, queues, activityNames, workflowNames, logger } = this.p;
     try {
       const unserved = await readUnservedWork(db, names, {
@@ -74,15 +64,7 @@ export class UnservedWorkMonitor {
     } catch (error) {
       logger.debug({ err: error, class: classifyDatabaseError(error) }, 'worker:unserved-check-failed');
     }
-    if (!this.stopped) {
-      this.timer = setTimeout(
-        () => {
-          this.checking = this.check();
-        },
-        Math.max(this.p.pollIntervalMs, UNSERVED_CHECK_MIN_INTERVAL_MS),
-      );
-      this.timer.unref();
-    }
+    return Math.max(this.p.pollIntervalMs, UNSERVED_CHECK_MIN_INTERVAL_MS);
   }
 
   private warn(work: UnservedWork): void {

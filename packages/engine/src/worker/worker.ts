@@ -14,20 +14,17 @@ import {
 } from '../options.js';
 import { claimSteps, type ClaimedStepRow } from '../queries/claim-steps.js';
 import type { EagerDispatch } from '../queries/commit-turn.js';
-import { CompletionBatcher, MAX_COMPLETION_BATCH } from './completion-batcher.js';
+import { CompletionBatcher } from './completion-batcher.js';
 import { expireSteps } from '../queries/expire-steps.js';
-import { findClaimedByRequest } from '../queries/find-claimed-by-request.js';
 import { msUntilNextDueStep } from '../queries/next-due-step.js';
 import { notificationItems } from '../db/notification-payload.js';
-import { releaseStep } from '../queries/release-step.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import { TurnLoop } from './turn-loop.js';
 import { ActivityAttempt } from './activity-attempt.js';
+import { ActivitySlots } from './activity-slots.js';
+import { AmbiguousClaims } from './ambiguous-claims.js';
+import { BackgroundTasks } from './background-tasks.js';
 import { HeartbeatLoop } from './heartbeat-loop.js';
-import { RetentionSweeper } from './retention-sweeper.js';
-import { activityRunParams } from '../schedules/evaluate-schedules.js';
-import { UnservedWorkMonitor } from './unserved-work-monitor.js';
-import { ScheduleEvaluator } from './schedule-evaluator.js';
 import { isGrantFresh, localLeaseDeadline, monotonicNow } from './lease-clock.js';
 import { WakeSignal, claimRetryDelayMs } from './wake-signal.js';
 import { WorkerEvents } from './worker-events.js';
@@ -36,9 +33,6 @@ import type { ClaimedTurnRow } from '../queries/claim-turns.js';
 import type { LocalResults } from '../db/notification-hub.js';
 
 export type { StopOptions } from '../options.js';
-
-/** Prefetch claims ahead one grant per recent attempt whose code ran shorter than this (ms): see WorkerOptions.prefetch. */
-const PREFETCH_SHORT_MS = 200;
 
 /** What a worker needs from its engine. */
 export interface WorkerHost {
@@ -62,30 +56,20 @@ export interface WorkerHost {
 export class Worker {
   readonly options: ResolvedWorkerOptions;
   readonly events = new WorkerEvents();
-  /** Attempts this worker holds, from their claim until their outcome is recorded (or cannot be). */
-  private readonly active = new Set<ActivityAttempt>();
-  /** Attempts whose code runs: each holds one of the `concurrency` slots. */
-  private readonly busy = new Set<ActivityAttempt>();
-  /** Slots set aside for turn commits that may grant this worker the steps they schedule (eager dispatch). */
-  private reservedSlots = 0;
+  /** The activity slots: attempts held and running, slots set aside, grants claimed ahead. */
+  private readonly slots: ActivitySlots;
   private readonly executions = new Set<Promise<void>>();
   private heartbeats: HeartbeatLoop | undefined;
   private turns: TurnLoop | undefined;
-  private retention: RetentionSweeper | undefined;
-  private unserved: UnservedWorkMonitor | undefined;
-  private schedules: ScheduleEvaluator | undefined;
+  private background: BackgroundTasks | undefined;
   private heartbeatConnection: (Database & { release(): Promise<void> }) | undefined;
   private unlisten: (() => Promise<void>) | undefined;
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private readonly wakeSignal = new WakeSignal();
   private loop: Promise<void> | undefined;
   private lastMaintenanceMs = 0;
-  private readonly unsettledClaims: string[] = [];
+  private readonly ambiguousClaims: AmbiguousClaims;
   private readonly completions: CompletionBatcher;
-  /** Grants claimed ahead of a free slot, oldest first, each with the time its claim was sent (prefetch). */
-  private readonly prefetched: { readonly row: ClaimedStepRow; readonly sentAt: number }[] = [];
-  /** Whether the code of each of the worker's last `prefetch` attempts ran short, oldest first. */
-  private readonly recentRuns: boolean[] = [];
 
   constructor(
     private readonly host: WorkerHost,
@@ -93,6 +77,8 @@ export class Worker {
   ) {
     const defaultId = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
     this.options = resolveWorkerOptions(options, defaultId);
+    this.slots = new ActivitySlots(this.options);
+    this.ambiguousClaims = new AmbiguousClaims(host);
     this.events.listenerFailed = (event, error) =>
       host.logger.error({ err: error, event, workerId: this.options.workerId }, 'worker:listener-failed');
     this.completions = new CompletionBatcher(host.db, host.names, {
@@ -113,7 +99,7 @@ export class Worker {
 
   /** Attempts running now. */
   get runningAttempts(): number {
-    return this.active.size;
+    return this.slots.active.size;
   }
 
   /**
@@ -169,40 +155,14 @@ export class Worker {
         logger,
       );
     }
-    if (this.host.retentionMs !== null) {
-      this.retention = new RetentionSweeper({
-        db,
-        names,
-        retentionMs: this.host.retentionMs,
-        intervalMs: this.options.retentionSweepIntervalMs,
-        events: this.events,
-        logger,
-      });
-      this.retention.start();
-    }
-    if (this.options.schedules) {
-      this.schedules = new ScheduleEvaluator({
-        db,
-        names,
-        pollIntervalMs: this.options.pollIntervalMs,
-        events: this.events,
-        logger,
-        activities: activityRunParams(this.options.activities.values()),
-      });
-      this.schedules.start();
-    }
-    this.unserved = new UnservedWorkMonitor({
+    this.background = new BackgroundTasks({
       db,
       names,
-      workerId: this.workerId,
-      pollIntervalMs: this.options.pollIntervalMs,
-      queues: this.options.queues,
-      activityNames: [...this.options.activities.keys()],
-      workflowNames: [...this.options.workflows.keys()],
-      events: this.events,
       logger,
+      events: this.events,
+      options: this.options,
+      retentionMs: this.host.retentionMs,
     });
-    this.unserved.start();
     this.events.emit('worker:started', { workerId: this.workerId });
     logger.info({ workerId: this.workerId, queues: this.options.queues }, 'worker:started');
   }
@@ -218,10 +178,10 @@ export class Worker {
         if (this.state !== 'running') break; // stop() began meanwhile: claim nothing more
         this.releaseStalePrefetched();
         this.startPrefetched();
-        const free = this.freeSlots();
+        const free = this.slots.free();
         const mark = this.wakeSignal.claimStarted();
         if (free > 0) {
-          const want = free + Math.max(0, this.prefetchLimit() - this.prefetched.length);
+          const want = free + Math.max(0, this.slots.prefetchLimit() - this.slots.prefetched.length);
           const { claimed, nextDueMs } = await this.claim(want);
           failures = 0;
           if (claimed === want) continue; // more may be waiting
@@ -255,31 +215,7 @@ export class Worker {
     if (now - this.lastMaintenanceMs < this.options.pollIntervalMs) return;
     this.lastMaintenanceMs = now;
     await expireSteps(this.host.db, this.host.names);
-    await this.settleAmbiguousClaims();
-  }
-
-  /** Release what an ambiguous claim took, if it committed (I15): never run a step claimed long ago. */
-  private async settleAmbiguousClaims(): Promise<void> {
-    while (this.unsettledClaims.length > 0) {
-      const requestId = this.unsettledClaims[0] as string;
-      const rows = await findClaimedByRequest(this.host.db, this.host.names, requestId);
-      for (const r of rows) {
-        try {
-          await releaseStep(this.host.db, this.host.names, {
-            runId: r.run_id,
-            stepId: r.id,
-            stepLabel: `${r.name}#${r.seq}`,
-            attempt: r.attempt,
-            token: BigInt(r.token),
-            nonce: r.nonce,
-            why: 'ambiguous-claim',
-          });
-        } catch (error) {
-          this.host.logger.info({ err: error, step: r.id }, 'worker:ambiguous-claim-not-released');
-        }
-      }
-      this.unsettledClaims.shift();
-    }
+    await this.ambiguousClaims.settle();
   }
 
   private async claim(limit: number): Promise<{ claimed: number; nextDueMs: number | null }> {
@@ -303,10 +239,10 @@ export class Worker {
           })
         : await claimSteps(this.host.db, this.host.names, params);
     } catch (error) {
-      if (classifyDatabaseError(error) === 'transient') this.unsettledClaims.push(claimRequestId);
+      if (classifyDatabaseError(error) === 'transient') this.ambiguousClaims.add(claimRequestId);
       throw error;
     }
-    for (const row of rows) this.prefetched.push({ row, sentAt });
+    for (const row of rows) this.slots.prefetched.push({ row, sentAt });
     this.startPrefetched('claimed');
     return { claimed: rows.length, nextDueMs: rows[0]?.next_due_ms ?? null };
   }
@@ -325,17 +261,23 @@ export class Worker {
       const timing = this.options.timings.get(row.name);
       if (!definition || !timing) continue; // unreachable: the claim filters by our activity names
       const startedAt = monotonicNow();
-      const attempt = new ActivityAttempt(row, definition, timing, sentAt, {
-        db: this.host.db,
-        names: this.host.names,
-        workerId: this.workerId,
-        clockRateError: this.options.clockRateError,
-        logger: this.host.logger,
-        events: this.events,
-        completions: this.completions,
-        requestHeartbeat: () => this.heartbeats?.requestFlush(),
-        codeSettled: () => {
-          if (this.busy.delete(attempt)) this.slotFreed(monotonicNow() - startedAt);
+      const attempt = new ActivityAttempt({
+        row,
+        definition,
+        timing,
+        claimSentAtMs: sentAt,
+        services: {
+          db: this.host.db,
+          names: this.host.names,
+          workerId: this.workerId,
+          clockRateError: this.options.clockRateError,
+          logger: this.host.logger,
+          events: this.events,
+          completions: this.completions,
+          requestHeartbeat: () => this.heartbeats?.requestFlush(),
+          codeSettled: () => {
+            if (this.slots.busy.delete(attempt)) this.slotFreed(monotonicNow() - startedAt);
+          },
         },
       });
       this.events.emit('attempt:claimed', {
@@ -344,8 +286,8 @@ export class Worker {
         activity: row.name,
         grant,
       });
-      this.active.add(attempt);
-      this.busy.add(attempt);
+      this.slots.active.add(attempt);
+      this.slots.busy.add(attempt);
       this.heartbeats?.add(attempt);
       const fresh = this.isFresh(row, sentAt);
       // A grant that arrives once stop() began (a claim or a turn's commit already in flight) is not run: it is
@@ -357,11 +299,11 @@ export class Worker {
           this.events.emit('worker:error', { error });
         })
         .finally(() => {
-          this.active.delete(attempt);
+          this.slots.active.delete(attempt);
           // Only code that ran and settled (codeSettled) tells how long attempts run: a grant released unstarted
           // (stale, ambiguous, or at stop) frees its slot at once, and counting it as a short run would make the
           // worker claim ahead of its slots just when it should not, taking steps from workers with free ones.
-          this.busy.delete(attempt);
+          this.slots.busy.delete(attempt);
           this.heartbeats?.delete(attempt);
           this.executions.delete(execution);
           this.slotFreed(undefined);
@@ -375,8 +317,8 @@ export class Worker {
    * is how `attempt:claimed` names them: `'claimed'` right after their claim, `'prefetched'` once they waited.
    */
   private startPrefetched(grant: 'claimed' | 'prefetched' = 'prefetched'): void {
-    while (this.prefetched.length > 0 && (this.openSlots() > 0 || this.state !== 'running')) {
-      const { row, sentAt } = this.prefetched.shift() as { row: ClaimedStepRow; sentAt: number };
+    while (this.slots.prefetched.length > 0 && (this.slots.open() > 0 || this.state !== 'running')) {
+      const { row, sentAt } = this.slots.prefetched.shift() as { row: ClaimedStepRow; sentAt: number };
       this.startAttempts([row], sentAt, grant);
     }
   }
@@ -387,9 +329,9 @@ export class Worker {
    * out, holding its step back from other workers.
    */
   private releaseStalePrefetched(): void {
-    for (const waiting of [...this.prefetched]) {
+    for (const waiting of [...this.slots.prefetched]) {
       if (this.isFresh(waiting.row, waiting.sentAt)) continue;
-      this.prefetched.splice(this.prefetched.indexOf(waiting), 1);
+      this.slots.prefetched.splice(this.slots.prefetched.indexOf(waiting), 1);
       this.startAttempts([waiting.row], waiting.sentAt, 'prefetched'); // released unstarted: not fresh
     }
   }
@@ -409,24 +351,12 @@ export class Worker {
   }
 
   /**
-   * How many grants to hold ahead of free slots now: one for each of the last `prefetch` attempts whose code ran
-   * shorter than {@link PREFETCH_SHORT_MS}, so that a grant claimed ahead waits about that long at most, and a
-   * worker whose activities run long claims only for its free slots.
-   */
-  private prefetchLimit(): number {
-    return this.recentRuns.filter((short) => short).length;
-  }
-
-  /**
    * A slot freed — the code of an attempt ended after `ranMs`, or (undefined) an attempt ended otherwise (its
    * outcome recorded, or released unstarted), which may free one too: note how long the code ran (for
-   * {@link prefetchLimit}), start a prefetched grant in the slot, wake the loop.
+   * {@link ActivitySlots.prefetchLimit}), start a prefetched grant in the slot, wake the loop.
    */
   private slotFreed(ranMs: number | undefined): void {
-    if (ranMs !== undefined && this.options.prefetch > 0) {
-      this.recentRuns.push(ranMs < PREFETCH_SHORT_MS);
-      if (this.recentRuns.length > this.options.prefetch) this.recentRuns.shift();
-    }
+    if (ranMs !== undefined) this.slots.codeRan(ranMs);
     this.startPrefetched();
     this.wakeSignal.slotFreed();
   }
@@ -437,9 +367,8 @@ export class Worker {
    */
   private reserveDispatch(most: number): EagerDispatch | undefined {
     if (this.state !== 'running' || this.options.activities.size === 0) return undefined;
-    const limit = Math.min(most, this.freeSlots());
+    const limit = this.slots.reserve(most);
     if (limit <= 0) return undefined;
-    this.reservedSlots += limit;
     return {
       workerId: this.workerId,
       activityNames: [...this.options.activities.keys()],
@@ -449,7 +378,7 @@ export class Worker {
   }
 
   private adoptDispatch(reserved: EagerDispatch, granted: readonly ClaimedStepRow[], sentAt: number): void {
-    this.reservedSlots -= reserved.limit;
+    this.slots.unreserve(reserved.limit);
     this.startAttempts(granted, sentAt, 'eager');
     if (granted.length < reserved.limit) this.slotFreed(undefined); // a grant waiting for a slot may take it
   }
@@ -467,30 +396,6 @@ export class Worker {
     if (!this.options.workflows.has(workflowName) || !this.options.queues.includes(queue)) return undefined;
     const reserved = turns.reserve(1);
     return reserved && { reserved, adopt: (granted) => turns.adopt(reserved, granted) };
-  }
-
-  /**
-   * Slots free for new attempts and not promised to a grant waiting for one (prefetch): see {@link openSlots}.
-   */
-  private freeSlots(): number {
-    return this.openSlots() - this.prefetched.length;
-  }
-
-  /**
-   * Slots free for new attempts: a slot frees when an attempt's code ends; its outcome is then recorded while the
-   * slot runs the next one, so claims and completions overlap instead of taking turns, and the outcomes that end
-   * while one statement records others go together in the next (up to {@link MAX_COMPLETION_BATCH} a statement).
-   * Outcomes being recorded are bounded too, by `max(concurrency, MAX_COMPLETION_BATCH)`, and slots set aside for
-   * a turn's commit (eager dispatch) are not free.
-   */
-  private openSlots(): number {
-    const recording = Math.max(this.options.concurrency, MAX_COMPLETION_BATCH);
-    return (
-      Math.min(
-        this.options.concurrency - this.busy.size,
-        this.options.concurrency + recording - this.active.size,
-      ) - this.reservedSlots
-    );
   }
 
   /**
@@ -514,9 +419,7 @@ export class Worker {
     await this.loop;
     this.startPrefetched();
     await this.turns?.stop();
-    await this.retention?.stop();
-    await this.unserved?.stop();
-    await this.schedules?.stop();
+    await this.background?.stop();
     const graceMs = stop.graceMs ?? this.options.shutdownGraceMs;
     if (this.executions.size > 0) {
       let timer: NodeJS.Timeout | undefined;
@@ -525,7 +428,7 @@ export class Worker {
         new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs))),
       ]);
       clearTimeout(timer);
-      for (const attempt of this.active)
+      for (const attempt of this.slots.active)
         attempt.abort('shutdown', 'worker is stopping and its grace period ended');
       await Promise.allSettled([...this.executions]);
     }

@@ -1,0 +1,38 @@
+import { z } from 'zod';
+import { InvalidOptionsError, durationSchema, formatIssues, type Duration } from '@palisade/sdk';
+import { MAX_RETENTION_MS } from './engine-options.js';
+
+/** Options of `engine.pruneRuns(...)` and `palisade runs prune`. */
+export interface PruneOptions {
+  /**
+   * Delete the runs that ended longer ago than this, by the database clock: a duration (ms, or `'30d'`-style),
+   * from 0 to 100 years. Required.
+   */
+  readonly olderThan: Duration;
+  /** Count what would be deleted, delete nothing. @defaultValue false */
+  readonly dryRun?: boolean;
+}
+
+/** {@link PruneOptions} checked, the age in ms. */
+export interface ResolvedPruneOptions {
+  readonly olderThanMs: number;
+  readonly dryRun: boolean;
+}
+
+const pruneSchema = z
+  .object({
+    olderThan: durationSchema(MAX_RETENTION_MS),
+    dryRun: z.boolean().optional(),
+  })
+  .strict();
+
+/**
+ * Validate {@link PruneOptions}.
+ * @throws InvalidOptionsError naming the bad option: a missing `olderThan`, one that is not a duration (`'30x'`)
+ * or is longer than 100 years, a `dryRun` that is not a boolean.
+ */
+export function resolvePruneOptions(options: PruneOptions): ResolvedPruneOptions {
+  const parsed = pruneSchema.safeParse(options);
+  if (!parsed.success) throw new InvalidOptionsError('prune options', formatIssues(parsed.error.issues));
+  return Object.freeze({ olderThanMs: parsed.data.olderThan, dryRun: parsed.data.dryRun ?? false });
+}

@@ -1,0 +1,75 @@
+import type { Logger } from 'pino';
+import type { Database } from '../db/database.js';
+import type { ResolvedWorkerOptions } from '../options.js';
+import type { SchemaNames } from '../queries/schema-names.js';
+import { activityRunParams } from '../schedules/evaluate-schedules.js';
+import { RetentionSweeper } from './retention-sweeper.js';
+import { ScheduleEvaluator } from './schedule-evaluator.js';
+import { UnservedWorkMonitor } from './unserved-work-monitor.js';
+import type { WorkerEvents } from './worker-events.js';
+
+/** What a worker's background tasks need. */
+export interface BackgroundTasksOptions {
+  readonly db: Database;
+  readonly names: SchemaNames;
+  readonly logger: Logger;
+  readonly events: WorkerEvents;
+  readonly options: ResolvedWorkerOptions;
+  /** The engine's retention of finished runs (ms); `null`: no sweep. */
+  readonly retentionMs: number | null;
+}
+
+/**
+ * A worker's tasks apart from its claim loop, each on its own timer: the retention sweep (with the engine's
+ * `retention`), the schedule evaluation (unless `schedules: false`) and the unserved-work check. Started at once.
+ */
+export class BackgroundTasks {
+  private readonly retention: RetentionSweeper | undefined;
+  private readonly schedules: ScheduleEvaluator | undefined;
+  private readonly unserved: UnservedWorkMonitor;
+
+  constructor(o: BackgroundTasksOptions) {
+    const { db, names, logger, events, options } = o;
+    if (o.retentionMs !== null) {
+      this.retention = new RetentionSweeper({
+        db,
+        names,
+        retentionMs: o.retentionMs,
+        intervalMs: options.retentionSweepIntervalMs,
+        events,
+        logger,
+      });
+      this.retention.start();
+    }
+    if (options.schedules) {
+      this.schedules = new ScheduleEvaluator({
+        db,
+        names,
+        pollIntervalMs: options.pollIntervalMs,
+        events,
+        logger,
+        activities: activityRunParams(options.activities.values()),
+      });
+      this.schedules.start();
+    }
+    this.unserved = new UnservedWorkMonitor({
+      db,
+      names,
+      workerId: options.workerId,
+      pollIntervalMs: options.pollIntervalMs,
+      queues: options.queues,
+      activityNames: [...options.activities.keys()],
+      workflowNames: [...options.workflows.keys()],
+      events,
+      logger,
+    });
+    this.unserved.start();
+  }
+
+  /** Stop them all, one after another; resolves when none runs and no timer is left. */
+  async stop(): Promise<void> {
+    await this.retention?.stop();
+    await this.unserved.stop();
+    await this.schedules?.stop();
+  }
+}

@@ -1,0 +1,42 @@
+/**
+ * A background task of a worker that runs at once and then again after a wait, on its own timer, apart from the
+ * claim loop: the retention sweep, the schedule evaluation, the unserved-work check. One run at a time: the next
+ * is timed only after the previous settled, by the wait (ms) the run itself returns, so a run that reads when work
+ * falls due can come back sooner than its interval. The timer is `unref`'d (it never keeps a process alive). A
+ * subclass says what one run does ({@link runOnce}); start and stop are this class's.
+ *
+ * A run must catch its own errors (they are the task's to log and retry at the next run): one that rejects ends
+ * the task.
+ */
+export abstract class PeriodicTask {
+  private timer: NodeJS.Timeout | undefined;
+  private current: Promise<void> | undefined;
+  private stopped = false;
+
+  /**
+   * One run of the task; resolves with the wait (ms) before the next run. `keepGoing()` turns false once
+   * {@link stop} was called: a long run (batch after batch) asks it between its steps.
+   */
+  protected abstract runOnce(keepGoing: () => boolean): Promise<number>;
+
+  /** Run now, then after each run's wait until {@link stop}. Legal once. */
+  start(): void {
+    this.current = this.tick();
+  }
+
+  /** Stop: no timer is left behind; resolves when the run under way (if any) has ended. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    await this.current;
+  }
+
+  private async tick(): Promise<void> {
+    const waitMs = await this.runOnce(() => !this.stopped);
+    if (this.stopped) return;
+    this.timer = setTimeout(() => {
+      this.current = this.tick();
+    }, waitMs);
+    this.timer.unref();
+  }
+}
