@@ -23,7 +23,8 @@ import {
 import { createFencedResource, type Engine, type Worker } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';
 import { nextEvent, useEngineTarget, type EngineTarget } from '../support/engine.js';
-import { eventsOfRun, rejectionOf } from './engine-rows.js';
+import { eventsOfRun } from './engine-rows.js';
+import { rejectionOf } from '../support/rejections.js';
 import { holdActivity, type HeldActivity, type HeldAttempt } from './held-activity.js';
 import {
   ADMIN_PATHS,
