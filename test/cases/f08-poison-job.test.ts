@@ -12,11 +12,11 @@
 import { describe, expect, it } from 'vitest';
 import type { RetryPolicy } from '@palisade/sdk';
 import { fixtureActivities } from '../fixtures/activities.js';
-import type { FixtureTimings, WorkerProcessConfig } from '../fixtures/worker-protocol.js';
-import { useEngineTarget } from '../support/engine.js';
-import { useFaultCase, waitUntil, type AttemptRecord, type FaultCase } from '../support/fault-case.js';
+import type { FixtureTimings } from '../fixtures/worker-protocol.js';
+import { waitUntil, type AttemptRecord, type FaultCase } from '../support/fault-case.js';
+import { heartbeatEvery, useProcessCase } from '../support/process-case.js';
 import { runRecords, type RunRecords } from '../support/run-records.js';
-import { useWorkerProcesses, type WorkerProcess } from '../support/worker-process.js';
+import type { WorkerProcess } from '../support/worker-process.js';
 
 const timings: FixtureTimings = {
   leaseMs: 2_000,
@@ -53,22 +53,18 @@ interface Supervisor {
 }
 
 describe('F08: a job that kills its worker is not retried forever', () => {
-  const target = useEngineTarget('postgres');
-  const processes = useWorkerProcesses();
-  const faults = useFaultCase(target);
-  const { poison, recordStep } = fixtureActivities(timings);
-
-  const config = (c: FaultCase, workerId: string): WorkerProcessConfig => ({
-    databaseUrl: c.databaseUrl,
-    schema: c.schema,
-    workerId,
+  const {
+    workers: processes,
+    faults,
+    config,
+  } = useProcessCase({
     timings,
-    heartbeatIntervalMs: HEARTBEAT_MS,
-    heartbeatTimeoutMs: HEARTBEAT_MS,
+    ...heartbeatEvery(HEARTBEAT_MS),
     pollIntervalMs: POLL_MS,
     concurrency: 4,
     poolSize: 3,
   });
+  const { poison, recordStep } = fixtureActivities(timings);
 
   async function supervise(c: FaultCase, db: RunRecords, size: number): Promise<Supervisor> {
     const crashes: Crash[] = [];
