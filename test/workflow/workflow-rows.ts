@@ -157,6 +157,23 @@ export function turnLog(worker: Worker): WorkerEventMap['turn:committed'][0][] {
   return log;
 }
 
+/**
+ * Resolve once `worker` has reported the turn that completed run `runId` (a `turn:committed` with outcome
+ * `completed` in `turns`, the log of {@link turnLog}): `result()` wakes on the commit's NOTIFY, which can arrive
+ * before the worker reports that commit.
+ */
+export function lastTurn(
+  worker: Worker | EventSource,
+  turns: readonly WorkerEventMap['turn:committed'][0][],
+  runId: string,
+): Promise<void> {
+  return until(
+    [worker],
+    () => turns.some((t) => t.runId === runId && t.outcome === 'completed'),
+    `the last turn of ${runId}`,
+  );
+}
+
 /** A promise with its resolve function outside. */
 export function deferred<T = void>(): { promise: Promise<T>; resolve: (value: T) => void } {
   let resolve!: (value: T) => void;
