@@ -94,16 +94,35 @@ describe('F08: a job that kills its worker is not retried forever', () => {
     };
   }
 
-  const shape = (attempts: AttemptRecord[]) =>
-    attempts.map((a) => [a.attempt, a.epoch, a.worker_id, a.outcome]);
-
-  it('counts each attempt at claim: three crashes, reclaims after the backoff, then the step fails naming the lost lease; 50 healthy runs complete', async () => {
+  /**
+   * A fresh case served by three supervised worker processes and one poison run enqueued; `body` runs, then the
+   * supervisor stops replacing workers.
+   */
+  async function withPoisonRun(
+    body: (run: {
+      c: FaultCase;
+      db: RunRecords;
+      supervisor: Supervisor;
+      handle: Awaited<ReturnType<FaultCase['engine']['client']['enqueue']>>;
+      runId: string;
+    }) => Promise<void>,
+  ): Promise<void> {
     const c = await faults.setUp();
     const db = runRecords(c.sql, c.schema);
     const supervisor = await supervise(c, db, 3);
     try {
       const handle = await c.engine.client.enqueue(poison, {}, { retry: POISON_RETRY });
-      const runId = handle.runId;
+      await body({ c, db, supervisor, handle, runId: handle.runId });
+    } finally {
+      await supervisor.stop();
+    }
+  }
+
+  const shape = (attempts: AttemptRecord[]) =>
+    attempts.map((a) => [a.attempt, a.epoch, a.worker_id, a.outcome]);
+
+  it('counts each attempt at claim: three crashes, reclaims after the backoff, then the step fails naming the lost lease; 50 healthy runs complete', async () => {
+    await withPoisonRun(async ({ c, supervisor, handle, runId }) => {
       const healthy = await Promise.all(
         Array.from({ length: HEALTHY_RUNS }, (_, i) =>
           c.engine.client.enqueue(recordStep, { step: `h${i}` }),
@@ -157,18 +176,11 @@ describe('F08: a job that kills its worker is not retried forever', () => {
       );
       expect(open?.n).toBe(0);
       expect(supervisor.crashes).toHaveLength(3);
-    } finally {
-      await supervisor.stop();
-    }
+    });
   });
 
   it('cancelled during its second attempt, the poison run ends cancelled with no further attempt', async () => {
-    const c = await faults.setUp();
-    const db = runRecords(c.sql, c.schema);
-    const supervisor = await supervise(c, db, 3);
-    try {
-      const handle = await c.engine.client.enqueue(poison, {}, { retry: POISON_RETRY });
-      const runId = handle.runId;
+    await withPoisonRun(async ({ c, db, supervisor, handle, runId }) => {
       // The second attempt has started (its executions row is committed) and its worker is dying.
       await waitUntil(
         () => c.db.executions(runId),
@@ -198,8 +210,6 @@ describe('F08: a job that kills its worker is not retried forever', () => {
       expect(await c.db.run(runId)).toMatchObject({ status: 'cancelled' });
       expect(await c.db.executions(runId)).toHaveLength(2);
       expect(supervisor.crashes.map((x) => x.signal)).toEqual(['SIGKILL', 'SIGKILL']);
-    } finally {
-      await supervisor.stop();
-    }
+    });
   });
 });
