@@ -13,7 +13,13 @@
  * a lease plus the poll interval.
  */
 import { describe, expect, it } from 'vitest';
-import { CRASH_TIMINGS, CRASH_TURN_LEASE_MS, sigkillAt, useCrashSuite } from '../support/crash-suite.js';
+import {
+  CRASH_TIMINGS,
+  CRASH_TURN_LEASE_MS,
+  expectReclaimedAfterExpiry,
+  sigkillAt,
+  useCrashSuite,
+} from '../support/crash-suite.js';
 import type { StepResult } from '../support/process-case.js';
 import {
   expectNeverUnownedLonger,
@@ -100,16 +106,11 @@ describe('issue 3: a worker killed mid-run; the run finishes on another worker',
     const output = await handle.result({ timeoutMs: 30_000 });
     const attempts = await expectFinishedWithoutReexecution(db, runId, output, { A: 'w1', B: 'w2', C: 'w2' });
 
-    const b = attempts.filter((a) => a.label === 'B');
-    expect(b.map((a) => [a.attempt, a.epoch, a.worker_id, a.outcome])).toEqual([
-      [1, 1, 'w1', 'lease_expired'],
-      [2, 2, 'w2', 'completed'],
-    ]);
-    const [b1, b2] = b as [RunAttempt, RunAttempt];
-    expect(b1.token).toBe(holding.attempt.token);
-    // Attempt 1's lease (its end, for an expired attempt) outlived the kill, and attempt 2 came only after it.
-    expect(b1.ended_at_ms).toBeGreaterThan(killedAtMs);
-    expect(b2.claimed_at_ms).toBeGreaterThanOrEqual(b1.ended_at_ms ?? Infinity);
+    const [b1, b2] = expectReclaimedAfterExpiry(attempts, 'B', {
+      reclaimedBy: 'w2',
+      heldToken: holding.attempt.token,
+      outlivedMs: killedAtMs,
+    });
     expect(
       (await db.executions(runId)).filter((e) => e.label === 'B').map((e) => [e.token, e.worker_id]),
     ).toEqual([
