@@ -9,11 +9,9 @@
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { keyedJob } from '../fixtures/flow-control-definitions.js';
-import type { FixtureTimings, WorkerProcessConfig } from '../fixtures/worker-protocol.js';
-import { useEngineTarget } from '../support/engine.js';
-import { useFaultCase } from '../support/fault-case.js';
+import type { FixtureTimings } from '../fixtures/worker-protocol.js';
 import { maxRunningPerKey, runningNowPerKey } from '../support/flow-audit.js';
-import { useWorkerProcesses } from '../support/worker-process.js';
+import { heartbeatEvery, useProcessCase } from '../support/process-case.js';
 
 const timings: FixtureTimings = { leaseMs: 5_000 };
 const EXTENSION = fileURLToPath(new URL('../fixtures/flow-control-definitions.ts', import.meta.url));
@@ -22,26 +20,19 @@ const PER_TENANT = 100;
 const LIMIT = 2;
 
 describe('issue 14: per-key concurrency across worker processes', () => {
-  const target = useEngineTarget('postgres');
-  const workers = useWorkerProcesses();
-  const faults = useFaultCase(target);
+  const { workers, faults, config } = useProcessCase({
+    timings,
+    ...heartbeatEvery(1_000),
+    pollIntervalMs: 200,
+    concurrency: 8,
+    // A small pool each: files run three at a time, and one of them may hold 64 connections (claim-race).
+    poolSize: 4,
+    extensionModule: EXTENSION,
+  });
 
   it('never runs more than the limit of a key at once across three processes, and completes every run once', async () => {
     const c = await faults.setUp();
     const job = keyedJob(timings);
-    const config = (workerId: string): WorkerProcessConfig => ({
-      databaseUrl: c.databaseUrl,
-      schema: c.schema,
-      workerId,
-      timings,
-      heartbeatIntervalMs: 1_000,
-      heartbeatTimeoutMs: 1_000,
-      pollIntervalMs: 200,
-      concurrency: 8,
-      // A small pool each: files run three at a time, and one of them may hold 64 connections (claim-race).
-      poolSize: 4,
-      extensionModule: EXTENSION,
-    });
     const handles = [];
     for (let t = 0; t < TENANTS; t++) {
       const tenant = `tenant-${t}`;
@@ -53,7 +44,7 @@ describe('issue 14: per-key concurrency across worker processes', () => {
         )),
       );
     }
-    const processes = await Promise.all(['w1', 'w2', 'w3'].map((id) => workers.spawn(config(id))));
+    const processes = await Promise.all(['w1', 'w2', 'w3'].map((id) => workers.spawn(config(c, id))));
     // Sample the steps table while the runs drain (its own reads; the audit below is the proof).
     let sampling = true;
     let mostSampled = 0;

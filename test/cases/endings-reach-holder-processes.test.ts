@@ -23,7 +23,6 @@ import { sql } from 'drizzle-orm';
 import postgres from '@palisade/engine/postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createEngine, type Engine } from '@palisade/engine';
-import { advanceClock } from '@palisade/engine/testing';
 import {
   PARKING_QUEUE,
   commandedActivity,
@@ -43,6 +42,7 @@ import {
   ADMIN_PATHS,
   EXPECTED_REASON,
   comebacksAfter,
+  takeAdminPath,
   type AdminPath,
   type Comeback,
 } from '../support/ending-paths.js';
@@ -153,39 +153,7 @@ describe('every ending reaches its holder in another worker process', () => {
     const runId = handle.runId;
     const h1 = await w1.waitFor('held:started', holding(runId));
 
-    switch (path) {
-      case 'retry-after-failure':
-        // H1's lease runs out by the database clock (not by W1's); expiry maintenance fails the step (no attempts
-        // left), the run fails, and the operator retries it: `compensate` is retired and scheduled again.
-        await advanceClock(engine, LEASE_MS + 1_000);
-        await expect(handle.result({ timeoutMs: 20_000 })).rejects.toMatchObject({ code: 'RUN_FAILED' });
-        await engine.client.retry(runId);
-        break;
-      case 'retry-after-cancel':
-        expect(await handle.cancel('operator')).toBe('running');
-        await expect(handle.result({ timeoutMs: 20_000 })).rejects.toMatchObject({ code: 'CANCELLED' });
-        await engine.client.retry(runId);
-        // The cancel left H1's lease running: only its end by the database clock lets the position be granted.
-        await advanceClock(engine, LEASE_MS + 1_000);
-        break;
-      case 'cancel':
-        expect(await handle.cancel('operator')).toBe('running');
-        await expect(handle.result({ timeoutMs: 20_000 })).rejects.toMatchObject({ code: 'CANCELLED' });
-        break;
-      case 'revoke': {
-        // What an operator's revoke does to a live attempt: a new token from the sequence, the lease ended now.
-        const [row] = await stepsAt(runId, 1);
-        await engine.database.rows(sql`
-          UPDATE ${engine.names.steps}
-             SET fencing_token = nextval(${`"${engine.schema}".fencing_token_seq`}::regclass),
-                 lease_expires_at = ${engine.names.now}, next_run_at = ${engine.names.now}
-           WHERE id = ${row?.id}::uuid`);
-        break;
-      }
-      case 'expiry':
-        await advanceClock(engine, LEASE_MS + 1_000);
-        break;
-    }
+    await takeAdminPath(engine, handle, path, { leaseMs: LEASE_MS });
     // Only now can W2 claim anything of the run; W1's one slot is still H1's.
     w2.command({ token: parked.attempt.token, action: 'complete', by: 'park' });
     await w2.waitFor('fixture:ended', (m) => m.attempt.token === parked.attempt.token);

@@ -13,24 +13,24 @@
  */
 import { describe, expect, it } from 'vitest';
 import { fixtureActivities, fixtureWorkflows } from '../fixtures/activities.js';
-import type { FixtureTimings, WorkerProcessConfig } from '../fixtures/worker-protocol.js';
-import { useEngineTarget } from '../support/engine.js';
-import { useFaultCase, type FaultCase } from '../support/fault-case.js';
+import type { FixtureTimings } from '../fixtures/worker-protocol.js';
+import type { FaultCase } from '../support/fault-case.js';
 import type { PaymentStub } from '../support/payment-stub.js';
-import { useWorkerProcesses, type WorkerProcess } from '../support/worker-process.js';
+import { SHORT_RETRY, heartbeatEvery, useProcessCase } from '../support/process-case.js';
+import type { WorkerProcess } from '../support/worker-process.js';
 
-const timings: FixtureTimings = {
-  leaseMs: 2_000,
-  // The reclaim backoff after an expiry is the retry interval: keep it short, and without jitter.
-  retry: { maximumAttempts: 3, initialIntervalMs: 100, jitter: 0 },
-};
+const timings: FixtureTimings = { leaseMs: 2_000, retry: SHORT_RETRY };
 const HEARTBEAT_MS = 500;
 const BLOCK_MS = 6_000;
 
 describe('F01: a zombie whose event loop was blocked past its lease', () => {
-  const target = useEngineTarget('postgres');
-  const workers = useWorkerProcesses();
-  const faults = useFaultCase(target);
+  const { workers, faults, config } = useProcessCase({
+    timings,
+    // Each heartbeat may take up to H (the engine's limit; the default is H/2), so a loaded machine does not
+    // make W2 lose its own 2 s lease.
+    ...heartbeatEvery(HEARTBEAT_MS),
+    pollIntervalMs: 100,
+  });
 
   /** W1 claims a `charge` run that blocks on its first epoch; W2 starts serving once W1 is blocked. */
   async function blockedClaim(where: 'main' | 'thread'): Promise<{
@@ -45,21 +45,9 @@ describe('F01: a zombie whose event loop was blocked past its lease', () => {
   }> {
     const c = await faults.setUp();
     const stub = await faults.paymentStub();
-    const config = (workerId: string): WorkerProcessConfig => ({
-      databaseUrl: c.databaseUrl,
-      schema: c.schema,
-      workerId,
-      timings,
-      paymentUrl: stub.url,
-      heartbeatIntervalMs: HEARTBEAT_MS,
-      // Each heartbeat may take up to H (the engine's limit; the default is H/2), so a loaded machine does not
-      // make W2 lose its own 2 s lease.
-      heartbeatTimeoutMs: HEARTBEAT_MS,
-      pollIntervalMs: 100,
-    });
     const [w1, w2] = await Promise.all([
-      workers.spawn(config('w1')),
-      workers.spawn({ ...config('w2'), deferStart: true }),
+      workers.spawn(config(c, 'w1', { paymentUrl: stub.url })),
+      workers.spawn(config(c, 'w2', { paymentUrl: stub.url, deferStart: true })),
     ]);
     const { chargeOnce } = fixtureWorkflows(fixtureActivities(timings));
     const handle = await c.engine.client.start(chargeOnce, {

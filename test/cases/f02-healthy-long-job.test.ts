@@ -15,14 +15,11 @@
 import { describe, expect, it } from 'vitest';
 import { fixtureActivities } from '../fixtures/activities.js';
 import type { FixtureTimings, WorkerProcessConfig } from '../fixtures/worker-protocol.js';
-import { useEngineTarget } from '../support/engine.js';
-import { useFaultCase, type FaultCase } from '../support/fault-case.js';
-import { useWorkerProcesses, type WorkerProcess } from '../support/worker-process.js';
+import type { FaultCase } from '../support/fault-case.js';
+import { SHORT_RETRY, useProcessCase } from '../support/process-case.js';
+import type { WorkerProcess } from '../support/worker-process.js';
 
-const timings: FixtureTimings = {
-  leaseMs: 3_000,
-  retry: { maximumAttempts: 3, initialIntervalMs: 100, jitter: 0 },
-};
+const timings: FixtureTimings = { leaseMs: 3_000, retry: SHORT_RETRY };
 const HEARTBEAT_MS = 1_000;
 const JOB_MS = 20_000;
 const CUT_MS = 1_500;
@@ -30,14 +27,7 @@ const CUT_MS = 1_500;
 const TEST_TIMEOUT_MS = 240_000;
 
 describe('F02: a healthy long job is not reclaimed', () => {
-  const target = useEngineTarget('postgres');
-  const workers = useWorkerProcesses();
-  const faults = useFaultCase(target);
-
-  const config = (c: FaultCase, workerId: string, databaseUrl: string): WorkerProcessConfig => ({
-    databaseUrl,
-    schema: c.schema,
-    workerId,
+  const { workers, faults, config } = useProcessCase({
     timings,
     heartbeatIntervalMs: HEARTBEAT_MS,
     pollIntervalMs: 100,
@@ -51,8 +41,8 @@ describe('F02: a healthy long job is not reclaimed', () => {
     w1Options: Partial<WorkerProcessConfig> = {},
   ): Promise<{ w1: WorkerProcess; w2: WorkerProcess; runId: string; t1: string; claimedWallMs: number }> {
     const [w1, w2] = await Promise.all([
-      workers.spawn({ ...config(c, 'w1', w1Url), ...w1Options }),
-      workers.spawn({ ...config(c, 'w2', c.databaseUrl), deferStart: true }),
+      workers.spawn(config(c, 'w1', { databaseUrl: w1Url, ...w1Options })),
+      workers.spawn(config(c, 'w2', { deferStart: true })),
     ]);
     const { awaitedIo } = fixtureActivities(timings);
     const { runId } = await c.engine.client.enqueue(awaitedIo, { totalMs, sliceMs: 250 });

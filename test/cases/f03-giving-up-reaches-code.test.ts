@@ -10,32 +10,15 @@
  */
 import { describe, expect, it } from 'vitest';
 import { fixtureActivities } from '../fixtures/activities.js';
-import type { FixtureTimings, WorkerProcessConfig } from '../fixtures/worker-protocol.js';
-import { useEngineTarget } from '../support/engine.js';
-import { useFaultCase, waitUntil, type FaultCase } from '../support/fault-case.js';
-import { useWorkerProcesses } from '../support/worker-process.js';
+import type { FixtureTimings } from '../fixtures/worker-protocol.js';
+import { waitUntil } from '../support/fault-case.js';
+import { useProcessCase } from '../support/process-case.js';
 
 /** Slack for one 100 ms slice plus IPC and scheduling on a loaded machine. */
 const STOP_WITHIN_MS = 400;
 
 describe('F03: giving up reaches the running code', () => {
-  const target = useEngineTarget('postgres');
-  const workers = useWorkerProcesses();
-  const faults = useFaultCase(target);
-
-  const config = (
-    c: FaultCase,
-    workerId: string,
-    timings: FixtureTimings,
-    extra: Partial<WorkerProcessConfig> = {},
-  ): WorkerProcessConfig => ({
-    databaseUrl: c.databaseUrl,
-    schema: c.schema,
-    workerId,
-    timings,
-    pollIntervalMs: 100,
-    ...extra,
-  });
+  const { workers, faults, config } = useProcessCase({ pollIntervalMs: 100 });
 
   it('(a) fires the signal at the start-to-close deadline; the code stops and attempt 2 starts after attempt 1 ended', async () => {
     // Default margin (L/3 at this lease): the signal fires ~0.67 s before the deadline, which leaves the
@@ -49,8 +32,8 @@ describe('F03: giving up reaches the running code', () => {
     const c = await faults.setUp();
     const extra = { heartbeatIntervalMs: heartbeatMs };
     const [w1, w2] = await Promise.all([
-      workers.spawn(config(c, 'w1', timings, extra)),
-      workers.spawn(config(c, 'w2', timings, extra)),
+      workers.spawn(config(c, 'w1', { timings, ...extra })),
+      workers.spawn(config(c, 'w2', { timings, ...extra })),
     ]);
     const { signalSlices } = fixtureActivities(timings);
     const handle = await c.engine.client.enqueue(signalSlices, { totalMs: 10_000 });
@@ -114,7 +97,7 @@ describe('F03: giving up reaches the running code', () => {
     };
     const c = await faults.setUp();
     const w1 = await workers.spawn(
-      config(c, 'w1', timings, { heartbeatIntervalMs: 500, leaseSafetyMarginMs: 200 }),
+      config(c, 'w1', { timings, heartbeatIntervalMs: 500, leaseSafetyMarginMs: 200 }),
     );
     const { signalSlices } = fixtureActivities(timings);
     const { runId } = await c.engine.client.enqueue(signalSlices, { totalMs: 2_000, honourSignal: false });
@@ -131,10 +114,10 @@ describe('F03: giving up reaches the running code', () => {
     const proxy = await faults.proxy();
     const [w1, w2] = await Promise.all([
       workers.spawn({
-        ...config(c, 'w1', timings, { heartbeatIntervalMs: 500 }),
+        ...config(c, 'w1', { timings, heartbeatIntervalMs: 500 }),
         databaseUrl: proxy.url(c.databaseUrl),
       }),
-      workers.spawn(config(c, 'w2', timings, { heartbeatIntervalMs: 500, deferStart: true })),
+      workers.spawn(config(c, 'w2', { timings, heartbeatIntervalMs: 500, deferStart: true })),
     ]);
     const { signalSlices } = fixtureActivities(timings);
     const handle = await c.engine.client.enqueue(signalSlices, { totalMs: 10_000 });

@@ -15,11 +15,10 @@
 import { describe, expect, it } from 'vitest';
 import { advanceClock } from '@palisade/engine/testing';
 import { fixtureActivities, fixtureWorkflows } from '../fixtures/activities.js';
-import type { FixtureTimings, WorkerProcessConfig } from '../fixtures/worker-protocol.js';
-import { useEngineTarget } from '../support/engine.js';
-import { useFaultCase, waitUntil, type FaultCase } from '../support/fault-case.js';
-import { runRecords, sampleRuns } from '../support/run-records.js';
-import { useWorkerProcesses, type WorkerProcess } from '../support/worker-process.js';
+import type { FixtureTimings } from '../fixtures/worker-protocol.js';
+import { waitUntil } from '../support/fault-case.js';
+import { SHORT_RETRY, sigkill, useProcessCase } from '../support/process-case.js';
+import { runRecords, sampleRuns, sleepStarted } from '../support/run-records.js';
 
 const FREEZE_MS = 5_000;
 /** How long before the due time the workers are frozen: room for the test's own polling on a loaded machine. */
@@ -27,39 +26,15 @@ const FREEZE_LEAD_MS = 1_500;
 const AMOUNT_CENTS = 700;
 
 describe('F06: a durable sleep holds no lease', () => {
-  const target = useEngineTarget('postgres');
-  const workers = useWorkerProcesses();
-  const faults = useFaultCase(target);
-
-  const config = (
-    c: FaultCase,
-    timings: FixtureTimings,
-    workerId: string,
-    extra: Partial<WorkerProcessConfig> = {},
-  ): WorkerProcessConfig => ({
-    databaseUrl: c.databaseUrl,
-    schema: c.schema,
-    workerId,
-    timings,
-    pollIntervalMs: 200,
-    ...extra,
-  });
-
-  async function kill(w: WorkerProcess): Promise<void> {
-    expect(w.kill('SIGKILL')).toBe(true);
-    expect(await w.exited).toMatchObject({ signal: 'SIGKILL' });
-  }
+  const { workers, faults, config } = useProcessCase({ pollIntervalMs: 200 });
 
   it('keeps the due time, holds no lease while asleep through kills, restarts and a freeze; B runs once', async () => {
-    const timings: FixtureTimings = {
-      leaseMs: 2_000,
-      retry: { maximumAttempts: 3, initialIntervalMs: 100, jitter: 0 },
-    };
+    const timings: FixtureTimings = { leaseMs: 2_000, retry: SHORT_RETRY };
     const sleepMs = 5_000;
     const c = await faults.setUp();
     const db = runRecords(c.sql, c.schema);
     const spawn = (id: string, deferStart: boolean) =>
-      workers.spawn(config(c, timings, id, { turnLeaseMs: 2_000, deferStart }));
+      workers.spawn(config(c, id, { timings, turnLeaseMs: 2_000, deferStart }));
     const [w1, w1b, w1c, w2, w3] = await Promise.all([
       spawn('w1', false),
       spawn('w1.2', true),
@@ -74,11 +49,7 @@ describe('F06: a durable sleep holds no lease', () => {
       amountCents: AMOUNT_CENTS,
     });
     const runId = handle.runId;
-    const [, timer] = await waitUntil(
-      () => db.steps(runId),
-      (steps) => steps[1]?.kind === 'timer',
-      { what: 'the sleep to start' },
-    );
+    const [, timer] = await sleepStarted(db, runId);
     const dueMs = timer?.next_run_at_ms ?? NaN;
     const sampler = sampleRuns(c.sql, c.schema, [runId]);
 
@@ -90,11 +61,11 @@ describe('F06: a durable sleep holds no lease', () => {
     // During the sleep: KILL and restart W1 twice, start W2 and W3. After each change the timer is unmoved.
     const dueTimes: (number | null)[] = [];
     const timerDue = async () => dueTimes.push((await db.steps(runId))[1]?.next_run_at_ms ?? null);
-    await kill(w1);
+    await sigkill(w1);
     await timerDue();
     await w1b.start();
     await timerDue();
-    await kill(w1b);
+    await sigkill(w1b);
     await timerDue();
     await w1c.start();
     await w2.start();
@@ -173,14 +144,12 @@ describe('F06: a durable sleep holds no lease', () => {
   it('gives 1,000 runs asleep at once exactly 1,000 executions of B, each once, through kills mid-sleep', async () => {
     const runs = 1_000;
     // Longer leases than above: the workers share two loaded cores with other tests, and B must keep attempt 1.
-    const timings: FixtureTimings = {
-      leaseMs: 5_000,
-      retry: { maximumAttempts: 3, initialIntervalMs: 100, jitter: 0 },
-    };
+    const timings: FixtureTimings = { leaseMs: 5_000, retry: SHORT_RETRY };
     const c = await faults.setUp();
     const spawn = (id: string, deferStart = false) =>
       workers.spawn(
-        config(c, timings, id, {
+        config(c, id, {
+          timings,
           turnLeaseMs: 5_000,
           concurrency: 20,
           workflowConcurrency: 20,
@@ -230,8 +199,7 @@ describe('F06: a durable sleep holds no lease', () => {
     expect(all?.now_ms).toBeLessThan(all?.first_due_ms ?? 0);
 
     // Kill a worker mid-sleep and start a fresh one in its place; the sleepers are untouched.
-    expect(w2.kill('SIGKILL')).toBe(true);
-    await w2.exited;
+    await sigkill(w2);
     await w3.start();
     const [afterKill] = await asleep();
     expect(afterKill).toMatchObject({ sleeping: runs, leased: 0, open: 0, first_due_ms: all?.first_due_ms });

@@ -16,75 +16,48 @@
  * "restart", so the bound on B's start measures the engine, not Node's start-up.
  */
 import { describe, expect, it } from 'vitest';
-import { fixtureActivities, fixtureWorkflows } from '../fixtures/activities.js';
-import type { FixtureTimings, WorkerProcessConfig } from '../fixtures/worker-protocol.js';
-import { useEngineTarget } from '../support/engine.js';
-import { useFaultCase, waitUntil, type FaultCase } from '../support/fault-case.js';
+import {
+  CRASH_TIMINGS,
+  expectReclaimedAfterExpiry,
+  sigkillAt,
+  useCrashSuite,
+} from '../support/crash-suite.js';
+import { waitUntil } from '../support/fault-case.js';
+import type { StepResult } from '../support/process-case.js';
 import {
   expectNeverUnownedLonger,
-  runRecords,
   sampleRuns,
+  sleepStarted,
   type RunAttempt,
   type RunRecords,
   type RunSampler,
 } from '../support/run-records.js';
-import { useWorkerProcesses, type WorkerProcess } from '../support/worker-process.js';
 
-const timings: FixtureTimings = {
-  leaseMs: 2_000,
-  // The reclaim backoff after an expiry is the retry interval: short, no jitter.
-  retry: { maximumAttempts: 3, initialIntervalMs: 100, jitter: 0 },
-};
 const POLL_MS = 500;
-const HEARTBEAT_MS = 500;
 const SLEEP_MS = 4_000;
 const HOLD_MS = 3_000;
 /** Slack for IPC, scheduling and query latency on a loaded two-core machine, added to every timing bound. */
 const MARGIN_MS = 2_000;
 
-type StepResult = { step: string; token: string; workerId: string };
-
 describe('F07: recovery after a crash is continuous', () => {
-  const target = useEngineTarget('postgres');
-  const workers = useWorkerProcesses();
-  const faults = useFaultCase(target);
-  const { stepsWithSleep } = fixtureWorkflows(fixtureActivities(timings));
-
-  const config = (c: FaultCase, workerId: string, deferStart = false): WorkerProcessConfig => ({
-    databaseUrl: c.databaseUrl,
-    schema: c.schema,
-    workerId,
-    timings,
-    heartbeatIntervalMs: HEARTBEAT_MS,
-    heartbeatTimeoutMs: HEARTBEAT_MS,
-    pollIntervalMs: POLL_MS,
-    turnLeaseMs: timings.leaseMs,
-    deferStart,
-  });
-
-  async function kill(db: RunRecords, w: WorkerProcess): Promise<number> {
-    expect(w.kill('SIGKILL')).toBe(true);
-    expect(await w.exited).toMatchObject({ signal: 'SIGKILL' });
-    return db.nowMs();
-  }
+  const {
+    setUpPair,
+    workflows: { stepsWithSleep },
+  } = useCrashSuite({ pollIntervalMs: POLL_MS });
 
   /** The sleep of `runId` has started: its timer's start and due time (DB clock). */
-  async function sleepStarted(
+  async function timerStarted(
     db: RunRecords,
     runId: string,
   ): Promise<{ startedAtMs: number; dueMs: number }> {
-    await waitUntil(
-      () => db.steps(runId),
-      (steps) => steps[1]?.kind === 'timer',
-      { what: 'the sleep to start' },
-    );
+    await sleepStarted(db, runId);
     const started = (await db.events(runId)).find((e) => e.type === 'timer:started');
     return { startedAtMs: started?.at_ms ?? NaN, dueMs: started?.due_at_ms ?? NaN };
   }
 
   /** No run sat unfinished with nothing holding it (no live lease, no pending timer) for > L + poll. */
   const expectNeverUnowned = (sampler: RunSampler) =>
-    expectNeverUnownedLonger(sampler, timings.leaseMs + POLL_MS);
+    expectNeverUnownedLonger(sampler, CRASH_TIMINGS.leaseMs + POLL_MS);
 
   /** A and B each completed; A has one execution and one attempt (never re-run); the output is theirs. */
   async function expectAOnce(db: RunRecords, runId: string, output: StepResult[]): Promise<RunAttempt[]> {
@@ -107,19 +80,14 @@ describe('F07: recovery after a crash is continuous', () => {
   }
 
   it('(a) resumes a run whose only worker was killed mid-sleep: B starts within a poll interval of the restart', async () => {
-    const c = await faults.setUp();
-    const db = runRecords(c.sql, c.schema);
-    const [w1, restarted] = await Promise.all([
-      workers.spawn(config(c, 'w1')),
-      workers.spawn(config(c, 'w1.2', true)),
-    ]);
+    const { c, db, w1, w2: restarted } = await setUpPair('w1', 'w1.2');
     const handle = await c.engine.client.start(stepsWithSleep, { sleepMs: SLEEP_MS, after: ['B'] });
     const runId = handle.runId;
     const sampler = sampleRuns(c.sql, c.schema, [runId]);
-    const { startedAtMs, dueMs } = await sleepStarted(db, runId);
+    const { startedAtMs, dueMs } = await timerStarted(db, runId);
 
     await waitUntil(db.nowMs, (now) => now >= startedAtMs + 1_000, { what: '1 s into the sleep' });
-    const killedAtMs = await kill(db, w1);
+    const killedAtMs = await sigkillAt(db, w1);
     expect(killedAtMs).toBeLessThan(dueMs);
     // Restart after the due time (the case restarts at 15 s of a 5 s sleep): nothing ran meanwhile.
     await waitUntil(db.nowMs, (now) => now >= dueMs + 1_000, { what: 'past the due time' });
@@ -144,12 +112,7 @@ describe('F07: recovery after a crash is continuous', () => {
   });
 
   it('(b) reclaims a long activity killed mid-way only after its lease expired: attempt 2 on the restarted worker', async () => {
-    const c = await faults.setUp();
-    const db = runRecords(c.sql, c.schema);
-    const [w1, restarted] = await Promise.all([
-      workers.spawn(config(c, 'w1')),
-      workers.spawn(config(c, 'w1.2', true)),
-    ]);
+    const { c, db, w1, w2: restarted } = await setUpPair('w1', 'w1.2');
     const handle = await c.engine.client.start(stepsWithSleep, {
       sleepMs: 100,
       after: ['B'],
@@ -160,7 +123,7 @@ describe('F07: recovery after a crash is continuous', () => {
     const holding = await w1.waitFor('fixture:holding', (m) => m.attempt.runId === runId);
     // Mid-way: the lease has been renewed at least once since the activity started holding.
     await w1.waitFor('heartbeat:sent', (m) => m.renewed > 0 && m.wallMs > holding.wallMs + 100);
-    const killedAtMs = await kill(db, w1);
+    const killedAtMs = await sigkillAt(db, w1);
     const restartAtMs = await db.nowMs();
     await restarted.start();
 
@@ -172,17 +135,13 @@ describe('F07: recovery after a crash is continuous', () => {
       ['B', 'completed', 1],
     ]);
     const attempts = await db.attempts(runId);
-    const a = attempts.filter((x) => x.label === 'A');
-    expect(a.map((x) => [x.attempt, x.epoch, x.worker_id, x.outcome])).toEqual([
-      [1, 1, 'w1', 'lease_expired'],
-      [2, 2, 'w1.2', 'completed'],
-    ]);
-    const [a1, a2] = a as [RunAttempt, RunAttempt];
-    expect(a1.token).toBe(holding.attempt.token);
     // The lease outlived both the kill and the restart; the reclaim came after it expired, promptly.
-    expect(a1.ended_at_ms).toBeGreaterThan(restartAtMs);
     expect(restartAtMs).toBeGreaterThanOrEqual(killedAtMs);
-    expect(a2.claimed_at_ms).toBeGreaterThanOrEqual(a1.ended_at_ms ?? Infinity);
+    const [a1, a2] = expectReclaimedAfterExpiry(attempts, 'A', {
+      reclaimedBy: 'w1.2',
+      heldToken: holding.attempt.token,
+      outlivedMs: restartAtMs,
+    });
     expect(a2.claimed_at_ms - (a1.ended_at_ms ?? NaN)).toBeLessThanOrEqual(POLL_MS + MARGIN_MS);
     expect(BigInt(a2.token)).toBeGreaterThan(BigInt(a1.token));
     // Both attempts started (one executions row each, under their own tokens); the second ran to the end.
@@ -202,15 +161,10 @@ describe('F07: recovery after a crash is continuous', () => {
   });
 
   it('(c) W2 finishes a run killed mid-sleep and one killed mid-activity; the killed worker never returns', async () => {
-    const c = await faults.setUp();
-    const db = runRecords(c.sql, c.schema);
-    const [w1, w2] = await Promise.all([
-      workers.spawn(config(c, 'w1')),
-      workers.spawn(config(c, 'w2', true)),
-    ]);
+    const { c, db, w1, w2 } = await setUpPair();
     // The sleeper first; once it sleeps, the long activity.
     const sleeper = await c.engine.client.start(stepsWithSleep, { sleepMs: SLEEP_MS, after: ['B'] });
-    const { startedAtMs, dueMs } = await sleepStarted(db, sleeper.runId);
+    const { startedAtMs, dueMs } = await timerStarted(db, sleeper.runId);
     const longJob = await c.engine.client.start(stepsWithSleep, {
       sleepMs: 100,
       after: ['B'],
@@ -223,7 +177,7 @@ describe('F07: recovery after a crash is continuous', () => {
     await waitUntil(db.nowMs, (now) => now >= startedAtMs + 1_000, { what: '1 s into the sleep' });
     await w2.start();
     expect(w1.all('fixture:ended', (m) => m.attempt.runId === longJob.runId)).toEqual([]); // still mid-way
-    const killedAtMs = await kill(db, w1);
+    const killedAtMs = await sigkillAt(db, w1);
     expect(killedAtMs).toBeLessThan(dueMs);
 
     const [sleptOutput, longJobOutput] = await Promise.all([

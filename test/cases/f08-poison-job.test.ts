@@ -12,11 +12,11 @@
 import { describe, expect, it } from 'vitest';
 import type { RetryPolicy } from '@palisade/sdk';
 import { fixtureActivities } from '../fixtures/activities.js';
-import type { FixtureTimings, WorkerProcessConfig } from '../fixtures/worker-protocol.js';
-import { useEngineTarget } from '../support/engine.js';
-import { useFaultCase, waitUntil, type AttemptRecord, type FaultCase } from '../support/fault-case.js';
+import type { FixtureTimings } from '../fixtures/worker-protocol.js';
+import { waitUntil, type AttemptRecord, type FaultCase } from '../support/fault-case.js';
+import { heartbeatEvery, useProcessCase } from '../support/process-case.js';
 import { runRecords, type RunRecords } from '../support/run-records.js';
-import { useWorkerProcesses, type WorkerProcess } from '../support/worker-process.js';
+import type { WorkerProcess } from '../support/worker-process.js';
 
 const timings: FixtureTimings = {
   leaseMs: 2_000,
@@ -53,22 +53,18 @@ interface Supervisor {
 }
 
 describe('F08: a job that kills its worker is not retried forever', () => {
-  const target = useEngineTarget('postgres');
-  const processes = useWorkerProcesses();
-  const faults = useFaultCase(target);
-  const { poison, recordStep } = fixtureActivities(timings);
-
-  const config = (c: FaultCase, workerId: string): WorkerProcessConfig => ({
-    databaseUrl: c.databaseUrl,
-    schema: c.schema,
-    workerId,
+  const {
+    workers: processes,
+    faults,
+    config,
+  } = useProcessCase({
     timings,
-    heartbeatIntervalMs: HEARTBEAT_MS,
-    heartbeatTimeoutMs: HEARTBEAT_MS,
+    ...heartbeatEvery(HEARTBEAT_MS),
     pollIntervalMs: POLL_MS,
     concurrency: 4,
     poolSize: 3,
   });
+  const { poison, recordStep } = fixtureActivities(timings);
 
   async function supervise(c: FaultCase, db: RunRecords, size: number): Promise<Supervisor> {
     const crashes: Crash[] = [];
@@ -98,16 +94,35 @@ describe('F08: a job that kills its worker is not retried forever', () => {
     };
   }
 
-  const shape = (attempts: AttemptRecord[]) =>
-    attempts.map((a) => [a.attempt, a.epoch, a.worker_id, a.outcome]);
-
-  it('counts each attempt at claim: three crashes, reclaims after the backoff, then the step fails naming the lost lease; 50 healthy runs complete', async () => {
+  /**
+   * A fresh case served by three supervised worker processes and one poison run enqueued; `body` runs, then the
+   * supervisor stops replacing workers.
+   */
+  async function withPoisonRun(
+    body: (run: {
+      c: FaultCase;
+      db: RunRecords;
+      supervisor: Supervisor;
+      handle: Awaited<ReturnType<FaultCase['engine']['client']['enqueue']>>;
+      runId: string;
+    }) => Promise<void>,
+  ): Promise<void> {
     const c = await faults.setUp();
     const db = runRecords(c.sql, c.schema);
     const supervisor = await supervise(c, db, 3);
     try {
       const handle = await c.engine.client.enqueue(poison, {}, { retry: POISON_RETRY });
-      const runId = handle.runId;
+      await body({ c, db, supervisor, handle, runId: handle.runId });
+    } finally {
+      await supervisor.stop();
+    }
+  }
+
+  const shape = (attempts: AttemptRecord[]) =>
+    attempts.map((a) => [a.attempt, a.epoch, a.worker_id, a.outcome]);
+
+  it('counts each attempt at claim: three crashes, reclaims after the backoff, then the step fails naming the lost lease; 50 healthy runs complete', async () => {
+    await withPoisonRun(async ({ c, supervisor, handle, runId }) => {
       const healthy = await Promise.all(
         Array.from({ length: HEALTHY_RUNS }, (_, i) =>
           c.engine.client.enqueue(recordStep, { step: `h${i}` }),
@@ -161,18 +176,11 @@ describe('F08: a job that kills its worker is not retried forever', () => {
       );
       expect(open?.n).toBe(0);
       expect(supervisor.crashes).toHaveLength(3);
-    } finally {
-      await supervisor.stop();
-    }
+    });
   });
 
   it('cancelled during its second attempt, the poison run ends cancelled with no further attempt', async () => {
-    const c = await faults.setUp();
-    const db = runRecords(c.sql, c.schema);
-    const supervisor = await supervise(c, db, 3);
-    try {
-      const handle = await c.engine.client.enqueue(poison, {}, { retry: POISON_RETRY });
-      const runId = handle.runId;
+    await withPoisonRun(async ({ c, db, supervisor, handle, runId }) => {
       // The second attempt has started (its executions row is committed) and its worker is dying.
       await waitUntil(
         () => c.db.executions(runId),
@@ -202,8 +210,6 @@ describe('F08: a job that kills its worker is not retried forever', () => {
       expect(await c.db.run(runId)).toMatchObject({ status: 'cancelled' });
       expect(await c.db.executions(runId)).toHaveLength(2);
       expect(supervisor.crashes.map((x) => x.signal)).toEqual(['SIGKILL', 'SIGKILL']);
-    } finally {
-      await supervisor.stop();
-    }
+    });
   });
 });

@@ -20,11 +20,10 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import type { RetryPolicy } from '@palisade/sdk';
 import { fixtureActivities } from '../fixtures/activities.js';
-import type { FixtureTimings, WorkerProcessConfig } from '../fixtures/worker-protocol.js';
-import { useEngineTarget } from '../support/engine.js';
-import { useFaultCase, waitUntil, type FaultCase } from '../support/fault-case.js';
+import type { FixtureTimings } from '../fixtures/worker-protocol.js';
+import { waitUntil } from '../support/fault-case.js';
 import { createFlakyService, type FlakyService } from '../support/flaky-service.js';
-import { useWorkerProcesses } from '../support/worker-process.js';
+import { heartbeatEvery, useProcessCase } from '../support/process-case.js';
 
 /**
  * Generous lease and heartbeat: on a loaded two-core machine a 2 s lease renewed every 0.5 s was seen to lapse
@@ -118,26 +117,17 @@ const spread = (values: readonly number[]): number => quantile(values, 0.9) - qu
 const round = (x: number): number => Math.round(x);
 
 describe('F09: no retry storms', () => {
-  const target = useEngineTarget('postgres');
-  const workers = useWorkerProcesses();
-  const faults = useFaultCase(target);
+  const { workers, faults, config } = useProcessCase({
+    timings,
+    ...heartbeatEvery(HEARTBEAT_MS),
+    pollIntervalMs: POLL_MS,
+    concurrency: 50,
+    poolSize: 6,
+  });
   const { stormCall, recordStep } = fixtureActivities(timings);
   const services: FlakyService[] = [];
   afterEach(async () => {
     await Promise.all(services.splice(0).map((s) => s.close()));
-  });
-
-  const config = (c: FaultCase, workerId: string, deferStart = false): WorkerProcessConfig => ({
-    databaseUrl: c.databaseUrl,
-    schema: c.schema,
-    workerId,
-    timings,
-    heartbeatIntervalMs: HEARTBEAT_MS,
-    heartbeatTimeoutMs: HEARTBEAT_MS,
-    pollIntervalMs: POLL_MS,
-    concurrency: 50,
-    poolSize: 6,
-    deferStart,
   });
 
   const ms = (column: string): string => `(extract(epoch FROM ${column}) * 1000)::float8`;
@@ -147,7 +137,9 @@ describe('F09: no retry storms', () => {
     const service = await createFlakyService({ outageMs: OUTAGE_MS });
     services.push(service);
     // Every run is due before any worker starts, so the first calls (and failures) come together.
-    const storm = await Promise.all(['w1', 'w2'].map((id) => workers.spawn(config(c, id, true))));
+    const storm = await Promise.all(
+      ['w1', 'w2'].map((id) => workers.spawn(config(c, id, { deferStart: true }))),
+    );
 
     const handles = await Promise.all(
       Array.from({ length: RUNS }, () =>
@@ -221,8 +213,8 @@ describe('F09: no retry storms', () => {
     const [w1, w2, fresh1, fresh2] = await Promise.all([
       workers.spawn(config(c, 'w1')),
       workers.spawn(config(c, 'w2')),
-      workers.spawn(config(c, 'w3', true)),
-      workers.spawn(config(c, 'w4', true)),
+      workers.spawn(config(c, 'w3', { deferStart: true })),
+      workers.spawn(config(c, 'w4', { deferStart: true })),
     ]);
     const handles = await Promise.all(
       Array.from({ length: IN_FLIGHT }, (_, i) =>

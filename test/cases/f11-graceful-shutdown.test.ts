@@ -14,17 +14,13 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import type { z } from 'zod';
 import { fixtureActivities } from '../fixtures/activities.js';
-import type { FixtureTimings, WorkerProcessConfig } from '../fixtures/worker-protocol.js';
-import { useEngineTarget } from '../support/engine.js';
-import { useFaultCase, waitUntil, type AttemptRecord, type FaultCase } from '../support/fault-case.js';
+import type { FixtureTimings } from '../fixtures/worker-protocol.js';
+import { waitUntil, type AttemptRecord, type FaultCase } from '../support/fault-case.js';
+import { SHORT_RETRY, heartbeatEvery, useProcessCase } from '../support/process-case.js';
 import { runRecords } from '../support/run-records.js';
-import { useWorkerProcesses, type WorkerProcess } from '../support/worker-process.js';
+import type { WorkerProcess } from '../support/worker-process.js';
 
-const timings: FixtureTimings = {
-  leaseMs: 4_000,
-  // The reclaim backoff after an expiry is the retry interval: short, no jitter.
-  retry: { maximumAttempts: 3, initialIntervalMs: 100, jitter: 0 },
-};
+const timings: FixtureTimings = { leaseMs: 4_000, retry: SHORT_RETRY };
 const HEARTBEAT_MS = 1_000;
 const POLL_MS = 500;
 const GRACE_MS = 2_000;
@@ -38,29 +34,14 @@ const MARGIN_MS = 1_500;
 type LongSlicesInput = z.input<ReturnType<typeof fixtureActivities>['longSlices']['input']>;
 
 describe('F11: graceful shutdown loses nothing and strands nothing', () => {
-  const target = useEngineTarget('postgres');
-  const workers = useWorkerProcesses();
-  const faults = useFaultCase(target);
-  const { longSlices, recordStep } = fixtureActivities(timings);
-
-  const config = (
-    c: FaultCase,
-    workerId: string,
-    deferStart = false,
-    graceMs = GRACE_MS,
-  ): WorkerProcessConfig => ({
-    databaseUrl: c.databaseUrl,
-    schema: c.schema,
-    workerId,
+  const { workers, faults, config } = useProcessCase({
     timings,
-    heartbeatIntervalMs: HEARTBEAT_MS,
-    heartbeatTimeoutMs: HEARTBEAT_MS,
+    ...heartbeatEvery(HEARTBEAT_MS),
     pollIntervalMs: POLL_MS,
     concurrency: 10,
     poolSize: 4,
-    shutdownGraceMs: graceMs,
-    deferStart,
   });
+  const { longSlices, recordStep } = fixtureActivities(timings);
 
   /**
    * W1 holds `cooperative` attempts that honour the signal and `ignoring` that do not, each started (its
@@ -79,8 +60,8 @@ describe('F11: graceful shutdown loses nothing and strands nothing', () => {
     results: Promise<unknown[]>;
   }> {
     const [w1, w2] = await Promise.all([
-      workers.spawn(config(c, 'w1', false, graceMs)),
-      workers.spawn(config(c, 'w2', true, graceMs)),
+      workers.spawn(config(c, 'w1', { shutdownGraceMs: graceMs })),
+      workers.spawn(config(c, 'w2', { shutdownGraceMs: graceMs, deferStart: true })),
     ]);
     const enqueue = (input: LongSlicesInput, n: number) =>
       Promise.all(Array.from({ length: n }, () => c.engine.client.enqueue(longSlices, input)));

@@ -13,67 +13,39 @@
  * a lease plus the poll interval.
  */
 import { describe, expect, it } from 'vitest';
-import { fixtureActivities, fixtureWorkflows } from '../fixtures/activities.js';
-import type { FixtureTimings, WorkerProcessConfig } from '../fixtures/worker-protocol.js';
-import { useEngineTarget } from '../support/engine.js';
-import { useFaultCase, waitUntil, type FaultCase } from '../support/fault-case.js';
+import {
+  CRASH_TIMINGS,
+  CRASH_TURN_LEASE_MS,
+  expectReclaimedAfterExpiry,
+  sigkillAt,
+  useCrashSuite,
+} from '../support/crash-suite.js';
+import type { StepResult } from '../support/process-case.js';
 import {
   expectNeverUnownedLonger,
-  runRecords,
   sampleRuns,
+  sleepStarted,
   type RunAttempt,
   type RunRecords,
 } from '../support/run-records.js';
-import { useWorkerProcesses, type WorkerProcess } from '../support/worker-process.js';
+import type { WorkerProcess } from '../support/worker-process.js';
 
-const timings: FixtureTimings = {
-  leaseMs: 2_000,
-  // The reclaim backoff after an expiry is the retry interval: short, no jitter.
-  retry: { maximumAttempts: 3, initialIntervalMs: 100, jitter: 0 },
-};
-const TURN_LEASE_MS = 2_000;
-const HEARTBEAT_MS = 500;
 const POLL_MS = 200;
 /** Long enough that the fault, not the end of the hold or block, ends it. */
 const FOREVER_MS = 60_000;
 /** Turns of a `steps-with-sleep` run up to the one that has seen B's result: A, the sleep, B, then C. */
 const TURN_AFTER_B = 4;
 
-type StepResult = { step: string; token: string; workerId: string };
-
 describe('issue 3: a worker killed mid-run; the run finishes on another worker', () => {
-  const target = useEngineTarget('postgres');
-  const workers = useWorkerProcesses();
-  const faults = useFaultCase(target);
-  const { stepsWithSleep } = fixtureWorkflows(fixtureActivities(timings));
-
-  const config = (c: FaultCase, workerId: string, deferStart = false): WorkerProcessConfig => ({
-    databaseUrl: c.databaseUrl,
-    schema: c.schema,
-    workerId,
-    timings,
-    heartbeatIntervalMs: HEARTBEAT_MS,
-    heartbeatTimeoutMs: HEARTBEAT_MS,
-    pollIntervalMs: POLL_MS,
-    turnLeaseMs: TURN_LEASE_MS,
-    deferStart,
-  });
-
-  async function setUp(): Promise<{ c: FaultCase; db: RunRecords; w1: WorkerProcess; w2: WorkerProcess }> {
-    const c = await faults.setUp();
-    const [w1, w2] = await Promise.all([
-      workers.spawn(config(c, 'w1')),
-      workers.spawn(config(c, 'w2', true)),
-    ]);
-    return { c, db: runRecords(c.sql, c.schema), w1, w2 };
-  }
+  const {
+    setUpPair: setUp,
+    workflows: { stepsWithSleep },
+  } = useCrashSuite({ pollIntervalMs: POLL_MS });
 
   /** W2 starts serving while W1 is still alive at its fault point; then W1 is SIGKILLed. @returns DB time of the kill. */
   async function killW1(db: RunRecords, w1: WorkerProcess, w2: WorkerProcess): Promise<number> {
     await w2.start();
-    expect(w1.kill('SIGKILL')).toBe(true);
-    expect(await w1.exited).toMatchObject({ signal: 'SIGKILL' });
-    return db.nowMs();
+    return sigkillAt(db, w1);
   }
 
   /**
@@ -134,16 +106,11 @@ describe('issue 3: a worker killed mid-run; the run finishes on another worker',
     const output = await handle.result({ timeoutMs: 30_000 });
     const attempts = await expectFinishedWithoutReexecution(db, runId, output, { A: 'w1', B: 'w2', C: 'w2' });
 
-    const b = attempts.filter((a) => a.label === 'B');
-    expect(b.map((a) => [a.attempt, a.epoch, a.worker_id, a.outcome])).toEqual([
-      [1, 1, 'w1', 'lease_expired'],
-      [2, 2, 'w2', 'completed'],
-    ]);
-    const [b1, b2] = b as [RunAttempt, RunAttempt];
-    expect(b1.token).toBe(holding.attempt.token);
-    // Attempt 1's lease (its end, for an expired attempt) outlived the kill, and attempt 2 came only after it.
-    expect(b1.ended_at_ms).toBeGreaterThan(killedAtMs);
-    expect(b2.claimed_at_ms).toBeGreaterThanOrEqual(b1.ended_at_ms ?? Infinity);
+    const [b1, b2] = expectReclaimedAfterExpiry(attempts, 'B', {
+      reclaimedBy: 'w2',
+      heldToken: holding.attempt.token,
+      outlivedMs: killedAtMs,
+    });
     expect(
       (await db.executions(runId)).filter((e) => e.label === 'B').map((e) => [e.token, e.worker_id]),
     ).toEqual([
@@ -155,7 +122,7 @@ describe('issue 3: a worker killed mid-run; the run finishes on another worker',
     expect(attempts.filter((a) => a.kind === 'activity' && a.label !== 'B').map((a) => a.attempt)).toEqual([
       1, 1,
     ]);
-    await expectNeverUnownedLonger(sampler, timings.leaseMs + POLL_MS);
+    await expectNeverUnownedLonger(sampler, CRASH_TIMINGS.leaseMs + POLL_MS);
   });
 
   it('(b) mid-turn: W2 replays the killed turn after its lease expired and schedules C; A and B run once', async () => {
@@ -198,16 +165,16 @@ describe('issue 3: a worker killed mid-run; the run finishes on another worker',
     ]);
     const killed = turns[TURN_AFTER_B - 1] as RunAttempt;
     const replay = turns[TURN_AFTER_B] as RunAttempt;
-    // The killed turn's lease ran from its claim for TURN_LEASE_MS, past the kill; the replay came after that.
-    expect(killed.claimed_at_ms + TURN_LEASE_MS).toBeGreaterThan(killedAtMs);
-    expect(replay.claimed_at_ms).toBeGreaterThanOrEqual(killed.claimed_at_ms + TURN_LEASE_MS);
+    // The killed turn's lease ran from its claim for CRASH_TURN_LEASE_MS, past the kill; the replay came after that.
+    expect(killed.claimed_at_ms + CRASH_TURN_LEASE_MS).toBeGreaterThan(killedAtMs);
+    expect(replay.claimed_at_ms).toBeGreaterThanOrEqual(killed.claimed_at_ms + CRASH_TURN_LEASE_MS);
     // W2's replay did not block (it is attempt 5): it committed the turn that scheduled C.
     expect(w2.all('fixture:turn-blocking')).toEqual([]);
     expect(w2.all('turn:committed', (m) => m.runId === runId).map((m) => m.outcome)).toEqual([
       'blocked',
       'completed',
     ]);
-    await expectNeverUnownedLonger(sampler, TURN_LEASE_MS + POLL_MS);
+    await expectNeverUnownedLonger(sampler, CRASH_TURN_LEASE_MS + POLL_MS);
   });
 
   it('(c) mid-sleep: W2 fires the timer at its due time and runs B and C; A runs once', async () => {
@@ -216,11 +183,7 @@ describe('issue 3: a worker killed mid-run; the run finishes on another worker',
     const handle = await c.engine.client.start(stepsWithSleep, { sleepMs, after: ['B', 'C'] });
     const runId = handle.runId;
     const sampler = sampleRuns(c.sql, c.schema, [runId]);
-    const [, timer] = await waitUntil(
-      () => db.steps(runId),
-      (steps) => steps[1]?.kind === 'timer',
-      { what: 'the sleep to start' },
-    );
+    const [, timer] = await sleepStarted(db, runId);
     const dueMs = timer?.next_run_at_ms ?? NaN;
     const killedAtMs = await killW1(db, w1, w2);
     // The kill was mid-sleep: before the due time, with no lease held by anyone.
@@ -259,6 +222,6 @@ describe('issue 3: a worker killed mid-run; the run finishes on another worker',
       'continued',
       'continued',
     ]);
-    await expectNeverUnownedLonger(sampler, timings.leaseMs + POLL_MS);
+    await expectNeverUnownedLonger(sampler, CRASH_TIMINGS.leaseMs + POLL_MS);
   });
 });

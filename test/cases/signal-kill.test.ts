@@ -8,51 +8,22 @@
  * reached it.
  */
 import { describe, expect, it } from 'vitest';
-import { fixtureActivities, fixtureWorkflows, goSignal } from '../fixtures/activities.js';
-import type { FixtureTimings, WorkerProcessConfig } from '../fixtures/worker-protocol.js';
-import { useEngineTarget } from '../support/engine.js';
-import { useFaultCase, type FaultCase } from '../support/fault-case.js';
-import { runRecords, type RunRecords } from '../support/run-records.js';
-import { useWorkerProcesses, type WorkerProcess } from '../support/worker-process.js';
+import { goSignal } from '../fixtures/activities.js';
+import type { FaultCase } from '../support/fault-case.js';
+import { useCrashSuite } from '../support/crash-suite.js';
+import { sigkill, type StepResult } from '../support/process-case.js';
+import type { RunRecords } from '../support/run-records.js';
+import type { WorkerProcess } from '../support/worker-process.js';
 
-const timings: FixtureTimings = {
-  leaseMs: 2_000,
-  retry: { maximumAttempts: 3, initialIntervalMs: 100, jitter: 0 },
-};
-const TURN_LEASE_MS = 2_000;
-const POLL_MS = 200;
 const FOREVER_MS = 60_000;
 /** Turns of a `signal-waiter` run up to the one that is handed the signal: A, the wait, the signal. */
 const TURN_WITH_SIGNAL = 3;
 
-type StepResult = { step: string; token: string; workerId: string };
-
 describe('signals: a worker killed while its run waits, or while it takes the signal', () => {
-  const target = useEngineTarget('postgres');
-  const workers = useWorkerProcesses();
-  const faults = useFaultCase(target);
-  const { signalWaiter } = fixtureWorkflows(fixtureActivities(timings));
-
-  const config = (c: FaultCase, workerId: string, deferStart = false): WorkerProcessConfig => ({
-    databaseUrl: c.databaseUrl,
-    schema: c.schema,
-    workerId,
-    timings,
-    heartbeatIntervalMs: 500,
-    heartbeatTimeoutMs: 500,
-    pollIntervalMs: POLL_MS,
-    turnLeaseMs: TURN_LEASE_MS,
-    deferStart,
-  });
-
-  async function setUp(): Promise<{ c: FaultCase; db: RunRecords; w1: WorkerProcess; w2: WorkerProcess }> {
-    const c = await faults.setUp();
-    const [w1, w2] = await Promise.all([
-      workers.spawn(config(c, 'w1')),
-      workers.spawn(config(c, 'w2', true)),
-    ]);
-    return { c, db: runRecords(c.sql, c.schema), w1, w2 };
-  }
+  const {
+    setUpPair: setUp,
+    workflows: { signalWaiter },
+  } = useCrashSuite({ pollIntervalMs: 200 });
 
   /** The run's waits as stored, and its signals: which wait took each. */
   async function signalRecords(c: FaultCase, runId: string) {
@@ -98,8 +69,7 @@ describe('signals: a worker killed while its run waits, or while it takes the si
     const handle = await c.engine.client.start(signalWaiter, {});
     const runId = handle.runId;
     expect(await waiting(w1, runId)).toMatchObject({ outcome: 'blocked' });
-    expect(w1.kill('SIGKILL')).toBe(true);
-    await w1.exited;
+    await sigkill(w1);
     // Waiting holds nothing: no live attempt, no turn lease.
     expect((await db.attempts(runId)).filter((a) => a.outcome === null)).toEqual([]);
     const [run] = await c.sql.unsafe<{ leased: boolean }[]>(
@@ -128,8 +98,7 @@ describe('signals: a worker killed while its run waits, or while it takes the si
     expect(before.signals).toEqual([{ name: 'go', step_id: null }]);
     expect(before.waits.map((w) => [w.status, w.delivered_seq])).toEqual([['scheduled', null]]);
     await w2.start();
-    expect(w1.kill('SIGKILL')).toBe(true);
-    await w1.exited;
+    await sigkill(w1);
     const output = await handle.result({ timeoutMs: 30_000 });
     await expectTakenOnce(c, db, runId, output);
     const turns = (await db.attempts(runId)).filter((a) => a.kind === 'turn');

@@ -306,44 +306,22 @@ describe('chaos checker', () => {
     const base = { workerId: 'w2', pid: 1 };
     const staleAttempt = { runId, stepId, attempt: 1, token: t1 };
     const later = Date.now() + 3_600_000; // after t1's lease expired
+    /** One phase of fenced write `seq` by the stale attempt, after its lease expired. */
+    const staleWrite = (phase: 'invoke' | 'ok' | 'fail', seq: number): ChildMessage => ({
+      type: 'chaos:op',
+      op: 'fenced-write',
+      phase,
+      seq,
+      attempt: staleAttempt,
+      ...base,
+      wallMs: later,
+    });
     const history: ChildMessage[] = [
       { type: 'attempt:completed', attempt, ...base, wallMs: Date.now() },
-      {
-        type: 'chaos:op',
-        op: 'fenced-write',
-        phase: 'invoke',
-        seq: 7,
-        attempt: staleAttempt,
-        ...base,
-        wallMs: later,
-      },
-      {
-        type: 'chaos:op',
-        op: 'fenced-write',
-        phase: 'ok',
-        seq: 7,
-        attempt: staleAttempt,
-        ...base,
-        wallMs: later,
-      },
-      {
-        type: 'chaos:op',
-        op: 'fenced-write',
-        phase: 'invoke',
-        seq: 8,
-        attempt: staleAttempt,
-        ...base,
-        wallMs: later,
-      },
-      {
-        type: 'chaos:op',
-        op: 'fenced-write',
-        phase: 'fail',
-        seq: 8,
-        attempt: staleAttempt,
-        ...base,
-        wallMs: later,
-      },
+      staleWrite('invoke', 7),
+      staleWrite('ok', 7),
+      staleWrite('invoke', 8),
+      staleWrite('fail', 8),
     ];
     const result = await checkScenario(sql, schema, history);
     expect(result.violations.ack).toBe(1);

@@ -21,6 +21,7 @@ import {
   isPalisadeError,
   type PalisadeErrorCode,
 } from '@palisade/sdk';
+import { OVERFLOWING_RETRY_POLICY } from '../fixtures/poison-cases.js';
 import { useEngineTarget } from '../support/engine.js';
 import { attemptsOf, gate, settle, stepOf, warmUp, workerEvent } from '../worker/helpers.js';
 
@@ -606,16 +607,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
     it('claims a step whose stored retry policy overflows the delay (a row from before the check) with its neighbours', async () => {
       const engine = await target.engine();
       const poisoned = await engine.client.enqueue(echo, { v: 'poisoned policy' });
-      const overflowing = {
-        initialIntervalMs: 2_592_000_000,
-        backoffCoefficient: 1e308,
-        maximumIntervalMs: 2_592_000_000_000,
-        maximumAttempts: 10,
-        nonRetryableErrorTypes: [],
-        jitter: 0.2,
-      };
       await engine.database.rows(sql`
-        UPDATE ${engine.names.steps} SET retry_policy = ${JSON.stringify(overflowing)}::jsonb
+        UPDATE ${engine.names.steps} SET retry_policy = ${JSON.stringify(OVERFLOWING_RETRY_POLICY)}::jsonb
          WHERE run_id = ${poisoned.runId}::uuid`);
       const neighbour = await engine.client.enqueue(healthy, { n: 1 });
       const worker = engine.worker({ activities: [echo, healthy] });

@@ -21,14 +21,15 @@ import {
   type RetryPolicy,
 } from '@palisade/sdk';
 import { createFencedResource, type Engine, type Worker } from '@palisade/engine';
-import { advanceClock } from '@palisade/engine/testing';
 import { nextEvent, useEngineTarget, type EngineTarget } from '../support/engine.js';
-import { eventsOfRun, rejectionOf } from './engine-rows.js';
+import { eventsOfRun } from './engine-rows.js';
+import { rejectionOf } from '../support/rejections.js';
 import { holdActivity, type HeldActivity, type HeldAttempt } from './held-activity.js';
 import {
   ADMIN_PATHS,
   EXPECTED_REASON,
   comebacksAfter,
+  takeAdminPath,
   type AdminPath,
   type Comeback,
 } from '../support/ending-paths.js';
@@ -145,42 +146,12 @@ async function scene(target: EngineTarget, path: AdminPath): Promise<Scene> {
   });
   const runId = handle.runId;
 
-  switch (path) {
-    case 'retry-after-failure': {
-      // H1's lease runs out by the database clock (not by H1's); expiry maintenance fails the step (no attempts
-      // left), the run fails, and an operator retries it: `compensate` is retired and scheduled again.
-      await advanceClock(engine, LEASE_MS + 1_000);
-      await expect(handle.result({ timeoutMs: 20_000 })).rejects.toMatchObject({ code: 'RUN_FAILED' });
-      await engine.client.retry(runId);
-      break;
-    }
-    case 'retry-after-cancel': {
-      expect(await handle.cancel('operator')).toBe('running');
-      await expect(handle.result({ timeoutMs: 20_000 })).rejects.toMatchObject({ code: 'CANCELLED' });
-      await engine.client.retry(runId);
-      // The position is not granted again while H1's lease (kept by the cancel) may still run.
-      await expect(held.next(300)).rejects.toThrow(/no attempt/);
-      await advanceClock(engine, LEASE_MS + 1_000);
-      break;
-    }
-    case 'cancel':
-      expect(await handle.cancel('operator')).toBe('running');
-      await expect(handle.result({ timeoutMs: 20_000 })).rejects.toMatchObject({ code: 'CANCELLED' });
-      return { engine, worker, held, runId, h1, h2: undefined };
-    case 'revoke': {
-      // What an operator's revoke does to a live attempt: a new token from the sequence, the lease ended now.
-      const [row] = await stepsAt(engine, runId, 1);
-      await engine.database.rows(sql`
-        UPDATE ${engine.names.steps}
-           SET fencing_token = nextval(${`"${engine.schema}".fencing_token_seq`}::regclass),
-               lease_expires_at = ${engine.names.now}, next_run_at = ${engine.names.now}
-         WHERE id = ${row?.id}::uuid`);
-      break;
-    }
-    case 'expiry':
-      await advanceClock(engine, LEASE_MS + 1_000);
-      break;
-  }
+  await takeAdminPath(engine, handle, path, {
+    leaseMs: LEASE_MS,
+    // The position is not granted again while H1's lease (kept by the cancel) may still run.
+    whileLeaseKept: () => expect(held.next(300)).rejects.toThrow(/no attempt/),
+  });
+  if (path === 'cancel') return { engine, worker, held, runId, h1, h2: undefined };
   const h2 = await held.next();
   return { engine, worker, held, runId, h1, h2 };
 }

@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { LeaseLostError } from '@palisade/sdk';
 import { createFencedResource, type FencedResource } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
-import { rejectionOf } from './engine-rows.js';
+import { rejectionOf } from '../support/rejections.js';
 
 const WRITERS = 24;
 

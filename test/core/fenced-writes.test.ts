@@ -42,6 +42,8 @@ interface Superseded {
   stale: HeldAttempt;
   /** Attempt 2, on w2, the current owner. */
   current: HeldAttempt;
+  /** The step row (as JSON text) once attempt 2 holds it, before any late write. */
+  before: string;
 }
 
 /** Attempt 1 runs on w1; its lease expires (time travel); w2 claims attempt 2. Both activities wait. */
@@ -63,7 +65,29 @@ async function supersededAttempt(
   const current = await held.next();
   expect(current.ctx.info.workerId).toBe('w2');
   expect(current.token).toBeGreaterThan(stale.token);
-  return { engine, held, w1, w2, runId: run.runId, stepId: stale.ctx.info.stepId, stale, current };
+  const stepId = stale.ctx.info.stepId;
+  const before = await stepRowJson(engine, stepId);
+  return { engine, held, w1, w2, runId: run.runId, stepId, stale, current, before };
+}
+
+/** The next `attempt:stale-rejected` of `worker`: the error its refused write raised. */
+function staleRejection(worker: Worker): Promise<{ error: LeaseLostError }> {
+  return nextEvent<{ error: LeaseLostError }>(worker.events, 'attempt:stale-rejected');
+}
+
+/**
+ * The late write of `operation` by `s.stale` was refused with `error` and left no trace but its one recorded
+ * rejection: the step row is as attempt 2 found it.
+ */
+async function expectRefused(s: Superseded, error: unknown, operation: string): Promise<void> {
+  expectSuperseded(error, operation, s);
+  expect(await stepRowJson(s.engine, s.stepId)).toBe(s.before);
+  expectOneRejection(
+    await eventsOfRun(s.engine, s.runId, 'attempt:stale-rejected'),
+    operation,
+    s.stale,
+    s.current.token,
+  );
 }
 
 /** The error a LeaseLostError must be for a write of `operation` by `stale` superseded by `current`. */
@@ -114,18 +138,10 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('rejects a heartbeat from a superseded attempt and poisons its context', async () => {
       const s = await supersededAttempt(target);
-      const before = await stepRowJson(s.engine, s.stepId);
 
       const error = await rejectionOf(s.stale.ctx.heartbeat({ page: 9 }));
 
-      expectSuperseded(error, 'heartbeat', s);
-      expect(await stepRowJson(s.engine, s.stepId)).toBe(before);
-      expectOneRejection(
-        await eventsOfRun(s.engine, s.runId, 'attempt:stale-rejected'),
-        'heartbeat',
-        s.stale,
-        s.current.token,
-      );
+      await expectRefused(s, error, 'heartbeat');
       expect(s.stale.ctx.signal.aborted).toBe(true);
       // Poisoned: later calls throw the same error without reaching the database.
       expect(await rejectionOf(s.stale.ctx.heartbeat())).toBe(error);
@@ -137,20 +153,12 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('rejects a completion from a superseded attempt; the successor’s result is the one recorded', async () => {
       const s = await supersededAttempt(target);
-      const before = await stepRowJson(s.engine, s.stepId);
-      const rejected = nextEvent<{ error: LeaseLostError }>(s.w1.events, 'attempt:stale-rejected');
+      const rejected = staleRejection(s.w1);
 
       s.stale.complete('zombie');
       const { error } = await rejected;
 
-      expectSuperseded(error, 'complete', s);
-      expect(await stepRowJson(s.engine, s.stepId)).toBe(before);
-      expectOneRejection(
-        await eventsOfRun(s.engine, s.runId, 'attempt:stale-rejected'),
-        'complete',
-        s.stale,
-        s.current.token,
-      );
+      await expectRefused(s, error, 'complete');
       s.current.complete('successor');
       await expect(
         s.engine.client.getHandle(s.runId).result({ timeoutMs: 10_000, pollIntervalMs: 100 }),
@@ -164,40 +172,24 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('rejects a failure from a superseded attempt', async () => {
       const s = await supersededAttempt(target);
-      const before = await stepRowJson(s.engine, s.stepId);
-      const rejected = nextEvent<{ error: LeaseLostError }>(s.w1.events, 'attempt:stale-rejected');
+      const rejected = staleRejection(s.w1);
 
       s.stale.fail(new Error('zombie failure'));
       const { error } = await rejected;
 
-      expectSuperseded(error, 'fail', s);
-      expect(await stepRowJson(s.engine, s.stepId)).toBe(before);
-      expectOneRejection(
-        await eventsOfRun(s.engine, s.runId, 'attempt:stale-rejected'),
-        'fail',
-        s.stale,
-        s.current.token,
-      );
+      await expectRefused(s, error, 'fail');
       expect(await eventsOfRun(s.engine, s.runId, 'attempt:failed')).toEqual([]);
     });
 
     it('rejects a release from a superseded attempt when its worker shuts down', async () => {
       const s = await supersededAttempt(target);
-      const before = await stepRowJson(s.engine, s.stepId);
-      const rejected = nextEvent<{ error: LeaseLostError }>(s.w1.events, 'attempt:stale-rejected');
+      const rejected = staleRejection(s.w1);
 
       // Stopping w1 aborts attempt 1 (reason shutdown); it stops, and w1 tries to hand the step back.
       await s.w1.stop({ graceMs: 0 });
       const { error } = await rejected;
 
-      expectSuperseded(error, 'release', s);
-      expect(await stepRowJson(s.engine, s.stepId)).toBe(before);
-      expectOneRejection(
-        await eventsOfRun(s.engine, s.runId, 'attempt:stale-rejected'),
-        'release',
-        s.stale,
-        s.current.token,
-      );
+      await expectRefused(s, error, 'release');
       expect(await eventsOfRun(s.engine, s.runId, 'attempt:released')).toEqual([]);
     });
 
@@ -217,18 +209,10 @@ for (const driver of ['postgres', 'pglite'] as const) {
         // While it owns the step, the same attempt's fenced writes commit.
         await expect(write(attempt, engine, 'while current')).resolves.toBe('while current');
       });
-      const before = await stepRowJson(s.engine, s.stepId);
 
       const error = await rejectionOf(write(s.stale, s.engine, 'zombie'));
 
-      expectSuperseded(error, 'fenced-transaction', s);
-      expect(await stepRowJson(s.engine, s.stepId)).toBe(before);
-      expectOneRejection(
-        await eventsOfRun(s.engine, s.runId, 'attempt:stale-rejected'),
-        'fenced-transaction',
-        s.stale,
-        s.current.token,
-      );
+      await expectRefused(s, error, 'fenced-transaction');
       await expect(write(s.current, s.engine, 'successor')).resolves.toBe('successor');
       const rows = await s.engine.database.rows<{ note: string; token: string }>(
         sql`SELECT note, token::text FROM ${ledger(s.engine)} ORDER BY token`,
@@ -384,7 +368,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(terminal.map((e) => e.type)).toEqual(['step:failed', 'run:failed']);
       // Expiry maintenance bumped the token: the last owner's late completion is refused, nothing changes.
       const before = await stepRowJson(engine, step.id);
-      const rejected = nextEvent<{ error: LeaseLostError }>(worker.events, 'attempt:stale-rejected');
+      const rejected = staleRejection(worker);
       second.complete('too late');
       const late = (await rejected).error;
       expect([late.code, late.staleToken, late.currentToken! > second.token]).toEqual([

@@ -20,7 +20,7 @@ import type { Engine, RunHandle } from '@palisade/engine';
 import { setFaultHook, unsafeTestTimings } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
 import { gate, recordingLogger, until } from '../worker/helpers.js';
-import { rejectionOf } from './engine-rows.js';
+import { rejectionOf } from '../support/rejections.js';
 import { holdActivity } from './held-activity.js';
 
 const STRESS_MS = Number(process.env.STRESS_MS ?? 60_000);

@@ -16,7 +16,7 @@ import { PalisadeError, defineActivity } from '@palisade/sdk';
 import { createEngine, loadMigrations, migrate } from '@palisade/engine';
 import { advanceClock, databaseNow } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { rejectionOf } from './engine-rows.js';
+import { rejectionOf } from '../support/rejections.js';
 
 const MIGRATORS = 10;
 const MIGRATOR_MAIN = fileURLToPath(new URL('../fixtures/migrator-main.ts', import.meta.url));

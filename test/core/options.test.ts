@@ -16,7 +16,7 @@ import { z } from 'zod';
 import { InvalidOptionsError, defineActivity, type ActivityDefinition } from '@palisade/sdk';
 import { createEngine, type Engine, type WorkerOptions } from '@palisade/engine';
 import { unsafeTestTimings } from '@palisade/engine/testing';
-import { rejectionOf } from './engine-rows.js';
+import { rejectionOf } from '../support/rejections.js';
 
 function activity(name: string, leaseMs: number): ActivityDefinition {
   return defineActivity({

@@ -10,7 +10,8 @@ import { ApplicationFailure, CancelledFailure, RunFailedError, defineActivity } 
 import type { Engine } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOfStep, eventsOfRun, rejectionOf, sqlState, stepOfRun, stepRowJson } from './engine-rows.js';
+import { attemptsOfStep, eventsOfRun, sqlState, stepOfRun, stepRowJson } from './engine-rows.js';
+import { rejectionOf } from '../support/rejections.js';
 import { holdActivity } from './held-activity.js';
 
 const LEASE_MS = 5 * 60_000;

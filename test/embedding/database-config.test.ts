@@ -11,8 +11,8 @@ import { pino } from 'pino';
 import postgres from '@palisade/engine/postgres';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createEngine, type Engine } from '@palisade/engine';
-import { PalisadeError } from '@palisade/sdk';
 import { useTestDatabase } from '../support/postgres.js';
+import { palisadeRejectionOf } from '../support/rejections.js';
 
 /** A pino logger at level info whose records are kept, parsed. */
 function capturingLogger(): { logger: pino.Logger; records: Record<string, unknown>[] } {
@@ -31,15 +31,6 @@ function withUrl(url: string, change: (u: URL) => void): string {
   const u = new URL(url);
   change(u);
   return u.toString();
-}
-
-async function rejectionOf(promise: Promise<unknown>): Promise<PalisadeError> {
-  const error = await promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  if (!(error instanceof PalisadeError)) throw new Error(`expected a PalisadeError, got ${String(error)}`);
-  return error;
 }
 
 const opened: Engine[] = [];
@@ -111,7 +102,7 @@ describe('which database createEngine() uses', () => {
 
   it('refuses a DATABASE_URL that is not a postgres:// URL, naming the variable', async () => {
     process.env.DATABASE_URL = 'mysql://root@localhost/app';
-    const error = await rejectionOf(createEngine());
+    const error = await palisadeRejectionOf(createEngine());
     expect(error.code).toBe('INVALID_OPTIONS');
     expect(error.message).toContain('DATABASE_URL: must start with postgres://');
   });
@@ -141,7 +132,9 @@ describe('a misused createEngine', () => {
     'refuses %s with INVALID_OPTIONS naming it, and leaves no connection open',
     async (_, given, path) => {
       const before = await backends();
-      const error = await rejectionOf(createEngine(given() as unknown as Parameters<typeof createEngine>[0]));
+      const error = await palisadeRejectionOf(
+        createEngine(given() as unknown as Parameters<typeof createEngine>[0]),
+      );
       expect(error.code).toBe('INVALID_OPTIONS');
       expect(error.message).toContain(`${path}: must be`);
       expect(await backends()).toBe(before);
@@ -153,7 +146,9 @@ describe('a database the engine cannot use', () => {
   const url = useTestDatabase();
 
   it('fails with DATABASE_UNAVAILABLE naming host, port and database when nothing listens', async () => {
-    const error = await rejectionOf(createEngine({ databaseUrl: 'postgres://postgres@127.0.0.1:1/appdb' }));
+    const error = await palisadeRejectionOf(
+      createEngine({ databaseUrl: 'postgres://postgres@127.0.0.1:1/appdb' }),
+    );
     expect(error.code).toBe('DATABASE_UNAVAILABLE');
     expect(error.message).toMatch(
       /^\[DATABASE_UNAVAILABLE\] cannot reach PostgreSQL at 127\.0\.0\.1:1 for database "appdb" \(127\.0\.0\.1:1\/appdb \(from databaseUrl\)\): ECONNREFUSED\. Start the server/,
@@ -163,7 +158,7 @@ describe('a database the engine cannot use', () => {
   it('fails with DATABASE_NOT_FOUND naming the database when it does not exist', async () => {
     const missing = withUrl(url(), (u) => (u.pathname = '/palisade_no_such_db'));
     process.env.DATABASE_URL = missing;
-    const error = await rejectionOf(createEngine());
+    const error = await palisadeRejectionOf(createEngine());
     const u = new URL(missing);
     expect(error.code).toBe('DATABASE_NOT_FOUND');
     expect(error.message).toContain(
@@ -177,7 +172,7 @@ describe('a database the engine cannot use', () => {
       u.username = 'palisade_no_such_role';
       u.password = 'wrong-pw';
     });
-    const error = await rejectionOf(createEngine({ databaseUrl: refused }));
+    const error = await palisadeRejectionOf(createEngine({ databaseUrl: refused }));
     expect(error.code).toBe('DATABASE_AUTH_FAILED');
     expect(error.message).toContain('refused the credentials of user "palisade_no_such_role" for database "');
     expect(error.message).not.toContain('wrong-pw');

@@ -5,9 +5,10 @@
  */
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { PalisadeError, defineActivity, defineWorkflow } from '@palisade/sdk';
+import { defineActivity, defineWorkflow } from '@palisade/sdk';
 import { setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
+import { palisadeRejectionOf } from '../support/rejections.js';
 
 const double = defineActivity({
   name: 'double',
@@ -23,15 +24,6 @@ const settle = defineWorkflow({
   run: async ({ n }, ctx) => ({ settled: (await ctx.run(double, { n })).doubled }),
 });
 
-async function rejectionOf(promise: Promise<unknown>): Promise<PalisadeError> {
-  const error = await promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  if (!(error instanceof PalisadeError)) throw new Error(`expected a PalisadeError, got ${String(error)}`);
-  return error;
-}
-
 /** A connection error as postgres.js reports one: what a reply lost after the COMMIT looks like to the client. */
 function lostReply(): Error {
   return Object.assign(new Error('write CONNECTION_CLOSED 127.0.0.1:5432'), { code: 'CONNECTION_CLOSED' });
@@ -45,7 +37,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const engine = await target.engine();
       const first = await engine.client.start(settle, { n: 1 }, { key: 'batch-1' });
       expect(first.created).toBe(true);
-      const error = await rejectionOf(engine.client.start(settle, { n: 2 }, { key: 'batch-1' }));
+      const error = await palisadeRejectionOf(engine.client.start(settle, { n: 2 }, { key: 'batch-1' }));
       expect(error.code).toBe('RUN_KEY_CONFLICT');
       expect(error.runId).toBe(first.runId);
       expect(error.message).toBe(

@@ -74,6 +74,7 @@ export interface StepRecord {
   row_text: string;
 }
 
+/** One claim of a step (an `attempts` row); times are epoch ms by the database clock. */
 export interface AttemptRecord {
   attempt: number;
   epoch: number;

@@ -6,6 +6,7 @@
  */
 import type postgres from '@palisade/engine/postgres';
 import { expect } from 'vitest';
+import { waitUntil, type AttemptRecord } from './fault-case.js';
 
 /** One step of a run. `label` is the `step` input of a `record-step` call (A, B, …), null for other kinds. */
 export interface RunStep {
@@ -24,17 +25,10 @@ export interface RunStep {
 }
 
 /** One claim of the run: a workflow turn (`kind = 'turn'`, no step) or an activity step. */
-export interface RunAttempt {
+export interface RunAttempt extends AttemptRecord {
   kind: 'turn' | 'activity';
   seq: number | null;
   label: string | null;
-  attempt: number;
-  epoch: number;
-  token: string;
-  worker_id: string;
-  outcome: string | null;
-  claimed_at_ms: number;
-  ended_at_ms: number | null;
 }
 
 /** One `executions` row (written fenced at the start of a `record-step` or `awaited-io` attempt). */
@@ -107,6 +101,18 @@ export function runRecords(sql: postgres.Sql, schema: string): RunRecords {
       return Number(row?.now_ms);
     },
   };
+}
+
+/**
+ * Wait until the sleep of a `steps-with-sleep` run (its second step) exists; resolves with the run's steps, the
+ * timer at index 1. Polls (the timer's creation is a row, not an event), bounded by `waitUntil`'s default.
+ */
+export function sleepStarted(db: RunRecords, runId: string): Promise<RunStep[]> {
+  return waitUntil(
+    () => db.steps(runId),
+    (steps) => steps[1]?.kind === 'timer',
+    { what: 'the sleep to start' },
+  );
 }
 
 /** What a run held at one instant, by the database clock. */

@@ -10,7 +10,7 @@ import {
 } from '@palisade/sdk';
 import type { Engine, Worker } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';
-import { useEngineTarget } from '../support/engine.js';
+import { useEngineTarget, type EngineTarget } from '../support/engine.js';
 import {
   aborted,
   attemptsOf,
@@ -63,6 +63,19 @@ async function expireFirstAttempt(
   await advanceClock(engine, 31_000);
   const { error } = await rejected;
   return { handle, ref, error };
+}
+
+/** A fresh engine with {@link firstAttemptAwaitsAbort}'s job and a worker (not started) heartbeating every 100 ms. */
+async function heartbeatingJob(target: EngineTarget) {
+  const { job, reasons } = firstAttemptAwaitsAbort();
+  const engine = await target.engine();
+  const worker = engine.worker({
+    activities: [job],
+    concurrency: 1,
+    pollIntervalMs: 20,
+    heartbeatIntervalMs: 100,
+  });
+  return { job, reasons, engine, worker };
 }
 
 for (const driver of ['postgres', 'pglite'] as const) {
@@ -142,14 +155,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
     });
 
     it('fires lease-lost from a background heartbeat once the lease expired by DB time, even with no new owner', async () => {
-      const { job, reasons } = firstAttemptAwaitsAbort();
-      const engine = await target.engine();
-      const worker = engine.worker({
-        activities: [job],
-        concurrency: 1,
-        pollIntervalMs: 20,
-        heartbeatIntervalMs: 100,
-      });
+      const { job, reasons, engine, worker } = await heartbeatingJob(target);
       const { handle, ref, error } = await expireFirstAttempt(engine, worker, job);
       // Expiry is final: the heartbeat does not revive the lease although nobody reclaimed it.
       expect(error).toMatchObject({ code: 'LEASE_LOST', reason: 'expired', currentToken: ref.token });
@@ -170,14 +176,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
     it('fires the signal although a listener of the worker events throws', async () => {
       // Worker events are emitted in the middle of the engine's own work: `attempt:stale-rejected` and
       // `attempt:aborted` just before the AbortSignal fires. A listener's bug must not keep the zombie running.
-      const { job, reasons } = firstAttemptAwaitsAbort();
-      const engine = await target.engine();
-      const worker = engine.worker({
-        activities: [job],
-        concurrency: 1,
-        pollIntervalMs: 20,
-        heartbeatIntervalMs: 100,
-      });
+      const { job, reasons, engine, worker } = await heartbeatingJob(target);
       for (const event of ['attempt:stale-rejected', 'attempt:aborted', 'heartbeat:sent'] as const) {
         worker.events.on(event, () => {
           throw new Error(`listener of ${event} fails`);

@@ -7,11 +7,12 @@
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { PalisadeError, ValidationError, defineActivity, defineWorkflow } from '@palisade/sdk';
+import { ValidationError, defineActivity, defineWorkflow } from '@palisade/sdk';
 import { BULK_START_LIMITS, type Engine, type Worker } from '@palisade/engine';
 import { setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { settle, warmUp } from './helpers.js';
+import { warmUp } from './helpers.js';
+import { palisadeRejectionOf } from '../support/rejections.js';
 
 const double = defineActivity({
   name: 'double',
@@ -76,14 +77,6 @@ function eventCount(
     }
     emitter.on(name, handler);
   });
-}
-
-async function rejectionOf(promise: Promise<unknown>): Promise<PalisadeError> {
-  const outcome = await settle(promise);
-  if (outcome.ok) throw new Error('expected a rejection');
-  if (!(outcome.error instanceof PalisadeError))
-    throw new Error(`expected a PalisadeError: ${String(outcome.error)}`);
-  return outcome.error;
 }
 
 for (const driver of ['postgres', 'pglite'] as const) {
@@ -205,7 +198,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const engine = await target.engine();
       const existing = await engine.client.enqueue(double, { n: 1 }, { key: 'a' });
 
-      const clash = await rejectionOf(
+      const clash = await palisadeRejectionOf(
         engine.client.enqueueMany(double, [{ n: 5 }, { n: 6 }], { keys: ['c', 'a'] }),
       );
       expect(clash.code).toBe('RUN_KEY_CONFLICT');
@@ -216,7 +209,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
           "new work, or pass onConflict: 'use-existing' to get a handle to that run.",
       );
 
-      const within = await rejectionOf(
+      const within = await palisadeRejectionOf(
         engine.client.startMany(settleOrder, [{ n: 7 }, { n: 8 }, { n: 9 }], { keys: ['d', undefined, 'd'] }),
       );
       expect(within.code).toBe('RUN_KEY_CONFLICT');
@@ -251,7 +244,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const keys = Array.from({ length: count }, (_, k) => (k === 2_400 ? 'taken' : undefined));
       const inputs = Array.from({ length: count }, (_, n) => ({ n }));
 
-      const clash = await rejectionOf(engine.client.enqueueMany(double, inputs, { keys }));
+      const clash = await palisadeRejectionOf(engine.client.enqueueMany(double, inputs, { keys }));
       expect(clash.code).toBe('RUN_KEY_CONFLICT');
       expect(clash.runId).toBe(existing.runId);
       expect(clash.message).toContain('key "taken" of inputs[2400] already started run');
@@ -260,7 +253,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(await countOf(engine, 'steps')).toBe(1);
       expect(await countOf(engine, 'runEvents')).toBe(1);
 
-      const workflowClash = await rejectionOf(
+      const workflowClash = await palisadeRejectionOf(
         engine.client.startMany(settleOrder, inputs, {
           keys: inputs.map((_, i) => (i === 2_000 || i === 2_499 ? 'w' : undefined)),
         }),
@@ -271,7 +264,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
       // A key of the first statement repeated with another input in the last names the input, not a run that the
       // refusal rolled back.
-      const acrossStatements = await rejectionOf(
+      const acrossStatements = await palisadeRejectionOf(
         engine.client.startMany(settleOrder, inputs, {
           keys: inputs.map((_, i) => (i === 5 || i === 2_450 ? 'v' : undefined)),
         }),
@@ -294,13 +287,13 @@ for (const driver of ['postgres', 'pglite'] as const) {
       // Index 1,500 is in the second statement: the first is not written either.
       const inputs: { n: unknown }[] = Array.from({ length: 1_600 }, (_, n) => ({ n }));
       inputs[1_500] = { n: 'x' };
-      const bad = await rejectionOf(engine.client.enqueueMany(double, inputs as { n: number }[]));
+      const bad = await palisadeRejectionOf(engine.client.enqueueMany(double, inputs as { n: number }[]));
       expect(bad).toBeInstanceOf(ValidationError);
       expect(bad.code).toBe('VALIDATION_FAILED');
       expect(bad.message).toMatch(/^\[VALIDATION_FAILED\] inputs\[1500\] of activity double is invalid: n: /);
       expect((bad as ValidationError).issues[0]?.path).toBe('n');
 
-      const notJson = await rejectionOf(
+      const notJson = await palisadeRejectionOf(
         engine.client.enqueueMany(
           defineActivity({
             name: 'raw',
@@ -316,24 +309,24 @@ for (const driver of ['postgres', 'pglite'] as const) {
         /^\[VALIDATION_FAILED\] inputs\[1\] of activity raw is invalid: when: /,
       );
 
-      const keys = await rejectionOf(
+      const keys = await palisadeRejectionOf(
         engine.client.enqueueMany(double, [{ n: 1 }, { n: 2 }], { keys: ['a'] }),
       );
       expect(keys.code).toBe('INVALID_OPTIONS');
       expect(keys.message).toContain('keys: must hold one key (or undefined) per input: 2 inputs, 1 keys');
 
-      const badKey = await rejectionOf(
+      const badKey = await palisadeRejectionOf(
         engine.client.startMany(settleOrder, [{ n: 1 }, { n: 2 }], { keys: ['ok', 'k\u0000'] }),
       );
       expect(badKey.code).toBe('INVALID_OPTIONS');
       expect(badKey.message).toContain('keys.1: must be storable text');
 
-      const single = await rejectionOf(
+      const single = await palisadeRejectionOf(
         engine.client.enqueueMany(double, [{ n: 1 }], { key: 'one' } as never),
       );
       expect(single.code).toBe('INVALID_OPTIONS');
 
-      const notArray = await rejectionOf(engine.client.enqueueMany(double, { n: 1 } as never));
+      const notArray = await palisadeRejectionOf(engine.client.enqueueMany(double, { n: 1 } as never));
       expect(notArray.message).toContain('inputs: must be an array');
 
       expect(await countOf(engine, 'runs')).toBe(0);

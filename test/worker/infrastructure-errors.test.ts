@@ -23,23 +23,29 @@ function writeRetries(records: readonly LogRecord[], operation: string): LogReco
   return records.filter((r) => r.msg === 'attempt:write-retry' && r.operation === operation);
 }
 
+/** An activity `job` that counts its runs and returns `{ ok: true }` once `resume` is opened. */
+function gatedJob() {
+  const resume = gate();
+  let count = 0;
+  const job = defineActivity({
+    name: 'job',
+    input: z.object({}),
+    output: z.object({ ok: z.literal(true) }),
+    async run() {
+      count++;
+      await resume.promise;
+      return { ok: true as const };
+    },
+  });
+  return { job, resume, runs: () => count };
+}
+
 // Killing server backends needs a second connection: PostgreSQL only.
 describe('infrastructure errors on postgres never consume an attempt', () => {
   const target = useEngineTarget('postgres');
 
   it('keeps running attempt 1 when every backend of the worker is terminated, and completes it once', async () => {
-    const resume = gate();
-    let runs = 0;
-    const job = defineActivity({
-      name: 'job',
-      input: z.object({}),
-      output: z.object({ ok: z.literal(true) }),
-      async run() {
-        runs++;
-        await resume.promise;
-        return { ok: true as const };
-      },
-    });
+    const { job, resume, runs } = gatedJob();
     const engine = await target.engine();
     const admin = target.sql();
     const worker = engine.worker({ activities: [job], pollIntervalMs: 50, heartbeatIntervalMs: 200 });
@@ -60,7 +66,7 @@ describe('infrastructure errors on postgres never consume an attempt', () => {
 
     resume.open();
     await expect(handle.result({ timeoutMs: 10_000 })).resolves.toEqual({ ok: true });
-    expect(runs).toBe(1);
+    expect(runs()).toBe(1);
     expect(aborts).toEqual([]);
     expect(await stepOf(engine, handle.runId)).toMatchObject({ status: 'completed', attempt: 1, epoch: 1 });
     expect((await attemptsOf(engine, handle.runId)).map((a) => [a.attempt, a.outcome])).toEqual([
@@ -69,18 +75,7 @@ describe('infrastructure errors on postgres never consume an attempt', () => {
   });
 
   it('retries a completion whose backend was terminated mid-statement instead of re-running the activity', async () => {
-    const resume = gate();
-    let runs = 0;
-    const job = defineActivity({
-      name: 'job',
-      input: z.object({}),
-      output: z.object({ ok: z.literal(true) }),
-      async run() {
-        runs++;
-        await resume.promise;
-        return { ok: true as const };
-      },
-    });
+    const { job, resume, runs } = gatedJob();
     const { logger, records } = recordingLogger();
     const engine = await target.engine({ logger });
     const admin = target.sql();
@@ -116,7 +111,7 @@ describe('infrastructure errors on postgres never consume an attempt', () => {
     });
 
     await expect(handle.result({ timeoutMs: 10_000 })).resolves.toEqual({ ok: true });
-    expect(runs).toBe(1);
+    expect(runs()).toBe(1);
     const retries = writeRetries(records, 'complete');
     expect(retries.length).toBeGreaterThanOrEqual(1);
     expect(codesOf(retries[0]!.err).some(isTerminationCode)).toBe(true);

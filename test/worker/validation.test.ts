@@ -10,20 +10,22 @@ const invoice = z.object({
   lines: z.array(z.object({ sku: z.string(), amountCents: z.number().int().positive() })),
 });
 
+/** An activity that takes an invoice and does nothing with it: what the validation tests enqueue. */
+const bill = defineActivity({
+  name: 'bill',
+  input: invoice,
+  output: z.object({}),
+  run() {
+    return Promise.resolve({});
+  },
+});
+
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`input and output validation on ${driver}`, () => {
     const target = useEngineTarget(driver);
     warmUp(target);
 
     it('refuses to enqueue bad input with a ValidationError naming the activity and field path, storing nothing', async () => {
-      const bill = defineActivity({
-        name: 'bill',
-        input: invoice,
-        output: z.object({}),
-        run() {
-          return Promise.resolve({});
-        },
-      });
       const engine = await target.engine();
       const bad = {
         invoiceId: 'inv-1',
@@ -72,14 +74,6 @@ for (const driver of ['postgres', 'pglite'] as const) {
     });
 
     it('refuses bad enqueue options with an InvalidOptionsError naming the option', async () => {
-      const bill = defineActivity({
-        name: 'bill',
-        input: invoice,
-        output: z.object({}),
-        run() {
-          return Promise.resolve({});
-        },
-      });
       const engine = await target.engine();
       const outcome = await settle(
         engine.client.enqueue(bill, { invoiceId: 'inv-2', lines: [] }, { priority: 1.5, queue: 'no spaces' }),

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { ActivityFailure, ApplicationFailure, defineActivity, defineWorkflow } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, deferred, stepsOf, turnLog, until, warmUp } from './workflow-rows.js';
+import { attemptsOf, deferred, stepsOf, turnLog, lastTurn, until, warmUp } from './workflow-rows.js';
 
 const num = z.object({ n: z.number() });
 
@@ -40,11 +40,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const handle = await engine.client.start(chain, { n: 1 });
       await expect(handle.result({ timeoutMs: 15_000 })).resolves.toEqual({ total: 211 });
       // result() wakes on the NOTIFY of the commit, which can arrive before the worker reports that commit.
-      await until(
-        [worker],
-        () => turns.some((t) => t.runId === handle.runId && t.outcome === 'completed'),
-        'the last turn',
-      );
+      await lastTurn(worker, turns, handle.runId);
 
       // Every completed step was replayed by every later turn, yet each activity ran exactly once.
       expect(executions).toEqual([1, 20, 210]);

@@ -14,7 +14,7 @@ import { z } from 'zod';
 import { defineActivity, defineWorkflow } from '@palisade/sdk';
 import { useEngineTarget, type EngineTarget } from '../support/engine.js';
 import { until as poll } from '../worker/helpers.js';
-import { attemptsOf, deferred, turnLog, until } from './workflow-rows.js';
+import { attemptsOf, deferred, turnLog, lastTurn, until } from './workflow-rows.js';
 import { add, counter } from './counter-workflow.js';
 
 const double = defineActivity({
@@ -49,11 +49,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await worker.start();
       const handle = await engine.client.start(counter, { steps: 12 });
       await expect(handle.result({ timeoutMs: 60_000 })).resolves.toEqual({ n: 12 });
-      await until(
-        [worker],
-        () => turns.some((t) => t.runId === handle.runId && t.outcome === 'completed'),
-        'end',
-      );
+      await lastTurn(worker, turns, handle.runId);
 
       const mine = turns.filter((t) => t.runId === handle.runId);
       expect(mine).toHaveLength(13);
@@ -90,11 +86,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await workflows.start();
       const handle = await engine.client.start(counter, { steps: 4 });
       await expect(handle.result({ timeoutMs: 60_000 })).resolves.toEqual({ n: 4 });
-      await until(
-        [workflows],
-        () => turns.some((t) => t.runId === handle.runId && t.outcome === 'completed'),
-        'end',
-      );
+      await lastTurn(workflows, turns, handle.runId);
       // The first turn by start() (eager start: the workflow worker is in the engine); then every turn is claimed,
       // since the completions run on a worker that does not run the workflow's turns.
       expect(turns.filter((t) => t.runId === handle.runId).map((t) => t.grant)).toEqual([
@@ -328,11 +320,7 @@ describe('eager turns whose grant missed a writer of the run row, on postgres', 
     await lock.release();
     await wrote;
     await expect(handle.result({ timeoutMs: 60_000 })).resolves.toEqual({ n: 2 });
-    await until(
-      [worker],
-      () => turns.some((t) => t.runId === handle.runId && t.outcome === 'completed'),
-      'end',
-    );
+    await lastTurn(worker, turns, handle.runId);
 
     // The completion's grant could not carry the news (its snapshot predates the other write of the run row); the worker read the news on its own and continued the kept instance, as it did on the last turn.
     const mine = turns.filter((t) => t.runId === handle.runId);
@@ -404,11 +392,7 @@ describe('eager turns whose grant missed a writer of the run row, on postgres', 
     await lock.waiting(2);
     await lock.release();
     await expect(handle.result({ timeoutMs: 60_000 })).resolves.toBe(4);
-    await until(
-      [main],
-      () => turns.some((t) => t.runId === handle.runId && t.outcome === 'completed'),
-      'end',
-    );
+    await lastTurn(main, turns, handle.runId);
 
     // Every turn after the first continued the instance `main` kept; none read the whole history. (The second
     // turn is the eager one `left`'s completion claimed, unless a loaded machine had it handed back and claimed

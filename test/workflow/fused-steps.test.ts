@@ -15,7 +15,7 @@ import { CancelledFailure, defineActivity, defineWorkflow } from '@palisade/sdk'
 import type { Engine } from '@palisade/engine';
 import { setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, deferred, stepsOf, turnLog, until } from './workflow-rows.js';
+import { attemptsOf, deferred, stepsOf, turnLog, lastTurn, until } from './workflow-rows.js';
 import { add, counter } from './counter-workflow.js';
 import { cancelWhileTurnRuns } from './cancel-race.js';
 
@@ -114,11 +114,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await worker.start();
       const handle = await engine.client.start(counter, { steps: 12 });
       await expect(handle.result({ timeoutMs: 60_000 })).resolves.toEqual({ n: 12 });
-      await until(
-        [worker],
-        () => turns.some((t) => t.runId === handle.runId && t.outcome === 'completed'),
-        'end',
-      );
+      await lastTurn(worker, turns, handle.runId);
 
       const mine = turns.filter((t) => t.runId === handle.runId);
       // The first turn by start() (eager start), every later one fused with the completion of the step before.
@@ -167,11 +163,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         await worker.start();
         const handle = await engine.client.start(keyOrder, {});
         const result = await handle.result({ timeoutMs: 60_000 });
-        await until(
-          [worker],
-          () => turns.some((t) => t.runId === handle.runId && t.outcome === 'completed'),
-          'end',
-        );
+        await lastTurn(worker, turns, handle.runId);
         await worker.stop();
         return { result, grants: turns.filter((t) => t.runId === handle.runId).map((t) => t.grant) };
       };

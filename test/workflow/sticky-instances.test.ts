@@ -10,7 +10,7 @@ import { defineActivity, defineWorkflow } from '@palisade/sdk';
 import type { Engine, Worker, WorkerEventMap } from '@palisade/engine';
 import { setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, stepsOf, turnLog, until } from './workflow-rows.js';
+import { attemptsOf, stepsOf, turnLog, lastTurn, until } from './workflow-rows.js';
 import { aborted } from '../worker/helpers.js';
 
 type TurnEvent = WorkerEventMap['turn:committed'][0];
@@ -71,11 +71,7 @@ describe('sticky workflow instances on postgres', () => {
     await worker.start();
     const handle = await engine.client.start(counter, { steps: 200 });
     await expect(handle.result({ timeoutMs: 120_000 })).resolves.toEqual({ n: 200, pair: [201, 401] });
-    await until(
-      [worker],
-      () => turns.some((t) => t.runId === handle.runId && t.outcome === 'completed'),
-      'end',
-    );
+    await lastTurn(worker, turns, handle.runId);
 
     // No read of the history: the first turn (the run's first turn grant) knows it has none, and every other
     // turn continued the instance.

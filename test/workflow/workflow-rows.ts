@@ -5,6 +5,7 @@ import { sql } from 'drizzle-orm';
 import { beforeAll } from 'vitest';
 import type { Engine, Worker, WorkerEventMap } from '@palisade/engine';
 import type { EngineTarget } from '../support/engine.js';
+import type { AttemptRecord } from '../support/fault-case.js';
 
 /**
  * Start the file's PGlite in a hook (its cold start takes seconds on a loaded machine) instead of inside the
@@ -66,15 +67,10 @@ export async function stepsOf(engine: Engine, runId: string): Promise<StoredStep
       FROM ${engine.names.steps} WHERE run_id = ${runId}::uuid ORDER BY seq`);
 }
 
-export interface StoredAttempt {
+/** One claim of a run as stored (its end time left out). */
+export interface StoredAttempt extends Omit<AttemptRecord, 'ended_at_ms'> {
   kind: 'activity' | 'turn';
   seq: number | null;
-  attempt: number;
-  epoch: number;
-  token: string;
-  worker_id: string;
-  outcome: string | null;
-  claimed_at_ms: number;
 }
 
 /** Every claim of the run (its turns and its steps), in claim order. */
@@ -159,6 +155,23 @@ export function turnLog(worker: Worker): WorkerEventMap['turn:committed'][0][] {
   const log: WorkerEventMap['turn:committed'][0][] = [];
   worker.events.on('turn:committed', (e) => log.push(e));
   return log;
+}
+
+/**
+ * Resolve once `worker` has reported the turn that completed run `runId` (a `turn:committed` with outcome
+ * `completed` in `turns`, the log of {@link turnLog}): `result()` wakes on the commit's NOTIFY, which can arrive
+ * before the worker reports that commit.
+ */
+export function lastTurn(
+  worker: Worker | EventSource,
+  turns: readonly WorkerEventMap['turn:committed'][0][],
+  runId: string,
+): Promise<void> {
+  return until(
+    [worker],
+    () => turns.some((t) => t.runId === runId && t.outcome === 'completed'),
+    `the last turn of ${runId}`,
+  );
 }
 
 /** A promise with its resolve function outside. */
