@@ -476,7 +476,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const run = await runOf(engine, later.runId);
       expect(run.status).toBe('pending');
       expect(run.turn_next_run_at_ms).toBe(startAt.getTime());
-      expect((await later.describe()).run.start_at).toBe(startAt.toISOString());
+      expect((await later.describe()).run.startAt).toEqual(startAt);
       await notes.marker();
       expect(notes.payloads).toEqual(['marker']);
 
@@ -491,7 +491,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await expect(later.result({ timeoutMs: 15_000 })).resolves.toBe('packed later');
       const [firstTurn] = await attemptsOf(engine, later.runId);
       expect(firstTurn?.claimed_at_ms).toBeGreaterThanOrEqual(startAt.getTime());
-      expect((await later.describe()).run.start_at).toBeNull();
+      expect((await later.describe()).run.startAt).toBeNull();
       await worker.stop();
     });
 
@@ -500,10 +500,10 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const delayed = await engine.client.start(fulfil, { orderId: 'd' }, { delay: '10m' });
       expect(await firstTurnDelayMs(engine, delayed.runId)).toBe(TEN_MINUTES_MS);
       const [many] = await engine.client.startMany(fulfil, [{ orderId: 'm' }], { delay: 60_000 });
-      expect((await many?.describe())?.run.start_at).not.toBeNull();
+      expect((await many?.describe())?.run.startAt).not.toBeNull();
 
       const past = await engine.client.start(fulfil, { orderId: 'p' }, { startAt: new Date(0) });
-      expect((await past.describe()).run.start_at).toBeNull();
+      expect((await past.describe()).run.startAt).toBeNull();
       expect(await firstTurnDelayMs(engine, past.runId)).toBe(0);
 
       const both = await engine.client
@@ -543,7 +543,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         { orderId: 'y' },
         { startAt: new Date('9999-12-31T23:59:59.999Z') },
       );
-      expect((await latest.describe()).run.start_at).toBe('9999-12-31T23:59:59.999Z');
+      expect((await latest.describe()).run.startAt).toEqual(new Date('9999-12-31T23:59:59.999Z'));
       expect(await count(engine, 'runs')).toBe(1);
     });
 
@@ -554,7 +554,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const job = await engine.client.enqueue(pack, { orderId: 'job' }, { startAt });
       const [step] = await stepsOf(engine, job.runId);
       expect(step?.next_run_at_ms).toBe(startAt.getTime());
-      expect((await job.describe()).run.start_at).toBe(startAt.toISOString());
+      expect((await job.describe()).run.startAt).toEqual(startAt);
       await advanceClock(engine, TEN_MINUTES_MS + 1_000);
       await expect(job.result({ timeoutMs: 15_000 })).resolves.toBe('packed job');
       await worker.stop();

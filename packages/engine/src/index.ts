@@ -22,10 +22,26 @@ export {
   UNCLAIMED_AFTER_MS,
   type DescribeOptions,
   type ResultOptions,
-  type RunDescription,
   type WatchOptions,
-  type WatchedEvent,
 } from './client/run-handle.js';
+export type {
+  AttemptDescription,
+  AttemptOutcome,
+  ChildRunDescription,
+  ConcurrencyDescription,
+  EventDescription,
+  RateLimitDescription,
+  RunDescription,
+  RunDetails,
+  RunEndStatus,
+  RunStatus,
+  SignalDescription,
+  StepDescription,
+  StepKind,
+  StepStatus,
+  UndeliveredSignal,
+  WatchedEvent,
+} from './client/descriptions.js';
 export type { UnclaimedWork } from './queries/unclaimed-work.js';
 /** Re-exported from `@palisade/sdk` (the same objects), for code that catches the engine's errors. */
 export { PalisadeError, isPalisadeError } from '@palisade/sdk';
@@ -58,14 +74,7 @@ export {
   type ResolvedWorkerOptions,
   type WorkerOptions,
 } from './options.js';
-export type {
-  AttemptRow,
-  ChildRunRow,
-  EventRow,
-  ListRunsFilter,
-  RunRow,
-  StepRow,
-} from './queries/read-run.js';
+export type { ListRunsFilter } from './queries/read-run.js';
 export {
   Schedules,
   type BackfillResult,

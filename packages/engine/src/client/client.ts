@@ -32,7 +32,9 @@ import { withInfraRetry } from '../infra-retry.js';
 import { faultHooks } from '../internal/fault-points.js';
 import { shorterLeaseMessage } from '../lease-override.js';
 import { insertStandaloneRuns, type InsertStandaloneRunsParams } from '../queries/insert-standalone-run.js';
-import { listRuns, type ListRunsFilter, type RunRow } from '../queries/read-run.js';
+import { listRuns, type ListRunsFilter } from '../queries/read-run.js';
+import type { RunDescription } from './descriptions.js';
+import { describeRun } from './describe-run.js';
 import { insertWorkflowRuns, type InsertWorkflowRunsParams } from '../queries/insert-workflow-run.js';
 import { retryRun } from '../queries/retry-run.js';
 import { inSavepoint } from '../queries/savepoint.js';
@@ -794,7 +796,7 @@ export class Client {
    * Runs, newest first (at most `limit`, default 50).
    * @throws InvalidOptionsError naming a bad filter field.
    */
-  list(filter: ListRunsFilter = {}): Promise<RunRow[]> {
+  list(filter: ListRunsFilter = {}): Promise<RunDescription[]> {
     try {
       assertUsableOutsideTransaction(this.db, 'client.list');
     } catch (error) {
@@ -804,7 +806,7 @@ export class Client {
     if (!parsed.success) {
       return Promise.reject(new InvalidOptionsError('list filter', formatIssues(parsed.error.issues)));
     }
-    return listRuns(this.db, this.names, filter);
+    return listRuns(this.db, this.names, filter).then((rows) => rows.map(describeRun));
   }
 
   /**

@@ -18,7 +18,9 @@ import {
 } from '@palisade/sdk';
 import type { Database } from '../db/database.js';
 import { withInfraRetry } from '../infra-retry.js';
-import { listScheduleRuns, type RunRow } from '../queries/read-run.js';
+import { listScheduleRuns } from '../queries/read-run.js';
+import type { RunDescription } from '../client/descriptions.js';
+import { describeRun } from '../client/describe-run.js';
 import {
   deleteSchedule,
   insertSchedule,
@@ -145,8 +147,8 @@ export interface Schedule {
 /** {@link Schedules.describe}: the schedule and its newest runs. */
 export interface ScheduleDescription {
   readonly schedule: Schedule;
-  /** The runs of its newest ticks (up to 20), newest tick first; each names `schedule_id` and `schedule_tick_at`. */
-  readonly recentRuns: RunRow[];
+  /** The runs of its newest ticks (up to 20), newest tick first; each names `scheduleId` and `scheduleTickAt`. */
+  readonly recentRuns: RunDescription[];
 }
 
 /** What {@link Schedules.backfill} did. */
@@ -746,7 +748,7 @@ export class Schedules {
     const recentRuns = await withInfraRetry(() =>
       listScheduleRuns(this.db, this.names, { scheduleId: id, limit: 20 }),
     );
-    return { schedule, recentRuns };
+    return { schedule, recentRuns: recentRuns.map(describeRun) };
   }
 
   /**
