@@ -497,9 +497,9 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('takes a delay as a duration, a start time in the past as now, and refuses both at once', async () => {
       const engine = await target.engine();
-      const delayed = await engine.client.start(fulfil, { orderId: 'd' }, { delay: '10m' });
+      const delayed = await engine.client.start(fulfil, { orderId: 'd' }, { delayMs: '10m' });
       expect(await firstTurnDelayMs(engine, delayed.runId)).toBe(TEN_MINUTES_MS);
-      const [many] = await engine.client.startMany(fulfil, [{ orderId: 'm' }], { delay: 60_000 });
+      const [many] = await engine.client.startMany(fulfil, [{ orderId: 'm' }], { delayMs: 60_000 });
       expect((await many?.describe())?.run.startAt).not.toBeNull();
 
       const past = await engine.client.start(fulfil, { orderId: 'p' }, { startAt: new Date(0) });
@@ -507,7 +507,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(await firstTurnDelayMs(engine, past.runId)).toBe(0);
 
       const both = await engine.client
-        .start(fulfil, { orderId: 'x' }, { delay: '1m', startAt: new Date() })
+        .start(fulfil, { orderId: 'x' }, { delayMs: '1m', startAt: new Date() })
         .catch((e: unknown) => e);
       expect(isPalisadeError(both, 'INVALID_OPTIONS')).toBe(true);
       expect((both as { issues: { path: string }[] }).issues.map((i) => i.path)).toEqual(['startAt']);

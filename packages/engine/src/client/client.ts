@@ -127,11 +127,11 @@ export interface StartOptions {
   /**
    * Start no earlier than this time, by the database clock: the run is created `pending` with its first turn due
    * then (a time in the past: now). No worker is woken for it; one claims it once it is due, within its
-   * `pollIntervalMs`. Not with `delay`. @defaultValue now
+   * `pollIntervalMs`. Not with `delayMs`. @defaultValue now
    */
   readonly startAt?: Date;
   /** Start no earlier than this long from now (ms, or `'10m'`), by the database clock, as `startAt`. @defaultValue 0 */
-  readonly delay?: Duration;
+  readonly delayMs?: Duration;
   /**
    * Start inside this open transaction of the caller's ({@link CallerTransactionLike}): the run is written by it
    * and exists only if it commits; workers are woken at its COMMIT (never an eager start inside it). Not retried on
@@ -203,7 +203,7 @@ const runOptionsSchema = z
   })
   .strict();
 
-const startSchema = runOptionsSchema.extend({ delay: durationMs.optional() }).strict();
+const startSchema = runOptionsSchema.extend({ delayMs: durationMs.optional() }).strict();
 
 const enqueueSchema = runOptionsSchema
   .extend({
@@ -340,7 +340,7 @@ function enqueueParams(
   o: z.output<typeof enqueueManySchema>,
   call: 'enqueue' | 'enqueueMany',
 ): Omit<InsertStandaloneRunsParams, 'items'> {
-  const start = startTime(o, o.delayMs, 'delayMs', `${call} options of ${activity.name}`);
+  const start = startTime(o, `${call} options of ${activity.name}`);
   const retryPolicy = mergeRetryPolicy(
     activity.retry,
     o.retry as RetryPolicy | undefined,
@@ -366,17 +366,16 @@ function enqueueParams(
 
 /**
  * When the runs of a call start: `startAt` (epoch ms, or null) or a delay (ms) from the statement's DB time.
- * @throws InvalidOptionsError (`where`) when both `startAt` and the delay option (`delayName`) are given.
+ * @throws InvalidOptionsError (`where`) when both `startAt` and `delayMs` are given.
  */
 function startTime(
-  o: { readonly startAt?: Date | undefined },
-  delayMs: number | undefined,
-  delayName: 'delay' | 'delayMs',
+  o: { readonly startAt?: Date | undefined; readonly delayMs?: number | undefined },
   where: string,
 ): { startAtMs: number | null; delayMs: number } {
+  const delayMs = o.delayMs;
   if (o.startAt !== undefined && delayMs !== undefined) {
     throw new InvalidOptionsError(where, [
-      { path: 'startAt', message: `cannot be given with ${delayName}: give one of them` },
+      { path: 'startAt', message: 'cannot be given with delayMs: give one of them' },
     ]);
   }
   return { startAtMs: o.startAt?.getTime() ?? null, delayMs: delayMs ?? 0 };
@@ -393,7 +392,7 @@ function startParams(
     queue: o.queue ?? workflow.queue,
     priority: o.priority ?? 0,
     concurrency: o.concurrency,
-    ...startTime(o, o.delay, 'delay', where),
+    ...startTime(o, where),
   };
 }
 
