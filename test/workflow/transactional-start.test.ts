@@ -244,12 +244,14 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const db = callerDrizzle(target);
       const client = target.driver === 'postgres' ? target.sql() : target.pglite();
       for (const tx of [db, client, {}, 42, 'tx', null]) {
-        const error = await engine.client.start(fulfil, { orderId: 'x' }, { tx }).catch((e: unknown) => e);
+        const error = await engine.client
+          .start(fulfil, { orderId: 'x' }, { tx: tx as never })
+          .catch((e: unknown) => e);
         expect(isPalisadeError(error, 'INVALID_OPTIONS'), String(error)).toBe(true);
         expect((error as { issues: { path: string }[] }).issues.map((i) => i.path)).toEqual(['tx']);
       }
       const bulk = await engine.client
-        .enqueueMany(pack, [{ orderId: 'x' }], { tx: db })
+        .enqueueMany(pack, [{ orderId: 'x' }], { tx: db as never })
         .catch((e: unknown) => e);
       expect((bulk as { issues?: { path: string }[] }).issues?.map((i) => i.path)).toEqual(['tx']);
       expect(await count(engine, 'runs')).toBe(0);
@@ -287,7 +289,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       }
       try {
         const error = await begin((tx) =>
-          engine.client.start(fulfil, { orderId: 'elsewhere' }, { tx, key: 'elsewhere' }),
+          engine.client.start(fulfil, { orderId: 'elsewhere' }, { tx: tx as never, key: 'elsewhere' }),
         ).catch((e: unknown) => e);
         expect(isPalisadeError(error, 'INVALID_OPTIONS'), String(error)).toBe(true);
         expect((error as { issues: { path: string }[] }).issues.map((i) => i.path)).toEqual(['tx']);
@@ -295,7 +297,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
           /tx: is a (postgres\.js|PGlite) transaction on database "[^"]+"( of another (server|PGlite instance))?, not on this engine's database "[^"]+": the run would be committed where no worker of this engine sees it/,
         );
         const bulk = await begin((tx) =>
-          engine.client.enqueueMany(pack, [{ orderId: 'elsewhere' }], { tx }),
+          engine.client.enqueueMany(pack, [{ orderId: 'elsewhere' }], { tx: tx as never }),
         ).catch((e: unknown) => e);
         expect(isPalisadeError(bulk, 'INVALID_OPTIONS'), String(bulk)).toBe(true);
         expect(await count(otherEngine, 'runs')).toBe(0);
@@ -406,7 +408,9 @@ describe('transactional start with a postgres.js transaction (sql.begin)', () =>
       return Promise.resolve();
     });
     for (const tx of [committed, rolledBack, fromDrizzle]) {
-      const error = await engine.client.start(fulfil, { orderId: 'late' }, { tx }).catch((e: unknown) => e);
+      const error = await engine.client
+        .start(fulfil, { orderId: 'late' }, { tx: tx as never })
+        .catch((e: unknown) => e);
       expect(isPalisadeError(error, 'INVALID_OPTIONS')).toBe(true);
       expect((error as Error).message).toMatch(/tx: is a (postgres.js|drizzle) transaction.* that has ended/);
     }
@@ -428,7 +432,7 @@ describe('transactional start with a postgres.js transaction (sql.begin)', () =>
       await pglite.close();
     }
     const error = await engine.client
-      .start(fulfil, { orderId: 'x' }, { tx: target.sql() })
+      .start(fulfil, { orderId: 'x' }, { tx: target.sql() as never })
       .catch((e: unknown) => e);
     expect((error as Error).message).toMatch(/tx: is a postgres.js client, not a transaction/);
   });

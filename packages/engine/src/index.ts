@@ -7,16 +7,21 @@ declare module '@palisade/sdk' {
   }
 }
 
+export { Client } from './client/client.js';
 export {
   BULK_START_LIMITS,
-  Client,
-  type CallerTransactionLike,
   type EnqueueManyOptions,
   type EnqueueOptions,
   type OnKeyConflict,
   type StartManyOptions,
   type StartOptions,
-} from './client/client.js';
+} from './client/start-options.js';
+export type {
+  CallerTransactionLike,
+  DrizzleTransactionLike,
+  PgliteTransactionLike,
+  PostgresJsTransactionLike,
+} from './client/caller-transaction-like.js';
 export {
   RunHandle,
   UNCLAIMED_AFTER_MS,
