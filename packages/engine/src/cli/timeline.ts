@@ -166,21 +166,26 @@ function attemptRows(t: RunTimeline, names: Lookup, all: boolean): Row[] {
   return [...shown.head.flat(), ...omitted, ...shown.tail.flat()];
 }
 
-/** The text of `palisade runs show`: header, every attempt, every rejected stale write, the event history. */
-export function formatRunTimeline(
-  term: Terminal,
-  t: RunTimeline,
-  options: { nowIso: string; events: boolean; all?: boolean },
-): string[] {
-  const all = options.all === true;
+/** What the sections of `runs show` share: the terminal, the run, its step labels, and the lines so far. */
+interface Sheet {
+  readonly term: Terminal;
+  readonly t: RunTimeline;
+  readonly names: Lookup;
+  /** The run's creation: clocks on the same day print without their date. */
+  readonly reference: Date;
+  readonly width: number;
+  /** Print long lists whole (`--all`). */
+  readonly all: boolean;
+  readonly lines: string[];
+}
+
+/** The run's fields: id, name, status, queue, times, limits, links, input, output, error, unclaimed work. */
+function headerLines(s: Sheet, nowIso: string): void {
+  const { term, t, width, lines } = s;
   const { run } = t;
-  const names = lookup(t);
-  const reference = run.createdAt;
-  const width = term.width;
   // `key value`, the value cut to the width (ids, names and idempotency keys can be long).
   const field = (key: string, value: string, style?: Style) =>
     `${paint(term, 'dim', key.padEnd(9))} ${paint(term, style, truncate(value, width - 10))}`;
-  const lines: string[] = [];
 
   lines.push(field('run', run.id, 'bold'));
   lines.push(field('name', `${run.name} (${run.kind === 'workflow' ? 'workflow' : 'activity'} run)`));
@@ -200,7 +205,7 @@ export function formatRunTimeline(
     const took = formatDuration(msBetween(run.startedAt ?? run.createdAt, run.finishedAt));
     lines.push(field('finished', `${formatTimestamp(run.finishedAt, true)} UTC · took ${took}`));
   } else if (run.startedAt) {
-    lines.push(field('running', `for ${formatDuration(msBetween(run.startedAt, options.nowIso))}`));
+    lines.push(field('running', `for ${formatDuration(msBetween(run.startedAt, nowIso))}`));
   }
   const limits = flowLimits(
     run.concurrency ?? t.steps[0]?.concurrency ?? null,
@@ -231,7 +236,11 @@ export function formatRunTimeline(
     const what = `${u.kind} ${u.name} on queue ${u.queue} due for ${formatDuration(u.dueForMs)}, never claimed: is a worker serving it?`;
     lines.push(field('waiting', what, 'yellow'));
   }
+}
 
+/** ATTEMPTS: every attempt of the run, steps' and turns', in claim order. */
+function attemptLines(s: Sheet): void {
+  const { term, t, names, all, lines } = s;
   const attempts = attemptRows(t, names, all);
   const count = t.turns.length + t.steps.reduce((n, s) => n + s.attempts.length, 0);
   lines.push('', paint(term, 'bold', `ATTEMPTS (${count})`));
@@ -255,7 +264,11 @@ export function formatRunTimeline(
       ),
     );
   }
+}
 
+/** REJECTED STALE WRITES: each with the stale and the current token. */
+function staleWriteLines(s: Sheet): void {
+  const { term, t, names, reference, width, lines } = s;
   const stale = t.events.filter((e) => e.type === 'attempt:stale-rejected');
   lines.push('', paint(term, 'bold', `REJECTED STALE WRITES (${stale.length})`));
   if (stale.length === 0) lines.push(INDENT + paint(term, 'dim', 'none'));
@@ -267,7 +280,12 @@ export function formatRunTimeline(
     lines.push(INDENT + head + paint(term, 'red', truncate(what, room)));
     lines.push(INDENT + ' '.repeat(head.length) + truncate(staleDetails(e, r), room));
   }
+}
 
+/** SIGNALS (workflow runs only): each with who took it, or why none will. */
+function signalLines(s: Sheet): void {
+  const { term, t, names, reference, width, lines } = s;
+  const { run } = t;
   // Signals only for workflow runs (an activity run cannot take one).
   const signals = t.signals ?? [];
   if (run.kind === 'workflow') {
@@ -291,7 +309,11 @@ export function formatRunTimeline(
       lines.push(INDENT + head + taken + '  ' + compactJson(g.payload, room));
     }
   }
+}
 
+/** CHILDREN: the runs this one started, when it started any. */
+function childLines(s: Sheet): void {
+  const { term, t, reference, width, lines } = s;
   const children = t.children ?? [];
   if (children.length > 0) {
     lines.push('', paint(term, 'bold', `CHILDREN (${children.length})`));
@@ -302,32 +324,53 @@ export function formatRunTimeline(
       lines.push(INDENT + head + status + '  ' + what);
     }
   }
+}
 
-  if (options.events) {
-    lines.push('', paint(term, 'bold', `EVENTS (${t.events.length})`));
-    const typeWidth = Math.min(22, Math.max(0, ...t.events.map((e) => e.type.length)));
-    const labelWidth = Math.min(
-      16,
-      Math.max(0, ...t.events.map((e) => names.label(e.stepId, e.type).length)),
-    );
-    const shown = elide(t.events, { head: SHOWN_HEAD, tail: SHOWN_TAIL, all });
-    const omitted =
-      INDENT + paint(term, 'dim', `… ${shown.omitted} more events (use --all to show every one)`);
-    for (const e of [...shown.head, ...(shown.omitted > 0 ? [undefined] : []), ...shown.tail]) {
-      if (e === undefined) {
-        lines.push(omitted);
-        continue;
-      }
-      const clock = formatClock(e.at, reference);
-      const label = truncate(names.label(e.stepId, e.type), labelWidth).padEnd(labelWidth);
-      const type = truncate(e.type, typeWidth).padEnd(typeWidth);
-      const head = `${clock}  ${type}  ${label}  `;
-      const details = truncate(eventDetails(e, reference), Math.max(10, width - INDENT.length - head.length));
-      const style = e.type === 'attempt:stale-rejected' ? 'red' : undefined;
-      lines.push((INDENT + `${clock}  ${paint(term, style, type)}  ${label}  ${details}`).trimEnd());
+/** EVENTS: the history, its first and last entries unless `all`. */
+function eventLines(s: Sheet): void {
+  const { term, t, names, reference, width, all, lines } = s;
+  lines.push('', paint(term, 'bold', `EVENTS (${t.events.length})`));
+  const typeWidth = Math.min(22, Math.max(0, ...t.events.map((e) => e.type.length)));
+  const labelWidth = Math.min(16, Math.max(0, ...t.events.map((e) => names.label(e.stepId, e.type).length)));
+  const shown = elide(t.events, { head: SHOWN_HEAD, tail: SHOWN_TAIL, all });
+  const omitted = INDENT + paint(term, 'dim', `… ${shown.omitted} more events (use --all to show every one)`);
+  for (const e of [...shown.head, ...(shown.omitted > 0 ? [undefined] : []), ...shown.tail]) {
+    if (e === undefined) {
+      lines.push(omitted);
+      continue;
     }
+    const clock = formatClock(e.at, reference);
+    const label = truncate(names.label(e.stepId, e.type), labelWidth).padEnd(labelWidth);
+    const type = truncate(e.type, typeWidth).padEnd(typeWidth);
+    const head = `${clock}  ${type}  ${label}  `;
+    const details = truncate(eventDetails(e, reference), Math.max(10, width - INDENT.length - head.length));
+    const style = e.type === 'attempt:stale-rejected' ? 'red' : undefined;
+    lines.push((INDENT + `${clock}  ${paint(term, style, type)}  ${label}  ${details}`).trimEnd());
   }
-  return lines;
+}
+
+/** The text of `palisade runs show`: header, every attempt, every rejected stale write, the event history. */
+export function formatRunTimeline(
+  term: Terminal,
+  t: RunTimeline,
+  options: { nowIso: string; events: boolean; all?: boolean },
+): string[] {
+  const s: Sheet = {
+    term,
+    t,
+    names: lookup(t),
+    reference: t.run.createdAt,
+    width: term.width,
+    all: options.all === true,
+    lines: [],
+  };
+  headerLines(s, options.nowIso);
+  attemptLines(s);
+  staleWriteLines(s);
+  signalLines(s);
+  childLines(s);
+  if (options.events) eventLines(s);
+  return s.lines;
 }
 
 /**
