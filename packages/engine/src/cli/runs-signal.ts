@@ -1,6 +1,7 @@
 import { Command } from 'commander';
 import { z } from 'zod';
-import { InvalidOptionsError, defineSignal, echoed, type SignalDefinition } from '@palisade/sdk';
+import { InvalidOptionsError, defineSignal, type SignalDefinition } from '@palisade/sdk';
+import { echoed } from '@palisade/sdk/internal';
 import type { Engine } from '../engine.js';
 import { globalOptions, type Output } from './output.js';
 

@@ -1,14 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import type { z } from 'zod';
 import {
-  echoed,
   InvalidOptionsError,
   RunNotFoundError,
-  formatIssues,
   type ActivityDefinition,
   type SignalDefinition,
   type WorkflowDefinition,
 } from '@palisade/sdk';
+import { echoed, formatIssues } from '@palisade/sdk/internal';
 import type { Logger } from 'pino';
 import type { Database } from '../db/database.js';
 import { callerTransaction, type CallerTransaction } from '../db/caller-transaction.js';

@@ -1,18 +1,15 @@
 import { z } from 'zod';
 import {
-  echoed,
   CancelledFailure,
   InvalidOptionsError,
   PalisadeError,
   RunFailedError,
   RunNotFoundError,
-  checkText,
-  durationMs,
-  formatIssues,
   type Duration,
   type SerializedFailure,
   type SignalDefinition,
 } from '@palisade/sdk';
+import { echoed, checkText, durationMs, formatIssues } from '@palisade/sdk/internal';
 import type { Database } from '../db/database.js';
 import type { EndedRun, NotificationHub } from '../db/notification-hub.js';
 import { readRun, readRunHistory, readChildRuns, type RunRow } from '../queries/read-run.js';

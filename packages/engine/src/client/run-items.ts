@@ -7,19 +7,21 @@
 import { randomUUID } from 'node:crypto';
 import type { z } from 'zod';
 import {
-  echoed,
   InvalidOptionsError,
   PAYLOAD_LIMITS,
   PalisadeError,
+  type ActivityDefinition,
+  type RetryPolicy,
+  type WorkflowDefinition,
+} from '@palisade/sdk';
+import {
+  echoed,
   checkPayload,
   definitionProblem,
   formatIssues,
   mergeRetryPolicy,
   validate,
-  type ActivityDefinition,
-  type RetryPolicy,
-  type WorkflowDefinition,
-} from '@palisade/sdk';
+} from '@palisade/sdk/internal';
 import { shorterLeaseMessage } from '../lease-override.js';
 import type { InsertStandaloneRunsParams } from '../queries/insert-standalone-run.js';
 import type { InsertWorkflowRunsParams } from '../queries/insert-workflow-run.js';

@@ -4,17 +4,14 @@
  * @module
  */
 import { z } from 'zod';
+import { type ConcurrencyLimit, type Duration, type RateLimit, type RetryPolicy } from '@palisade/sdk';
 import {
   concurrencyLimitSchema,
   durationMs,
   instantSchema,
   rateLimitSchema,
   textProblem,
-  type ConcurrencyLimit,
-  type Duration,
-  type RateLimit,
-  type RetryPolicy,
-} from '@palisade/sdk';
+} from '@palisade/sdk/internal';
 import type { CallerTransactionLike } from './caller-transaction-like.js';
 
 /**

@@ -1,4 +1,5 @@
-import { echoed, InvalidOptionsError } from '@palisade/sdk';
+import { InvalidOptionsError } from '@palisade/sdk';
+import { echoed } from '@palisade/sdk/internal';
 import type { WatchPosition } from '../queries/watch-run.js';
 
 /**
