@@ -1,3 +1,9 @@
+/**
+ * `@palisade/engine`: the runtime — `createEngine`, its client (start, enqueue, describe, signal, cancel), workers,
+ * schedules, migrations and the fenced-resource helper. Runs, steps and attempts come back as the documented
+ * camelCase shapes of `client/descriptions.ts`.
+ * @packageDocumentation
+ */
 import type { AnyPgDatabase } from './db/database.js';
 
 declare module '@palisade/sdk' {

@@ -408,7 +408,10 @@ export class Client {
   }
 
   /**
-   * Runs, newest first (at most `limit`, default 50).
+   * Runs, newest first (at most `limit`, default 50; 1–10,000), filtered by `status` and workflow or activity
+   * `name`. Plain read; legal outside a fenced transaction.
+   * @returns each run as a {@link RunDescription} (camelCase, `Date`s), without its steps: `getHandle(id).describe()`
+   * has those.
    * @throws InvalidOptionsError naming a bad filter field.
    */
   list(filter: ListRunsFilter = {}): Promise<RunDescription[]> {

@@ -209,6 +209,7 @@ export class RunHandle<O = unknown> {
   /**
    * The run, its steps (each with its attempts: epoch, token, worker, outcome, duration), its workflow turns'
    * attempts, its events, and work due for a while that no worker claimed (`unclaimed`).
+   * @returns {@link RunDetails}: camelCase shapes with `Date`s, mapped from the rows in one place (describe-run.ts).
    * @throws RunNotFoundError when there is no such run.
    * @throws InvalidOptionsError naming a bad option.
    */

@@ -138,6 +138,7 @@ export const BULK_START_LIMITS = Object.freeze({
   inputCharsPerStatement: 8_000_000,
 });
 
+/** An idempotency key: 1–512 characters of storable text. */
 export const keySchema = z
   .string()
   .min(1)
@@ -161,8 +162,10 @@ export const runOptionsSchema = z
   })
   .strict();
 
+/** The checks of {@link StartOptions} (`start`, `signalWithStart`). */
 export const startSchema = runOptionsSchema.extend({ delayMs: durationMs.optional() }).strict();
 
+/** The checks of {@link EnqueueOptions}. */
 export const enqueueSchema = runOptionsSchema
   .extend({
     delayMs: durationMs.optional(),
@@ -173,10 +176,14 @@ export const enqueueSchema = runOptionsSchema
   })
   .strict();
 
+/** The `keys` of a bulk call: one optional key per input. */
 export const keysSchema = z.array(keySchema.optional()).optional();
+/** The checks of {@link StartManyOptions}. */
 export const startManySchema = startSchema.omit({ key: true }).extend({ keys: keysSchema }).strict();
+/** The checks of {@link EnqueueManyOptions}. */
 export const enqueueManySchema = enqueueSchema.omit({ key: true }).extend({ keys: keysSchema }).strict();
 
+/** The checks of `client.list`'s filter (`ListRunsFilter`): status, name (≤ 128 characters), limit 1–10,000. */
 export const listSchema = z
   .object({
     status: z.enum(['pending', 'running', 'completed', 'failed', 'cancelled']).optional(),
