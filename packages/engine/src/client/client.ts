@@ -18,8 +18,7 @@ import { insertStandaloneRuns } from '../queries/insert-standalone-run.js';
 import { listRuns, type ListRunsFilter } from '../queries/read-run.js';
 import { insertWorkflowRuns } from '../queries/insert-workflow-run.js';
 import { retryRun } from '../queries/retry-run.js';
-import { inSavepoint } from '../queries/savepoint.js';
-import type { RunInsertOutcome, RunItem } from '../queries/run-by-key.js';
+import type { RunItem } from '../queries/run-by-key.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import { assertUsableOutsideTransaction } from '../worker/fenced-scope.js';
 import type { ClaimedTurnRow } from '../queries/claim-turns.js';
@@ -27,16 +26,15 @@ import type { EagerTurns } from '../queries/complete-step.js';
 import type { CallerTransactionLike } from './caller-transaction-like.js';
 import type { RunDescription } from './descriptions.js';
 import { describeRun } from './describe-run.js';
+import { insertRuns, type RunInserter } from './insert-runs.js';
 import { RunHandle } from './run-handle.js';
 import {
   assertDefinition,
   enqueueParams,
-  keyConflict,
   manyItems,
   parseOptions,
   runItems,
   startParams,
-  statementChunks,
 } from './run-items.js';
 import { signalPayload, signalRun, signalRunIn } from './signal-run.js';
 import {
@@ -262,60 +260,14 @@ export class Client {
     );
   }
 
-  /**
-   * Insert `items` in statements of at most {@link BULK_START_LIMITS} and return one handle per item in order. A
-   * key that names a run with a different input is RUN_KEY_CONFLICT unless `onConflict` is `'use-existing'`.
-   *
-   * The call is all-or-nothing: a call of several statements runs them in one transaction, and so does one
-   * statement of several runs with some key (the conflict is known only once the statement ran: the run holding
-   * the key may have committed while it waited on the key), so that a refusal (or any error) leaves nothing of the
-   * call written and a blind retry of the call cannot start its keyless runs twice. One run alone, or one statement
-   * without keys, needs none: a refused run is not inserted, and without keys nothing can be refused. The
-   * transaction (or the lone statement) is retried as a whole on a transient error: idempotent, the ids were fixed
-   * before the first try.
-   *
-   * With `call.tx` (the caller's transaction) every statement runs in it, and nothing is retried: on PostgreSQL a
-   * failed statement has aborted the caller's transaction, so a retry could only fail again (the caller retries
-   * the transaction whole). What would be a transaction of its own is a savepoint in it, so that a refusal undoes
-   * the call's runs and nothing else of the caller's.
-   */
+  /** {@link insertRuns} on this engine's database, one handle per item in order. */
   private async insertRuns<O>(
     items: readonly RunItem[],
     onConflict: OnKeyConflict | undefined,
-    insert: (db: Pick<Database, 'rows'>, chunk: readonly RunItem[]) => Promise<RunInsertOutcome[]>,
+    insert: RunInserter,
     call: { what: string; many: boolean; tx: CallerTransaction | undefined },
   ): Promise<RunHandle<O>[]> {
-    const chunks = statementChunks(items);
-    const insertAll = async (db: Pick<Database, 'rows'>): Promise<RunInsertOutcome[]> => {
-      const outcomes: RunInsertOutcome[] = [];
-      for (const chunk of chunks) {
-        const from = outcomes.length;
-        const inserted = await insert(db, chunk);
-        const refused = onConflict === 'use-existing' ? -1 : inserted.findIndex((o) => !o.sameInput);
-        const outcome = inserted[refused];
-        if (outcome) {
-          throw keyConflict(call, items, outcome, {
-            index: from + refused,
-            leadIndex: from + outcome.leadIndex,
-          });
-        }
-        outcomes.push(...inserted);
-      }
-      return outcomes;
-    };
-    const atomic =
-      chunks.length > 1 ||
-      (items.length > 1 && onConflict !== 'use-existing' && items.some((i) => i.idempotencyKey !== null));
-    const tx = call.tx;
-    const outcomes = tx
-      ? atomic
-        ? await inSavepoint(tx, () => insertAll(tx))
-        : await insertAll(tx)
-      : await withInfraRetry(async () => {
-          const inserted = atomic ? await this.db.transaction(insertAll) : await insertAll(this.db);
-          await faultHooks['client:after-insert-run']?.(inserted[0]?.runId ?? '');
-          return inserted;
-        });
+    const outcomes = await insertRuns(this.db, items, onConflict, insert, call);
     return outcomes.map(
       (o) => new RunHandle<O>(o.runId, this.db, this.names, this.hub, this.logger, o.created),
     );
