@@ -49,9 +49,10 @@ const LAYERS = [
   { layer: ['retention.ts'], may: ['db', 'queries', 'turn', 'infra-retry.ts'] },
   { layer: ['migrate.ts'], may: ['db', 'queries', 'schema', 'turn'] },
   { layer: ['fenced-resource.ts'], may: ['db', 'turn', 'infra-retry.ts'] },
-  // The services: schedules/ below worker/ (the worker hosts schedule evaluation), client/ beside them.
-  { layer: ['schedules'], may: BELOW_SERVICES },
+  // The services: client/ (starting, signalling and reading runs, and the public shapes runs are read in), then
+  // schedules/ (which describes a schedule's runs in those shapes), then worker/ (which hosts schedule evaluation).
   { layer: ['client'], may: BELOW_SERVICES },
+  { layer: ['schedules'], may: [...BELOW_SERVICES, 'client'] },
   { layer: ['worker'], may: [...BELOW_SERVICES, 'schedules', 'retention.ts'] },
 ];
 

@@ -14,7 +14,7 @@ import {
   createEngine,
   loadMigrations,
   type Engine,
-  type RunDescription,
+  type RunDetails,
   type Worker,
   type WorkerEventMap,
 } from '@palisade/engine';
@@ -216,10 +216,10 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
   });
 
   it('shows every attempt with epoch, token, worker, outcome and duration, and the stale write with both tokens', async () => {
-    const description: RunDescription = await engine.client.getHandle(chargeRunId).describe();
+    const description: RunDetails = await engine.client.getHandle(chargeRunId).describe();
     const attempts = description.steps.flatMap((s) => s.attempts);
     // The arrangement itself: failed on A, superseded on A, completed on B.
-    expect(attempts.map((a) => [a.epoch, a.worker_id])).toEqual([
+    expect(attempts.map((a) => [a.epoch, a.workerId])).toEqual([
       [1, 'worker-a'],
       [2, 'worker-a'],
       [3, 'worker-b'],
@@ -245,7 +245,7 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
     expect(out).toMatch(/^\s+STEP\s+EPOCH\s+ATT\s+TOKEN\s+WORKER\s+OUTCOME\s+CLAIMED \(UTC\)\s+DURATION$/m);
     for (const a of attempts) {
       const row = new RegExp(
-        `^\\s+charge#\\d+\\s+${a.epoch}\\s+${a.attempt}\\s+${a.token}\\s+${a.worker_id}\\s+${a.outcome}\\s+` +
+        `^\\s+charge#\\d+\\s+${a.epoch}\\s+${a.attempt}\\s+${a.token}\\s+${a.workerId}\\s+${a.outcome}\\s+` +
           `${CLOCK}\\s+(\\d+ms|[\\d.]+s|\\d+m\\d\\ds)$`,
         'm',
       );
@@ -258,7 +258,7 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
       new RegExp(
         `^\\s+${CLOCK}\\s+charge#\\d+\\s+${staleData.operation} rejected \\(superseded\\)\\n` +
           `\\s+stale token ${staleData.staleToken} · current token ${staleData.currentToken} · ` +
-          `epoch ${zombie?.epoch} · ${zombie?.worker_id}$`,
+          `epoch ${zombie?.epoch} · ${zombie?.workerId}$`,
         'm',
       ),
     );
@@ -267,10 +267,10 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
     expectTerminalFriendly(out);
 
     expect(json.code).toBe(0);
-    const shown = JSON.parse(json.stdout) as RunDescription & { turns: unknown[] };
+    const shown = JSON.parse(json.stdout) as RunDetails;
     expect(shown.run.id).toBe(chargeRunId);
-    expect(shown.steps.flatMap((s) => s.attempts)).toEqual(attempts);
-    expect(shown.events).toEqual(description.events);
+    expect(shown.steps.flatMap((s) => s.attempts)).toEqual(JSON.parse(JSON.stringify(attempts)));
+    expect(shown.events).toEqual(JSON.parse(JSON.stringify(description.events)));
     expect(shown.turns).toEqual([]);
   });
 
@@ -287,7 +287,7 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
     expect(cancelled.code).toBe(0);
     expect(cancelled.stdout).toBe(`run ${pendingRunId} cancelled\n`);
     const afterCancel = (await engine.client.getHandle(pendingRunId).describe()).run;
-    expect([afterCancel.status, afterCancel.cancel_reason]).toEqual(['cancelled', 'customer withdrew']);
+    expect([afterCancel.status, afterCancel.cancelReason]).toEqual(['cancelled', 'customer withdrew']);
 
     const again = await runCli(['runs', 'cancel', pendingRunId, '--json', ...target(schema)]);
     expect(again.code).toBe(0);

@@ -94,7 +94,7 @@ describe('palisade schedules', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
     const triggered = await runCli(['schedules', 'trigger', 'ping', ...target()]);
     expect(triggered.code).toBe(0);
     const runId = /started run ([0-9a-f-]{36})/.exec(triggered.stdout)?.[1] ?? '';
-    expect((await engine.client.getHandle(runId).describe()).run.schedule_id).toBe('ping');
+    expect((await engine.client.getHandle(runId).describe()).run.scheduleId).toBe('ping');
     const deleted = await runCli(['schedules', 'delete', 'ping', ...target()]);
     expect([deleted.code, deleted.stdout]).toEqual([0, 'schedule ping deleted\n']);
     expect((await engine.schedules.list()).map((s) => s.id)).toEqual(['daily-digest']);

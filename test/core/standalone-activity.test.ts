@@ -74,7 +74,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(running.run_status).toBe('pending');
       const { run } = await handle.describe();
       expect(run.status).toBe('running');
-      expect(run.started_at).not.toBeNull();
+      expect(run.startedAt).not.toBeNull();
       expect((await engine.client.list({ status: 'running' })).map((r) => r.id)).toEqual([handle.runId]);
       expect(await engine.client.list({ status: 'pending' })).toEqual([]);
 
@@ -83,7 +83,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const ended = await storedJob(engine, handle.runId);
       expect(ended).toMatchObject({ run_status: 'completed', run_output: { by: 'done' }, step_output: null });
       const description = await handle.describe();
-      expect(description.run).toMatchObject({ status: 'completed', started_at: run.started_at });
+      expect(description.run).toMatchObject({ status: 'completed', startedAt: run.startedAt });
       expect(description.steps[0]?.output).toEqual({ by: 'done' });
       await worker.stop();
     });

@@ -83,7 +83,7 @@ it('refuses a second process on the same embedded directory at once, naming the 
   const engine = await createEngine({ dataDir });
   try {
     const runs = await engine.client.list({ limit: 100 });
-    expect(runs.map((r) => r.idempotency_key).sort()).toEqual(
+    expect(runs.map((r) => r.idempotencyKey).sort()).toEqual(
       Array.from({ length: 20 }, (_, n) => `held-${n}`).sort(),
     );
   } finally {

@@ -134,7 +134,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       ]);
       expect(events.map((e) => e.type)).not.toContain('step:completed');
       const run = (await handle.describe()).run;
-      expect(run).toMatchObject({ status: 'cancelled', output: null, cancel_reason: 'user pressed stop' });
+      expect(run).toMatchObject({ status: 'cancelled', output: null, cancelReason: 'user pressed stop' });
     });
   });
 }

@@ -124,7 +124,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       });
       const [done] = await engine.client.list({ name: 'alpha', status: 'completed', limit: 1 });
       expect(done).toMatchObject({ name: 'alpha', output: { n: 2 } });
-      expect(done?.finished_at).toMatch(/^\d{4}-\d\d-\d\dT/);
+      expect(done?.finishedAt?.toISOString()).toMatch(/^\d{4}-\d\d-\d\dT/);
     });
   });
 }

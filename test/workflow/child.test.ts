@@ -177,7 +177,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         const steps = description.steps.filter((s) => s.kind === 'child');
         expect(steps.map((s) => s.status)).toEqual(['completed', 'completed', 'completed']);
         const kid = await engine.client.getHandle(description.children[0]!.id).describe();
-        expect(kid.run.parent_run_id).toBe(handle.runId);
+        expect(kid.run.parentRunId).toBe(handle.runId);
         expect(kid.run.input).toEqual({ text: 'a', fail: false, wait: false });
         expect(description.events.filter((e) => e.type === 'child:started')).toHaveLength(3);
         await worker.stop();
@@ -250,7 +250,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await expect(handle.result({ timeoutMs: 20_000 })).resolves.toBe('up');
       const description = await handle.describe();
       expect(description.children.map((c) => c.status)).toEqual(['failed', 'completed']);
-      expect(description.steps.map((s) => [s.kind, s.status, s.retired_at !== null])).toEqual([
+      expect(description.steps.map((s) => [s.kind, s.status, s.retiredAt !== null])).toEqual([
         ['child', 'failed', true],
         ['child', 'completed', false],
       ]);
@@ -281,7 +281,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       // The key names the new run now; the failed one is kept in the parent's history.
       const keyed = await engine.client.start(flakyChild, {}, { key, onConflict: 'use-existing' });
       expect(keyed.runId).toBe(description.children[1]!.id);
-      expect(description.steps.map((s) => [s.kind, s.status, s.retired_at !== null])).toEqual([
+      expect(description.steps.map((s) => [s.kind, s.status, s.retiredAt !== null])).toEqual([
         ['child', 'failed', true],
         ['child', 'completed', false],
       ]);

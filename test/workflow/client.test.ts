@@ -108,7 +108,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         attempt: 2,
         epoch: 2,
       });
-      expect(step?.attempts.map((a) => [a.kind, a.attempt, a.epoch, a.outcome, a.worker_id])).toEqual([
+      expect(step?.attempts.map((a) => [a.kind, a.attempt, a.epoch, a.outcome, a.workerId])).toEqual([
         ['activity', 1, 1, 'failed', worker.workerId],
         ['activity', 2, 2, 'completed', worker.workerId],
       ]);
@@ -116,7 +116,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(BigInt(step?.attempts[1]?.token ?? 0)).toBeGreaterThan(BigInt(step?.attempts[0]?.token ?? 0));
       // Turns: one scheduled shaky, the last completed the run (the activity's retry needs no turn).
       expect(d.turns.length).toBeGreaterThanOrEqual(2);
-      expect(d.turns.every((t) => t.kind === 'turn' && t.step_id === null && t.outcome === 'completed')).toBe(
+      expect(d.turns.every((t) => t.kind === 'turn' && t.stepId === null && t.outcome === 'completed')).toBe(
         true,
       );
       expect(d.turns.map((t) => t.epoch)).toEqual(d.turns.map((_, i) => i + 1));
@@ -154,7 +154,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(await engine.client.list({ name: 'greet', status: 'failed' })).toEqual([]);
       expect(await engine.client.list({ limit: 2 })).toHaveLength(2);
       const all = await engine.client.list();
-      const created = all.map((r) => r.created_at);
+      const created = all.map((r) => r.createdAt.toISOString());
       expect(created).toEqual([...created].sort().reverse());
     });
 

@@ -47,7 +47,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await until([worker], async () => (await stepsOf(engine, handle.runId)).length === 2, 'the timer step');
       const [, timer] = await stepsOf(engine, handle.runId);
       const startedEvent = (await handle.describe()).events.find((e) => e.type === 'timer:started');
-      const startedAtMs = Date.parse(startedEvent?.at ?? '');
+      const startedAtMs = startedEvent?.at.getTime() ?? NaN;
       expect(timer).toMatchObject({ seq: 1, kind: 'timer', name: 'sleep', status: 'scheduled', token: null });
       expect(Math.abs((timer?.next_run_at_ms ?? 0) - startedAtMs - HOUR_MS)).toBeLessThan(1_000);
 

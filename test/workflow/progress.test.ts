@@ -100,7 +100,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const handle = await engine.client.enqueue(crawl, {});
       await beat.promise;
       const [step] = (await handle.describe()).steps;
-      expect(step?.heartbeat_details).toEqual({ page: 3, of: 10 });
+      expect(step?.heartbeatDetails).toEqual({ page: 3, of: 10 });
       gate.resolve();
       await handle.result({ timeoutMs: 15_000 });
     });

@@ -293,8 +293,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const handle = engine.client.getHandle(runs[0]?.id ?? '');
       const described = await handle.describe();
       expect(described.run).toMatchObject({
-        schedule_id: 'minutely',
-        schedule_tick_at: new Date(first).toISOString(),
+        scheduleId: 'minutely',
+        scheduleTickAt: new Date(first),
         name: 'report',
         input: { region: 'eu' },
       });

@@ -118,7 +118,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         [3, 'approval', 'completed'],
       ]);
       const { signals, events } = await handle.describe();
-      expect(signals.map((g) => [g.name, g.payload, g.step_seq])).toEqual([
+      expect(signals.map((g) => [g.name, g.payload, g.stepSeq])).toEqual([
         ['note', 'one', 0],
         ['note', 'two', 1],
         ['note', 'three', 2],
@@ -142,7 +142,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         by: 'bo',
       });
       const { signals } = await handle.describe();
-      expect(signals.map((g) => [g.name, g.step_id === null, g.undelivered])).toEqual([
+      expect(signals.map((g) => [g.name, g.stepId === null, g.undelivered])).toEqual([
         ['note', true, { reason: 'run-ended', status: 'completed' }],
         ['approval', false, null],
       ]);
@@ -349,7 +349,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(lateId).toBeDefined();
       // Not left pending for ever: the end recorded it undelivered, and says so in describe() and the history.
       const { signals, events } = await handle.describe();
-      expect(signals.map((g) => [g.name, g.step_seq, g.undelivered, g.consumed_at !== null])).toEqual([
+      expect(signals.map((g) => [g.name, g.stepSeq, g.undelivered, g.consumedAt !== null])).toEqual([
         ['approval', 0, null, true],
         ['note', null, { reason: 'run-ended', status: 'completed' }, true],
       ]);
@@ -482,7 +482,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         await handle.signal(unchecked, 'approve!');
         await until(
           [worker],
-          async () => (await handle.describe()).signals.every((g) => g.consumed_at !== null),
+          async () => (await handle.describe()).signals.every((g) => g.consumedAt !== null),
           'the second bad payload refused',
         );
         expect((await handle.describe()).run.status).toBe('running');
@@ -493,7 +493,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         await worker.stop();
 
         const { signals, events } = await handle.describe();
-        expect(signals.map((g) => [g.name, g.step_seq, g.undelivered?.reason ?? null])).toEqual([
+        expect(signals.map((g) => [g.name, g.stepSeq, g.undelivered?.reason ?? null])).toEqual([
           ['approval', null, 'invalid-payload'],
           ['approval', null, 'invalid-payload'],
           ['approval', 0, null],

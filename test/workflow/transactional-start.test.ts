@@ -244,12 +244,14 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const db = callerDrizzle(target);
       const client = target.driver === 'postgres' ? target.sql() : target.pglite();
       for (const tx of [db, client, {}, 42, 'tx', null]) {
-        const error = await engine.client.start(fulfil, { orderId: 'x' }, { tx }).catch((e: unknown) => e);
+        const error = await engine.client
+          .start(fulfil, { orderId: 'x' }, { tx: tx as never })
+          .catch((e: unknown) => e);
         expect(isPalisadeError(error, 'INVALID_OPTIONS'), String(error)).toBe(true);
         expect((error as { issues: { path: string }[] }).issues.map((i) => i.path)).toEqual(['tx']);
       }
       const bulk = await engine.client
-        .enqueueMany(pack, [{ orderId: 'x' }], { tx: db })
+        .enqueueMany(pack, [{ orderId: 'x' }], { tx: db as never })
         .catch((e: unknown) => e);
       expect((bulk as { issues?: { path: string }[] }).issues?.map((i) => i.path)).toEqual(['tx']);
       expect(await count(engine, 'runs')).toBe(0);
@@ -287,7 +289,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       }
       try {
         const error = await begin((tx) =>
-          engine.client.start(fulfil, { orderId: 'elsewhere' }, { tx, key: 'elsewhere' }),
+          engine.client.start(fulfil, { orderId: 'elsewhere' }, { tx: tx as never, key: 'elsewhere' }),
         ).catch((e: unknown) => e);
         expect(isPalisadeError(error, 'INVALID_OPTIONS'), String(error)).toBe(true);
         expect((error as { issues: { path: string }[] }).issues.map((i) => i.path)).toEqual(['tx']);
@@ -295,7 +297,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
           /tx: is a (postgres\.js|PGlite) transaction on database "[^"]+"( of another (server|PGlite instance))?, not on this engine's database "[^"]+": the run would be committed where no worker of this engine sees it/,
         );
         const bulk = await begin((tx) =>
-          engine.client.enqueueMany(pack, [{ orderId: 'elsewhere' }], { tx }),
+          engine.client.enqueueMany(pack, [{ orderId: 'elsewhere' }], { tx: tx as never }),
         ).catch((e: unknown) => e);
         expect(isPalisadeError(bulk, 'INVALID_OPTIONS'), String(bulk)).toBe(true);
         expect(await count(otherEngine, 'runs')).toBe(0);
@@ -406,7 +408,9 @@ describe('transactional start with a postgres.js transaction (sql.begin)', () =>
       return Promise.resolve();
     });
     for (const tx of [committed, rolledBack, fromDrizzle]) {
-      const error = await engine.client.start(fulfil, { orderId: 'late' }, { tx }).catch((e: unknown) => e);
+      const error = await engine.client
+        .start(fulfil, { orderId: 'late' }, { tx: tx as never })
+        .catch((e: unknown) => e);
       expect(isPalisadeError(error, 'INVALID_OPTIONS')).toBe(true);
       expect((error as Error).message).toMatch(/tx: is a (postgres.js|drizzle) transaction.* that has ended/);
     }
@@ -428,7 +432,7 @@ describe('transactional start with a postgres.js transaction (sql.begin)', () =>
       await pglite.close();
     }
     const error = await engine.client
-      .start(fulfil, { orderId: 'x' }, { tx: target.sql() })
+      .start(fulfil, { orderId: 'x' }, { tx: target.sql() as never })
       .catch((e: unknown) => e);
     expect((error as Error).message).toMatch(/tx: is a postgres.js client, not a transaction/);
   });
@@ -476,7 +480,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const run = await runOf(engine, later.runId);
       expect(run.status).toBe('pending');
       expect(run.turn_next_run_at_ms).toBe(startAt.getTime());
-      expect((await later.describe()).run.start_at).toBe(startAt.toISOString());
+      expect((await later.describe()).run.startAt).toEqual(startAt);
       await notes.marker();
       expect(notes.payloads).toEqual(['marker']);
 
@@ -491,23 +495,23 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await expect(later.result({ timeoutMs: 15_000 })).resolves.toBe('packed later');
       const [firstTurn] = await attemptsOf(engine, later.runId);
       expect(firstTurn?.claimed_at_ms).toBeGreaterThanOrEqual(startAt.getTime());
-      expect((await later.describe()).run.start_at).toBeNull();
+      expect((await later.describe()).run.startAt).toBeNull();
       await worker.stop();
     });
 
     it('takes a delay as a duration, a start time in the past as now, and refuses both at once', async () => {
       const engine = await target.engine();
-      const delayed = await engine.client.start(fulfil, { orderId: 'd' }, { delay: '10m' });
+      const delayed = await engine.client.start(fulfil, { orderId: 'd' }, { delayMs: '10m' });
       expect(await firstTurnDelayMs(engine, delayed.runId)).toBe(TEN_MINUTES_MS);
-      const [many] = await engine.client.startMany(fulfil, [{ orderId: 'm' }], { delay: 60_000 });
-      expect((await many?.describe())?.run.start_at).not.toBeNull();
+      const [many] = await engine.client.startMany(fulfil, [{ orderId: 'm' }], { delayMs: 60_000 });
+      expect((await many?.describe())?.run.startAt).not.toBeNull();
 
       const past = await engine.client.start(fulfil, { orderId: 'p' }, { startAt: new Date(0) });
-      expect((await past.describe()).run.start_at).toBeNull();
+      expect((await past.describe()).run.startAt).toBeNull();
       expect(await firstTurnDelayMs(engine, past.runId)).toBe(0);
 
       const both = await engine.client
-        .start(fulfil, { orderId: 'x' }, { delay: '1m', startAt: new Date() })
+        .start(fulfil, { orderId: 'x' }, { delayMs: '1m', startAt: new Date() })
         .catch((e: unknown) => e);
       expect(isPalisadeError(both, 'INVALID_OPTIONS')).toBe(true);
       expect((both as { issues: { path: string }[] }).issues.map((i) => i.path)).toEqual(['startAt']);
@@ -543,7 +547,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         { orderId: 'y' },
         { startAt: new Date('9999-12-31T23:59:59.999Z') },
       );
-      expect((await latest.describe()).run.start_at).toBe('9999-12-31T23:59:59.999Z');
+      expect((await latest.describe()).run.startAt).toEqual(new Date('9999-12-31T23:59:59.999Z'));
       expect(await count(engine, 'runs')).toBe(1);
     });
 
@@ -554,7 +558,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const job = await engine.client.enqueue(pack, { orderId: 'job' }, { startAt });
       const [step] = await stepsOf(engine, job.runId);
       expect(step?.next_run_at_ms).toBe(startAt.getTime());
-      expect((await job.describe()).run.start_at).toBe(startAt.toISOString());
+      expect((await job.describe()).run.startAt).toEqual(startAt);
       await advanceClock(engine, TEN_MINUTES_MS + 1_000);
       await expect(job.result({ timeoutMs: 15_000 })).resolves.toBe('packed job');
       await worker.stop();

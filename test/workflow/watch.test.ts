@@ -92,14 +92,14 @@ for (const driver of ['postgres', 'pglite'] as const) {
         const described = (await handle.describe()).events;
         expect(ids(seen)).toEqual(ids(described));
         expect(new Set(ids(seen)).size).toBe(seen.length);
-        expect(seen.at(-1)).toMatchObject({ type: 'run:completed', step_id: null, step_name: null });
+        expect(seen.at(-1)).toMatchObject({ type: 'run:completed', stepId: null, stepName: null });
         expect(seen.filter((e) => e.type === 'run:progress').map((e) => e.data)).toEqual([
           { value: { stage: 'doubling' } },
           { value: { stage: 'waiting', doubled: [2, 4, 6] } },
           { value: { stage: 'done', by: 'watcher' } },
         ]);
         for (const type of ['step:scheduled', 'attempt:claimed', 'step:completed']) {
-          expect(seen.filter((e) => e.type === type && e.step_name === 'double')).toHaveLength(3);
+          expect(seen.filter((e) => e.type === type && e.stepName === 'double')).toHaveLength(3);
         }
         expect(seen.map((e) => e.type)).toEqual(
           expect.arrayContaining(['signal:waiting', 'signal:received']),

@@ -1,3 +1,9 @@
+/**
+ * `@palisade/engine`: the runtime — `createEngine`, its client (start, enqueue, describe, signal, cancel), workers,
+ * schedules, migrations and the fenced-resource helper. Runs, steps and attempts come back as the documented
+ * camelCase shapes of `client/descriptions.ts`.
+ * @packageDocumentation
+ */
 import type { AnyPgDatabase } from './db/database.js';
 
 declare module '@palisade/sdk' {
@@ -7,25 +13,46 @@ declare module '@palisade/sdk' {
   }
 }
 
+export { Client } from './client/client.js';
 export {
   BULK_START_LIMITS,
-  Client,
-  type CallerTransactionLike,
   type EnqueueManyOptions,
   type EnqueueOptions,
   type OnKeyConflict,
   type StartManyOptions,
   type StartOptions,
-} from './client/client.js';
+} from './client/start-options.js';
+export type {
+  CallerTransactionLike,
+  DrizzleTransactionLike,
+  PgliteTransactionLike,
+  PostgresJsTransactionLike,
+} from './client/caller-transaction-like.js';
 export {
   RunHandle,
   UNCLAIMED_AFTER_MS,
   type DescribeOptions,
   type ResultOptions,
-  type RunDescription,
   type WatchOptions,
-  type WatchedEvent,
 } from './client/run-handle.js';
+export type {
+  AttemptDescription,
+  AttemptOutcome,
+  ChildRunDescription,
+  ConcurrencyDescription,
+  EventDescription,
+  RateLimitDescription,
+  RunDescription,
+  RunDetails,
+  RunEndStatus,
+  RunStatus,
+  SignalDescription,
+  StepDescription,
+  StepKind,
+  StepStatus,
+  UndeliveredSignal,
+  WatchedEvent,
+} from './client/descriptions.js';
 export type { UnclaimedWork } from './queries/unclaimed-work.js';
 /** Re-exported from `@palisade/sdk` (the same objects), for code that catches the engine's errors. */
 export { PalisadeError, isPalisadeError } from '@palisade/sdk';
@@ -59,14 +86,7 @@ export {
   type ResolvedWorkerOptions,
   type WorkerOptions,
 } from './options.js';
-export type {
-  AttemptRow,
-  ChildRunRow,
-  EventRow,
-  ListRunsFilter,
-  RunRow,
-  StepRow,
-} from './queries/read-run.js';
+export type { ListRunsFilter } from './queries/read-run.js';
 export {
   Schedules,
   type BackfillResult,

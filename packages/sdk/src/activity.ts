@@ -35,6 +35,7 @@ export interface FencingInfo {
 /**
  * A frozen {@link FencingInfo} for `scope` and `token`. `tokenString` and `toJSON` are not enumerable, so
  * spreading or deep-comparing the info sees only `{ scope, token }`.
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
  */
 export function fencingInfo(scope: string, token: bigint): FencingInfo {
   const tokenString = token.toString();

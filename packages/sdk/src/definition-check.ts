@@ -1,6 +1,9 @@
 import { echoed } from './errors.js';
 
-/** What `defineWorkflow`, `defineActivity` and `defineSignal` accept as a name or a queue. */
+/**
+ * What `defineWorkflow`, `defineActivity` and `defineSignal` accept as a name or a queue.
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
+ */
 export const DEFINITION_NAME = /^[A-Za-z0-9_.:-]{1,128}$/;
 
 const WHAT = {
@@ -14,6 +17,7 @@ const WHAT = {
  * what `define*()` accepts (a copy of a definition with another name, say, which no worker could serve and no
  * filter could name) — as `{ path, message }` with `path` relative to the definition; undefined when it can.
  * For the engine, at every call that takes a definition (start, enqueue, schedules, workers, signals).
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
  */
 export function definitionProblem(
   value: unknown,

@@ -63,6 +63,7 @@ function durationProblem(value: unknown, maxMs: number): string | undefined {
  * @param what names the option in the error, e.g. `sleep duration in workflow settle`.
  * @param maxMs @defaultValue {@link MAX_DURATION_MS}
  * @throws InvalidOptionsError naming `what` when the value is not a duration or is out of range.
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
  */
 export function toMs(value: Duration, what = 'duration', maxMs: number = MAX_DURATION_MS): number {
   const problem = durationProblem(value, maxMs);
@@ -73,6 +74,7 @@ export function toMs(value: Duration, what = 'duration', maxMs: number = MAX_DUR
 /**
  * zod schema of a {@link Duration} of at most `maxMs`, transformed to milliseconds, with a readable error.
  * @param maxMs @defaultValue {@link MAX_DURATION_MS}
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
  */
 export function durationSchema(maxMs: number = MAX_DURATION_MS) {
   return (
@@ -90,7 +92,10 @@ export function durationSchema(maxMs: number = MAX_DURATION_MS) {
   );
 }
 
-/** zod schema of a {@link Duration} within `[0, MAX_DURATION_MS]`, transformed to milliseconds. */
+/**
+ * zod schema of a {@link Duration} within `[0, MAX_DURATION_MS]`, transformed to milliseconds.
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
+ */
 export const durationMs = durationSchema();
 
 function notADuration(value: unknown): string {

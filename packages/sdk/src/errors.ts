@@ -45,7 +45,10 @@ export type PalisadeErrorCode =
   | 'FENCED_TRANSACTION_NESTED'
   | 'FENCED_TRANSACTION_ABORTED';
 
-/** How many characters of a caller's value (an id, a name, a key, an option) an error message repeats. */
+/**
+ * How many characters of a caller's value (an id, a name, a key, an option) an error message repeats.
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
+ */
 export const ECHOED_CHARS = 100;
 
 /**
@@ -54,6 +57,7 @@ export const ECHOED_CHARS = 100;
  * back 10,000 characters long in the message (and in every log line that prints it). A non-string is shown with
  * `String()`. Every message that repeats a caller's value goes through this one function; the full value may stay
  * in a structured field of the error (`runId`, `issues`, …).
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
  */
 export function echoed(value: unknown, maxChars: number = ECHOED_CHARS): string {
   const text = typeof value === 'string' ? value : safeString(value);
@@ -325,7 +329,10 @@ export function serializeFailure(error: unknown): SerializedFailure {
   return storableFailure(rawFailure(error));
 }
 
-/** `failure` with every field storable; see {@link serializeFailure}. */
+/**
+ * `failure` with every field storable; see {@link serializeFailure}.
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
+ */
 export function storableFailure(failure: SerializedFailure): SerializedFailure {
   let message = typeof failure.message === 'string' ? failure.message : String(failure.message);
   let details = failure.details;
@@ -508,7 +515,10 @@ export class NonDeterminismError extends PalisadeError {
   }
 }
 
-/** Convert zod issues to `{ path, message }` pairs with dotted paths (`items.3.amount`). */
+/**
+ * Convert zod issues to `{ path, message }` pairs with dotted paths (`items.3.amount`).
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
+ */
 export function formatIssues(
   issues: readonly {
     readonly path: readonly PropertyKey[];

@@ -35,7 +35,10 @@ export interface RateLimit {
   readonly period: Duration;
 }
 
-/** A {@link RateLimit} resolved: the period in ms and the key filled in. */
+/**
+ * A {@link RateLimit} resolved: the period in ms and the key filled in.
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
+ */
 export interface ResolvedRateLimit {
   readonly key: string;
   readonly limit: number;
@@ -54,10 +57,16 @@ const flowLimit = z
   .min(1, 'must be ≥ 1')
   .max(10_000, 'must be ≤ 10,000');
 
-/** zod schema of a {@link ConcurrencyLimit} option. */
+/**
+ * zod schema of a {@link ConcurrencyLimit} option.
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
+ */
 export const concurrencyLimitSchema = z.object({ key: flowKey, limit: flowLimit }).strict();
 
-/** zod schema of a {@link RateLimit} option; parses to a {@link ResolvedRateLimit}. */
+/**
+ * zod schema of a {@link RateLimit} option; parses to a {@link ResolvedRateLimit}.
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
+ */
 export const rateLimitSchema = z
   .object({
     key: z.union([flowKey, z.literal('')]).optional(),

@@ -1,8 +1,12 @@
+/**
+ * `@palisade/sdk`: what workflow and activity code imports — definitions, contexts, failures, retry policy,
+ * durations. Engine-only helpers live in `@palisade/sdk/internal`.
+ * @packageDocumentation
+ */
 export {
   ACTIVITY_DEFAULTS,
   MIN_LEASE_MS,
   defineActivity,
-  fencingInfo,
   type ActivityContext,
   type ActivityDefinition,
   type ActivityInfo,
@@ -11,25 +15,11 @@ export {
   type FencedTransactionRegistry,
   type FencingInfo,
 } from './activity.js';
-export {
-  MAX_DURATION_MS,
-  MAX_SLEEP_MS,
-  durationMs,
-  durationSchema,
-  parseDuration,
-  toMs,
-  type Duration,
-} from './duration.js';
-export {
-  concurrencyLimitSchema,
-  rateLimitSchema,
-  type ConcurrencyLimit,
-  type RateLimit,
-  type ResolvedRateLimit,
-} from './flow-control.js';
-export { MAX_INSTANT_MS, MIN_INSTANT_MS, instantProblem, instantSchema } from './instant.js';
-export { MAX_PAYLOAD_DEPTH, jsonProblems, textProblem, type JsonProblem } from './json-value.js';
-export { PAYLOAD_LIMITS, checkPayload, checkText } from './payload.js';
+export { MAX_DURATION_MS, MAX_SLEEP_MS, parseDuration, type Duration } from './duration.js';
+export { type ConcurrencyLimit, type RateLimit } from './flow-control.js';
+export { MAX_INSTANT_MS, MIN_INSTANT_MS } from './instant.js';
+
+export { PAYLOAD_LIMITS } from './payload.js';
 export {
   ActivityFailure,
   ChildWorkflowFailure,
@@ -44,13 +34,9 @@ export {
   RunFailedError,
   RunNotFoundError,
   ValidationError,
-  ECHOED_CHARS,
   FAILURE_LIMITS,
-  echoed,
-  formatIssues,
   isPalisadeError,
   serializeFailure,
-  storableFailure,
   type AbortReason,
   type ApplicationFailureOptions,
   type FencedOperation,
@@ -60,16 +46,8 @@ export {
   type PalisadeErrorOptions,
   type SerializedFailure,
 } from './errors.js';
-export {
-  RETRY_DEFAULTS,
-  mergeRetryPolicy,
-  resolveRetryPolicy,
-  retryDecision,
-  type ResolvedRetryPolicy,
-  type RetryPolicy,
-} from './retry-policy.js';
-export { validate } from './validate.js';
-export { DEFINITION_NAME, definitionProblem } from './definition-check.js';
+export { RETRY_DEFAULTS, type RetryPolicy } from './retry-policy.js';
+
 export { defineSignal, type SignalDefinition, type SignalOptions, type SignalWait } from './signal.js';
 export {
   defineWorkflow,
@@ -81,3 +59,36 @@ export {
   type WorkflowInfo,
   type WorkflowOptions,
 } from './workflow.js';
+
+/**
+ * @internal Engine-only helpers, also exported from `@palisade/sdk/internal` (their home): kept here until every
+ * engine import has moved there, then removed. Not for workflow or activity code.
+ */
+export {
+  DEFINITION_NAME,
+  ECHOED_CHARS,
+  MAX_PAYLOAD_DEPTH,
+  checkPayload,
+  checkText,
+  concurrencyLimitSchema,
+  definitionProblem,
+  durationMs,
+  durationSchema,
+  echoed,
+  fencingInfo,
+  formatIssues,
+  instantProblem,
+  instantSchema,
+  jsonProblems,
+  mergeRetryPolicy,
+  rateLimitSchema,
+  resolveRetryPolicy,
+  retryDecision,
+  storableFailure,
+  textProblem,
+  toMs,
+  validate,
+  type JsonProblem,
+  type ResolvedRateLimit,
+  type ResolvedRetryPolicy,
+} from './internal.js';

@@ -17,6 +17,7 @@ export const MAX_INSTANT_MS = 253_402_300_799_999;
 /**
  * Why `ms` (ms since the epoch) is not an instant the engine takes, or undefined when it is one: a number that
  * is not finite (an Invalid Date), or a time outside the years 0001 to 9999.
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
  */
 export function instantProblem(ms: number): string | undefined {
   if (!Number.isFinite(ms)) return 'must be a valid Date, not an Invalid Date';
@@ -26,7 +27,10 @@ export function instantProblem(ms: number): string | undefined {
   return undefined;
 }
 
-/** zod schema of a `Date` option the engine stores: a valid Date within {@link instantProblem}'s range. */
+/**
+ * zod schema of a `Date` option the engine stores: a valid Date within {@link instantProblem}'s range.
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
+ */
 export const instantSchema = z.instanceof(Date, { message: 'must be a Date' }).superRefine((d, ctx) => {
   const problem = instantProblem(d.getTime());
   if (problem !== undefined) ctx.addIssue({ code: 'custom', message: problem });

@@ -7,13 +7,19 @@
  * @module
  */
 
-/** One problem of a value: its dotted path (`items.3.at`, empty for the root) and what is wrong. */
+/**
+ * One problem of a value: its dotted path (`items.3.at`, empty for the root) and what is wrong.
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
+ */
 export interface JsonProblem {
   readonly path: string;
   readonly message: string;
 }
 
-/** Deepest nesting of a payload; deeper values are refused (they also overflow recursive readers). */
+/**
+ * Deepest nesting of a payload; deeper values are refused (they also overflow recursive readers).
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
+ */
 export const MAX_PAYLOAD_DEPTH = 256;
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
@@ -22,6 +28,7 @@ const LONE_SURROGATES = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])
 /**
  * Why PostgreSQL cannot store `text` as it is, or `undefined` when it can: a NUL character (refused by `text`
  * and `jsonb`), or a lone UTF-16 surrogate (not Unicode: `jsonb` refuses it, `text` would store U+FFFD).
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
  */
 export function textProblem(text: string): string | undefined {
   const nul = text.indexOf('\u0000');
@@ -83,6 +90,7 @@ function hint(value: object): string {
  * or `null`) of these, no cycles, at most {@link MAX_PAYLOAD_DEPTH} deep. An `undefined` object property is
  * accepted (JSON drops it, so reading it back gives `undefined` again), and so is an `undefined` root (stored
  * as `null`); an `undefined` array element is refused (it would come back as `null`).
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
  */
 export function jsonProblems(value: unknown, maxProblems = 5): JsonProblem[] {
   const problems: JsonProblem[] = [];

@@ -38,6 +38,7 @@ export const PAYLOAD_LIMITS = Object.freeze({
  * @param what names the value in the error, e.g. `input of activity charge`.
  * @throws ValidationError (`VALIDATION_FAILED`) naming each bad field's path and the problem.
  * @throws PalisadeError `PAYLOAD_TOO_LARGE` when the JSON is longer than `maxBytes`.
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
  */
 export function checkPayload(
   value: unknown,
@@ -64,6 +65,7 @@ export function checkPayload(
 /**
  * Check a free-text parameter (an idempotency key, a cancel reason, a worker id) that is stored as `text`.
  * @throws InvalidOptionsError naming `what` when it is not a string, too long, or not storable.
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
  */
 export function checkText(text: string, what: string, maxChars: number = PAYLOAD_LIMITS.textChars): string {
   const problem =

@@ -29,7 +29,10 @@ export interface RetryPolicy {
   readonly jitter?: number;
 }
 
-/** A {@link RetryPolicy} with every default filled in and every duration in ms; this is what is stored. */
+/**
+ * A {@link RetryPolicy} with every default filled in and every duration in ms; this is what is stored.
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
+ */
 export interface ResolvedRetryPolicy {
   readonly initialIntervalMs: number;
   readonly backoffCoefficient: number;
@@ -104,6 +107,7 @@ const retryPolicySchema = z
  * Validate a retry policy and fill its defaults.
  * @param where names the owner in error messages, e.g. `activity charge retry`.
  * @throws InvalidOptionsError naming each bad field.
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
  */
 export function resolveRetryPolicy(
   policy: RetryPolicy | undefined,
@@ -118,6 +122,7 @@ export function resolveRetryPolicy(
  * Merge a per-call override onto a base policy (fields of `override` win), then resolve. Overriding
  * `initialIntervalMs` alone resets `maximumIntervalMs` to its default (100 × the new initial interval).
  * @throws InvalidOptionsError naming each bad field.
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
  */
 export function mergeRetryPolicy(
   base: ResolvedRetryPolicy,
@@ -137,6 +142,7 @@ export function mergeRetryPolicy(
  * Decide whether a failed attempt may be retried: not when the failure is non-retryable, its type is listed
  * in `nonRetryableErrorTypes`, or `attempt` (1-based, the attempt that failed) used up `maximumAttempts`.
  * The delay itself is computed in SQL when the failure is recorded, so it is persisted with the step.
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
  */
 export function retryDecision(
   policy: ResolvedRetryPolicy,

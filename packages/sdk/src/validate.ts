@@ -4,6 +4,7 @@ import { ValidationError, formatIssues, type PalisadeErrorContext } from './erro
 /**
  * Parse `value` with `schema`; `what` names the boundary in the error, e.g. `input of activity charge`.
  * @throws ValidationError naming the field path and the problem.
+ * @internal Engine-only; import it from `@palisade/sdk/internal`.
  */
 export function validate<S extends z.ZodType>(
   schema: S,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { AttemptRow, EventRow, RunRow, StepRow } from '../index.js';
+import type { AttemptDescription, EventDescription, RunDescription, StepDescription } from '../index.js';
 import {
   detectTerminal,
   formatClock,
@@ -78,7 +78,7 @@ describe('table', () => {
   });
 });
 
-const run: RunRow = {
+const run: RunDescription = {
   id: '7d1c2b9e-0c1f-4d53-9a55-2f7d0e7b6a10',
   kind: 'workflow',
   name: 'settle-invoices-for-a-very-long-customer-name',
@@ -87,21 +87,21 @@ const run: RunRow = {
   output: { ok: true },
   error: null,
   progress: null,
-  parent_run_id: null,
-  schedule_id: null,
-  schedule_tick_at: null,
+  parentRunId: null,
+  scheduleId: null,
+  scheduleTickAt: null,
   concurrency: null,
-  idempotency_key: 'batch-42',
+  idempotencyKey: 'batch-42',
   queue: 'default',
   priority: 0,
-  cancel_reason: null,
-  created_at: '2025-06-01T12:00:00.000Z',
-  start_at: null,
-  started_at: '2025-06-01T12:00:00.100Z',
-  finished_at: '2025-06-01T12:01:01.300Z',
+  cancelReason: null,
+  createdAt: new Date('2025-06-01T12:00:00.000Z'),
+  startAt: null,
+  startedAt: new Date('2025-06-01T12:00:00.100Z'),
+  finishedAt: new Date('2025-06-01T12:01:01.300Z'),
 };
 
-const step: StepRow = {
+const step: Omit<StepDescription, 'attempts'> = {
   id: 'a0000000-0000-0000-0000-000000000001',
   seq: 0,
   kind: 'activity',
@@ -112,43 +112,43 @@ const step: StepRow = {
   token: '9000000000000057',
   output: {},
   error: null,
-  next_run_at: null,
-  lease_expires_at: null,
-  heartbeat_details: null,
-  retired_at: null,
+  nextRunAt: null,
+  leaseExpiresAt: null,
+  heartbeatDetails: null,
+  retiredAt: null,
   concurrency: null,
-  rate_limit: null,
+  rateLimit: null,
 };
 
-const attempt = (over: Partial<AttemptRow>): AttemptRow => ({
-  step_id: step.id,
+const attempt = (over: Partial<AttemptDescription>): AttemptDescription => ({
+  stepId: step.id,
   kind: 'activity',
   attempt: 1,
   epoch: 1,
   token: '9000000000000041',
-  worker_id: 'a-rather-long-host-name.internal.example.com:41234:ab12cd34',
-  claimed_at: '2025-06-01T12:00:00.200Z',
-  ended_at: '2025-06-01T12:01:00.200Z',
+  workerId: 'a-rather-long-host-name.internal.example.com:41234:ab12cd34',
+  claimedAt: new Date('2025-06-01T12:00:00.200Z'),
+  endedAt: new Date('2025-06-01T12:01:00.200Z'),
   outcome: 'lease_expired',
-  duration_ms: 60_000,
+  durationMs: 60_000,
   ...over,
 });
 
-const staleEvent: EventRow = {
+const staleEvent: EventDescription = {
   id: '9',
-  step_id: step.id,
+  stepId: step.id,
   type: 'attempt:stale-rejected',
   attempt: 1,
   epoch: 1,
   token: '9000000000000041',
-  worker_id: 'a-rather-long-host-name.internal.example.com:41234:ab12cd34',
+  workerId: 'a-rather-long-host-name.internal.example.com:41234:ab12cd34',
   data: {
     operation: 'complete',
     staleToken: '9000000000000041',
     currentToken: '9000000000000057',
     reason: 'superseded',
   },
-  at: '2025-06-01T12:01:01.000Z',
+  at: new Date('2025-06-01T12:01:01.000Z'),
 };
 
 const timeline: RunTimeline = {
@@ -162,15 +162,15 @@ const timeline: RunTimeline = {
           attempt: 2,
           epoch: 2,
           token: '9000000000000057',
-          worker_id: 'w2',
+          workerId: 'w2',
           outcome: 'completed',
-          duration_ms: 12,
+          durationMs: 12,
         }),
       ],
     },
   ],
   turns: [
-    attempt({ step_id: null, kind: 'turn', token: '9000000000000040', outcome: 'completed', duration_ms: 3 }),
+    attempt({ stepId: null, kind: 'turn', token: '9000000000000040', outcome: 'completed', durationMs: 3 }),
   ],
   events: [staleEvent],
   signals: [],
@@ -206,8 +206,12 @@ describe('runs show timeline', () => {
 
 describe('runs list table', () => {
   it('prints the full run id, the name and the idempotency key within 100 columns', () => {
-    const keyed: RunRow = { ...run, name: 'settle', idempotency_key: 'inv-1' };
-    const keyless: RunRow = { ...keyed, id: '7d1c2b9e-0c1f-4d53-9a55-2f7d0e7b6a11', idempotency_key: null };
+    const keyed: RunDescription = { ...run, name: 'settle', idempotencyKey: 'inv-1' };
+    const keyless: RunDescription = {
+      ...keyed,
+      id: '7d1c2b9e-0c1f-4d53-9a55-2f7d0e7b6a11',
+      idempotencyKey: null,
+    };
     const lines = formatRunsTable(plain, [keyed, keyless], '2025-06-01T13:00:00.000Z');
     expect(lines[0]).toMatch(/^RUN ID +STATUS +KIND +NAME +KEY +CREATED \(UTC\) +DURATION$/);
     expect(lines[1]).toMatch(
@@ -218,7 +222,7 @@ describe('runs list table', () => {
   });
 
   it('never cuts a name: it cuts the key in the middle, and a line that still cannot fit stays long', () => {
-    const keyed: RunRow = { ...run, name: 'settle', idempotency_key: `order-${'7'.repeat(80)}-end` };
+    const keyed: RunDescription = { ...run, name: 'settle', idempotencyKey: `order-${'7'.repeat(80)}-end` };
     expect(formatRunsTable(plain, [keyed], '2025-06-01T13:00:00.000Z')[1]).toMatch(
       / settle {2}ord…nd {2}2025-/,
     );
@@ -228,7 +232,7 @@ describe('runs list table', () => {
 });
 
 describe('runs show of a long run', () => {
-  const failed: RunRow = {
+  const failed: RunDescription = {
     ...run,
     status: 'failed',
     error: {
@@ -243,17 +247,17 @@ describe('runs show of a long run', () => {
     seq: k,
     attempts: [
       attempt({
-        step_id: `a0000000-0000-0000-0000-${String(k).padStart(12, '0')}`,
+        stepId: `a0000000-0000-0000-0000-${String(k).padStart(12, '0')}`,
         token: String(1000 + k),
         outcome: 'completed',
       }),
     ],
   }));
-  const events: EventRow[] = steps.flatMap((s) =>
+  const events: EventDescription[] = steps.flatMap((s) =>
     ['attempt:claimed', 'attempt:completed'].map((type, i) => ({
       ...staleEvent,
       id: `${s.seq}-${i}`,
-      step_id: s.id,
+      stepId: s.id,
       type,
       token: s.attempts[0]?.token ?? null,
       data: {},
@@ -315,7 +319,7 @@ describe('runs show of a run under flow control', () => {
       steps: timeline.steps.map((s) => ({
         ...s,
         concurrency: { key: 'customer-7', limit: 1 },
-        rate_limit: { key: '', limit: 10, period_ms: 1_000 },
+        rateLimit: { key: '', limit: 10, periodMs: 1_000 },
       })),
     };
     const lines = formatRunTimeline(plain, limited, { nowIso: '2025-06-01T13:00:00.000Z', events: false });
@@ -330,7 +334,7 @@ describe('runs show of a run under flow control', () => {
   it('says when a delayed run starts', () => {
     const delayed = formatRunTimeline(
       plain,
-      { ...timeline, run: { ...timeline.run, start_at: '2025-06-01T14:00:00.000Z' } },
+      { ...timeline, run: { ...timeline.run, startAt: new Date('2025-06-01T14:00:00.000Z') } },
       { nowIso: '2025-06-01T13:00:00.000Z', events: false },
     );
     expect(delayed.find((l) => l.startsWith('starts'))).toContain('14:00:00.000 UTC (a delayed start)');

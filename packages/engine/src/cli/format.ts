@@ -217,14 +217,27 @@ export function formatDuration(ms: number | null | undefined): string {
   return `${Math.floor(v / 86_400_000)}d${two((v % 86_400_000) / 3_600_000)}h`;
 }
 
-/** Milliseconds from ISO timestamp `from` to `to`; undefined when either is missing. */
-export function msBetween(from: string | null, to: string | null): number | undefined {
-  if (!from || !to) return undefined;
-  return Date.parse(to) - Date.parse(from);
+/** A time as given (a `Date`, or ISO 8601 text) as ISO 8601 text; null when missing. */
+function isoOf(time: Date | string | null | undefined): string | null {
+  if (time === null || time === undefined) return null;
+  if (typeof time === 'string') return time;
+  return Number.isNaN(time.getTime()) ? null : time.toISOString();
 }
 
-/** `2025-06-01 12:00:00` (UTC) from an ISO timestamp; with milliseconds when `ms`. */
-export function formatTimestamp(iso: string | null, ms = false): string {
+/** Milliseconds from `from` to `to` (`Date`s or ISO timestamps); undefined when either is missing. */
+export function msBetween(
+  from: Date | string | null | undefined,
+  to: Date | string | null | undefined,
+): number | undefined {
+  const a = isoOf(from);
+  const b = isoOf(to);
+  if (!a || !b) return undefined;
+  return Date.parse(b) - Date.parse(a);
+}
+
+/** `2025-06-01 12:00:00` (UTC) from a `Date` or an ISO timestamp; with milliseconds when `ms`. */
+export function formatTimestamp(time: Date | string | null | undefined, ms = false): string {
+  const iso = isoOf(time);
   if (!iso) return '—';
   const d = new Date(iso);
   if (Number.isNaN(d.getTime())) return iso;
@@ -233,13 +246,18 @@ export function formatTimestamp(iso: string | null, ms = false): string {
 }
 
 /**
- * A timestamp inside a timeline: `12:00:00.123` when it falls on the same UTC day as `reference`, else with
- * its date.
+ * A time inside a timeline: `12:00:00.123` when it falls on the same UTC day as `reference`, else with
+ * its date. Both are `Date`s or ISO timestamps.
  */
-export function formatClock(iso: string | null, reference: string | null): string {
+export function formatClock(
+  time: Date | string | null | undefined,
+  reference: Date | string | null | undefined,
+): string {
+  const iso = isoOf(time);
   if (!iso) return '—';
+  const ref = isoOf(reference);
   const full = formatTimestamp(iso, true);
-  return reference && iso.slice(0, 10) === reference.slice(0, 10) ? full.slice(11) : full;
+  return ref && iso.slice(0, 10) === ref.slice(0, 10) ? full.slice(11) : full;
 }
 
 /** A JSON value on one line, cut to `width`. */

@@ -1,8 +1,7 @@
 import { Command } from 'commander';
 import { globalOptions, type Output } from './output.js';
 import { paint, statusStyle } from './format.js';
-
-const LIVE = new Set(['pending', 'running']);
+import { isLiveRunStatus } from '../turn/state-machine.js';
 
 /**
  * `palisade runs cancel <id>`: request cancellation. Scheduled steps end at once; a running activity learns at
@@ -23,9 +22,9 @@ export function runsCancelCommand(output: Output): Command {
         const now = await handle.cancel(options.reason);
         // The cancel reports the run as it found it once it held its lock: a run that ended (other than
         // cancelled) between the read above and that lock had already ended, whatever the read said.
-        return { before: now !== 'cancelled' && !LIVE.has(now) ? now : was, after: now };
+        return { before: now !== 'cancelled' && !isLiveRunStatus(now) ? now : was, after: now };
       });
-      const ended = !LIVE.has(before);
+      const ended = !isLiveRunStatus(before);
       if (g.json) {
         output.printJson({ runId: id, status: after, previousStatus: before, cancelRequested: !ended });
         return;

@@ -1,5 +1,6 @@
 import { Command, Option } from 'commander';
-import type { RunRow } from '../index.js';
+import { RUN_STATUSES } from '../turn/state-machine.js';
+import type { RunDescription, RunStatus } from '../index.js';
 import { globalOptions, type Output } from './output.js';
 import { wholeNumber } from './parse-arguments.js';
 import {
@@ -12,15 +13,13 @@ import {
   type Terminal,
 } from './format.js';
 
-const STATUSES: readonly RunRow['status'][] = ['pending', 'running', 'completed', 'failed', 'cancelled'];
-
 /**
  * The runs table: id (full, to paste into `runs show`), status, name (full: names are at most 128 characters, and
  * a cut one could name another workflow), idempotency key (`—` for none; cut in the middle when the line would be
  * wider than the terminal, `runs show` and `--json` have it whole), creation time, duration. A line that cannot
  * fit the width even so stays long rather than cut a name.
  */
-export function formatRunsTable(term: Terminal, runs: readonly RunRow[], nowIso: string): string[] {
+export function formatRunsTable(term: Terminal, runs: readonly RunDescription[], nowIso: string): string[] {
   return table(
     term,
     [
@@ -37,11 +36,11 @@ export function formatRunsTable(term: Terminal, runs: readonly RunRow[], nowIso:
       { text: r.status, style: statusStyle(r.status) },
       { text: r.kind === 'workflow' ? 'wf' : 'act', style: 'dim' },
       r.name,
-      r.idempotency_key ?? { text: '—', style: 'dim' },
-      formatTimestamp(r.created_at),
+      r.idempotencyKey ?? { text: '—', style: 'dim' },
+      formatTimestamp(r.createdAt),
       r.status === 'pending'
         ? '—'
-        : formatDuration(msBetween(r.started_at ?? r.created_at, r.finished_at ?? nowIso)),
+        : formatDuration(msBetween(r.startedAt ?? r.createdAt, r.finishedAt ?? nowIso)),
     ]),
   );
 }
@@ -50,36 +49,34 @@ export function formatRunsTable(term: Terminal, runs: readonly RunRow[], nowIso:
 export function runsListCommand(output: Output): Command {
   return new Command('list')
     .description('list runs, newest first')
-    .addOption(new Option('--status <status>', 'only runs with this status').choices(STATUSES))
+    .addOption(new Option('--status <status>', 'only runs with this status').choices(RUN_STATUSES))
     .option('--name <name>', 'only runs of this workflow or activity')
     .option('--limit <n>', 'at most this many runs (1–1000)', wholeNumber(1, 1000), 50)
-    .action(
-      async (options: { status?: RunRow['status']; name?: string; limit: number }, command: Command) => {
-        const g = globalOptions(command);
-        const { resolveTarget, withEngine } = await import('./open-engine.js');
-        const target = resolveTarget(g);
-        const runs = await withEngine(target, 'runs', (engine) =>
-          engine.client.list({ status: options.status, name: options.name, limit: options.limit }),
+    .action(async (options: { status?: RunStatus; name?: string; limit: number }, command: Command) => {
+      const g = globalOptions(command);
+      const { resolveTarget, withEngine } = await import('./open-engine.js');
+      const target = resolveTarget(g);
+      const runs = await withEngine(target, 'runs', (engine) =>
+        engine.client.list({ status: options.status, name: options.name, limit: options.limit }),
+      );
+      if (g.json) {
+        output.printJson(runs);
+        return;
+      }
+      const t = output.terminal;
+      if (runs.length === 0) {
+        output.line(
+          paint(
+            t,
+            'dim',
+            `no runs${options.status || options.name ? ' match' : ''} in schema ${target.schema}`,
+          ),
         );
-        if (g.json) {
-          output.printJson(runs);
-          return;
-        }
-        const t = output.terminal;
-        if (runs.length === 0) {
-          output.line(
-            paint(
-              t,
-              'dim',
-              `no runs${options.status || options.name ? ' match' : ''} in schema ${target.schema}`,
-            ),
-          );
-          return;
-        }
-        for (const line of formatRunsTable(t, runs, new Date().toISOString())) output.line(line);
-        if (runs.length === options.limit) {
-          output.line(paint(t, 'dim', `(the newest ${runs.length}; --limit shows more)`));
-        }
-      },
-    );
+        return;
+      }
+      for (const line of formatRunsTable(t, runs, new Date().toISOString())) output.line(line);
+      if (runs.length === options.limit) {
+        output.line(paint(t, 'dim', `(the newest ${runs.length}; --limit shows more)`));
+      }
+    });
 }

@@ -1,6 +1,8 @@
 import { Command } from 'commander';
+import { isLiveRunStatus } from '../turn/state-machine.js';
 import { z } from 'zod';
-import { InvalidOptionsError, defineSignal, echoed, type SignalDefinition } from '@palisade/sdk';
+import { InvalidOptionsError, defineSignal, type SignalDefinition } from '@palisade/sdk';
+import { echoed } from '@palisade/sdk/internal';
 import type { Engine } from '../engine.js';
 import { globalOptions, type Output } from './output.js';
 
@@ -86,7 +88,7 @@ async function checkName(
     .describe()
     .catch(() => undefined);
   if (!described || described.run.kind !== 'workflow') return;
-  if (!['pending', 'running'].includes(described.run.status)) return;
+  if (!isLiveRunStatus(described.run.status)) return;
   const waited = described.steps.filter((s) => s.kind === 'signal').map((s) => s.name);
   const known = [...new Set([...waited, ...exported])].sort();
   if (known.includes(name)) return;

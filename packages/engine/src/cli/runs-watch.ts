@@ -17,7 +17,7 @@ export function runsWatchCommand(output: Output): Command {
       await withEngine(resolveTarget(g), 'runs', async (engine) => {
         const handle = engine.client.getHandle(id);
         // The run's creation: what the clock column counts from (RUN_NOT_FOUND before any output).
-        const reference = (await handle.describe({})).run.created_at;
+        const reference = (await handle.describe({})).run.createdAt;
         for await (const event of handle.watch(options.after === undefined ? {} : { after: options.after })) {
           if (g.json) output.line(JSON.stringify(event));
           else output.line(formatWatchedEvent(output.terminal, event, reference));

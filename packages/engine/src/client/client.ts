@@ -1,440 +1,54 @@
 import { randomUUID } from 'node:crypto';
-import { z } from 'zod';
+import type { z } from 'zod';
 import {
-  echoed,
   InvalidOptionsError,
-  PAYLOAD_LIMITS,
-  PalisadeError,
   RunNotFoundError,
-  checkPayload,
-  concurrencyLimitSchema,
-  durationMs,
-  formatIssues,
-  mergeRetryPolicy,
-  instantSchema,
-  rateLimitSchema,
-  textProblem,
-  validate,
   type ActivityDefinition,
-  type ConcurrencyLimit,
-  type Duration,
-  type RateLimit,
-  type RetryPolicy,
   type SignalDefinition,
   type WorkflowDefinition,
-  definitionProblem,
 } from '@palisade/sdk';
+import { echoed, formatIssues } from '@palisade/sdk/internal';
 import type { Logger } from 'pino';
 import type { Database } from '../db/database.js';
 import { callerTransaction, type CallerTransaction } from '../db/caller-transaction.js';
 import type { NotificationHub } from '../db/notification-hub.js';
 import { withInfraRetry } from '../infra-retry.js';
 import { faultHooks } from '../internal/fault-points.js';
-import { shorterLeaseMessage } from '../turn/context/lease-override.js';
-import { insertStandaloneRuns, type InsertStandaloneRunsParams } from '../queries/insert-standalone-run.js';
-import { listRuns, type ListRunsFilter, type RunRow } from '../queries/read-run.js';
-import { insertWorkflowRuns, type InsertWorkflowRunsParams } from '../queries/insert-workflow-run.js';
+import { insertStandaloneRuns } from '../queries/insert-standalone-run.js';
+import { listRuns, type ListRunsFilter } from '../queries/read-run.js';
+import { insertWorkflowRuns } from '../queries/insert-workflow-run.js';
 import { retryRun } from '../queries/retry-run.js';
-import { inSavepoint } from '../db/savepoint.js';
-import type { RunInsertOutcome, RunItem } from '../queries/run-by-key.js';
+import type { RunItem } from '../queries/run-by-key.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import { assertUsableOutsideTransaction } from '../db/fenced-scope.js';
-import { RunHandle } from './run-handle.js';
-import { signalPayload, signalRun, signalRunIn } from './signal-run.js';
 import type { ClaimedTurnRow } from '../queries/claim-turns.js';
 import type { EagerTurns } from '../queries/complete-step.js';
-
-/**
- * What a start or enqueue does when its idempotency key already started a run of the same workflow or activity
- * with a different input: `'fail'` throws `RUN_KEY_CONFLICT`; `'use-existing'` returns a handle to that run.
- * The same key with the same input always returns the existing run.
- */
-export type OnKeyConflict = 'fail' | 'use-existing';
-
-/**
- * The caller's open transaction, for a start or an enqueue that commits with it (`{ tx }`): the run exists if and
- * only if this transaction commits, and workers are woken at its COMMIT, never before. One of: the `tx` of a
- * postgres.js `sql.begin(async (tx) => …)` (or of a savepoint in it); the `tx` of a drizzle
- * `db.transaction(async (tx) => …)` on the postgres-js or PGlite driver; the `tx` of a PGlite
- * `pglite.transaction(async (tx) => …)`. It must be on the engine's database and driver (postgres.js for an
- * engine on PostgreSQL, PGlite for an embedded engine), and still open.
- */
-export type CallerTransactionLike = unknown;
-
-/** Options of {@link Client.enqueue}. */
-export interface EnqueueOptions {
-  /**
-   * Idempotency key, scoped to this activity: enqueueing it again with the same input returns the existing run
-   * (`handle.created` is false); with a different input see `onConflict`.
-   */
-  readonly key?: string;
-  /** @defaultValue `'fail'` (RUN_KEY_CONFLICT) */
-  readonly onConflict?: OnKeyConflict;
-  /** @defaultValue the activity's queue */
-  readonly queue?: string;
-  /** Higher runs first. @defaultValue 0 */
-  readonly priority?: number;
-  /** Start no earlier than this long from now, by the database clock. Not with `startAt`. @defaultValue 0 */
-  readonly delayMs?: Duration;
-  /**
-   * Start no earlier than this time, by the database clock (a time in the past: now). Not with `delayMs`.
-   * @defaultValue now
-   */
-  readonly startAt?: Date;
-  /** Overrides of the activity's retry policy, for this run. */
-  readonly retry?: RetryPolicy;
-  /** @defaultValue the activity's leaseMs */
-  readonly leaseMs?: Duration;
-  /** @defaultValue the activity's startToCloseTimeoutMs */
-  readonly startToCloseTimeoutMs?: Duration;
-  /**
-   * At most `limit` runs of this activity with `key` running at once; the others wait, without holding back other
-   * keys (see ConcurrencyLimit). @defaultValue none
-   */
-  readonly concurrency?: ConcurrencyLimit;
-  /** Rate limit of this run's starts, replacing the activity's own (see RateLimit). @defaultValue the activity's */
-  readonly rateLimit?: RateLimit;
-  /**
-   * Enqueue inside this open transaction of the caller's ({@link CallerTransactionLike}): the run is written by it
-   * and exists only if it commits; workers are woken at its COMMIT. Not retried on a transient error (the
-   * transaction is aborted: retry it whole). Use the handle after the commit.
-   * @defaultValue none: the engine's own connection, retried on transient errors
-   */
-  readonly tx?: CallerTransactionLike;
-}
-
-/** Options of {@link Client.start}. */
-export interface StartOptions {
-  /**
-   * Idempotency key, scoped to this workflow: starting it again with the same input returns the existing run
-   * (`handle.created` is false); with a different input see `onConflict`.
-   */
-  readonly key?: string;
-  /** @defaultValue `'fail'` (RUN_KEY_CONFLICT) */
-  readonly onConflict?: OnKeyConflict;
-  /** Queue its turns are claimed from. @defaultValue the workflow's queue */
-  readonly queue?: string;
-  /** Higher runs first; also the default priority of its steps. @defaultValue 0 */
-  readonly priority?: number;
-  /**
-   * At most `limit` runs of this workflow with `key` running at once, from their first turn to their end (sleeps
-   * and waits included); the others stay `pending`, without holding back other keys (see ConcurrencyLimit).
-   * @defaultValue none
-   */
-  readonly concurrency?: ConcurrencyLimit;
-  /**
-   * Start no earlier than this time, by the database clock: the run is created `pending` with its first turn due
-   * then (a time in the past: now). No worker is woken for it; one claims it once it is due, within its
-   * `pollIntervalMs`. Not with `delay`. @defaultValue now
-   */
-  readonly startAt?: Date;
-  /** Start no earlier than this long from now (ms, or `'10m'`), by the database clock, as `startAt`. @defaultValue 0 */
-  readonly delay?: Duration;
-  /**
-   * Start inside this open transaction of the caller's ({@link CallerTransactionLike}): the run is written by it
-   * and exists only if it commits; workers are woken at its COMMIT (never an eager start inside it). Not retried on
-   * a transient error (the transaction is aborted: retry it whole). Use the handle (`result()`…) after the commit.
-   * @defaultValue none: the engine's own connection, retried on transient errors
-   */
-  readonly tx?: CallerTransactionLike;
-}
-
-/**
- * Options of {@link Client.enqueueMany}: those of {@link Client.enqueue}, applying to every run of the call, with
- * one idempotency key per input (`keys`) instead of `key`.
- */
-export interface EnqueueManyOptions extends Omit<EnqueueOptions, 'key'> {
-  /**
-   * Idempotency keys, scoped to this activity, one per input in the same order (`keys[k]` is the key of
-   * `inputs[k]`; `undefined` for an input without one). A key behaves as `key` of {@link Client.enqueue} does,
-   * within the batch too: a later input with a key an earlier input of the call also gave names the same run.
-   * @defaultValue no keys
-   */
-  readonly keys?: readonly (string | undefined)[];
-}
-
-/**
- * Options of {@link Client.startMany}: those of {@link Client.start}, applying to every run of the call, with
- * one idempotency key per input (`keys`) instead of `key`.
- */
-export interface StartManyOptions extends Omit<StartOptions, 'key'> {
-  /**
-   * Idempotency keys, scoped to this workflow, one per input in the same order (`keys[k]` is the key of
-   * `inputs[k]`; `undefined` for an input without one). A key behaves as `key` of {@link Client.start} does,
-   * within the batch too: a later input with a key an earlier input of the call also gave names the same run.
-   * @defaultValue no keys
-   */
-  readonly keys?: readonly (string | undefined)[];
-}
-
-/**
- * How {@link Client.enqueueMany} and {@link Client.startMany} split a long array: one statement inserts at most
- * `runsPerStatement` runs, or fewer when their inputs' JSON exceeds `inputCharsPerStatement` characters (a
- * statement always takes at least one run). The call is atomic whatever its length: the statements of one call run
- * in one transaction (a savepoint of the caller's, with `tx`).
- */
-export const BULK_START_LIMITS = Object.freeze({
-  runsPerStatement: 1_000,
-  inputCharsPerStatement: 8_000_000,
-});
-
-const keySchema = z
-  .string()
-  .min(1)
-  .max(512)
-  .refine((k) => textProblem(k) === undefined, 'must be storable text (no NUL, no lone surrogate)');
-
-/** The options every run takes: its key, queue and priority. */
-const runOptionsSchema = z
-  .object({
-    key: keySchema.optional(),
-    queue: z
-      .string()
-      .regex(/^[A-Za-z0-9_.:-]{1,128}$/, 'must be 1–128 letters, digits, _ . : -')
-      .optional(),
-    priority: z.number().int().min(-1000).max(1000).optional(),
-    onConflict: z.enum(['fail', 'use-existing']).optional(),
-    concurrency: concurrencyLimitSchema.optional(),
-    // Checked by callerTransaction(), which says what kinds it takes.
-    tx: z.unknown().optional(),
-    startAt: instantSchema.optional(),
-  })
-  .strict();
-
-const startSchema = runOptionsSchema.extend({ delay: durationMs.optional() }).strict();
-
-const enqueueSchema = runOptionsSchema
-  .extend({
-    delayMs: durationMs.optional(),
-    retry: z.any().optional(),
-    leaseMs: durationMs.optional(),
-    startToCloseTimeoutMs: durationMs.pipe(z.number().min(1)).optional(),
-    rateLimit: rateLimitSchema.optional(),
-  })
-  .strict();
-
-const keysSchema = z.array(keySchema.optional()).optional();
-const startManySchema = startSchema.omit({ key: true }).extend({ keys: keysSchema }).strict();
-const enqueueManySchema = enqueueSchema.omit({ key: true }).extend({ keys: keysSchema }).strict();
-
-/** Refuse anything but a definition from defineActivity()/defineWorkflow() before reading its fields. */
-function assertDefinition(definition: unknown, kind: 'activity' | 'workflow', call: string): void {
-  const problem = definitionProblem(definition, kind);
-  if (!problem) return;
-  throw new InvalidOptionsError(call, [
-    { path: problem.path === '' ? kind : `${kind}.${problem.path}`, message: problem.message },
-  ]);
-}
-
-const listSchema = z
-  .object({
-    status: z.enum(['pending', 'running', 'completed', 'failed', 'cancelled']).optional(),
-    name: z
-      .string()
-      .max(128)
-      .refine((k) => textProblem(k) === undefined, 'must be storable text (no NUL, no lone surrogate)')
-      .optional(),
-    limit: z
-      .number()
-      .int('must be a whole number')
-      .min(1, 'must be ≥ 1')
-      .max(10_000, 'must be ≤ 10,000')
-      .optional(),
-  })
-  .strict();
-
-/** Parse `options` with `schema`. @throws InvalidOptionsError naming each bad option, `where` naming the call. */
-function parseOptions<S extends z.ZodType>(schema: S, options: unknown, where: string): z.output<S> {
-  const parsed = schema.safeParse(options);
-  if (!parsed.success) throw new InvalidOptionsError(where, formatIssues(parsed.error.issues));
-  return parsed.data;
-}
-
-/** @throws InvalidOptionsError when the inputs of a bulk call are not an array. */
-function assertInputs(inputs: unknown, where: string): void {
-  if (!Array.isArray(inputs)) {
-    throw new InvalidOptionsError(where, [
-      { path: 'inputs', message: `must be an array, got ${typeof inputs}` },
-    ]);
-  }
-}
-
-/** @throws InvalidOptionsError when `keys` is given with another length than the inputs. */
-function assertKeys(keys: readonly unknown[] | undefined, inputs: number, where: string): void {
-  if (keys !== undefined && keys.length !== inputs) {
-    throw new InvalidOptionsError(where, [
-      {
-        path: 'keys',
-        message: `must hold one key (or undefined) per input: ${inputs} inputs, ${keys.length} keys`,
-      },
-    ]);
-  }
-}
-
-/**
- * The options and items of an `enqueueMany` / `startMany` call, everything checked before anything is stored:
- * `inputs` an array, the options (`parse`), `keys` as many as the inputs, each input against `input`.
- * @throws InvalidOptionsError naming `where`; ValidationError / PAYLOAD_TOO_LARGE naming `label(index)`.
- */
-function manyItems<O extends { readonly keys?: readonly (string | undefined)[] | undefined }>(
-  parse: (where: string) => O,
-  inputs: readonly unknown[],
-  input: z.ZodType,
-  at: { readonly where: string; readonly label: (index: number) => string },
-): { o: O; items: RunItem[] } {
-  assertInputs(inputs, at.where);
-  const o = parse(at.where);
-  assertKeys(o.keys, inputs.length, at.where);
-  return { o, items: runItems(inputs, o.keys, input, at.label) };
-}
-
-/**
- * Check every input against `schema` and its JSON round trip, before anything is stored, and fix each run's id
- * (before the first try, so a retry after a lost reply cannot duplicate). `what(k)` names input `k` in errors.
- * @throws ValidationError or PalisadeError `PAYLOAD_TOO_LARGE` for the first bad input.
- */
-function runItems(
-  inputs: readonly unknown[],
-  keys: readonly (string | undefined)[] | undefined,
-  schema: z.ZodType,
-  what: (index: number) => string,
-): RunItem[] {
-  // Array.from, not map: a hole in a sparse array is an undefined input to check, not one to skip.
-  return Array.from(inputs, (input, k) => {
-    const value = validate(schema, input, what(k));
-    return {
-      runId: randomUUID(),
-      idempotencyKey: keys?.[k] ?? null,
-      inputJson: checkPayload(value, what(k), PAYLOAD_LIMITS.inputBytes),
-    };
-  });
-}
-
-/** Split `items` into the statements of {@link BULK_START_LIMITS}; each holds at least one run. */
-function statementChunks(items: readonly RunItem[]): RunItem[][] {
-  const chunks: RunItem[][] = [];
-  let chunk: RunItem[] = [];
-  let chars = 0;
-  for (const item of items) {
-    if (
-      chunk.length > 0 &&
-      (chunk.length >= BULK_START_LIMITS.runsPerStatement ||
-        chars + item.inputJson.length > BULK_START_LIMITS.inputCharsPerStatement)
-    ) {
-      chunks.push(chunk);
-      chunk = [];
-      chars = 0;
-    }
-    chunk.push(item);
-    chars += item.inputJson.length;
-  }
-  if (chunk.length > 0) chunks.push(chunk);
-  return chunks;
-}
-
-/** The enqueue options resolved against the activity: every parameter of its runs but the items. */
-function enqueueParams(
-  activity: ActivityDefinition<z.ZodType, z.ZodType>,
-  o: z.output<typeof enqueueManySchema>,
-  call: 'enqueue' | 'enqueueMany',
-): Omit<InsertStandaloneRunsParams, 'items'> {
-  const start = startTime(o, o.delayMs, 'delayMs', `${call} options of ${activity.name}`);
-  const retryPolicy = mergeRetryPolicy(
-    activity.retry,
-    o.retry as RetryPolicy | undefined,
-    `${call} retry of ${activity.name}`,
-  );
-  if (o.leaseMs !== undefined && o.leaseMs < activity.leaseMs) {
-    throw new InvalidOptionsError(`${call} options of ${activity.name}`, [
-      { path: 'leaseMs', message: shorterLeaseMessage(activity.leaseMs, o.leaseMs) },
-    ]);
-  }
-  return {
-    activityName: activity.name,
-    queue: o.queue ?? activity.queue,
-    priority: o.priority ?? 0,
-    retryPolicy,
-    leaseMs: o.leaseMs ?? activity.leaseMs,
-    startToCloseTimeoutMs: o.startToCloseTimeoutMs ?? activity.startToCloseTimeoutMs,
-    ...start,
-    concurrency: o.concurrency,
-    rateLimit: o.rateLimit ?? activity.rateLimit,
-  };
-}
-
-/**
- * When the runs of a call start: `startAt` (epoch ms, or null) or a delay (ms) from the statement's DB time.
- * @throws InvalidOptionsError (`where`) when both `startAt` and the delay option (`delayName`) are given.
- */
-function startTime(
-  o: { readonly startAt?: Date | undefined },
-  delayMs: number | undefined,
-  delayName: 'delay' | 'delayMs',
-  where: string,
-): { startAtMs: number | null; delayMs: number } {
-  if (o.startAt !== undefined && delayMs !== undefined) {
-    throw new InvalidOptionsError(where, [
-      { path: 'startAt', message: `cannot be given with ${delayName}: give one of them` },
-    ]);
-  }
-  return { startAtMs: o.startAt?.getTime() ?? null, delayMs: delayMs ?? 0 };
-}
-
-/** The start options resolved against the workflow: every parameter of its runs but the items. */
-function startParams(
-  workflow: WorkflowDefinition<z.ZodType, z.ZodType>,
-  o: z.output<typeof startManySchema>,
-  where: string,
-): Omit<InsertWorkflowRunsParams, 'items'> {
-  return {
-    workflowName: workflow.name,
-    queue: o.queue ?? workflow.queue,
-    priority: o.priority ?? 0,
-    concurrency: o.concurrency,
-    ...startTime(o, o.delay, 'delay', where),
-  };
-}
-
-/**
- * RUN_KEY_CONFLICT for `items[at.index]`, whose key names a run with another input: an existing run (named, with
- * its `runId`), or — in a bulk call — the run an earlier item of the call was creating (`items[at.leadIndex]` of the
- * same statement, or one of an earlier statement). The call is all-or-nothing (see `insertRuns`): the refusal rolled
- * back every run of it.
- */
-function keyConflict(
-  call: { what: string; many: boolean },
-  items: readonly RunItem[],
-  outcome: RunInsertOutcome,
-  at: { index: number; leadIndex: number },
-): PalisadeError {
-  const key = echoed(items[at.index]?.idempotencyKey ?? '');
-  if (!call.many) {
-    return new PalisadeError(
-      'RUN_KEY_CONFLICT',
-      `${call.what}: key "${key}" already started run ${outcome.runId} with a different input. ` +
-        "Use another key for new work, or pass onConflict: 'use-existing' to get a handle to that run.",
-      { runId: outcome.runId },
-    );
-  }
-  const unwritten = `Nothing of inputs[0..${items.length - 1}] was written.`;
-  // The run the key names may be one an earlier statement of this call created: rolled back with the rest.
-  const lead = outcome.createdHere ? at.leadIndex : items.findIndex((i) => i.runId === outcome.runId);
-  if (lead >= 0) {
-    return new PalisadeError(
-      'RUN_KEY_CONFLICT',
-      `${call.what}: inputs[${at.index}] has the key "${key}" of inputs[${lead}] with a different input. ` +
-        `${unwritten} Give different work different keys, or pass onConflict: 'use-existing' to have ` +
-        `inputs[${at.index}] name the run of inputs[${lead}].`,
-    );
-  }
-  return new PalisadeError(
-    'RUN_KEY_CONFLICT',
-    `${call.what}: key "${key}" of inputs[${at.index}] already started run ${outcome.runId} with a different ` +
-      `input. ${unwritten} Use another key for new work, or pass onConflict: 'use-existing' to get a handle ` +
-      'to that run.',
-    { runId: outcome.runId },
-  );
-}
+import type { CallerTransactionLike } from './caller-transaction-like.js';
+import type { RunDescription } from './descriptions.js';
+import { describeRun } from './describe-run.js';
+import { insertRuns, type RunInserter } from './insert-runs.js';
+import { RunHandle } from './run-handle.js';
+import {
+  assertDefinition,
+  enqueueParams,
+  manyItems,
+  parseOptions,
+  runItems,
+  startParams,
+} from './run-items.js';
+import { signalPayload, signalRun, signalRunIn } from './signal-run.js';
+import {
+  enqueueManySchema,
+  enqueueSchema,
+  listSchema,
+  startManySchema,
+  startSchema,
+  type EnqueueManyOptions,
+  type EnqueueOptions,
+  type OnKeyConflict,
+  type StartManyOptions,
+  type StartOptions,
+} from './start-options.js';
 
 /**
  * Eager start: a worker of this engine that runs turns of workflow `workflowName` on `queue` and has a turn slot
@@ -646,60 +260,14 @@ export class Client {
     );
   }
 
-  /**
-   * Insert `items` in statements of at most {@link BULK_START_LIMITS} and return one handle per item in order. A
-   * key that names a run with a different input is RUN_KEY_CONFLICT unless `onConflict` is `'use-existing'`.
-   *
-   * The call is all-or-nothing: a call of several statements runs them in one transaction, and so does one
-   * statement of several runs with some key (the conflict is known only once the statement ran: the run holding
-   * the key may have committed while it waited on the key), so that a refusal (or any error) leaves nothing of the
-   * call written and a blind retry of the call cannot start its keyless runs twice. One run alone, or one statement
-   * without keys, needs none: a refused run is not inserted, and without keys nothing can be refused. The
-   * transaction (or the lone statement) is retried as a whole on a transient error: idempotent, the ids were fixed
-   * before the first try.
-   *
-   * With `call.tx` (the caller's transaction) every statement runs in it, and nothing is retried: on PostgreSQL a
-   * failed statement has aborted the caller's transaction, so a retry could only fail again (the caller retries
-   * the transaction whole). What would be a transaction of its own is a savepoint in it, so that a refusal undoes
-   * the call's runs and nothing else of the caller's.
-   */
+  /** {@link insertRuns} on this engine's database, one handle per item in order. */
   private async insertRuns<O>(
     items: readonly RunItem[],
     onConflict: OnKeyConflict | undefined,
-    insert: (db: Pick<Database, 'rows'>, chunk: readonly RunItem[]) => Promise<RunInsertOutcome[]>,
+    insert: RunInserter,
     call: { what: string; many: boolean; tx: CallerTransaction | undefined },
   ): Promise<RunHandle<O>[]> {
-    const chunks = statementChunks(items);
-    const insertAll = async (db: Pick<Database, 'rows'>): Promise<RunInsertOutcome[]> => {
-      const outcomes: RunInsertOutcome[] = [];
-      for (const chunk of chunks) {
-        const from = outcomes.length;
-        const inserted = await insert(db, chunk);
-        const refused = onConflict === 'use-existing' ? -1 : inserted.findIndex((o) => !o.sameInput);
-        const outcome = inserted[refused];
-        if (outcome) {
-          throw keyConflict(call, items, outcome, {
-            index: from + refused,
-            leadIndex: from + outcome.leadIndex,
-          });
-        }
-        outcomes.push(...inserted);
-      }
-      return outcomes;
-    };
-    const atomic =
-      chunks.length > 1 ||
-      (items.length > 1 && onConflict !== 'use-existing' && items.some((i) => i.idempotencyKey !== null));
-    const tx = call.tx;
-    const outcomes = tx
-      ? atomic
-        ? await inSavepoint(tx, () => insertAll(tx))
-        : await insertAll(tx)
-      : await withInfraRetry(async () => {
-          const inserted = atomic ? await this.db.transaction(insertAll) : await insertAll(this.db);
-          await faultHooks['client:after-insert-run']?.(inserted[0]?.runId ?? '');
-          return inserted;
-        });
+    const outcomes = await insertRuns(this.db, items, onConflict, insert, call);
     return outcomes.map(
       (o) => new RunHandle<O>(o.runId, this.db, this.names, this.hub, this.logger, o.created),
     );
@@ -771,7 +339,8 @@ export class Client {
         const handle = await this.start(workflow, input, {
           onConflict: 'use-existing',
           ...options,
-          tx: tx.drizzle,
+          // The engine's own drizzle transaction: a PgTransaction at run time, typed as its database.
+          tx: tx.drizzle as unknown as CallerTransactionLike,
         });
         await faultHooks['client:signal-with-start:before-signal']?.(handle.runId);
         await signalRunIn(tx, this.names, {
@@ -791,10 +360,13 @@ export class Client {
   }
 
   /**
-   * Runs, newest first (at most `limit`, default 50).
+   * Runs, newest first (at most `limit`, default 50; 1–10,000), filtered by `status` and workflow or activity
+   * `name`. Plain read; legal outside a fenced transaction.
+   * @returns each run as a {@link RunDescription} (camelCase, `Date`s), without its steps: `getHandle(id).describe()`
+   * has those.
    * @throws InvalidOptionsError naming a bad filter field.
    */
-  list(filter: ListRunsFilter = {}): Promise<RunRow[]> {
+  list(filter: ListRunsFilter = {}): Promise<RunDescription[]> {
     try {
       assertUsableOutsideTransaction(this.db, 'client.list');
     } catch (error) {
@@ -804,7 +376,7 @@ export class Client {
     if (!parsed.success) {
       return Promise.reject(new InvalidOptionsError('list filter', formatIssues(parsed.error.issues)));
     }
-    return listRuns(this.db, this.names, filter);
+    return listRuns(this.db, this.names, filter).then((rows) => rows.map(describeRun));
   }
 
   /**

@@ -1,46 +1,33 @@
 import { z } from 'zod';
+import { isTerminalRunStatus } from '../turn/state-machine.js';
 import {
-  echoed,
   CancelledFailure,
   InvalidOptionsError,
   PalisadeError,
   RunFailedError,
   RunNotFoundError,
-  checkText,
-  durationMs,
-  formatIssues,
   type Duration,
   type SerializedFailure,
   type SignalDefinition,
 } from '@palisade/sdk';
+import { echoed, checkText, durationMs, formatIssues } from '@palisade/sdk/internal';
 import type { Database } from '../db/database.js';
 import type { EndedRun, NotificationHub } from '../db/notification-hub.js';
-import {
-  readRun,
-  readRunHistory,
-  readChildRuns,
-  type AttemptRow,
-  type ChildRunRow,
-  type EventRow,
-  type RunRow,
-  type StepRow,
-} from '../queries/read-run.js';
+import { readRun, readRunHistory, readChildRuns, type RunRow } from '../queries/read-run.js';
 import { withInfraRetry } from '../infra-retry.js';
 import { requestCancel } from '../queries/request-cancel.js';
-import { readUnclaimedWork, type UnclaimedWork } from '../queries/unclaimed-work.js';
-import { readSignals, type SignalRow } from '../queries/send-signal.js';
-import {
-  readRunEventsAfter,
-  WATCH_LATE_MS,
-  WATCH_SETTLE_MS,
-  type WatchPosition,
-} from '../queries/watch-run.js';
-import { WATCHER_TTL_MS, deleteWatcher, readRunForWaiter, upsertWatcher } from '../queries/run-watchers.js';
-import { randomUUID } from 'node:crypto';
+import { readUnclaimedWork } from '../queries/unclaimed-work.js';
+import { readSignals } from '../queries/send-signal.js';
+import { readRunEventsAfter, WATCH_LATE_MS, WATCH_SETTLE_MS } from '../queries/watch-run.js';
+import { readRunForWaiter } from '../queries/run-watchers.js';
 import { signalPayload, signalRun } from './signal-run.js';
 import type { Logger } from 'pino';
 import { assertUsableOutsideTransaction } from '../db/fenced-scope.js';
 import type { SchemaNames } from '../queries/schema-names.js';
+import type { RunDetails, RunStatus, WatchedEvent } from './descriptions.js';
+import { describeRunDetails, describeWatchedEvent } from './describe-run.js';
+import { comparePositions, decodeCursor, encodeCursor } from './watch-cursor.js';
+import { WatcherRow } from './watcher-row.js';
 
 /** Options of {@link RunHandle.result}; durations as everywhere (ms, or `'2s'`), ≤ 2,147,483,647 ms. */
 export interface ResultOptions {
@@ -65,28 +52,6 @@ const resultSchema = z
   })
   .strict();
 
-/** A run's current state with its steps, attempts and history, as `describe()` returns it. */
-export interface RunDescription {
-  readonly run: RunRow;
-  /** The run's steps in position order (retired ones too, with `retired_at`), each with its attempts. */
-  readonly steps: readonly (StepRow & { readonly attempts: readonly AttemptRow[] })[];
-  /** The attempts of a workflow run's turns (`kind: 'turn'`, no step), oldest first; empty for activity runs. */
-  readonly turns: readonly AttemptRow[];
-  readonly events: readonly EventRow[];
-  /**
-   * Signals sent to the run, in arrival order: pending ones (`consumed_at` null), those a wait took (`step_id`), and
-   * those no wait will take (`undelivered`: a wait refused the payload, or the run ended first).
-   */
-  readonly signals: readonly SignalRow[];
-  /** The runs this one started with `ctx.runChild`, oldest first (its parent: `run.parent_run_id`). */
-  readonly children: readonly ChildRunRow[];
-  /**
-   * Work due for at least {@link UNCLAIMED_AFTER_MS} (or the `unclaimedAfterMs` given) that no worker ever
-   * claimed: most likely no live worker serves that activity or workflow on that queue.
-   */
-  readonly unclaimed: readonly UnclaimedWork[];
-}
-
 /** Options of {@link RunHandle.describe}. */
 export interface DescribeOptions {
   /** Report work due and never claimed for at least this long. @defaultValue 60_000 (ms) */
@@ -103,14 +68,6 @@ export interface WatchOptions {
   readonly pollIntervalMs?: Duration;
 }
 
-/** An event as {@link RunHandle.watch} yields it. */
-export interface WatchedEvent extends EventRow {
-  /** The name of the step the event is about, or null for the run's own events (`run:*`, turn events). */
-  readonly step_name: string | null;
-  /** Pass as `watch({ after })` to resume right after this event. Opaque. */
-  readonly cursor: string;
-}
-
 const watchSchema = z
   .object({
     after: z.string().optional(),
@@ -122,90 +79,6 @@ const watchSchema = z
 const WATCH_PAGE = 500;
 /** How soon a waiter reads again while a statement still in progress holds the run row (ms): see readRunForWaiter. */
 const RUN_ROW_BUSY_MS = 25;
-const RUN_ENDINGS = new Set(['completed', 'failed', 'cancelled']);
-
-const BIGINT_MAX = 9_223_372_036_854_775_807n;
-/** The times a cursor may hold (µs since the epoch): years 1 to 9999, well inside PostgreSQL's timestamptz range. */
-const CURSOR_MIN_AT_US = -62_135_596_800_000_000n;
-const CURSOR_MAX_AT_US = 253_402_300_799_999_999n;
-
-/** `w1.<run id, hex>.<at µs>.<rank>.<ord>.<id>`: a place in one run's history (see readRunEventsAfter). */
-function encodeCursor(runId: string, e: WatchPosition): string {
-  return `w1.${runId.replaceAll('-', '')}.${e.atUs}.${e.rank}.${e.ord}.${e.id}`;
-}
-
-/** The order of history: (at, rank, ord, id), as readRunEventsAfter sorts. */
-function comparePositions(a: WatchPosition, b: WatchPosition): number {
-  const at = BigInt(a.atUs) - BigInt(b.atUs);
-  if (at !== 0n) return at < 0n ? -1 : 1;
-  if (a.rank !== b.rank) return a.rank - b.rank;
-  const ord = BigInt(a.ord) - BigInt(b.ord);
-  if (ord !== 0n) return ord < 0n ? -1 : 1;
-  return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
-}
-
-/**
- * A `run_watchers` row of one result()/watch() call: inserted by its first read, pushed forward while it waits,
- * deleted when it returns (a call that dies lets it lapse: see run-watchers.ts).
- */
-class WatcherRow {
-  private readonly id = randomUUID();
-  private held = false;
-  private refreshedAt = -Infinity;
-
-  constructor(
-    private readonly db: Database,
-    private readonly names: SchemaNames,
-    private readonly runId: string,
-    private readonly turns: boolean,
-  ) {}
-
-  /** Insert the row, or push it forward when half its life has passed; nothing when the run ended or is unknown. */
-  async keep(): Promise<void> {
-    if (performance.now() - this.refreshedAt < WATCHER_TTL_MS / 2) return;
-    const at = performance.now();
-    // Idempotent: retried after a lost reply, it leaves one row.
-    const kept = await withInfraRetry(() =>
-      upsertWatcher(this.db, this.names, { id: this.id, runId: this.runId, turns: this.turns }),
-    );
-    this.held ||= kept;
-    this.refreshedAt = at;
-  }
-
-  /** Delete the row. A failure (the engine closing, a lost connection) only lets it lapse. */
-  async drop(): Promise<void> {
-    if (!this.held) return;
-    this.held = false;
-    await deleteWatcher(this.db, this.names, this.id).catch(() => undefined);
-  }
-}
-
-function decodeCursor(runId: string, cursor: string): WatchPosition {
-  const m = /^w1\.([0-9a-f]{32})\.(-?\d{1,19})\.(\d{1,2})\.(-?\d{1,19})\.(\S{1,80})$/.exec(cursor);
-  if (!m) {
-    throw new InvalidOptionsError('watch options', [
-      { path: 'after', message: `is not a cursor from an event watch() yielded: ${echoed(cursor)}` },
-    ]);
-  }
-  if (m[1] !== runId.replaceAll('-', '').toLowerCase()) {
-    throw new InvalidOptionsError('watch options', [
-      { path: 'after', message: `is a cursor of another run's events, not of run ${echoed(runId)}` },
-    ]);
-  }
-  // The numbers go to bigint parameters (and a timestamp): out of their range, the database would refuse the read
-  // with a raw error instead of naming the cursor.
-  const atUs = BigInt(m[2]!);
-  const ord = BigInt(m[4]!);
-  if (atUs < CURSOR_MIN_AT_US || atUs > CURSOR_MAX_AT_US || ord < -BIGINT_MAX - 1n || ord > BIGINT_MAX) {
-    throw new InvalidOptionsError('watch options', [
-      {
-        path: 'after',
-        message: `is not a cursor from an event watch() yielded (a number is out of range): ${cursor.slice(0, 80)}`,
-      },
-    ]);
-  }
-  return { atUs: m[2]!, rank: Number(m[3]), ord: m[4]!, id: m[5]! };
-}
 
 /** A reference to one run: wait for its result, describe it, cancel it. Cheap to create; holds no resources. */
 export class RunHandle<O = unknown> {
@@ -336,10 +209,11 @@ export class RunHandle<O = unknown> {
   /**
    * The run, its steps (each with its attempts: epoch, token, worker, outcome, duration), its workflow turns'
    * attempts, its events, and work due for a while that no worker claimed (`unclaimed`).
+   * @returns {@link RunDetails}: camelCase shapes with `Date`s, mapped from the rows in one place (describe-run.ts).
    * @throws RunNotFoundError when there is no such run.
    * @throws InvalidOptionsError naming a bad option.
    */
-  async describe(options: DescribeOptions = {}): Promise<RunDescription> {
+  async describe(options: DescribeOptions = {}): Promise<RunDetails> {
     assertUsableOutsideTransaction(this.db, 'handle.describe');
     const parsed = describeSchema.safeParse(options);
     if (!parsed.success) throw new InvalidOptionsError('describe options', formatIssues(parsed.error.issues));
@@ -359,18 +233,7 @@ export class RunHandle<O = unknown> {
       withInfraRetry(() => readSignals(this.db, this.names, this.runId)),
       withInfraRetry(() => readChildRuns(this.db, this.names, this.runId)),
     ]);
-    return {
-      run,
-      steps: history.steps.map((s) => ({
-        ...s,
-        attempts: history.attempts.filter((a) => a.step_id === s.id),
-      })),
-      turns: history.attempts.filter((a) => a.step_id === null),
-      events: history.events,
-      signals,
-      children,
-      unclaimed,
-    };
+    return describeRunDetails({ run, ...history, signals, children, unclaimed });
   }
 
   /**
@@ -433,12 +296,12 @@ export class RunHandle<O = unknown> {
           // An event that became visible late sorts before ones already yielded: its cursor is still the furthest
           // place yielded, so that resuming from it yields nothing twice.
           if (!after || comparePositions(position, after) > 0) after = position;
-          yield { ...event, cursor: encodeCursor(this.runId, after) };
+          yield { ...describeWatchedEvent(event), cursor: encodeCursor(this.runId, after) };
         }
         if (read.events.length === WATCH_PAGE || notified) continue;
         if (read.status === undefined) throw new RunNotFoundError(`run ${echoed(this.runId)}`);
         // Ended, and every event up to its end (the end included) is before the horizon, hence yielded.
-        const ended = RUN_ENDINGS.has(read.status) && read.finishedUs !== null;
+        const ended = isTerminalRunStatus(read.status) && read.finishedUs !== null;
         if (ended && BigInt(read.finishedUs!) < BigInt(read.horizonUs)) return;
         // Events (the end, say) past the horizon: read again once they are behind it. A statement still writing
         // the run row may have decided on its NOTIFY before this watch registered: read again once it ended.
@@ -489,7 +352,7 @@ export class RunHandle<O = unknown> {
    * @throws RunNotFoundError when there is no such run.
    * @throws InvalidOptionsError when `reason` is not storable text of at most 4,096 characters.
    */
-  async cancel(reason = 'cancelled by request'): Promise<string> {
+  async cancel(reason = 'cancelled by request'): Promise<RunStatus> {
     assertUsableOutsideTransaction(this.db, 'handle.cancel');
     checkText(reason, 'cancel reason');
     // An id that is not a UUID names no run (the database would refuse the cast with a raw error).
@@ -502,6 +365,6 @@ export class RunHandle<O = unknown> {
       requestCancel(this.db, this.names, { runId: this.runId, reason }),
     );
     if (status === undefined) throw new RunNotFoundError(`run ${echoed(this.runId)}`);
-    return status;
+    return status as RunStatus;
   }
 }

@@ -1,15 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import {
-  echoed,
   InvalidOptionsError,
   PAYLOAD_LIMITS,
   RunEndedError,
   RunNotFoundError,
-  checkPayload,
-  validate,
   type SignalDefinition,
-  definitionProblem,
 } from '@palisade/sdk';
+import { echoed, checkPayload, validate, definitionProblem } from '@palisade/sdk/internal';
 import type { Database } from '../db/database.js';
 import { withInfraRetry } from '../infra-retry.js';
 import { sendSignal, storeSignal, type SentSignal } from '../queries/send-signal.js';

@@ -1,5 +1,5 @@
 import type { ActivityDefinition, Duration, WorkflowDefinition } from '@palisade/sdk';
-import type { RunRow } from '../queries/read-run.js';
+import type { RunDescription } from '../client/descriptions.js';
 import type { ScheduleRow } from '../queries/schedule-rows.js';
 
 /**
@@ -98,7 +98,7 @@ export interface Schedule {
 export interface ScheduleDescription {
   readonly schedule: Schedule;
   /** The runs of its newest ticks (up to 20), newest tick first; each names `schedule_id` and `schedule_tick_at`. */
-  readonly recentRuns: RunRow[];
+  readonly recentRuns: RunDescription[];
 }
 
 /** What `Schedules.backfill` did. */

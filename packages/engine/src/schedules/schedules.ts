@@ -4,6 +4,7 @@ import { InvalidOptionsError, PalisadeError, echoed } from '@palisade/sdk';
 import type { Database } from '../db/database.js';
 import { withInfraRetry } from '../infra-retry.js';
 import { listScheduleRuns } from '../queries/read-run.js';
+import { describeRun } from '../client/describe-run.js';
 import {
   deleteSchedule,
   insertSchedule,
@@ -315,7 +316,7 @@ export class Schedules {
     const recentRuns = await withInfraRetry(() =>
       listScheduleRuns(this.db, this.names, { scheduleId: id, limit: 20 }),
     );
-    return { schedule, recentRuns };
+    return { schedule, recentRuns: recentRuns.map(describeRun) };
   }
 
   /**

@@ -1,4 +1,4 @@
-import type { RunDescription } from '@palisade/engine';
+import type { RunDetails } from '@palisade/engine';
 import { AttemptAbortedError, LeaseLostError } from '@palisade/sdk';
 import { CURRENCIES, isCurrencyCode } from './currencies.js';
 import type { MalformedRow, ParsedBatch } from './parse-invoices.js';
@@ -82,7 +82,7 @@ export interface VerifyInput {
   readonly settlement:
     { invoiceCount: number; totals: { currency: string; amountMinor: number }[] } | undefined;
   readonly stall: StallRecord | undefined;
-  readonly description: RunDescription | undefined;
+  readonly description: RunDetails | undefined;
 }
 
 export interface Verified {
@@ -237,7 +237,7 @@ export function verifySettlement(input: VerifyInput): Verified {
     stall !== undefined &&
     staleAttempt !== undefined &&
     completed !== undefined &&
-    completed.worker_id !== stall.staleWorker &&
+    completed.workerId !== stall.staleWorker &&
     BigInt(completed.token) > stall.staleToken &&
     completed.epoch > stall.staleEpoch;
   checks.push(
@@ -246,7 +246,7 @@ export function verifySettlement(input: VerifyInput): Verified {
       takenOver,
       stall && completed
         ? `${stall.invoiceNumber}: ${stall.staleWorker} epoch ${stall.staleEpoch} token ${stall.staleToken} ` +
-            `(${staleAttempt?.outcome ?? '?'}) → ${completed.worker_id} epoch ${completed.epoch} token ${completed.token} (completed)`
+            `(${staleAttempt?.outcome ?? '?'}) → ${completed.workerId} epoch ${completed.epoch} token ${completed.token} (completed)`
         : 'no stall happened or the step never completed',
     ),
   );
@@ -276,7 +276,7 @@ export function verifySettlement(input: VerifyInput): Verified {
     ? description?.events.find(
         (e) =>
           e.type === 'attempt:claimed' &&
-          e.step_id === stall.stepId &&
+          e.stepId === stall.stepId &&
           (e.data as { reclaimedFromToken?: unknown } | null)?.reclaimedFromToken ===
             stall.staleToken.toString(),
       )
@@ -285,9 +285,9 @@ export function verifySettlement(input: VerifyInput): Verified {
   checks.push(
     check(
       'the history records the reclaim from the stale token',
-      reclaim !== undefined && reclaim.worker_id !== stall?.staleWorker && staleEnded,
+      reclaim !== undefined && reclaim.workerId !== stall?.staleWorker && staleEnded,
       reclaim && stall
-        ? `attempt:claimed by ${reclaim.worker_id} · epoch ${reclaim.epoch} · token ${reclaim.token} · reclaimed from ` +
+        ? `attempt:claimed by ${reclaim.workerId} · epoch ${reclaim.epoch} · token ${reclaim.token} · reclaimed from ` +
             `token ${stall.staleToken} (${staleAttempt?.outcome ?? '?'})` +
             (rejection?.recorded
               ? `; attempt:stale-rejected (${rejection.recorded.operation}, ${rejection.recorded.reason}): stale token ` +
@@ -303,7 +303,7 @@ export function verifySettlement(input: VerifyInput): Verified {
 function describeRejection(
   stall: StallRecord,
   input: VerifyInput,
-  current: { worker_id: string; token: string; epoch: number } | undefined,
+  current: { workerId: string; token: string; epoch: number } | undefined,
 ): StaleWriteRejection {
   const error = stall.error;
   const staleToken = stall.staleToken.toString();
@@ -328,7 +328,7 @@ function describeRejection(
     staleWorker: stall.staleWorker,
     staleToken,
     staleEpoch: stall.staleEpoch,
-    currentWorker: current?.worker_id ?? null,
+    currentWorker: current?.workerId ?? null,
     currentToken:
       error instanceof LeaseLostError && error.currentToken !== null
         ? error.currentToken.toString()

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { eq } from 'drizzle-orm';
-import type { Engine, RunDescription } from '@palisade/engine';
+import type { Engine, RunDetails } from '@palisade/engine';
 import { chargeKey, createInvoiceActivities } from './activities.js';
 import type { AppDatabase } from './app-database.js';
 import { verifySettlement, type CurrencyTotal, type DemoCheck, type StaleWriteRejection } from './checks.js';
@@ -395,9 +395,9 @@ async function readBack(app: AppDatabase, t: InvoiceTables, batchId: string) {
 
 /** The run's history once the database recorded the stale token being rejected (or after a bounded wait). */
 async function historyWithStaleRejection(
-  describe: () => Promise<RunDescription>,
+  describe: () => Promise<RunDetails>,
   stall: StallRecord | undefined,
-): Promise<RunDescription> {
+): Promise<RunDetails> {
   const deadline = performance.now() + 5_000;
   for (;;) {
     const description = await describe();

@@ -1,4 +1,4 @@
-import type { RunDescription } from '@palisade/engine';
+import type { RunDetails } from '@palisade/engine';
 import type { DemoCheck } from '../invoice-settlement/checks.js';
 import type { Refund } from '../invoice-settlement/payment-provider.js';
 import type { StallRecord } from '../invoice-settlement/stall-fault.js';
@@ -59,18 +59,18 @@ export interface SupportVerifyInput {
   readonly decisions: ReadonlyMap<string, 'approved' | 'rejected' | 'timed-out'>;
   readonly kill: {
     readonly record: KillRecord | undefined;
-    readonly description: RunDescription | undefined;
+    readonly description: RunDetails | undefined;
     /** The run's rows of `agent_steps`. */
     readonly steps: readonly { readonly scope: string; readonly tool: string; readonly executions: number }[];
   };
   readonly zombie: {
     readonly record: StallRecord | undefined;
-    readonly description: RunDescription | undefined;
+    readonly description: RunDetails | undefined;
   };
   readonly waits: readonly WaitSnapshot[];
   readonly timeout: {
     readonly emailId: string;
-    readonly description: RunDescription | undefined;
+    readonly description: RunDetails | undefined;
     /** How far the database clock was moved forward (ms). */
     readonly advancedMs: number;
   };
@@ -259,16 +259,16 @@ function killCheck(input: SupportVerifyInput): DemoCheck {
   const winner = killedStep?.attempts.find((a) => a.outcome === 'completed');
   if (!killedStep || !killedAttempt)
     return check(name, false, `the killed step of ${record.emailId} is not in its history`);
-  const killedAt = Date.parse(killedAttempt.claimed_at);
+  const killedAt = killedAttempt.claimedAt.getTime();
   const before = activitySteps.filter((s) => s.seq < killedStep.seq);
-  const againAfterKill = before.filter((s) => s.attempts.some((a) => Date.parse(a.claimed_at) > killedAt));
+  const againAfterKill = before.filter((s) => s.attempts.some((a) => a.claimedAt.getTime() > killedAt));
   const seqOf = (scope: string): number => Number(/\/seq:(\d+)$/.exec(scope)?.[1] ?? -1);
   const committedTwice = steps.filter((s) => seqOf(s.scope) >= killedStep.seq && s.executions !== 1);
   const earlierRetries = before.filter((s) => s.attempts.length > 1).length;
   const ok =
     description.run.status === 'completed' &&
     winner !== undefined &&
-    winner.worker_id !== record.workerId &&
+    winner.workerId !== record.workerId &&
     BigInt(winner.token) > record.token &&
     activitySteps.every((s) => s.status === 'completed') &&
     againAfterKill.length === 0 &&
@@ -278,7 +278,7 @@ function killCheck(input: SupportVerifyInput): DemoCheck {
     name,
     ok,
     `${record.emailId}: ${record.workerId} killed at ${record.tool} (token ${record.token}); ` +
-      `${winner ? `${winner.worker_id} finished it (epoch ${winner.epoch}, token ${winner.token})` : 'NOT finished'}; ` +
+      `${winner ? `${winner.workerId} finished it (epoch ${winner.epoch}, token ${winner.token})` : 'NOT finished'}; ` +
       `none of the ${before.length} steps done before the kill ran again${againAfterKill.length ? ` (BUT: ${againAfterKill.map((s) => s.name).join(', ')})` : ''}` +
       `${earlierRetries ? ` (${earlierRetries} had been retried before it, a lease lost under load)` : ''}; ` +
       `${steps.length} steps logged for ${activitySteps.length} recorded, none from the kill on committed twice` +
@@ -309,7 +309,7 @@ function zombieCheck(input: SupportVerifyInput): DemoCheck {
     name,
     ok,
     `${record.invoiceNumber}: ${record.staleWorker}'s write with token ${record.staleToken} ${record.outcome ?? 'never came'}` +
-      `${typeof error?.code === 'string' ? ` (${error.code})` : ''}; ${winner ? `${winner.worker_id} (token ${winner.token}) wrote the one ledger row` : 'no attempt completed'}; ` +
+      `${typeof error?.code === 'string' ? ` (${error.code})` : ''}; ${winner ? `${winner.workerId} (token ${winner.token}) wrote the one ledger row` : 'no attempt completed'}; ` +
       `the provider saw the key ${refund?.requestCount ?? 0} times and refunded once`,
   );
 }

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { eq, inArray } from 'drizzle-orm';
-import type { RunDescription, RunHandle } from '@palisade/engine';
+import type { RunDetails, RunHandle } from '@palisade/engine';
 import { advanceClock, resetClock } from '@palisade/engine/testing';
 import type { InvoiceActivityEvent } from '../invoice-settlement/activities.js';
 import type { AppDatabase } from '../invoice-settlement/app-database.js';
@@ -344,7 +344,7 @@ export async function runSupportAgentDemo(
     if (zombie) await Promise.race([zombie.settled, delay(15_000)]);
 
     // Read everything back.
-    const byRun = <T>(run: RunHandle<T> | undefined): Promise<RunDescription | undefined> =>
+    const byRun = <T>(run: RunHandle<T> | undefined): Promise<RunDetails | undefined> =>
       run ? run.describe() : Promise.resolve(undefined);
     const killRecord = kill.record;
     const [killDescription, zombieDescription, timeoutDescription] = await Promise.all([
@@ -512,7 +512,7 @@ async function streamProgress(
       } else if (event.type === 'attempt:claimed' && (event.epoch ?? 1) > 1) {
         timeline.line(
           'watch',
-          `${emailId} ${event.step_name ?? 'step'} claimed again by ${event.worker_id} · epoch ${event.epoch} · token ${event.token}`,
+          `${emailId} ${event.stepName ?? 'step'} claimed again by ${event.workerId} · epoch ${event.epoch} · token ${event.token}`,
         );
       } else if (event.type === 'run:completed') {
         timeline.line('watch', `${emailId} run completed`);
@@ -554,15 +554,15 @@ async function snapshotWait(handle: RunHandle | undefined, emailId: string): Pro
   const wait = () => d.steps.find((s) => s.kind === 'signal' && s.status === 'scheduled');
   await waitUntil(async () => {
     d = await handle.describe();
-    return wait() !== undefined && d.turns.every((t) => t.ended_at !== null);
+    return wait() !== undefined && d.turns.every((t) => t.endedAt !== null);
   }, 10_000);
   const w = wait();
   const running = d.steps.filter((s) => s.status === 'running');
-  const openTurns = d.turns.filter((t) => t.ended_at === null);
+  const openTurns = d.turns.filter((t) => t.endedAt === null);
   const noLeaseHeld =
     w !== undefined &&
     w.token === null &&
-    w.lease_expires_at === null &&
+    w.leaseExpiresAt === null &&
     running.length === 0 &&
     openTurns.length === 0;
   return {
@@ -570,8 +570,8 @@ async function snapshotWait(handle: RunHandle | undefined, emailId: string): Pro
     runId: handle.runId,
     noLeaseHeld,
     detail: w
-      ? `signal step #${w.seq} ${w.name}: token ${w.token ?? 'none'}, lease ${w.lease_expires_at ?? 'none'}, due ` +
-        `${w.next_run_at ?? '?'}; ${running.length} step(s) running, ${openTurns.length} turn(s) open`
+      ? `signal step #${w.seq} ${w.name}: token ${w.token ?? 'none'}, lease ${w.leaseExpiresAt?.toISOString() ?? 'none'}, due ` +
+        `${w.nextRunAt?.toISOString() ?? '?'}; ${running.length} step(s) running, ${openTurns.length} turn(s) open`
       : 'no signal wait recorded',
   };
 }

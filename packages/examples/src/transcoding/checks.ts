@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
-import type { AttemptRow, RunDescription } from '@palisade/engine';
+import type { AttemptDescription, RunDetails } from '@palisade/engine';
 import { decodeMedia, probeMedia, type MediaInfo } from './ffmpeg.js';
 import type { ObjectStore } from './object-store.js';
 import {
@@ -38,21 +38,21 @@ export interface VerifiedOutput {
  * The engine's record of the stalled step, as `palisade runs show` lists it: each attempt (epoch, token, worker,
  * outcome) and each write the engine rejected as stale.
  */
-export function stalledStepHistory(description: RunDescription, key: string): string[] {
+export function stalledStepHistory(description: RunDetails, key: string): string[] {
   const step = description.steps.find((s) => encodedSegmentSchema.safeParse(s.output).data?.key === key);
   if (!step) return [`no completed step wrote ${key}`];
   const lines = [...step.attempts]
     .sort((a, b) => a.epoch - b.epoch)
     .map(
       (a) =>
-        `epoch ${a.epoch}  token ${a.token.padStart(3)}  ${a.worker_id.padEnd(9)} ${a.outcome ?? 'open'}` +
-        `${a.duration_ms === null ? '' : ` after ${(a.duration_ms / 1000).toFixed(2)} s`}`,
+        `epoch ${a.epoch}  token ${a.token.padStart(3)}  ${a.workerId.padEnd(9)} ${a.outcome ?? 'open'}` +
+        `${a.durationMs === null ? '' : ` after ${(a.durationMs / 1000).toFixed(2)} s`}`,
     );
   for (const e of description.events) {
-    if (e.step_id !== step.id || e.type !== 'attempt:stale-rejected') continue;
+    if (e.stepId !== step.id || e.type !== 'attempt:stale-rejected') continue;
     const data = (e.data ?? {}) as { operation?: string; currentToken?: string; reason?: string };
     lines.push(
-      `stale ${data.operation ?? 'write'} from token ${e.token} rejected at ${e.at}` +
+      `stale ${data.operation ?? 'write'} from token ${e.token} rejected at ${e.at.toISOString()}` +
         ` (${data.reason ?? '?'}; current token ${data.currentToken ?? '?'})`,
     );
   }
@@ -62,7 +62,7 @@ export function stalledStepHistory(description: RunDescription, key: string): st
 /** What {@link verifyTranscoding} needs. */
 export interface VerifyInput {
   readonly result: TranscodeResult | undefined;
-  readonly description: RunDescription;
+  readonly description: RunDetails;
   readonly store: ObjectStore;
   readonly stall: StallRecord | undefined;
   /** The probed input clip. */
@@ -75,7 +75,7 @@ export interface VerifyInput {
 const check = (name: string, ok: boolean, detail: string): DemoCheck => ({ name, ok, detail });
 
 /** The token of the attempt the engine recorded as the step's one completion, if any. */
-function winningAttempt(attempts: readonly AttemptRow[]): AttemptRow | undefined {
+function winningAttempt(attempts: readonly AttemptDescription[]): AttemptDescription | undefined {
   return attempts.find((a) => a.outcome === 'completed');
 }
 
@@ -126,13 +126,13 @@ export async function verifyTranscoding(
     check(
       'the stalled transcode lost its lease',
       zombie !== undefined &&
-        zombie.worker_id === stall?.workerId &&
+        zombie.workerId === stall?.workerId &&
         (zombie.outcome === 'lease_expired' || zombie.outcome === 'rejected_stale'),
       stall === undefined
         ? 'the fault never fired'
         : zombie === undefined
           ? `no attempt with token ${stall.token} on the stalled step`
-          : `epoch ${zombie.epoch} (token ${zombie.token}, ${zombie.worker_id}) ended ${zombie.outcome ?? 'never'}`,
+          : `epoch ${zombie.epoch} (token ${zombie.token}, ${zombie.workerId}) ended ${zombie.outcome ?? 'never'}`,
     ),
   );
   checks.push(
@@ -143,10 +143,10 @@ export async function verifyTranscoding(
         zombie !== undefined &&
         winner.epoch > zombie.epoch &&
         BigInt(winner.token) > BigInt(zombie.token) &&
-        winner.worker_id !== zombie.worker_id,
+        winner.workerId !== zombie.workerId,
       winner === undefined
         ? 'the stalled step has no completed attempt'
-        : `epoch ${winner.epoch} (token ${winner.token}, ${winner.worker_id}) completed; attempts (epoch:token:outcome): ` +
+        : `epoch ${winner.epoch} (token ${winner.token}, ${winner.workerId}) completed; attempts (epoch:token:outcome): ` +
             attempts.map((a) => `${a.epoch}:${a.token}:${a.outcome ?? 'open'}`).join(', '),
     ),
   );

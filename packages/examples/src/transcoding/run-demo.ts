@@ -6,7 +6,7 @@ import {
   openEmbeddedDatabase,
   type CreateEngineOptions,
   type Engine,
-  type RunDescription,
+  type RunDetails,
 } from '@palisade/engine';
 import { createTranscodingActivities } from './activities.js';
 import { stalledStepHistory, verifyTranscoding, type DemoCheck, type VerifiedOutput } from './checks.js';
@@ -320,9 +320,9 @@ async function closeResources(resources: Resources, dropSchema: string | undefin
  * heal; if none was in flight when the network was cut there is none to record, so the wait is bounded).
  */
 async function waitForStaleHeartbeat(
-  describe: () => Promise<RunDescription>,
+  describe: () => Promise<RunDetails>,
   token: bigint | undefined,
-): Promise<RunDescription> {
+): Promise<RunDetails> {
   const deadline = performance.now() + 2_000;
   for (;;) {
     const description = await describe();
