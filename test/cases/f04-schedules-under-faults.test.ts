@@ -95,7 +95,7 @@ describe('F04: schedules under faults and skewed clocks', () => {
 
       const schedule = await c.engine.schedules.create({
         id: SCHEDULE_ID,
-        every: '1s',
+        everyMs: '1s',
         workflow: heartbeatReport,
         input: {},
         overlap: 'allow-all',

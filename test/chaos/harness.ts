@@ -192,7 +192,7 @@ export interface SpawnOptions {
    * (false)
    */
   fuseSteps?: boolean;
-  /** The engine's `retention` (ms) in the worker process, and how often it sweeps (test-only). */
+  /** The engine's `retentionMs` (ms) in the worker process, and how often it sweeps (test-only). */
   retentionMs?: number;
   retentionSweepIntervalMs?: number;
   /** Run the worker with a wrong clock (`Date` offset, `performance.now()` rate); its messages stay on host time. */

@@ -37,7 +37,7 @@ describe('palisade schedules', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
       workflow: digest,
       input: { to: 'team@example.com' },
     });
-    await engine.schedules.create({ id: 'ping', every: '30s', workflow: digest, input: { to: 'ops' } });
+    await engine.schedules.create({ id: 'ping', everyMs: '30s', workflow: digest, input: { to: 'ops' } });
     await advanceClock(engine, s.nextTickAt.getTime() - (await databaseNow(engine)).getTime() + 1_000);
     await engine.schedules.evaluate();
     const described = await engine.schedules.describe('daily-digest');

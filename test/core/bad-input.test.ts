@@ -147,7 +147,7 @@ const doorCases: DoorCase[] = [
   {
     name: 'a schedule of a copy of a workflow under a name defineWorkflow() refuses',
     call: (e) =>
-      e.schedules.create({ id: 'copy', every: '1m', workflow: { ...flow, name: '' }, input: { v: 1 } }),
+      e.schedules.create({ id: 'copy', everyMs: '1m', workflow: { ...flow, name: '' }, input: { v: 1 } }),
     code: 'INVALID_OPTIONS',
     names: 'workflow.name: must be 1–128 characters',
   },

@@ -1,5 +1,5 @@
 /**
- * Retention: `engine.pruneRuns({ olderThan })` and the workers' background sweep of `createEngine({ retention })`
+ * Retention: `engine.pruneRuns({ olderThanMs })` and the workers' background sweep of `createEngine({ retentionMs })`
  * delete the runs that ended before the cutoff (by the database clock, aged here with time travel) with every
  * row that belongs to them, never a run that has not ended, and free their idempotency keys.
  */
@@ -181,17 +181,17 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const young = await finishedRuns(engine);
       const youngBefore = await rowsOf(engine, young);
 
-      const dry = await engine.pruneRuns({ olderThan: '1h', dryRun: true });
+      const dry = await engine.pruneRuns({ olderThanMs: '1h', dryRun: true });
       expect(dry).toEqual({ ...history(before), olderThanMs: HOUR_MS, dryRun: true });
       expect(await rowsOf(engine, old)).toEqual(before); // a dry run deletes nothing
 
-      const pruned = await engine.pruneRuns({ olderThan: HOUR_MS });
+      const pruned = await engine.pruneRuns({ olderThanMs: HOUR_MS });
       expect(pruned).toEqual({ ...history(before), olderThanMs: HOUR_MS, dryRun: false });
       expect(await rowsOf(engine, old)).toEqual(NONE);
       expect(await rowsOf(engine, young)).toEqual(youngBefore);
       expect((await engine.client.list()).map((r) => r.id).sort()).toEqual([...young].sort());
 
-      expect(await engine.pruneRuns({ olderThan: '1h' })).toMatchObject({ runs: 0, steps: 0 });
+      expect(await engine.pruneRuns({ olderThanMs: '1h' })).toMatchObject({ runs: 0, steps: 0 });
     });
 
     it('never deletes a run that has not ended, however old, even with a finished_at set', async () => {
@@ -224,8 +224,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const before = await rowsOf(engine, ids);
       await advanceClock(engine, 30 * 24 * HOUR_MS);
 
-      expect(await engine.pruneRuns({ olderThan: '1h', dryRun: true })).toMatchObject({ runs: 0 });
-      expect(await engine.pruneRuns({ olderThan: '1h' })).toMatchObject({
+      expect(await engine.pruneRuns({ olderThanMs: '1h', dryRun: true })).toMatchObject({ runs: 0 });
+      expect(await engine.pruneRuns({ olderThanMs: '1h' })).toMatchObject({
         runs: 0,
         steps: 0,
         attempts: 0,
@@ -243,7 +243,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect((await engine.client.enqueue(double, { n: 1 }, { key: 'order-7' })).runId).toBe(first.runId);
 
       await advanceClock(engine, 2 * HOUR_MS);
-      expect(await engine.pruneRuns({ olderThan: '1h' })).toMatchObject({ runs: 1 });
+      expect(await engine.pruneRuns({ olderThanMs: '1h' })).toMatchObject({ runs: 1 });
 
       const second = await engine.client.enqueue(double, { n: 5 }, { key: 'order-7' });
       expect(second.runId).not.toBe(first.runId);
@@ -254,8 +254,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const engine = await target.engine();
       const old = await insertRuns(engine, { count: 1_234, agoMs: 2 * HOUR_MS });
       const young = await insertRuns(engine, { count: 3, agoMs: 10 * 60_000 });
-      expect(await engine.pruneRuns({ olderThan: '1h', dryRun: true })).toMatchObject({ runs: 1_234 });
-      expect(await engine.pruneRuns({ olderThan: '1h' })).toEqual({
+      expect(await engine.pruneRuns({ olderThanMs: '1h', dryRun: true })).toMatchObject({ runs: 1_234 });
+      expect(await engine.pruneRuns({ olderThanMs: '1h' })).toEqual({
         runs: 1_234,
         steps: 1_234,
         attempts: 1_234,
@@ -279,8 +279,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
       });
       if (!child) throw new Error('no child');
 
-      expect(await engine.pruneRuns({ olderThan: '1h', dryRun: true })).toMatchObject({ runs: 0 });
-      expect(await engine.pruneRuns({ olderThan: '1h' })).toMatchObject({ runs: 0 });
+      expect(await engine.pruneRuns({ olderThanMs: '1h', dryRun: true })).toMatchObject({ runs: 0 });
+      expect(await engine.pruneRuns({ olderThanMs: '1h' })).toMatchObject({ runs: 0 });
       expect((await rowsOf(engine, [parent, child])).runs).toBe(2);
 
       // The child ends long ago too: both go, the child in one batch and its parent in the next.
@@ -290,13 +290,13 @@ for (const driver of ['postgres', 'pglite'] as const) {
          WHERE id = ${child}::uuid`);
       const [grandchild] = await insertRuns(engine, { count: 1, agoMs: 2 * HOUR_MS, parentRunId: child });
       if (!grandchild) throw new Error('no grandchild');
-      expect(await engine.pruneRuns({ olderThan: '1h', dryRun: true })).toMatchObject({ runs: 3 });
-      expect(await engine.pruneRuns({ olderThan: '1h' })).toMatchObject({ runs: 3 });
+      expect(await engine.pruneRuns({ olderThanMs: '1h', dryRun: true })).toMatchObject({ runs: 3 });
+      expect(await engine.pruneRuns({ olderThanMs: '1h' })).toMatchObject({ runs: 3 });
       expect(await rowsOf(engine, [parent, child, grandchild])).toEqual(NONE);
     });
 
-    it('with createEngine({ retention }), a worker deletes finished runs past it in the background', async () => {
-      const engine = await target.engine({ retention: '1h' });
+    it('with createEngine({ retentionMs }), a worker deletes finished runs past it in the background', async () => {
+      const engine = await target.engine({ retentionMs: '1h' });
       const first = engine.worker({ activities: [double], pollIntervalMs: 50 });
       const firstSweep = nextEvent<WorkerEventMap['retention:pruned'][0]>(first.events, 'retention:pruned');
       await first.start();
@@ -329,7 +329,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       // A live one, registered now.
       const live = run.watch();
       await live.next();
-      await engine.pruneRuns({ olderThan: '1h' });
+      await engine.pruneRuns({ olderThanMs: '1h' });
       const rows = await engine.database.rows<{ expired: boolean }>(
         sql`SELECT expires_at < ${engine.names.now} AS expired FROM ${watchers} WHERE run_id = ${run.runId}::uuid`,
       );
@@ -388,29 +388,29 @@ describe('operator calls that wait on a run a prune deletes, on postgres', () =>
 });
 
 describe('retention options', () => {
-  it('refuses a retention that is not a duration, naming the option and the value', async () => {
-    const attempt = createEngine({ retention: '30x', dataDir: 'memory://' });
-    await expect(attempt).rejects.toThrow(/^\[INVALID_OPTIONS\].*retention: "30x" is not a duration/s);
+  it('refuses a retentionMs that is not a duration, naming the option and the value', async () => {
+    const attempt = createEngine({ retentionMs: '30x', dataDir: 'memory://' });
+    await expect(attempt).rejects.toThrow(/^\[INVALID_OPTIONS\].*retentionMs: "30x" is not a duration/s);
     await expect(attempt).rejects.toSatisfy((e) => isPalisadeError(e, 'INVALID_OPTIONS'));
   });
 
-  it('refuses a retention under a minute and a negative number', async () => {
-    await expect(createEngine({ retention: '30s', dataDir: 'memory://' })).rejects.toThrow(
-      /retention: must be ≥ 1 minute/,
+  it('refuses a retentionMs under a minute and a negative number', async () => {
+    await expect(createEngine({ retentionMs: '30s', dataDir: 'memory://' })).rejects.toThrow(
+      /retentionMs: must be ≥ 1 minute/,
     );
-    await expect(createEngine({ retention: -5, dataDir: 'memory://' })).rejects.toThrow(
-      /retention: -5 is not a duration/,
+    await expect(createEngine({ retentionMs: -5, dataDir: 'memory://' })).rejects.toThrow(
+      /retentionMs: -5 is not a duration/,
     );
   });
 
-  it('refuses a bad olderThan of pruneRuns before touching the database', async () => {
+  it('refuses a bad olderThanMs of pruneRuns before touching the database', async () => {
     const engine = await createEngine({ dataDir: 'memory://' });
     try {
-      await expect(engine.pruneRuns({ olderThan: '30x' })).rejects.toThrow(
-        /^\[INVALID_OPTIONS\].*olderThan: "30x" is not a duration/s,
+      await expect(engine.pruneRuns({ olderThanMs: '30x' })).rejects.toThrow(
+        /^\[INVALID_OPTIONS\].*olderThanMs: "30x" is not a duration/s,
       );
-      await expect(engine.pruneRuns({} as { olderThan: string })).rejects.toThrow(/olderThan/);
-      await expect(engine.pruneRuns({ olderThan: '200000d' })).rejects.toThrow(/olderThan: .*too long/);
+      await expect(engine.pruneRuns({} as { olderThanMs: string })).rejects.toThrow(/olderThanMs/);
+      await expect(engine.pruneRuns({ olderThanMs: '200000d' })).rejects.toThrow(/olderThanMs: .*too long/);
     } finally {
       await engine.close();
     }

@@ -33,7 +33,7 @@ const keyed = defineWorkflow({
   run: (n, ctx) =>
     ctx.run(note, n, {
       concurrency: { key: 'k', limit: 1 },
-      rateLimit: { key: 'k', limit: 100, period: '1s' },
+      rateLimit: { key: 'k', limit: 100, periodMs: '1s' },
     }),
 });
 
@@ -223,7 +223,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         name: 'call-api',
         input: z.object({ n: z.number() }),
         output: z.number(),
-        rateLimit: { limit: 3, period: '10s' },
+        rateLimit: { limit: 3, periodMs: '10s' },
         run: ({ n }) => Promise.resolve(n),
       });
       const worker = engine.worker({ activities: [call], concurrency: 10, pollIntervalMs: 50 });
@@ -235,7 +235,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const own = await engine.client.enqueue(
         call,
         { n: 100 },
-        { rateLimit: { key: 'own', limit: 1, period: '10s' } },
+        { rateLimit: { key: 'own', limit: 1, periodMs: '10s' } },
       );
       await worker.start();
       const done = async () =>
@@ -352,7 +352,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         ]);
 
         await advanceClock(engine, 25 * HOUR_MS); // past the rate key's longest period
-        await engine.pruneRuns({ olderThan: '1h' });
+        await engine.pruneRuns({ olderThanMs: '1h' });
         expect(await flowKeys(engine)).toEqual(['run/unserved/held']);
 
         const again = await engine.client.start(keyed, 3, { concurrency: { key: 't', limit: 1 } });
@@ -426,8 +426,14 @@ for (const driver of ['postgres', 'pglite'] as const) {
         ],
         [engine.client.enqueue(noop, null, { concurrency: { key: '', limit: 1 } }), /concurrency\.key/],
         [engine.client.start(flow, null, { concurrency: { limit: 2 } as never }), /concurrency\.key/],
-        [engine.client.enqueue(noop, null, { rateLimit: { limit: 1, period: 'soon' } }), /rateLimit\.period/],
-        [engine.client.enqueue(noop, null, { rateLimit: { limit: 1.5, period: '1s' } }), /rateLimit\.limit/],
+        [
+          engine.client.enqueue(noop, null, { rateLimit: { limit: 1, periodMs: 'soon' } }),
+          /rateLimit\.periodMs/,
+        ],
+        [
+          engine.client.enqueue(noop, null, { rateLimit: { limit: 1.5, periodMs: '1s' } }),
+          /rateLimit\.limit/,
+        ],
       ];
       for (const [call, message] of cases) {
         const error = await call.catch((e: unknown) => e);
@@ -439,10 +445,10 @@ for (const driver of ['postgres', 'pglite'] as const) {
           name: 'bad',
           input: z.null(),
           output: z.null(),
-          rateLimit: { limit: 1, period: '2d' },
+          rateLimit: { limit: 1, periodMs: '2d' },
           run: () => Promise.resolve(null),
         }),
-      ).toThrow(/rateLimit\.period.*1 day/);
+      ).toThrow(/rateLimit\.periodMs.*1 day/);
       expect(await engine.client.list()).toEqual([]);
     });
   });

@@ -110,14 +110,14 @@ for (const driver of ['postgres', 'pglite'] as const) {
       });
       expect(berlin.format(created.nextTickAt)).toBe('02:30');
 
-      await engine.schedules.create({ id: 'every-5m', every: '5m', activity: sync, input: { table: 'a' } });
+      await engine.schedules.create({ id: 'every-5m', everyMs: '5m', activity: sync, input: { table: 'a' } });
       expect((await engine.schedules.list()).map((s) => s.id)).toEqual(['every-5m', 'nightly']);
       const every = await engine.schedules.get('every-5m');
       expect(every.spec).toEqual({ everyMs: 300_000 });
       expect(every.nextTickAt.getTime() % 300_000).toBe(0);
 
       const updated = await engine.schedules.update('nightly', {
-        every: '1h',
+        everyMs: '1h',
         overlap: 'allow-all',
         catchup: { all: { windowMs: '10m' } },
         priority: 5,
@@ -156,44 +156,44 @@ for (const driver of ['postgres', 'pglite'] as const) {
           'cron: "2030-01-01T00:00:00Z" is not a valid cron expression',
         ],
         [{ ...base, cron: '* * * * *', timezone: 'Mars/Olympus' }, 'timezone: "Mars/Olympus" is not an IANA'],
-        [{ ...base, cron: '* * * * *', every: '1m' }, 'cron: give either cron or every, not both'],
-        [base, 'cron: give cron (a cron expression) or every'],
-        [{ ...base, every: '1m', timezone: 'UTC' }, 'timezone: applies only to cron schedules'],
-        [{ ...base, every: 500 }, 'every: must be ≥ 1 s'],
-        [{ ...base, every: 'soon' }, 'every:'],
-        [{ ...base, every: '1m', activity: sync }, 'workflow: give either workflow or activity'],
-        [{ id: 's', every: '1m', input: {} }, 'workflow: give the workflow'],
-        [{ ...base, every: '1m', overlap: 'queue' }, 'overlap:'],
+        [{ ...base, cron: '* * * * *', everyMs: '1m' }, 'cron: give either cron or everyMs, not both'],
+        [base, 'cron: give cron (a cron expression) or everyMs'],
+        [{ ...base, everyMs: '1m', timezone: 'UTC' }, 'timezone: applies only to cron schedules'],
+        [{ ...base, everyMs: 500 }, 'everyMs: must be ≥ 1 s'],
+        [{ ...base, everyMs: 'soon' }, 'everyMs:'],
+        [{ ...base, everyMs: '1m', activity: sync }, 'workflow: give either workflow or activity'],
+        [{ id: 's', everyMs: '1m', input: {} }, 'workflow: give the workflow'],
+        [{ ...base, everyMs: '1m', overlap: 'queue' }, 'overlap:'],
         [
-          { ...base, every: '1m', catchup: 'everything' },
+          { ...base, everyMs: '1m', catchup: 'everything' },
           "catchup: must be 'none', 'latest' or { all: { windowMs } }",
         ],
-        [{ ...base, every: '1m', catchup: { all: { windowMs: 0 } } }, 'catchup.all.windowMs: must be > 0'],
-        [{ ...base, every: '1m', queue: 'no spaces' }, 'queue:'],
-        [{ ...base, id: '', every: '1m' }, 'id: must not be empty'],
-        [{ ...base, every: '1m', color: 'red' }, 'color'],
+        [{ ...base, everyMs: '1m', catchup: { all: { windowMs: 0 } } }, 'catchup.all.windowMs: must be > 0'],
+        [{ ...base, everyMs: '1m', queue: 'no spaces' }, 'queue:'],
+        [{ ...base, id: '', everyMs: '1m' }, 'id: must not be empty'],
+        [{ ...base, everyMs: '1m', color: 'red' }, 'color'],
       ];
       for (const [options, message] of cases) {
         await expectCode(engine.schedules.create(options as never), 'INVALID_OPTIONS', message);
       }
       await expectCode(
-        engine.schedules.create({ ...base, every: '1m', input: { region: '' } }),
+        engine.schedules.create({ ...base, everyMs: '1m', input: { region: '' } }),
         'VALIDATION_FAILED',
         'input of schedule s (workflow report)',
         'region',
       );
       expect(await engine.schedules.list()).toEqual([]); // nothing refused was stored
 
-      const created = await engine.schedules.create({ ...base, every: '1m' });
+      const created = await engine.schedules.create({ ...base, everyMs: '1m' });
       // The same id with the same options is the same schedule (a retry, an application's every start).
-      expect(await engine.schedules.create({ ...base, every: '1m' })).toEqual(created);
+      expect(await engine.schedules.create({ ...base, everyMs: '1m' })).toEqual(created);
       await expectCode(
-        engine.schedules.create({ ...base, every: '2m' }),
+        engine.schedules.create({ ...base, everyMs: '2m' }),
         'SCHEDULE_EXISTS',
         'schedule s already exists with other options',
       );
       await expectCode(
-        engine.schedules.create({ ...base, every: '1m', input: { region: 'us' } }),
+        engine.schedules.create({ ...base, everyMs: '1m', input: { region: 'us' } }),
         'SCHEDULE_EXISTS',
       );
       await expectCode(
@@ -235,7 +235,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('refuses at the door a schedule id the database cannot store and backfill times out of range, naming them', async () => {
       const engine = await target.engine();
-      await engine.schedules.create({ id: 's', every: '1m', workflow: report, input: { region: 'eu' } });
+      await engine.schedules.create({ id: 's', everyMs: '1m', workflow: report, input: { region: 'eu' } });
       const nul = 'bad\u0000id';
       for (const call of [
         () => engine.schedules.get(nul),
@@ -246,8 +246,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
         () => engine.schedules.delete(nul),
         () => engine.schedules.update(nul, { priority: 1 }),
         () => engine.schedules.backfill(nul, { from: 0, to: 1 }),
-        () => engine.schedules.create({ id: nul, every: '1m', workflow: report, input: { region: 'eu' } }),
-        () => engine.schedules.upsert({ id: nul, every: '1m', workflow: report, input: { region: 'eu' } }),
+        () => engine.schedules.create({ id: nul, everyMs: '1m', workflow: report, input: { region: 'eu' } }),
+        () => engine.schedules.upsert({ id: nul, everyMs: '1m', workflow: report, input: { region: 'eu' } }),
         () => engine.schedules.get(42 as unknown as string),
       ]) {
         await expectCode(call(), 'INVALID_OPTIONS', 'id:');
@@ -314,7 +314,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const engine = await target.engine();
       const s = await engine.schedules.create({
         id: 'stale',
-        every: '1m',
+        everyMs: '1m',
         workflow: report,
         input: { region: 'eu' },
         overlap: 'allow-all',
@@ -345,7 +345,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const engine = await target.engine();
       const s = await engine.schedules.create({
         id: 'fragile',
-        every: '1m',
+        everyMs: '1m',
         workflow: report,
         input: { region: 'eu' },
       });
@@ -469,7 +469,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const engine = await target.engine();
       const s = await engine.schedules.create({
         id: 'five',
-        every: '5m',
+        everyMs: '5m',
         workflow: report,
         input: { region: 'eu' },
         paused: true,
@@ -500,7 +500,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('a create at every application start keeps a schedule an operator paused; one deleted and created again starts afresh', async () => {
       const engine = await target.engine();
-      const options = { id: 'app', every: '5m', workflow: report, input: { region: 'eu' } } as const;
+      const options = { id: 'app', everyMs: '5m', workflow: report, input: { region: 'eu' } } as const;
       const created = await engine.schedules.create(options);
       await engine.schedules.pause('app');
       // The next start of the application: the same options, paused state not given — the pause stands.
@@ -541,12 +541,12 @@ for (const driver of ['postgres', 'pglite'] as const) {
         name: 'limited',
         input: z.object({ n: z.number() }),
         output: z.number(),
-        rateLimit: { limit: 1, period: '1h' },
+        rateLimit: { limit: 1, periodMs: '1h' },
         run: ({ n }) => Promise.resolve(n),
       });
       const s = await engine.schedules.create({
         id: 'limited',
-        every: '1m',
+        everyMs: '1m',
         activity: limited,
         input: { n: 1 },
         overlap: 'allow-all',
@@ -588,7 +588,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         });
       const options = {
         id: 'export',
-        every: '1h',
+        everyMs: '1h',
         input: { to: 's3' },
         overlap: 'allow-all',
         paused: true,
@@ -623,7 +623,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it("upsert creates a schedule or brings it to new options, keeping its fired ticks and an operator's pause", async () => {
       const engine = await target.engine();
-      const options = { id: 'digest', every: '5m', workflow: report, input: { region: 'eu' } } as const;
+      const options = { id: 'digest', everyMs: '5m', workflow: report, input: { region: 'eu' } } as const;
       const created = await engine.schedules.upsert(options);
       expect(created).toMatchObject({ id: 'digest', spec: { everyMs: 300_000 }, paused: false, version: 1 });
       expect(await engine.schedules.upsert(options)).toEqual(created); // the same options change nothing
@@ -636,7 +636,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       // The next deploy: another interval, input and overlap policy. No SCHEDULE_EXISTS, the pause stands.
       const changed = await engine.schedules.upsert({
         ...options,
-        every: '10m',
+        everyMs: '10m',
         input: { region: 'us' },
         overlap: 'allow-all',
       });
@@ -653,7 +653,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(changed.nextTickAt.getTime() % 600_000).toBe(0);
       expect(changed.nextTickAt.getTime()).toBeGreaterThan(await dbNowMs(engine));
       await expectCode(
-        engine.schedules.create({ ...options, every: '10m' }),
+        engine.schedules.create({ ...options, everyMs: '10m' }),
         'SCHEDULE_EXISTS',
         'use upsert',
       );
@@ -661,16 +661,16 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(
         await engine.schedules.upsert({
           ...options,
-          every: '10m',
+          everyMs: '10m',
           input: { region: 'us' },
           overlap: 'allow-all',
           paused: false,
         }),
       ).toMatchObject({ paused: false });
       await expectCode(
-        engine.schedules.upsert({ ...options, every: 10 }),
+        engine.schedules.upsert({ ...options, everyMs: 10 }),
         'INVALID_OPTIONS',
-        'every: must be ≥ 1 s',
+        'everyMs: must be ≥ 1 s',
       );
       expect(await scheduleRuns(engine, 'digest')).toHaveLength(1);
     });
@@ -681,7 +681,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         const engine = await target.engine();
         const s = await engine.schedules.create({
           id: overlap,
-          every: '1m',
+          everyMs: '1m',
           activity: sync,
           input: { table: 't' },
           overlap,
@@ -761,7 +761,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await worker.start();
       const s = await engine.schedules.create({
         id: 'fast',
-        every: '1m',
+        everyMs: '1m',
         workflow: report,
         input: { region: 'eu' },
       });
@@ -783,7 +783,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const engine = await target.engine();
       const s = await engine.schedules.create({
         id: 'due',
-        every: '1m',
+        everyMs: '1m',
         workflow: report,
         input: { region: 'eu' },
       });
@@ -822,7 +822,7 @@ describe('schedules evaluated by several engines at once (postgres)', () => {
     for (const id of ids) {
       await first.schedules.create({
         id,
-        every: '1m',
+        everyMs: '1m',
         workflow: report,
         input: { region: id },
         overlap: 'allow-all',

@@ -41,7 +41,7 @@ const patient = defineWorkflow({
   input: z.object({}),
   output: z.string(),
   async run(_input, ctx) {
-    const wait = await ctx.waitForSignal(approval, { timeout: '1h' });
+    const wait = await ctx.waitForSignal(approval, { timeoutMs: '1h' });
     return wait.timedOut ? 'escalated' : `approved by ${wait.payload.by}`;
   },
 });

@@ -51,15 +51,15 @@ export interface Engine {
   /** A worker serving the given activities; call `start()` on it. */
   worker(options: WorkerOptions): Worker;
   /**
-   * Delete the runs that ended (`completed`, `failed` or `cancelled`) longer ago than `olderThan`, judged by the
+   * Delete the runs that ended (`completed`, `failed` or `cancelled`) longer ago than `olderThanMs`, judged by the
    * database clock, with their steps, attempts and events, in batches of 500 runs per statement, until none is
    * left; their idempotency keys are free again (a later start with one creates a new run). A run that has not
    * ended is never deleted, nor one whose turn or a step an attempt may still hold (a lease that has not run
    * out), nor a run other runs name as their parent while they remain. With `dryRun`, counts instead and deletes
    * nothing. Legal at any time, beside running workers (it skips runs they hold). `palisade runs prune` calls it;
-   * `createEngine({ retention })` has every worker do it in the background.
+   * `createEngine({ retentionMs })` has every worker do it in the background.
    * @returns how many runs, steps, attempts and events were (or would be) deleted.
-   * @throws InvalidOptionsError naming a bad `olderThan` (not a duration such as `'30d'`, or over 100 years).
+   * @throws InvalidOptionsError naming a bad `olderThanMs` (not a duration such as `'30d'`, or over 100 years).
    * @throws PalisadeError `ENGINE_CLOSED` after `close()`.
    */
   pruneRuns(options: PruneOptions): Promise<PruneResult>;

@@ -124,7 +124,7 @@ export interface ActivityOptions<I extends z.ZodType, O extends z.ZodType> {
   /** Queue a step of this activity is put on unless the caller says otherwise. @defaultValue `'default'` */
   readonly queue?: string;
   /**
-   * At most `limit` starts (claimed attempts) per `period` for each `key`, judged by the database clock; a call's
+   * At most `limit` starts (claimed attempts) per `periodMs` for each `key`, judged by the database clock; a call's
    * own `rateLimit` replaces it. @defaultValue none
    */
   readonly rateLimit?: RateLimit;

@@ -166,6 +166,17 @@ describe('formatIssues', () => {
       { path: 'Symbol(s)', message: 'sym' },
     ]);
   });
+
+  it('answers an old duration option name with the new one, and leaves other unknown keys as zod names them', () => {
+    expect(
+      formatIssues([{ code: 'unrecognized_keys', keys: ['every', 'color'], path: [], message: 'x' }]),
+    ).toEqual([
+      { path: '', message: 'Unrecognized keys: "every", "color" (renamed: "every" is now "everyMs")' },
+    ]);
+    expect(formatIssues([{ code: 'unrecognized_keys', keys: ['color'], path: [], message: 'x' }])).toEqual([
+      { path: '', message: 'Unrecognized key: "color"' },
+    ]);
+  });
 });
 
 describe('ApplicationFailure', () => {

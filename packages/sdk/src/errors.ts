@@ -533,11 +533,32 @@ export function formatIssues(
   }));
 }
 
-/** zod's message for unknown keys, with each key capped by {@link echoed} (zod repeats them whole). */
+/**
+ * Duration options renamed to carry their unit (README, "What changed"): an old name, refused as unknown by the
+ * strict schemas, is answered with the name to use. Only ever a hint: the option stays refused.
+ */
+const RENAMED_OPTIONS: Readonly<Record<string, string>> = Object.freeze({
+  delay: 'delayMs',
+  retention: 'retentionMs',
+  olderThan: 'olderThanMs',
+  every: 'everyMs',
+  period: 'periodMs',
+  timeout: 'timeoutMs',
+});
+
+/**
+ * zod's message for unknown keys, with each key capped by {@link echoed} (zod repeats them whole) and, for an old
+ * option name, the new one: `Unrecognized key: "every" (renamed: use "everyMs")`.
+ */
 function unrecognizedKeys(issue: { readonly code?: unknown; readonly keys?: unknown }): string | undefined {
   if (issue.code !== 'unrecognized_keys' || !Array.isArray(issue.keys)) return undefined;
-  const keys = (issue.keys as unknown[]).map((k) => JSON.stringify(echoed(k)));
-  return `Unrecognized key${keys.length === 1 ? '' : 's'}: ${keys.slice(0, LISTED_ISSUES).join(', ')}${keys.length > LISTED_ISSUES ? `, …and ${keys.length - LISTED_ISSUES} more` : ''}`;
+  const given = issue.keys as unknown[];
+  const keys = given.map((k) => JSON.stringify(echoed(k)));
+  const renames = given
+    .filter((k): k is string => typeof k === 'string' && Object.hasOwn(RENAMED_OPTIONS, k))
+    .map((k) => `"${k}" is now "${RENAMED_OPTIONS[k]}"`);
+  const hint = renames.length > 0 ? ` (renamed: ${renames.join(', ')})` : '';
+  return `Unrecognized key${keys.length === 1 ? '' : 's'}: ${keys.slice(0, LISTED_ISSUES).join(', ')}${keys.length > LISTED_ISSUES ? `, …and ${keys.length - LISTED_ISSUES} more` : ''}${hint}`;
 }
 
 /**

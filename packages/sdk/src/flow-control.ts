@@ -23,7 +23,7 @@ export interface ConcurrencyLimit {
 /**
  * A per-key rate limit on the starts of an activity (`rateLimit` on `defineActivity`, `client.enqueue` and
  * `ctx.run`): at most `limit` attempts of that activity with this `key` are claimed within any window of
- * `period`, judged by the database clock. A step over the limit waits until the window has room, without
+ * `periodMs`, judged by the database clock. A step over the limit waits until the window has room, without
  * holding back other keys. Every attempt counts, retries included. A key is scoped to the activity.
  */
 export interface RateLimit {
@@ -32,7 +32,7 @@ export interface RateLimit {
   /** Whole number, 1–10,000. */
   readonly limit: number;
   /** The window, e.g. `'1s'` or `60_000` (ms); 1 ms to 1 day. */
-  readonly period: Duration;
+  readonly periodMs: Duration;
 }
 
 /**
@@ -71,7 +71,7 @@ export const rateLimitSchema = z
   .object({
     key: z.union([flowKey, z.literal('')]).optional(),
     limit: flowLimit,
-    period: durationMs.pipe(z.number().min(1, 'must be ≥ 1 ms').max(86_400_000, 'must be ≤ 1 day')),
+    periodMs: durationMs.pipe(z.number().min(1, 'must be ≥ 1 ms').max(86_400_000, 'must be ≤ 1 day')),
   })
   .strict()
-  .transform((r): ResolvedRateLimit => ({ key: r.key ?? '', limit: r.limit, periodMs: r.period }));
+  .transform((r): ResolvedRateLimit => ({ key: r.key ?? '', limit: r.limit, periodMs: r.periodMs }));

@@ -22,7 +22,7 @@ export interface WaitForSignalOptions {
    * years): the wait then resolves with `{ timedOut: true }`. Without it the wait lasts until a signal comes or
    * the run is cancelled.
    */
-  readonly timeout: Duration;
+  readonly timeoutMs: Duration;
 }
 
 /** Per-call overrides of `ctx.run(activity, input, options)`. */
@@ -96,10 +96,10 @@ export interface WorkflowContext {
    * Wait for the next signal of this kind sent to the run, a durable step: resolves with its payload (the oldest
    * one not yet taken by another wait, in the order the run received them). A signal sent before the wait is kept
    * and taken at once. Holds no lease while waiting; a signal wakes the run at once. On replay the wait resolves
-   * with the payload it took the first time. With `{ timeout }` it resolves with a {@link SignalWait}:
+   * with the payload it took the first time. With `{ timeoutMs }` it resolves with a {@link SignalWait}:
    * `{ timedOut: false, payload }` or, when the timeout passed first, `{ timedOut: true }`.
    * @throws CancelledFailure (at the await) when the run is cancelled while it waits.
-   * @throws InvalidOptionsError (at the call) when `signal` is not from defineSignal() or `timeout` is not a
+   * @throws InvalidOptionsError (at the call) when `signal` is not from defineSignal() or `timeoutMs` is not a
    * duration in range.
    */
   waitForSignal<P extends z.ZodType>(signal: SignalDefinition<P>): Promise<z.output<P>>;

@@ -52,7 +52,7 @@ export const outageUnderLoad: Scenario = {
     }
     await ctx.engine.schedules.create({
       id: SCHEDULE_ID,
-      every: '1s',
+      everyMs: '1s',
       activity: ctx.loop,
       input: { iterations: 2, sleepMs: 20 },
       overlap: 'allow-all',

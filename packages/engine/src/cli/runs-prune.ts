@@ -17,7 +17,7 @@ export function runsPruneCommand(output: Output): Command {
       const g = globalOptions(command);
       const { resolveTarget, withEngine } = await import('./open-engine.js');
       const result = await withEngine(resolveTarget(g), 'runs', (engine) =>
-        engine.pruneRuns({ olderThan: options.olderThan, dryRun: options.dryRun === true }),
+        engine.pruneRuns({ olderThanMs: options.olderThan, dryRun: options.dryRun === true }),
       );
       if (g.json) {
         output.printJson(result);

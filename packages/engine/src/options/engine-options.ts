@@ -61,13 +61,13 @@ export interface EngineOptions {
    * starts and then once a minute, in batches of 500 runs, apart from its claim loop.
    * @defaultValue undefined: finished runs are kept forever
    */
-  readonly retention?: Duration;
+  readonly retentionMs?: Duration;
 }
 
-/** Longest `retention` and `olderThan` of pruning: 100 years, in ms (longer than any Node timer: never one). */
+/** Longest `retentionMs` and `olderThanMs` of pruning: 100 years, in ms (longer than any Node timer: never one). */
 export const MAX_RETENTION_MS = 100 * 365 * 86_400_000;
 
-/** Shortest `retention`: a run's outcome must stay readable for a while after it ends (`handle.result()`). */
+/** Shortest `retentionMs`: a run's outcome must stay readable for a while after it ends (`handle.result()`). */
 export const MIN_RETENTION_MS = 60_000;
 
 /** Largest `poolSize`: each connection is a server backend, and PostgreSQL's default max_connections is 100. */
@@ -120,7 +120,7 @@ const engineSchema = z
       .optional(),
     statementTimeoutMs: durationMs.pipe(z.number().min(100, 'must be ≥ 100 ms')).optional(),
     lockTimeoutMs: durationMs.pipe(z.number().min(10, 'must be ≥ 10 ms')).optional(),
-    retention: durationSchema(MAX_RETENTION_MS)
+    retentionMs: durationSchema(MAX_RETENTION_MS)
       .pipe(
         z
           .number()
@@ -223,6 +223,6 @@ export function resolveEngineOptions(
     poolSize: o.poolSize ?? ENGINE_DEFAULTS.poolSize,
     statementTimeoutMs: o.statementTimeoutMs ?? ENGINE_DEFAULTS.statementTimeoutMs,
     lockTimeoutMs: o.lockTimeoutMs ?? ENGINE_DEFAULTS.lockTimeoutMs,
-    retentionMs: o.retention ?? null,
+    retentionMs: o.retentionMs ?? null,
   });
 }

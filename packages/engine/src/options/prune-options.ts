@@ -8,7 +8,7 @@ export interface PruneOptions {
    * Delete the runs that ended longer ago than this, by the database clock: a duration (ms, or `'30d'`-style),
    * from 0 to 100 years. Required.
    */
-  readonly olderThan: Duration;
+  readonly olderThanMs: Duration;
   /** Count what would be deleted, delete nothing. @defaultValue false */
   readonly dryRun?: boolean;
 }
@@ -21,18 +21,18 @@ export interface ResolvedPruneOptions {
 
 const pruneSchema = z
   .object({
-    olderThan: durationSchema(MAX_RETENTION_MS),
+    olderThanMs: durationSchema(MAX_RETENTION_MS),
     dryRun: z.boolean().optional(),
   })
   .strict();
 
 /**
  * Validate {@link PruneOptions}.
- * @throws InvalidOptionsError naming the bad option: a missing `olderThan`, one that is not a duration (`'30x'`)
+ * @throws InvalidOptionsError naming the bad option: a missing `olderThanMs`, one that is not a duration (`'30x'`)
  * or is longer than 100 years, a `dryRun` that is not a boolean.
  */
 export function resolvePruneOptions(options: PruneOptions): ResolvedPruneOptions {
   const parsed = pruneSchema.safeParse(options);
   if (!parsed.success) throw new InvalidOptionsError('prune options', formatIssues(parsed.error.issues));
-  return Object.freeze({ olderThanMs: parsed.data.olderThan, dryRun: parsed.data.dryRun ?? false });
+  return Object.freeze({ olderThanMs: parsed.data.olderThanMs, dryRun: parsed.data.dryRun ?? false });
 }

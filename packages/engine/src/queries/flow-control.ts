@@ -204,7 +204,7 @@ export function flowKeysInserted(n: SchemaNames, keys: SQL): SQL {
       RETURNING 1),`;
 }
 
-/** The longest rate-limit period (ms) a step may have (the sdk's `RateLimit.period` is at most a day). */
+/** The longest rate-limit period (ms) a step may have (the sdk's `RateLimit.periodMs` is at most a day). */
 const MAX_RATE_PERIOD_MS = 86_400_000;
 
 /**

@@ -80,17 +80,17 @@ export interface CheckedPatch {
  */
 export function patchChanges(row: ScheduleRow, nowMs: number, patch: CheckedPatch): ScheduleChanges {
   const { o, t, inputJson, where } = patch;
-  const respec = o.cron !== undefined || o.every !== undefined || o.timezone !== undefined;
+  const respec = o.cron !== undefined || o.everyMs !== undefined || o.timezone !== undefined;
   const changes: { -readonly [K in keyof ScheduleChanges]: ScheduleChanges[K] } = {};
   if (respec) {
     const specIssues: Issue[] = [];
     const current = tickSpecOf(row);
     const spec = tickSpec(
-      o.cron !== undefined || o.every !== undefined
+      o.cron !== undefined || o.everyMs !== undefined
         ? o
         : current.kind === 'cron'
           ? { cron: current.cron, timezone: o.timezone }
-          : { every: current.everyMs, timezone: o.timezone },
+          : { everyMs: current.everyMs, timezone: o.timezone },
       specIssues,
     );
     if (!spec) throw new InvalidOptionsError(where, specIssues);

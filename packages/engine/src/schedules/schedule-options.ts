@@ -43,7 +43,7 @@ const catchupSchema = z.union(
 );
 const patchShape = {
   cron: z.string().min(1).max(500).refine(storable, 'must be storable text').optional(),
-  every: durationMs.pipe(z.number().min(1_000, 'must be ≥ 1 s')).optional(),
+  everyMs: durationMs.pipe(z.number().min(1_000, 'must be ≥ 1 s')).optional(),
   timezone: z.string().min(1).max(100).optional(),
   workflow: z.any().optional(),
   activity: z.any().optional(),
@@ -73,24 +73,24 @@ export function parse<S extends z.ZodType>(schema: S, value: unknown, where: str
   return parsed.data;
 }
 
-/** The tick spec from `cron`/`every`/`timezone`, with an issue for each problem. */
+/** The tick spec from `cron`/`everyMs`/`timezone`, with an issue for each problem. */
 export function tickSpec(
-  o: { cron?: string | undefined; every?: number | undefined; timezone?: string | undefined },
+  o: { cron?: string | undefined; everyMs?: number | undefined; timezone?: string | undefined },
   issues: Issue[],
 ): TickSpec | undefined {
-  if (o.cron !== undefined && o.every !== undefined) {
-    issues.push({ path: 'cron', message: 'give either cron or every, not both' });
+  if (o.cron !== undefined && o.everyMs !== undefined) {
+    issues.push({ path: 'cron', message: 'give either cron or everyMs, not both' });
     return undefined;
   }
-  if (o.cron === undefined && o.every === undefined) {
-    issues.push({ path: 'cron', message: 'give cron (a cron expression) or every (an interval)' });
+  if (o.cron === undefined && o.everyMs === undefined) {
+    issues.push({ path: 'cron', message: 'give cron (a cron expression) or everyMs (an interval)' });
     return undefined;
   }
-  if (o.every !== undefined) {
+  if (o.everyMs !== undefined) {
     if (o.timezone !== undefined) {
-      issues.push({ path: 'timezone', message: 'applies only to cron schedules (every ticks in UTC ms)' });
+      issues.push({ path: 'timezone', message: 'applies only to cron schedules (everyMs ticks in UTC ms)' });
     }
-    return { kind: 'every', everyMs: o.every };
+    return { kind: 'every', everyMs: o.everyMs };
   }
   const timezone = o.timezone ?? 'UTC';
   if (!isKnownTimezone(timezone)) {

@@ -21,7 +21,7 @@ export type ScheduleOverlap = 'skip' | 'buffer-one' | 'allow-all' | 'cancel-prev
  */
 export type ScheduleCatchup = 'none' | 'latest' | { readonly all: { readonly windowMs: Duration } };
 
-/** Options of `Schedules.create`. Give `cron` or `every`, and `workflow` or `activity`. */
+/** Options of `Schedules.create`. Give `cron` or `everyMs`, and `workflow` or `activity`. */
 export interface ScheduleOptions {
   /** The schedule's id, chosen by the caller: 1–200 characters of storable text. */
   readonly id: string;
@@ -33,7 +33,7 @@ export interface ScheduleOptions {
    */
   readonly cron?: string;
   /** A fixed interval instead of `cron`: ticks at whole multiples of it since 1970-01-01T00:00Z. ≥ 1 s. */
-  readonly every?: Duration;
+  readonly everyMs?: Duration;
   /** IANA time zone of `cron` (`'Europe/Berlin'`). Only with `cron`. @defaultValue `'UTC'` */
   readonly timezone?: string;
   /** The workflow each tick starts. */

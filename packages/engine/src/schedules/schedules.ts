@@ -90,7 +90,7 @@ export class Schedules {
    * {@link Schedules.upsert}, which also takes changed options.
    * @returns the schedule as stored.
    * @throws InvalidOptionsError naming the bad option: neither or both of `cron`/`every` or of
-   * `workflow`/`activity`, a cron expression croner refuses, an unknown time zone, `timezone` with `every`, an
+   * `workflow`/`activity`, a cron expression croner refuses, an unknown time zone, `timezone` with `everyMs`, an
    * interval under 1 s, a bad overlap or catch-up policy, queue or priority.
    * @throws ValidationError naming the bad input field; PalisadeError `PAYLOAD_TOO_LARGE`.
    * @throws PalisadeError `SCHEDULE_EXISTS` when a schedule with this id exists with other options (or, when

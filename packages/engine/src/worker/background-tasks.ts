@@ -21,7 +21,7 @@ export interface BackgroundTasksOptions {
 
 /**
  * A worker's tasks apart from its claim loop, each on its own timer: the retention sweep (with the engine's
- * `retention`), the schedule evaluation (unless `schedules: false`) and the unserved-work check. Started at once.
+ * `retentionMs`), the schedule evaluation (unless `schedules: false`) and the unserved-work check. Started at once.
  */
 export class BackgroundTasks {
   private readonly retention: RetentionSweeper | undefined;

@@ -7,7 +7,7 @@ import { PeriodicTask } from './periodic-task.js';
 import type { WorkerEvents } from './worker-events.js';
 
 /**
- * A worker's retention sweep (`createEngine({ retention })`): at start and then every `retentionSweepIntervalMs`
+ * A worker's retention sweep (`createEngine({ retentionMs })`): at start and then every `retentionSweepIntervalMs`
  * (default `RETENTION_SWEEP_INTERVAL_MS`), delete finished runs older than the retention, batch after batch until
  * a batch comes back short. It runs apart from the claim loop, not in its maintenance tick: a first sweep over a
  * long history may take many batches, and claims must not wait for it. Several workers sweeping at once share the

@@ -38,7 +38,7 @@ export interface WorkerEventMap {
   ];
   'heartbeat:sent': [{ attempts: number; renewed: number; lost: number }];
   'heartbeat:failed': [{ error: unknown }];
-  /** A retention sweep ended (`createEngine({ retention })`): what it deleted, zero counts included. */
+  /** A retention sweep ended (`createEngine({ retentionMs })`): what it deleted, zero counts included. */
   'retention:pruned': [
     { runs: number; steps: number; attempts: number; events: number; olderThanMs: number },
   ];

@@ -49,7 +49,7 @@ export interface WorkerHost {
  * Serves activities from a set of queues: claims due steps in batches (one statement), runs each in a
  * concurrency slot with a fenced context, renews all its leases in one statement per heartbeat interval on a
  * reserved connection, wakes on NOTIFY with bounded polling as a fallback and otherwise sleeps until the next
- * due time, and ends expired steps that must not be retried; with the engine's `retention`, it also deletes
+ * due time, and ends expired steps that must not be retried; with the engine's `retentionMs`, it also deletes
  * finished runs past it, in the background, and (unless `schedules: false`) it fires the due ticks of schedules. No global state: many workers (and engines) can
  * live in one process.
  */

@@ -201,7 +201,7 @@ export async function runSupportAgentDemo(
     const { issueRefund, ...agentActivities } = activities;
     const workflow = createSupportAgentWorkflow(activities, {
       approvalThresholdCents: demo.approvalThresholdCents,
-      approvalTimeout: demo.approvalTimeoutMs,
+      approvalTimeoutMs: demo.approvalTimeoutMs,
     });
     const timing = {
       pollIntervalMs: demo.pollIntervalMs,

@@ -65,7 +65,7 @@ export interface SupportAgentWorkflowOptions {
   /** Refunds above this many cents wait for a person's approval. */
   readonly approvalThresholdCents: number;
   /** How long a refund waits for that approval before the email is escalated. @defaultValue `'2d'` */
-  readonly approvalTimeout?: Duration;
+  readonly approvalTimeoutMs?: Duration;
 }
 
 /** `2 days`, `36 hours`, `90 minutes`, or a duration string as given. */
@@ -91,14 +91,14 @@ export function formatEmail(email: CustomerEmail): string {
  * activity, its result goes back into the conversation — until the model answers; the answer is written to the
  * outbox. Everything the loop does is a recorded step, so a run that moves to another worker (its worker killed)
  * replays the conversation from history without asking the model or calling a tool again. A refund above the
- * threshold waits for a person's approval by signal (holding no lease), for at most `approvalTimeout`: a rejection
+ * threshold waits for a person's approval by signal (holding no lease), for at most `approvalTimeoutMs`: a rejection
  * is told to the model; a timeout escalates the email.
  */
 export function createSupportAgentWorkflow(
   activities: SupportAgentActivities,
   options: SupportAgentWorkflowOptions,
 ) {
-  const approvalTimeout = options.approvalTimeout ?? '2d';
+  const approvalTimeoutMs = options.approvalTimeoutMs ?? '2d';
   return defineWorkflow({
     name: 'support-agent.handle-email',
     input: supportAgentInput,
@@ -192,7 +192,7 @@ export function createSupportAgentWorkflow(
         if (r.amountCents > options.approvalThresholdCents) {
           await wf.run(activities.requestApproval, { ...context, ...r });
           progress(step, 'awaiting-approval', 'issue_refund');
-          const wait = await wf.waitForSignal(refundApprovalSignal, { timeout: approvalTimeout });
+          const wait = await wf.waitForSignal(refundApprovalSignal, { timeoutMs: approvalTimeoutMs });
           if (wait.timedOut) {
             state.approval = 'timed-out';
             await wf.run(activities.recordApproval, {
@@ -201,7 +201,7 @@ export function createSupportAgentWorkflow(
               decidedBy: null,
               note: null,
             });
-            const reason = `no one decided on the refund of ${r.amountCents} cents within ${describeDuration(approvalTimeout)}`;
+            const reason = `no one decided on the refund of ${r.amountCents} cents within ${describeDuration(approvalTimeoutMs)}`;
             state.escalated = true;
             await wf.run(activities.escalate, { ...context, reason });
             return { status: 'escalated', orderId: r.orderId, reason };

@@ -13,13 +13,13 @@ import type { ReplayState } from '../replay-state.js';
 
 /**
  * `ctx.waitForSignal`: the payload of the next signal named `signal.name` that the run takes (with a timeout:
- * `{ timedOut: false, payload }`, or `{ timedOut: true }` once `timeout` passed first by the DB clock). Something
- * that is not a signal, or options other than `{ timeout }`, throw {@link InvalidOptionsError} at the call.
+ * `{ timedOut: false, payload }`, or `{ timedOut: true }` once `timeoutMs` passed first by the DB clock). Something
+ * that is not a signal, or options other than `{ timeoutMs }`, throw {@link InvalidOptionsError} at the call.
  */
 export function waitForSignal<T>(
   state: ReplayState,
   signal: SignalDefinition,
-  options?: { timeout?: Duration },
+  options?: { timeoutMs?: Duration },
 ): Promise<T> {
   const { workflowName, runId } = state;
   if (!signal || (signal as { kind?: unknown }).kind !== 'signal') {
@@ -29,17 +29,22 @@ export function waitForSignal<T>(
   }
   const where = `ctx.waitForSignal(${signal.name}) in workflow ${workflowName}`;
   if (options !== undefined && (typeof options !== 'object' || options === null)) {
-    throw new InvalidOptionsError(where, [{ path: 'options', message: 'must be { timeout }' }]);
+    throw new InvalidOptionsError(where, [{ path: 'options', message: 'must be { timeoutMs }' }]);
   }
-  const extra = Object.keys(options ?? {}).filter((k) => k !== 'timeout');
+  const extra = Object.keys(options ?? {}).filter((k) => k !== 'timeoutMs');
   if (extra.length > 0) {
     throw new InvalidOptionsError(where, [
-      { path: extra[0] as string, message: 'is not an option (only timeout)' },
+      {
+        path: extra[0] as string,
+        // `timeout` is this option's old name: say what it is now.
+        message:
+          extra[0] === 'timeout' ? 'is not an option: use timeoutMs' : 'is not an option (only timeoutMs)',
+      },
     ]);
   }
-  const withTimeout = options?.timeout !== undefined;
+  const withTimeout = options?.timeoutMs !== undefined;
   const timeoutMs = withTimeout
-    ? toMs(options.timeout as Duration, `timeout of ${where}`, MAX_SLEEP_MS)
+    ? toMs(options.timeoutMs as Duration, `timeoutMs of ${where}`, MAX_SLEEP_MS)
     : undefined;
   // A pending signal is checked against the schema of the code that waits for it before the wait takes it
   // (one sent from the CLI, or by a sender with another version of the schema, was not): a payload the

@@ -32,7 +32,7 @@ export function workflowContext(state: ReplayState): WorkflowContext {
       runChild<O>(state, workflow, input, options),
     sleep: (duration: Duration) => sleep(state, duration),
     sleepUntil: (date: Date) => sleepUntil(state, date),
-    waitForSignal: (signal: SignalDefinition, options?: { timeout?: Duration }) =>
+    waitForSignal: (signal: SignalDefinition, options?: { timeoutMs?: Duration }) =>
       waitForSignal(state, signal, options),
     setProgress: (value: unknown) => setProgress(state, value),
     patched: (changeId: string) => patch(state, changeId, 'patched'),

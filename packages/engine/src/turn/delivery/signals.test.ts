@@ -58,7 +58,7 @@ describe('runTurn: signals', () => {
 
   it('times out a wait whose timeout came before the signal, and lets a signal that came first win', async () => {
     const wf = workflow('patient', async (ctx) => {
-      const w = await ctx.waitForSignal(note, { timeout: '1m' });
+      const w = await ctx.waitForSignal(note, { timeoutMs: '1m' });
       return w.timedOut ? 'timed out' : w.payload;
     });
     const due = NOW_MS - 100;
