@@ -1,5 +1,6 @@
 import type { PGlite, Transaction as PgliteTransaction } from '@electric-sql/pglite';
-import { InvalidOptionsError, LeaseLostError, checkText } from '@palisade/sdk';
+import { InvalidOptionsError, LeaseLostError } from '@palisade/sdk';
+import { checkText } from '@palisade/sdk/internal';
 import type { Sql, TransactionSql } from '../vendor/postgres/index.js';
 import { quoteIdent, quoteLiteral } from './db/database.js';
 

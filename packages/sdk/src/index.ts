@@ -59,36 +59,3 @@ export {
   type WorkflowInfo,
   type WorkflowOptions,
 } from './workflow.js';
-
-/**
- * @internal Engine-only helpers, also exported from `@palisade/sdk/internal` (their home): kept here until every
- * engine import has moved there, then removed. Not for workflow or activity code.
- */
-export {
-  DEFINITION_NAME,
-  ECHOED_CHARS,
-  MAX_PAYLOAD_DEPTH,
-  checkPayload,
-  checkText,
-  concurrencyLimitSchema,
-  definitionProblem,
-  durationMs,
-  durationSchema,
-  echoed,
-  fencingInfo,
-  formatIssues,
-  instantProblem,
-  instantSchema,
-  jsonProblems,
-  mergeRetryPolicy,
-  rateLimitSchema,
-  resolveRetryPolicy,
-  retryDecision,
-  storableFailure,
-  textProblem,
-  toMs,
-  validate,
-  type JsonProblem,
-  type ResolvedRateLimit,
-  type ResolvedRetryPolicy,
-} from './internal.js';

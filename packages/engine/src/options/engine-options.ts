@@ -1,6 +1,7 @@
 import type { PGlite } from '@electric-sql/pglite';
 import { z } from 'zod';
-import { InvalidOptionsError, durationMs, durationSchema, formatIssues, type Duration } from '@palisade/sdk';
+import { InvalidOptionsError, type Duration } from '@palisade/sdk';
+import { durationMs, durationSchema, formatIssues } from '@palisade/sdk/internal';
 import type { AnyPgDatabase } from '../db/database.js';
 import {
   drizzleProblem,

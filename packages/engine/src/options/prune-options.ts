@@ -1,5 +1,6 @@
 import { z } from 'zod';
-import { InvalidOptionsError, durationSchema, formatIssues, type Duration } from '@palisade/sdk';
+import { InvalidOptionsError, type Duration } from '@palisade/sdk';
+import { durationSchema, formatIssues } from '@palisade/sdk/internal';
 import { MAX_RETENTION_MS } from './engine-options.js';
 
 /** Options of `engine.pruneRuns(...)` and `palisade runs prune`. */

@@ -1,5 +1,6 @@
 import { z } from 'zod';
-import { InvalidOptionsError, durationMs, formatIssues, type Duration } from '@palisade/sdk';
+import { InvalidOptionsError, type Duration } from '@palisade/sdk';
+import { durationMs, formatIssues } from '@palisade/sdk/internal';
 
 /** Options of `worker.stop()` and `engine.close()`. */
 export interface StopOptions {

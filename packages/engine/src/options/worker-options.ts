@@ -1,14 +1,11 @@
 import { z } from 'zod';
 import {
   InvalidOptionsError,
-  textProblem,
-  durationMs,
-  formatIssues,
   type ActivityDefinition,
   type Duration,
   type WorkflowDefinition,
-  definitionProblem,
 } from '@palisade/sdk';
+import { textProblem, durationMs, formatIssues, definitionProblem } from '@palisade/sdk/internal';
 import { MIN_LEASE_MS, MIN_TEST_LEASE_MS, allowsUnsafeTimings } from '../internal/unsafe-timings.js';
 
 /** Options of `engine.worker(...)`. */

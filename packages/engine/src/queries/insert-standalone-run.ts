@@ -7,7 +7,7 @@ import {
   type RunInsertOutcome,
   type RunItem,
 } from './run-by-key.js';
-import type { ResolvedRateLimit } from '@palisade/sdk';
+import type { ResolvedRateLimit } from '@palisade/sdk/internal';
 import { flowKeyOf, flowKeysInserted } from './flow-control.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 

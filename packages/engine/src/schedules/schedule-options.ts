@@ -2,6 +2,10 @@ import { z } from 'zod';
 import {
   InvalidOptionsError,
   PAYLOAD_LIMITS,
+  type ActivityDefinition,
+  type WorkflowDefinition,
+} from '@palisade/sdk';
+import {
   checkPayload,
   durationMs,
   echoed,
@@ -9,10 +13,8 @@ import {
   instantProblem,
   textProblem,
   validate,
-  type ActivityDefinition,
-  type WorkflowDefinition,
   definitionProblem,
-} from '@palisade/sdk';
+} from '@palisade/sdk/internal';
 import type { NewScheduleRow, ScheduleRunOptions } from '../queries/schedule-rows.js';
 import { activityRunParamsOf } from './evaluate-schedules.js';
 import {

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
-import { InvalidOptionsError, PalisadeError, echoed } from '@palisade/sdk';
+import { InvalidOptionsError, PalisadeError } from '@palisade/sdk';
+import { echoed } from '@palisade/sdk/internal';
 import type { Database } from '../db/database.js';
 import { withInfraRetry } from '../infra-retry.js';
 import { listScheduleRuns } from '../queries/read-run.js';

@@ -3,13 +3,8 @@
  * what it hands to its commit (new steps, deliveries, rejected signals, the outcome). `queries/` reads these types
  * to load a turn and to write its result; nothing here does I/O.
  */
-import type {
-  ResolvedRateLimit,
-  ResolvedRetryPolicy,
-  SerializedFailure,
-  WorkflowDefinition,
-  WorkflowInfo,
-} from '@palisade/sdk';
+import type { SerializedFailure, WorkflowDefinition, WorkflowInfo } from '@palisade/sdk';
+import type { ResolvedRateLimit, ResolvedRetryPolicy } from '@palisade/sdk/internal';
 import type { TurnHost } from './host.js';
 import type { StepKind, StepStatus } from './state-machine.js';
 

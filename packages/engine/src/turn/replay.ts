@@ -4,7 +4,8 @@
  * what is new only. The state it works on is in `replay-state.ts`; delivery in `delivery/`; the result in
  * `turn-end.ts`.
  */
-import { NonDeterminismError, validate, type WorkflowDefinition } from '@palisade/sdk';
+import { NonDeterminismError, type WorkflowDefinition } from '@palisade/sdk';
+import { validate } from '@palisade/sdk/internal';
 import type {
   ContinuedTurnInput,
   HistoryStepRow,

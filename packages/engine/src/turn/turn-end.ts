@@ -3,14 +3,8 @@
  * (the checked output, the code's failure, a cancellation), or a failure replay detected (non-determinism, a
  * non-durable await).
  */
-import {
-  NonDeterminismError,
-  PAYLOAD_LIMITS,
-  PalisadeError,
-  checkPayload,
-  serializeFailure,
-  validate,
-} from '@palisade/sdk';
+import { NonDeterminismError, PAYLOAD_LIMITS, PalisadeError, serializeFailure } from '@palisade/sdk';
+import { checkPayload, validate } from '@palisade/sdk/internal';
 import type { TurnResult } from './contract.js';
 import type { KnownStep, ReplayState } from './replay-state.js';
 

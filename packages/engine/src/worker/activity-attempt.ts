@@ -3,12 +3,12 @@ import {
   LeaseLostError,
   PalisadeError,
   serializeFailure,
-  validate,
   type AbortReason,
   type ActivityContext,
   type ActivityDefinition,
   type FencedTransaction,
 } from '@palisade/sdk';
+import { validate } from '@palisade/sdk/internal';
 import type { ActivityTiming } from '../options.js';
 import type { ClaimedStepRow } from '../queries/claim-steps.js';
 import type { AttemptRef } from '../queries/fenced-outcome.js';

@@ -1,10 +1,5 @@
-import {
-  PAYLOAD_LIMITS,
-  checkPayload,
-  fencingInfo,
-  type ActivityContext,
-  type FencedTransaction,
-} from '@palisade/sdk';
+import { PAYLOAD_LIMITS, type ActivityContext, type FencedTransaction } from '@palisade/sdk';
+import { checkPayload, fencingInfo } from '@palisade/sdk/internal';
 import type { ClaimedStepRow } from '../queries/claim-steps.js';
 import type { AttemptRef } from '../queries/fenced-outcome.js';
 

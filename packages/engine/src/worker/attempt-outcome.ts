@@ -1,16 +1,13 @@
 import {
   LeaseLostError,
   PAYLOAD_LIMITS,
-  checkPayload,
   isPalisadeError,
-  retryDecision,
   serializeFailure,
-  validate,
   type ActivityDefinition,
   type PalisadeError,
-  type ResolvedRetryPolicy,
   type SerializedFailure,
 } from '@palisade/sdk';
+import { checkPayload, retryDecision, validate, type ResolvedRetryPolicy } from '@palisade/sdk/internal';
 import { isContentRefusal, withInfraRetry } from '../infra-retry.js';
 import type { ClaimedStepRow } from '../queries/claim-steps.js';
 import type { AttemptRef } from '../queries/fenced-outcome.js';

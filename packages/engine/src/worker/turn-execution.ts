@@ -4,7 +4,7 @@
  * ({@link commitTurn}), granting the steps it schedules to this worker's free activity slots (eager dispatch), and
  * keep the instance when the turn committed blocked.
  */
-import { storableFailure } from '@palisade/sdk';
+import { storableFailure } from '@palisade/sdk/internal';
 import type { EndedRun } from '../db/notification-hub.js';
 import { isContentRefusal } from '../infra-retry.js';
 import { faultHooks } from '../internal/fault-points.js';

@@ -3,6 +3,11 @@ import {
   InvalidOptionsError,
   PAYLOAD_LIMITS,
   PalisadeError,
+  type ActivityDefinition,
+  type Duration,
+  type RunActivityOptions,
+} from '@palisade/sdk';
+import {
   checkPayload,
   concurrencyLimitSchema,
   formatIssues,
@@ -10,10 +15,7 @@ import {
   rateLimitSchema,
   toMs,
   validate,
-  type ActivityDefinition,
-  type Duration,
-  type RunActivityOptions,
-} from '@palisade/sdk';
+} from '@palisade/sdk/internal';
 import { z } from 'zod';
 import { never, type ReplayState } from '../replay-state.js';
 import { shorterLeaseMessage } from './lease-override.js';

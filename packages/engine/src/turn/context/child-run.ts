@@ -2,13 +2,10 @@
 import {
   InvalidOptionsError,
   PAYLOAD_LIMITS,
-  checkPayload,
-  formatIssues,
-  textProblem,
-  validate,
   type RunChildOptions,
   type WorkflowDefinition,
 } from '@palisade/sdk';
+import { checkPayload, formatIssues, textProblem, validate } from '@palisade/sdk/internal';
 import { z } from 'zod';
 import type { ReplayState } from '../replay-state.js';
 

@@ -1,5 +1,6 @@
 /** `ctx.setProgress(value)`: the run's progress, stored by the turn's commit (not a step). */
-import { PAYLOAD_LIMITS, checkPayload } from '@palisade/sdk';
+import { PAYLOAD_LIMITS } from '@palisade/sdk';
+import { checkPayload } from '@palisade/sdk/internal';
 import type { ReplayState } from '../replay-state.js';
 
 /**

@@ -1,13 +1,6 @@
 /** `ctx.waitForSignal(signal, options)`: a durable wait for a signal sent to the run, with an optional timeout. */
-import {
-  InvalidOptionsError,
-  MAX_SLEEP_MS,
-  formatIssues,
-  toMs,
-  validate,
-  type Duration,
-  type SignalDefinition,
-} from '@palisade/sdk';
+import { InvalidOptionsError, MAX_SLEEP_MS, type Duration, type SignalDefinition } from '@palisade/sdk';
+import { formatIssues, toMs, validate } from '@palisade/sdk/internal';
 import type { PendingSignal } from '../contract.js';
 import type { ReplayState } from '../replay-state.js';
 

@@ -1,5 +1,6 @@
 /** `ctx.sleep(duration)` and `ctx.sleepUntil(date)`: durable timers, fired by the DB clock. */
-import { InvalidOptionsError, MAX_SLEEP_MS, instantProblem, toMs, type Duration } from '@palisade/sdk';
+import { InvalidOptionsError, MAX_SLEEP_MS, type Duration } from '@palisade/sdk';
+import { instantProblem, toMs } from '@palisade/sdk/internal';
 import type { ReplayState } from '../replay-state.js';
 
 /**
