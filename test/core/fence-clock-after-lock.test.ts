@@ -26,7 +26,7 @@ import {
   type ClaimedStepRow,
 } from '@palisade/engine/testing/internals';
 import { useEngineTarget } from '../support/engine.js';
-import { until } from '../worker/helpers.js';
+import { pollFor } from '../support/wait.js';
 
 const LEASE_MS = 30_000;
 
@@ -111,7 +111,7 @@ describe('a fenced write waiting on a lock judges the lease after the wait', () 
         // Locked, never changed: what a batch that rejected the row, or a rejection's `cur`, leaves behind.
         await tx`SELECT 1 FROM ${steps} WHERE id = ${claimed.id} FOR NO KEY UPDATE`;
         pending = write(engine, claimed);
-        await until(`the ${name} to wait on the step's lock`, async () => {
+        await pollFor(`the ${name} to wait on the step's lock`, async () => {
           await tx`SELECT pg_stat_clear_snapshot()`;
           const [blocked] = await tx<{ pid: number }[]>`
             SELECT pid FROM pg_stat_activity WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))`;

@@ -182,24 +182,6 @@ export function recordingLogger(): {
 }
 
 /**
- * Poll `check` until it returns a value other than undefined, for conditions no event announces (a backend
- * waiting on a lock); bounded, never used to wait for an outcome the engine reports as an event.
- */
-export async function until<T>(
-  what: string,
-  check: () => Promise<T | undefined>,
-  timeoutMs = 10_000,
-): Promise<T> {
-  const deadline = performance.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value !== undefined) return value;
-    if (performance.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
-
-/**
  * Make the first claim of steps arrive stale, deterministically: a trigger moves the DB clock forward by `jumpMs`
  * inside the claiming statement, after the lease was set from the statement's clock reading and before the lease
  * left is measured (the same statement reads `now()` again). The grant then reports `leaseMs - jumpMs` left, as if

@@ -2,7 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { ActivityFailure, ApplicationFailure, defineActivity, defineWorkflow } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, deferred, stepsOf, turnLog, lastTurn, until, warmUp } from './workflow-rows.js';
+import { attemptsOf, deferred, stepsOf, turnLog, lastTurn, warmUp } from './workflow-rows.js';
+import { checkOnEvents } from '../support/wait.js';
 
 const num = z.object({ n: z.number() });
 
@@ -200,7 +201,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await afterStarted.promise;
       // The loser finishes while `after` runs: the next turns see both race outcomes completed.
       releaseSlow.resolve();
-      await until(
+      await checkOnEvents(
         [worker],
         async () => (await stepsOf(engine, handle.runId))[0]?.status === 'completed',
         'slow',

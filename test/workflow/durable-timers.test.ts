@@ -3,7 +3,8 @@ import { z } from 'zod';
 import { defineActivity, defineWorkflow } from '@palisade/sdk';
 import { advanceClock } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, dbNowMs, runOf, stepsOf, until, warmUp } from './workflow-rows.js';
+import { attemptsOf, dbNowMs, runOf, stepsOf, warmUp } from './workflow-rows.js';
+import { checkOnEvents } from '../support/wait.js';
 
 const HOUR_MS = 3_600_000;
 
@@ -44,7 +45,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const worker = engine.worker({ workflows: [nap], activities: [mark], pollIntervalMs: 50 });
       await worker.start();
       const handle = await engine.client.start(nap, {});
-      await until([worker], async () => (await stepsOf(engine, handle.runId)).length === 2, 'the timer step');
+      await checkOnEvents(
+        [worker],
+        async () => (await stepsOf(engine, handle.runId)).length === 2,
+        'the timer step',
+      );
       const [, timer] = await stepsOf(engine, handle.runId);
       const startedEvent = (await handle.describe()).events.find((e) => e.type === 'timer:started');
       const startedAtMs = Date.parse(startedEvent?.at ?? '');
@@ -101,7 +106,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await worker.start();
       const before = await dbNowMs(engine);
       const handle = await engine.client.start(until2h, {});
-      await until([worker], async () => (await stepsOf(engine, handle.runId)).length === 2, 'the timer step');
+      await checkOnEvents(
+        [worker],
+        async () => (await stepsOf(engine, handle.runId)).length === 2,
+        'the timer step',
+      );
       const [now, timer] = await stepsOf(engine, handle.runId);
       expect(now).toMatchObject({ kind: 'value', name: 'now', status: 'completed' });
       expect(now?.output).toBeGreaterThanOrEqual(before);
@@ -149,7 +158,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await worker.start();
       const handle = await engine.client.start(values, {});
       for (let i = 1; i <= 2; i++) {
-        await until(
+        await checkOnEvents(
           [worker],
           async () => (await stepsOf(engine, handle.runId)).filter((s) => s.kind === 'timer').length === i,
           `timer ${i}`,
@@ -181,7 +190,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
       });
       await first.start();
       const handle = await engine.client.start(nap, {});
-      await until([first], async () => (await stepsOf(engine, handle.runId)).length === 2, 'the timer step');
+      await checkOnEvents(
+        [first],
+        async () => (await stepsOf(engine, handle.runId)).length === 2,
+        'the timer step',
+      );
       await first.stop();
       await advanceClock(engine, HOUR_MS + 1_000);
       // Nothing runs while no worker is up, even though the timer is due.

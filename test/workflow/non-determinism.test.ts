@@ -14,7 +14,8 @@ import {
 } from '@palisade/sdk';
 import { advanceClock, setClockOffset } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { runOf, stepsOf, until, warmUp } from './workflow-rows.js';
+import { runOf, stepsOf, warmUp } from './workflow-rows.js';
+import { checkOnEvents } from '../support/wait.js';
 
 const RUNS = 10;
 const user = z.object({ user: z.string() });
@@ -147,7 +148,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         }
         return true;
       };
-      await until([w1], asleep, `${RUNS} runs asleep`);
+      await checkOnEvents([w1], asleep, `${RUNS} runs asleep`);
       await w1.stop();
       const w2 = engine.worker({
         workflows: [version2(variant)],
@@ -221,7 +222,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         expect(new Set(ledger).size).toBe(ledger.length);
 
         const fresh = await engine.client.start(fixture().version2(variant), { user: 'new' });
-        await until(
+        await checkOnEvents(
           [w2],
           async () => (await stepsOf(engine, fresh.runId)).some((s) => s.kind === 'timer'),
           'the new run asleep',
@@ -270,7 +271,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const w1 = engine.worker({ workflows: [v1], activities: Object.values(acts), pollIntervalMs: 50 });
       await w1.start();
       const handle = await engine.client.start(v1, { user: 'solo' });
-      await until([w1], async () => (await stepsOf(engine, handle.runId))[2]?.kind === 'timer', 'asleep');
+      await checkOnEvents(
+        [w1],
+        async () => (await stepsOf(engine, handle.runId))[2]?.kind === 'timer',
+        'asleep',
+      );
       await w1.stop();
       const shortened = defineWorkflow({
         name: 'onboard',
@@ -364,9 +369,9 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const handle = await engine.client.start(clocked, {});
       const blockedAt = (seq: number, kind: string) => async () =>
         (await stepsOf(engine, handle.runId))[seq]?.kind === kind;
-      await until([w1], blockedAt(1, 'timer'), 'the run asleep');
+      await checkOnEvents([w1], blockedAt(1, 'timer'), 'the run asleep');
       await advanceClock(engine, 3_600_000);
-      await until([w1], blockedAt(2, 'signal'), 'the run waiting for its signal');
+      await checkOnEvents([w1], blockedAt(2, 'signal'), 'the run waiting for its signal');
       await w1.stop();
       const firstRun = samples.filter((s) => s.point !== 'after signal');
       expect(firstRun.map((s) => s.point)).toEqual(['before', 'after activity', 'after sleep']);

@@ -6,7 +6,8 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineActivity, defineSignal, defineWorkflow } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
-import { deferred, stepsOf, until, warmUp } from './workflow-rows.js';
+import { deferred, stepsOf, warmUp } from './workflow-rows.js';
+import { checkOnEvents } from '../support/wait.js';
 
 const proceed = defineSignal({ name: 'proceed', payload: z.null() });
 
@@ -45,7 +46,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         });
         await worker.start();
         const handle = await engine.client.start(staged, {});
-        await until(
+        await checkOnEvents(
           [worker],
           async () => (await stepsOf(engine, handle.runId)).some((s) => s.kind === 'signal'),
           'the wait',

@@ -10,7 +10,8 @@ import { defineActivity, defineSignal, defineWorkflow, isPalisadeError } from '@
 import { advanceClock, setFaultHook } from '@palisade/engine/testing';
 import type { Engine } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, deferred, runOf, stepsOf, until, warmUp } from './workflow-rows.js';
+import { attemptsOf, deferred, runOf, stepsOf, warmUp } from './workflow-rows.js';
+import { checkOnEvents } from '../support/wait.js';
 
 const HOUR_MS = 3_600_000;
 /** Longer than any test: a run that makes progress was woken by a NOTIFY, not by a poll. */
@@ -85,7 +86,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await engine.client.signal(handle.runId, note, 'two');
       const worker = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });
       await worker.start();
-      await until(
+      await checkOnEvents(
         [worker],
         async () =>
           (await waitsOf(engine, handle.runId)).some((w) => w.seq === 2 && w.status === 'scheduled'),
@@ -93,7 +94,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       );
       // During a wait: it wakes the run at once.
       await handle.signal(note, 'three');
-      await until(
+      await checkOnEvents(
         [worker],
         async () => (await waitsOf(engine, handle.runId)).some((w) => w.seq === 3),
         'the approval wait',
@@ -153,7 +154,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const worker = engine.worker({ workflows: [patient], pollIntervalMs: 50 });
       await worker.start();
       const handle = await engine.client.start(patient, {});
-      await until([worker], async () => (await waitsOf(engine, handle.runId)).length === 1, 'the wait');
+      await checkOnEvents(
+        [worker],
+        async () => (await waitsOf(engine, handle.runId)).length === 1,
+        'the wait',
+      );
       const run = await runOf(engine, handle.runId);
       expect(run.turn_lease_expires_at).toBeNull();
       const [wait] = await stepsOf(engine, handle.runId);
@@ -172,7 +177,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const worker = engine.worker({ workflows: [patient], pollIntervalMs: POLL_MS });
       await worker.start();
       const handle = await engine.client.start(patient, {});
-      await until([worker], async () => (await waitsOf(engine, handle.runId)).length === 1, 'the wait');
+      await checkOnEvents(
+        [worker],
+        async () => (await waitsOf(engine, handle.runId)).length === 1,
+        'the wait',
+      );
       await handle.signal(approval, { approved: true, by: 'cy' });
       await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe('approved by cy');
     });
@@ -188,7 +197,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
         });
         await worker.start();
         const handle = await engine.client.start(between, {});
-        await until([worker], async () => (await waitsOf(engine, handle.runId)).length === 1, 'the wait');
+        await checkOnEvents(
+          [worker],
+          async () => (await waitsOf(engine, handle.runId)).length === 1,
+          'the wait',
+        );
         await handle.signal(note, `n${workflowCacheSize ?? 'kept'}`);
         await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe(
           `first+n${workflowCacheSize ?? 'kept'}`,
@@ -203,7 +216,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await first.start();
       const handle = await engine.client.start(review, { notes: 2 });
       await handle.signal(note, 'kept-1');
-      await until(
+      await checkOnEvents(
         [first],
         async () => (await waitsOf(engine, handle.runId)).some((w) => w.seq === 1),
         'the second wait',
@@ -313,8 +326,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
       });
       onTestFinished(() => setFaultHook('turn:before-commit', undefined));
       await worker.start();
-      await until([worker], () => sent, 'the signal sent mid-turn');
-      await until(
+      await checkOnEvents([worker], () => sent, 'the signal sent mid-turn');
+      await checkOnEvents(
         [worker],
         async () => (await waitsOf(engine, handle.runId)).some((w) => w.seq === 1),
         'the approval wait',
@@ -474,13 +487,13 @@ for (const driver of ['postgres', 'pglite'] as const) {
         const handle = await engine.client.start(strict, {});
         // One before the wait exists, one while it waits: each is refused there, and the run goes on waiting.
         await handle.signal(unchecked, { approved: 'yes', by: 'x' });
-        await until(
+        await checkOnEvents(
           [worker],
           async () => (await waitsOf(engine, handle.runId)).length === 1,
           'the approval wait',
         );
         await handle.signal(unchecked, 'approve!');
-        await until(
+        await checkOnEvents(
           [worker],
           async () => (await handle.describe()).signals.every((g) => g.consumed_at !== null),
           'the second bad payload refused',
@@ -538,7 +551,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const worker = engine.worker({ workflows: [cancellable], pollIntervalMs: POLL_MS });
       await worker.start();
       const handle = await engine.client.start(cancellable, {});
-      await until([worker], async () => (await waitsOf(engine, handle.runId)).length === 1, 'the wait');
+      await checkOnEvents(
+        [worker],
+        async () => (await waitsOf(engine, handle.runId)).length === 1,
+        'the wait',
+      );
       await handle.cancel('no longer needed');
       await expect(handle.result({ timeoutMs: 15_000 })).rejects.toMatchObject({ code: 'CANCELLED' });
       expect(seen).toContain('CANCELLED');

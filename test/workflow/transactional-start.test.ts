@@ -18,7 +18,8 @@ import postgres from '@palisade/engine/postgres';
 import { advanceClock } from '@palisade/engine/testing';
 import { useEngineTarget, type EngineTarget } from '../support/engine.js';
 import { createTestDatabase } from '../support/postgres.js';
-import { attemptsOf, dbNowMs, deferred, runOf, stepsOf, until, warmUp } from './workflow-rows.js';
+import { attemptsOf, dbNowMs, deferred, runOf, stepsOf, warmUp } from './workflow-rows.js';
+import { checkOnEvents } from '../support/wait.js';
 
 const pack = defineActivity({
   name: 'pack',
@@ -577,7 +578,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         if (!firstTurns.includes(e.runId)) firstTurns.push(e.runId);
       });
       await worker.start();
-      await until([worker], () => firstTurns.length === 2, 'both runs’ first turns');
+      await checkOnEvents([worker], () => firstTurns.length === 2, 'both runs’ first turns');
       expect(firstTurns).toEqual([high.runId, low.runId]);
       await Promise.all([high.result({ timeoutMs: 15_000 }), low.result({ timeoutMs: 15_000 })]);
       const priorities = await engine.database.rows<{ run_id: string; priority: number }>(

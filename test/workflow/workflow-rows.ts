@@ -6,6 +6,7 @@ import { beforeAll } from 'vitest';
 import type { Engine, Worker, WorkerEventMap } from '@palisade/engine';
 import type { EngineTarget } from '../support/engine.js';
 import type { AttemptRecord } from '../support/fault-case.js';
+import { checkOnEvents, type EventSource } from '../support/wait.js';
 
 /**
  * Start the file's PGlite in a hook (its cold start takes seconds on a loaded machine) instead of inside the
@@ -90,66 +91,6 @@ export async function dbNowMs(engine: Engine): Promise<number> {
   return Number(rows[0]?.ms);
 }
 
-/** Anything else `until` may listen to: a test's own emitter of the same event names. */
-export interface EventSource {
-  readonly events: {
-    on(name: 'turn:committed' | 'attempt:completed' | 'attempt:failed', listener: () => void): unknown;
-    off(name: 'turn:committed' | 'attempt:completed' | 'attempt:failed', listener: () => void): unknown;
-  };
-}
-
-/**
- * Resolve once `check()` holds: checked now and again after every `turn:committed`, `attempt:completed` or
- * `attempt:failed` of the given workers (no sleeping); reject after `timeoutMs`.
- */
-export function until(
-  workers: readonly (Worker | EventSource)[],
-  check: () => Promise<boolean> | boolean,
-  what: string,
-  timeoutMs = 20_000,
-): Promise<void> {
-  const names = ['turn:committed', 'attempt:completed', 'attempt:failed'] as const;
-  return new Promise<void>((resolve, reject) => {
-    let done = false;
-    let checking = false;
-    let again = false;
-    const finish = (error?: unknown) => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      for (const w of workers) for (const n of names) w.events.off(n, onEvent);
-      if (error === undefined) resolve();
-      else reject(error instanceof Error ? error : new Error(JSON.stringify(error)));
-    };
-    const timer = setTimeout(
-      () => finish(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)),
-      timeoutMs,
-    );
-    const run = async () => {
-      if (checking) {
-        again = true;
-        return;
-      }
-      checking = true;
-      try {
-        do {
-          again = false;
-          if (await check()) return finish();
-        } while (again && !done);
-      } catch (error) {
-        finish(error);
-      } finally {
-        checking = false;
-      }
-    };
-    function onEvent(): void {
-      void run();
-    }
-    for (const w of workers) for (const n of names) w.events.on(n, onEvent);
-    void run();
-  });
-}
-
 /** Every `turn:committed` event `worker` emits from now on, in order. */
 export function turnLog(worker: Worker): WorkerEventMap['turn:committed'][0][] {
   const log: WorkerEventMap['turn:committed'][0][] = [];
@@ -167,7 +108,7 @@ export function lastTurn(
   turns: readonly WorkerEventMap['turn:committed'][0][],
   runId: string,
 ): Promise<void> {
-  return until(
+  return checkOnEvents(
     [worker],
     () => turns.some((t) => t.runId === runId && t.outcome === 'completed'),
     `the last turn of ${runId}`,
