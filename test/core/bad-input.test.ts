@@ -23,7 +23,7 @@ import {
 } from '@palisade/sdk';
 import { OVERFLOWING_RETRY_POLICY } from '../fixtures/poison-cases.js';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, gate, settle, stepOf, warmUp, workerEvent } from '../worker/helpers.js';
+import { attemptsOf, gate, settle, stepOf, workerEvent } from '../worker/helpers.js';
 
 const anything = z.object({ v: z.unknown() });
 
@@ -372,8 +372,7 @@ const doorCases: DoorCase[] = [
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`bad input at the door on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('refuses every bad value in the table with its code and path, writes nothing, and a healthy run then completes', async () => {
       const engine = await target.engine();
@@ -565,8 +564,7 @@ describe('engine options at the door', () => {
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`poison values on a worker never harm their neighbours, on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('records an activity output the database cannot store as a non-retryable failure, without a rerun', async () => {
       const runs: string[] = [];
@@ -862,8 +860,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`work no worker serves, on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('shows a workflow run and a ctx.run step that no worker claimed in describe().unclaimed, after the documented time', async () => {
       const orphan = defineActivity({

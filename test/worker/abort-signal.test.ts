@@ -19,7 +19,6 @@ import {
   makeFirstGrantsStale,
   settle,
   stepOf,
-  warmUp,
   workerEvent,
   type Gate,
 } from './helpers.js';
@@ -80,8 +79,7 @@ async function heartbeatingJob(target: EngineTarget) {
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`abort signal, local deadline and activity context on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('fires lease-lost and rejects ctx.heartbeat once another worker took over the expired step', async () => {
       const zombie: Gate<{ heartbeat: unknown; reason: unknown; again: unknown }> = gate();

@@ -13,7 +13,7 @@ import { defineActivity, defineSignal, defineWorkflow, isPalisadeError } from '@
 import type { Engine } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
 import { claimTimesMs, maxInWindow, maxRunningPerKey, runningNowPerKey } from '../support/flow-audit.js';
-import { stepsOf, warmUp } from '../workflow/workflow-rows.js';
+import { stepsOf } from '../workflow/workflow-rows.js';
 import { gate, workerEvent, type Gate } from './helpers.js';
 import { checkOnEvents } from '../support/wait.js';
 
@@ -50,8 +50,7 @@ const HOUR_MS = 3_600_000;
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`flow control on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('runs at most the limit of one key at once and never holds back the other keys', async () => {
       const engine = await target.engine();

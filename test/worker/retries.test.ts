@@ -4,7 +4,7 @@ import { ApplicationFailure, RunFailedError, defineActivity, type ActivityInfo }
 import type { Engine, Worker } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, eventsOf, settle, stepOf, warmUp, workerEvent } from './helpers.js';
+import { attemptsOf, eventsOf, settle, stepOf, workerEvent } from './helpers.js';
 
 /** Backoff long enough that only time travel can make a retry due within a test. */
 const MINUTE_BACKOFF = { initialIntervalMs: 60_000, backoffCoefficient: 2, jitter: 0 } as const;
@@ -28,8 +28,7 @@ function skipBackoffs(engine: Engine, worker: Worker, ms = 10 * 60_000): void {
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`activity retries on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('completes on attempt 3 after two failures, with failed, failed, completed attempts and rising tokens', async () => {
       const seen: ActivityInfo[] = [];

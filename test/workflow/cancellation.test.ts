@@ -11,7 +11,7 @@ import {
 } from '@palisade/sdk';
 import type { Engine, Worker } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, deferred, runOf, stepsOf, warmUp } from './workflow-rows.js';
+import { attemptsOf, deferred, runOf, stepsOf } from './workflow-rows.js';
 import { cancelWhileTurnRuns } from './cancel-race.js';
 import { checkOnEvents } from '../support/wait.js';
 
@@ -93,8 +93,7 @@ function fixture() {
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`cancellation on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('cancels a running activity at its next heartbeat; the workflow compensates and the run ends cancelled', async () => {
       const f = fixture();

@@ -15,7 +15,7 @@ import {
 import type { Engine } from '@palisade/engine';
 import { advanceClock, setFaultHook } from '@palisade/engine/testing';
 import { nextEvent, useEngineTarget } from '../support/engine.js';
-import { stepsOf, warmUp } from './workflow-rows.js';
+import { stepsOf } from './workflow-rows.js';
 import { checkOnEvents } from '../support/wait.js';
 
 const release = defineSignal({ name: 'release', payload: z.null() });
@@ -148,8 +148,7 @@ async function childrenOf(engine: Engine, runId: string) {
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`child workflows on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     const start = async (engine: Engine, workflowCacheSize?: number) => {
       const worker = engine.worker({

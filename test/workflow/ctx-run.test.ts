@@ -2,15 +2,14 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { ActivityFailure, ApplicationFailure, defineActivity, defineWorkflow } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, deferred, stepsOf, turnLog, lastTurn, warmUp } from './workflow-rows.js';
+import { attemptsOf, deferred, stepsOf, turnLog, lastTurn } from './workflow-rows.js';
 import { checkOnEvents } from '../support/wait.js';
 
 const num = z.object({ n: z.number() });
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`ctx.run on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('runs steps in sequence, each exactly once, over several turns, and returns the output', async () => {
       const executions: number[] = [];

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { defineActivity, defineWorkflow } from '@palisade/sdk';
 import { advanceClock } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, dbNowMs, runOf, stepsOf, warmUp } from './workflow-rows.js';
+import { attemptsOf, dbNowMs, runOf, stepsOf } from './workflow-rows.js';
 import { checkOnEvents } from '../support/wait.js';
 
 const HOUR_MS = 3_600_000;
@@ -36,8 +36,7 @@ function napFixture() {
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`durable timers on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('holds no lease while sleeping, fixes the due time at start, and fires by time travel', async () => {
       const { executions, mark, nap } = napFixture();

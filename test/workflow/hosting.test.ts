@@ -9,7 +9,7 @@ import { defineActivity, defineWorkflow } from '@palisade/sdk';
 import { createEngine, type CreateEngineOptions, type Engine } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, runOf, stepsOf, warmUp } from './workflow-rows.js';
+import { attemptsOf, runOf, stepsOf } from './workflow-rows.js';
 import { checkOnEvents } from '../support/wait.js';
 
 function fixture() {
@@ -76,8 +76,7 @@ async function settledCounts(baseline: Record<string, number>): Promise<Record<s
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`hosting the engine on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
     // The host application's own PGlite (starting one takes seconds: one per file).
     let hostPglite: PGlite | undefined;
     const hostPg = () => (hostPglite ??= new PGlite());

@@ -14,7 +14,7 @@ import {
 } from '@palisade/sdk';
 import { advanceClock, setClockOffset } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { runOf, stepsOf, warmUp } from './workflow-rows.js';
+import { runOf, stepsOf } from './workflow-rows.js';
 import { checkOnEvents } from '../support/wait.js';
 
 const RUNS = 10;
@@ -128,8 +128,7 @@ const failing = [
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`F10 code changed under in-flight runs, on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     /** Start RUNS runs on v1, wait until all sleep, stop v1, start v2 and let the timers fall due. */
     async function deployDuringSleep(variant: string) {
@@ -354,8 +353,7 @@ function clockFixture() {
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`the workflow's clock and Math.random under replay, on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('gives workflow code the same Date.now(), new Date() and Math.random() on a replay by a new worker, and activities the real clock', async () => {
       const { samples, realClock, go, clocked } = clockFixture();

@@ -6,15 +6,14 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineActivity, defineSignal, defineWorkflow } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
-import { deferred, stepsOf, warmUp } from './workflow-rows.js';
+import { deferred, stepsOf } from './workflow-rows.js';
 import { checkOnEvents } from '../support/wait.js';
 
 const proceed = defineSignal({ name: 'proceed', payload: z.null() });
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`progress on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('records the last value the code set, turn by turn, on kept instances and full replays', async () => {
       const engine = await target.engine();

@@ -14,7 +14,7 @@ import { advanceClock, setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
 import { claimTimesMs, maxInWindow } from '../support/flow-audit.js';
 import { workerEvent } from '../worker/helpers.js';
-import { dbNowMs, deferred, stepsOf, warmUp } from './workflow-rows.js';
+import { dbNowMs, deferred, stepsOf } from './workflow-rows.js';
 import { checkOnEvents } from '../support/wait.js';
 
 const MINUTE_MS = 60_000;
@@ -75,8 +75,7 @@ async function expectCode(promise: Promise<unknown>, code: string, ...mentions: 
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`schedules (${driver})`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('creates, lists, updates, pauses, resumes and deletes a schedule, by the database clock', async () => {
       const engine = await target.engine();

@@ -10,7 +10,7 @@ import { defineActivity, defineSignal, defineWorkflow, isPalisadeError } from '@
 import { advanceClock, setFaultHook } from '@palisade/engine/testing';
 import type { Engine } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, deferred, runOf, stepsOf, warmUp } from './workflow-rows.js';
+import { attemptsOf, deferred, runOf, stepsOf } from './workflow-rows.js';
 import { checkOnEvents } from '../support/wait.js';
 
 const HOUR_MS = 3_600_000;
@@ -75,8 +75,7 @@ async function waitsOf(engine: Engine, runId: string) {
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`signals on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('delivers signals sent before, during and after a wait, in arrival order, exactly once', async () => {
       const engine = await target.engine();

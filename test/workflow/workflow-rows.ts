@@ -2,21 +2,9 @@
  * Reads of a workflow run's rows as stored, and event-driven waits, for the tests in this folder.
  */
 import { sql } from 'drizzle-orm';
-import { beforeAll } from 'vitest';
 import type { Engine, Worker, WorkerEventMap } from '@palisade/engine';
-import type { EngineTarget } from '../support/engine.js';
 import type { AttemptRecord } from '../support/fault-case.js';
 import { checkOnEvents, type EventSource } from '../support/wait.js';
-
-/**
- * Start the file's PGlite in a hook (its cold start takes seconds on a loaded machine) instead of inside the
- * first test's timeout. The engine made here is closed after the first test, like any other.
- */
-export function warmUp(target: EngineTarget): void {
-  beforeAll(async () => {
-    if (target.driver === 'pglite') await target.engine();
-  });
-}
 
 export interface StoredRun {
   status: string;
