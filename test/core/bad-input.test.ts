@@ -24,6 +24,7 @@ import {
 import { OVERFLOWING_RETRY_POLICY } from '../fixtures/poison-cases.js';
 import { useEngineTarget } from '../support/engine.js';
 import { attemptsOf, gate, settle, stepOf, workerEvent } from '../worker/helpers.js';
+import { emptyActivity } from '../fixtures/empty-activity.js';
 
 const anything = z.object({ v: z.unknown() });
 
@@ -620,10 +621,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('records a thrown error with a NUL, a 5 MB message and BigInt details, cleaned and cut, once', async () => {
       let runs = 0;
-      const thrower = defineActivity({
-        name: 'thrower',
-        input: z.object({}),
-        output: z.object({}),
+      const thrower = emptyActivity('thrower', {
         retry: { maximumAttempts: 1 },
         run: () => {
           runs++;
@@ -863,10 +861,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
     const target = useEngineTarget(driver, { warm: true });
 
     it('shows a workflow run and a ctx.run step that no worker claimed in describe().unclaimed, after the documented time', async () => {
-      const orphan = defineActivity({
-        name: 'orphan',
-        input: z.object({}),
-        output: z.object({}),
+      const orphan = emptyActivity('orphan', {
         queue: 'nobody',
         run: () => Promise.resolve({}),
       });

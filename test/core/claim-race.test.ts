@@ -16,8 +16,7 @@ import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
 import postgres from '@palisade/engine/postgres';
 import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
-import { z } from 'zod';
-import { LeaseLostError, defineActivity } from '@palisade/sdk';
+import { LeaseLostError } from '@palisade/sdk';
 import { createEngine, type Database, type Engine } from '@palisade/engine';
 import { advanceClock, setClockOffset } from '@palisade/engine/testing';
 import {
@@ -30,6 +29,8 @@ import {
 } from '@palisade/engine/testing/internals';
 import { useEngineTarget, type EngineTarget } from '../support/engine.js';
 import { eventsOfType, stepOfRun } from './engine-rows.js';
+import { emptyActivity } from '../fixtures/empty-activity.js';
+import { shuffled } from '../support/shuffled.js';
 
 const CLAIMERS = Number(process.env.PALISADE_CLAIM_RACE_CLAIMERS ?? 64);
 const ITERATIONS = Number(process.env.PALISADE_CLAIM_RACE_ITERATIONS ?? 200);
@@ -40,10 +41,7 @@ const LEASE_MS = 30_000;
 /** advisory-lock class of the barriers of this file (two-int form: never collides with the migrator's lock). */
 const BARRIER_CLASS = 0x5041_4c;
 
-const raced = defineActivity({
-  name: 'raced',
-  input: z.object({}),
-  output: z.object({}),
+const raced = emptyActivity('raced', {
   leaseMs: LEASE_MS,
   run() {
     return Promise.resolve({});
@@ -548,12 +546,3 @@ describe('claim races on postgres (F12)', { timeout: 180_000 }, () => {
     expect(terminal).toEqual([{ steps: SIDE_ITERATIONS, runs: SIDE_ITERATIONS }]);
   });
 });
-
-function shuffled<T>(items: readonly T[]): T[] {
-  const out = [...items];
-  for (let i = out.length - 1; i > 0; i--) {
-    const j = Math.floor(Math.random() * (i + 1));
-    [out[i], out[j]] = [out[j] as T, out[i] as T];
-  }
-  return out;
-}

@@ -13,8 +13,7 @@
 import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
-import { z } from 'zod';
-import { LeaseLostError, defineActivity } from '@palisade/sdk';
+import { LeaseLostError } from '@palisade/sdk';
 import type { Engine } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';
 import {
@@ -27,13 +26,11 @@ import {
 } from '@palisade/engine/testing/internals';
 import { useEngineTarget } from '../support/engine.js';
 import { pollFor } from '../support/wait.js';
+import { emptyActivity } from '../fixtures/empty-activity.js';
 
 const LEASE_MS = 30_000;
 
-const job = defineActivity({
-  name: 'fenced-job',
-  input: z.object({}),
-  output: z.object({}),
+const job = emptyActivity('fenced-job', {
   leaseMs: LEASE_MS,
   run: () => Promise.resolve({}),
 });

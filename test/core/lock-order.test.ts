@@ -23,6 +23,7 @@ import { gate, recordingLogger } from '../worker/helpers.js';
 import { rejectionOf } from '../support/rejections.js';
 import { holdActivity } from './held-activity.js';
 import { pollFor } from '../support/wait.js';
+import { emptyActivity } from '../fixtures/empty-activity.js';
 
 const STRESS_MS = Number(process.env.STRESS_MS ?? 60_000);
 
@@ -32,12 +33,7 @@ describe('one lock order on postgres', () => {
   it('cancels a sibling whose claim commits under the run’s final turn, and signals its holder', async () => {
     const engine = await target.engine();
     const admin = target.sql();
-    const fast = defineActivity({
-      name: 'fast',
-      input: z.object({}),
-      output: z.object({}),
-      run: () => Promise.resolve({}),
-    });
+    const fast = emptyActivity('fast');
     const sibling = holdActivity('sibling', { leaseMs: 5 * 60_000 });
     const endsEarly = defineWorkflow({
       name: 'ends-early',
@@ -99,12 +95,7 @@ describe('one lock order on postgres', () => {
     const engine = await target.engine();
     const admin = target.sql();
     const schema = engine.schema;
-    const waits = defineActivity({
-      name: 'waits',
-      input: z.object({}),
-      output: z.object({}),
-      run: () => Promise.resolve({}),
-    });
+    const waits = emptyActivity('waits');
     const oneStep = defineWorkflow({
       name: 'one-step',
       input: z.object({}),

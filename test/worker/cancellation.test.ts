@@ -3,15 +3,9 @@ import { z } from 'zod';
 import { AttemptAbortedError, CancelledFailure, defineActivity } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
 import { aborted, attemptsOf, eventsOf, gate, settle, stepOf, workerEvent, type Gate } from './helpers.js';
+import { emptyActivity } from '../fixtures/empty-activity.js';
 
-const probe = defineActivity({
-  name: 'probe',
-  input: z.object({}),
-  output: z.object({}),
-  run() {
-    return Promise.resolve({});
-  },
-});
+const probe = emptyActivity('probe');
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`cancellation on ${driver}`, () => {
@@ -19,10 +13,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('ends a scheduled run cancelled at once, and no worker claims it afterwards', async () => {
       let runs = 0;
-      const job = defineActivity({
-        name: 'job',
-        input: z.object({}),
-        output: z.object({}),
+      const job = emptyActivity('job', {
         run() {
           runs++;
           return Promise.resolve({});

@@ -16,6 +16,7 @@ import { useEngineTarget, type EngineTarget } from '../support/engine.js';
 import { attemptsOf, deferred, turnLog, lastTurn } from './workflow-rows.js';
 import { add, counter } from './counter-workflow.js';
 import { checkOnEvents, pollFor } from '../support/wait.js';
+import { emptyActivity } from '../fixtures/empty-activity.js';
 
 const double = defineActivity({
   name: 'double',
@@ -213,10 +214,7 @@ describe('eager turns when the worker stops, on postgres', () => {
     const engine = await target.engine();
     const admin = target.sql();
     const finish = deferred();
-    const held = defineActivity({
-      name: 'held',
-      input: z.object({}),
-      output: z.object({}),
+    const held = emptyActivity('held', {
       async run() {
         await finish.promise;
         return {};
