@@ -28,6 +28,7 @@ import {
   startEagerFlow,
   turnAttempts,
 } from './eager-flow.js';
+import { unprepared } from '../../support/tcp-proxy.js';
 
 const VARIANTS = ['completion-claiming-turn', 'turn-commit-dispatching'] as const;
 
@@ -39,9 +40,7 @@ export const lostEagerReply: Scenario = {
   async run(ctx, iterations) {
     const L = ctx.timings.leaseMs;
     const proxy = await ctx.proxy();
-    const url = new URL(proxy.url(ctx.databaseUrl));
-    url.searchParams.set('prepare', 'false');
-    const a = await ctx.spawnWorker({ databaseUrl: url.toString(), workerId: 'a' });
+    const a = await ctx.spawnWorker({ databaseUrl: unprepared(proxy.url(ctx.databaseUrl)), workerId: 'a' });
     const tripped = (rule: { tripped: Promise<number> }): Promise<number | undefined> =>
       Promise.race([
         rule.tripped,

@@ -35,6 +35,7 @@ import {
   turnAttempts,
   type EagerFlow,
 } from './eager-flow.js';
+import { unprepared } from '../../support/tcp-proxy.js';
 
 const VARIANTS = ['sigkill', 'sigstop', 'terminate', 'lost-reply'] as const;
 const APPLICATION_NAME = 'chaos-t24-a';
@@ -52,8 +53,7 @@ export const fusedStep: Scenario = {
   async run(ctx, iterations) {
     const L = ctx.timings.leaseMs;
     const proxy = await ctx.proxy();
-    const proxied = new URL(proxy.url(ctx.databaseUrl));
-    proxied.searchParams.set('prepare', 'false');
+    const proxied = unprepared(proxy.url(ctx.databaseUrl));
     for (let i = 0; i < iterations; i++) {
       const variant = VARIANTS[i % VARIANTS.length] ?? 'sigkill';
       const a = await ctx.spawnWorker({
@@ -61,7 +61,7 @@ export const fusedStep: Scenario = {
         fuseSteps: true,
         databaseUrl:
           variant === 'lost-reply'
-            ? proxied.toString()
+            ? proxied
             : withApplicationName(ctx.databaseUrl, `${APPLICATION_NAME}-${i}`),
       });
       const k = ctx.rng.int(1, FLOW_STEPS - 1);
