@@ -34,6 +34,7 @@ import {
   terminateReleasedCompletion,
   turnAttempts,
   type EagerFlow,
+  waitForHeldCompletion,
 } from './eager-flow.js';
 import { unprepared } from '../../support/tcp-proxy.js';
 
@@ -66,11 +67,7 @@ export const fusedStep: Scenario = {
       });
       const k = ctx.rng.int(1, FLOW_STEPS - 1);
       const flow = await startEagerFlow(ctx, `t24-${i}`, { point: 'completion', step: k });
-      const held = await a.waitFor(
-        'chaos:batch',
-        (m) => m.phase === 'held' && m.rows.some((r) => r.attempt.runId === flow.runId),
-        { timeoutMs: 10 * L + 20_000 },
-      );
+      const held = await waitForHeldCompletion(ctx, a, flow);
       const token = held.rows[0]?.attempt.token ?? '';
       const fusedBefore = a
         .all('turn:committed', (m) => m.runId === flow.runId)
