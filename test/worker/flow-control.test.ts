@@ -13,7 +13,7 @@ import { defineActivity, defineSignal, defineWorkflow, isPalisadeError } from '@
 import type { Engine } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
 import { claimTimesMs, maxInWindow, maxRunningPerKey, runningNowPerKey } from '../support/flow-audit.js';
-import { stepsOf } from '../workflow/workflow-rows.js';
+import { stepsOf, stepsReach } from '../workflow/workflow-rows.js';
 import { gate, workerEvent, type Gate } from './helpers.js';
 import { checkOnEvents } from '../support/wait.js';
 
@@ -198,9 +198,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect((await other.describe()).run.status).toBe('running');
       // The sleeps end (time travel); the waits hold the places: still two.
       await advanceClock(engine, 1_500);
-      await checkOnEvents(
+      await stepsReach(
         [worker],
-        async () => (await stepsOf(engine, other.runId)).some((s) => s.kind === 'signal'),
+        engine,
+        other.runId,
+        (steps) => steps.some((s) => s.kind === 'signal'),
         'the wait of tenant-2',
       );
       expect((await statuses()).filter((s) => s === 'running')).toHaveLength(2);

@@ -11,7 +11,7 @@ import {
 } from '@palisade/sdk';
 import type { Engine, Worker } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, deferred, runOf, stepsOf } from './workflow-rows.js';
+import { attemptsOf, deferred, runOf, stepsOf, stepsReach } from './workflow-rows.js';
 import { cancelWhileTurnRuns } from './cancel-race.js';
 import { checkOnEvents } from '../support/wait.js';
 
@@ -149,11 +149,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const worker = engine.worker({ workflows: [f.sleepy], activities: [f.compensate], pollIntervalMs: 50 });
       await worker.start();
       const handle = await engine.client.start(f.sleepy, {});
-      await checkOnEvents(
-        [worker],
-        async () => (await stepsOf(engine, handle.runId))[0]?.kind === 'timer',
-        'asleep',
-      );
+      await stepsReach([worker], engine, handle.runId, (steps) => steps[0]?.kind === 'timer', 'asleep');
       await handle.cancel('not needed');
       const error = await handle.result({ timeoutMs: 15_000 }).catch((e: unknown) => e);
       expect(error).toBeInstanceOf(CancelledFailure);

@@ -2,8 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { ActivityFailure, ApplicationFailure, defineActivity, defineWorkflow } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, deferred, stepsOf, turnLog, lastTurn } from './workflow-rows.js';
-import { checkOnEvents } from '../support/wait.js';
+import { attemptsOf, deferred, stepsOf, turnLog, lastTurn, stepsReach } from './workflow-rows.js';
 
 const num = z.object({ n: z.number() });
 
@@ -200,11 +199,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await afterStarted.promise;
       // The loser finishes while `after` runs: the next turns see both race outcomes completed.
       releaseSlow.resolve();
-      await checkOnEvents(
-        [worker],
-        async () => (await stepsOf(engine, handle.runId))[0]?.status === 'completed',
-        'slow',
-      );
+      await stepsReach([worker], engine, handle.runId, (steps) => steps[0]?.status === 'completed', 'slow');
       releaseAfter.resolve();
       await expect(handle.result({ timeoutMs: 15_000 })).resolves.toEqual({ winner: 'fast', after: 'after' });
       expect(seen.length).toBeGreaterThanOrEqual(2);

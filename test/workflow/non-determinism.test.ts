@@ -14,7 +14,7 @@ import {
 } from '@palisade/sdk';
 import { advanceClock, setClockOffset } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { runOf, stepsOf } from './workflow-rows.js';
+import { runOf, stepsOf, stepsReach } from './workflow-rows.js';
 import { checkOnEvents } from '../support/wait.js';
 
 const RUNS = 10;
@@ -221,9 +221,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
         expect(new Set(ledger).size).toBe(ledger.length);
 
         const fresh = await engine.client.start(fixture().version2(variant), { user: 'new' });
-        await checkOnEvents(
+        await stepsReach(
           [w2],
-          async () => (await stepsOf(engine, fresh.runId)).some((s) => s.kind === 'timer'),
+          engine,
+          fresh.runId,
+          (steps) => steps.some((s) => s.kind === 'timer'),
           'the new run asleep',
         );
         await advanceClock(engine, 10_000);
@@ -270,11 +272,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const w1 = engine.worker({ workflows: [v1], activities: Object.values(acts), pollIntervalMs: 50 });
       await w1.start();
       const handle = await engine.client.start(v1, { user: 'solo' });
-      await checkOnEvents(
-        [w1],
-        async () => (await stepsOf(engine, handle.runId))[2]?.kind === 'timer',
-        'asleep',
-      );
+      await stepsReach([w1], engine, handle.runId, (steps) => steps[2]?.kind === 'timer', 'asleep');
       await w1.stop();
       const shortened = defineWorkflow({
         name: 'onboard',

@@ -6,8 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineActivity, defineSignal, defineWorkflow } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
-import { deferred, stepsOf } from './workflow-rows.js';
-import { checkOnEvents } from '../support/wait.js';
+import { deferred, stepsReach } from './workflow-rows.js';
 
 const proceed = defineSignal({ name: 'proceed', payload: z.null() });
 
@@ -45,9 +44,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
         });
         await worker.start();
         const handle = await engine.client.start(staged, {});
-        await checkOnEvents(
+        await stepsReach(
           [worker],
-          async () => (await stepsOf(engine, handle.runId)).some((s) => s.kind === 'signal'),
+          engine,
+          handle.runId,
+          (steps) => steps.some((s) => s.kind === 'signal'),
           'the wait',
         );
         expect((await handle.describe()).run.progress).toEqual({ stage: 'waiting', charged: 42 });

@@ -10,7 +10,7 @@ import { defineActivity, defineSignal, defineWorkflow, isPalisadeError } from '@
 import { advanceClock, setFaultHook } from '@palisade/engine/testing';
 import type { Engine } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, deferred, runOf, stepsOf } from './workflow-rows.js';
+import { attemptsOf, deferred, runOf, stepsOf, stepsReach, type StoredStep } from './workflow-rows.js';
 import { checkOnEvents } from '../support/wait.js';
 
 const HOUR_MS = 3_600_000;
@@ -67,10 +67,14 @@ const between = defineWorkflow({
 });
 
 /** The signal waits of a run: position, status and stored outcome. */
-async function waitsOf(engine: Engine, runId: string) {
-  return (await stepsOf(engine, runId))
+function waitsIn(steps: readonly StoredStep[]) {
+  return steps
     .filter((s) => s.kind === 'signal')
     .map((s) => ({ seq: s.seq, name: s.name, status: s.status, output: s.output }));
+}
+
+async function waitsOf(engine: Engine, runId: string) {
+  return waitsIn(await stepsOf(engine, runId));
 }
 
 for (const driver of ['postgres', 'pglite'] as const) {
@@ -85,17 +89,20 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await engine.client.signal(handle.runId, note, 'two');
       const worker = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });
       await worker.start();
-      await checkOnEvents(
+      await stepsReach(
         [worker],
-        async () =>
-          (await waitsOf(engine, handle.runId)).some((w) => w.seq === 2 && w.status === 'scheduled'),
+        engine,
+        handle.runId,
+        (steps) => waitsIn(steps).some((w) => w.seq === 2 && w.status === 'scheduled'),
         'the third wait',
       );
       // During a wait: it wakes the run at once.
       await handle.signal(note, 'three');
-      await checkOnEvents(
+      await stepsReach(
         [worker],
-        async () => (await waitsOf(engine, handle.runId)).some((w) => w.seq === 3),
+        engine,
+        handle.runId,
+        (steps) => waitsIn(steps).some((w) => w.seq === 3),
         'the approval wait',
       );
       await handle.signal(approval, { approved: true, by: 'ada' });
@@ -153,11 +160,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const worker = engine.worker({ workflows: [patient], pollIntervalMs: 50 });
       await worker.start();
       const handle = await engine.client.start(patient, {});
-      await checkOnEvents(
-        [worker],
-        async () => (await waitsOf(engine, handle.runId)).length === 1,
-        'the wait',
-      );
+      await stepsReach([worker], engine, handle.runId, (steps) => waitsIn(steps).length === 1, 'the wait');
       const run = await runOf(engine, handle.runId);
       expect(run.turn_lease_expires_at).toBeNull();
       const [wait] = await stepsOf(engine, handle.runId);
@@ -176,11 +179,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const worker = engine.worker({ workflows: [patient], pollIntervalMs: POLL_MS });
       await worker.start();
       const handle = await engine.client.start(patient, {});
-      await checkOnEvents(
-        [worker],
-        async () => (await waitsOf(engine, handle.runId)).length === 1,
-        'the wait',
-      );
+      await stepsReach([worker], engine, handle.runId, (steps) => waitsIn(steps).length === 1, 'the wait');
       await handle.signal(approval, { approved: true, by: 'cy' });
       await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe('approved by cy');
     });
@@ -196,11 +195,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         });
         await worker.start();
         const handle = await engine.client.start(between, {});
-        await checkOnEvents(
-          [worker],
-          async () => (await waitsOf(engine, handle.runId)).length === 1,
-          'the wait',
-        );
+        await stepsReach([worker], engine, handle.runId, (steps) => waitsIn(steps).length === 1, 'the wait');
         await handle.signal(note, `n${workflowCacheSize ?? 'kept'}`);
         await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe(
           `first+n${workflowCacheSize ?? 'kept'}`,
@@ -215,9 +210,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await first.start();
       const handle = await engine.client.start(review, { notes: 2 });
       await handle.signal(note, 'kept-1');
-      await checkOnEvents(
+      await stepsReach(
         [first],
-        async () => (await waitsOf(engine, handle.runId)).some((w) => w.seq === 1),
+        engine,
+        handle.runId,
+        (steps) => waitsIn(steps).some((w) => w.seq === 1),
         'the second wait',
       );
       await first.stop();
@@ -326,9 +323,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
       onTestFinished(() => setFaultHook('turn:before-commit', undefined));
       await worker.start();
       await checkOnEvents([worker], () => sent, 'the signal sent mid-turn');
-      await checkOnEvents(
+      await stepsReach(
         [worker],
-        async () => (await waitsOf(engine, handle.runId)).some((w) => w.seq === 1),
+        engine,
+        handle.runId,
+        (steps) => waitsIn(steps).some((w) => w.seq === 1),
         'the approval wait',
       );
       await handle.signal(approval, { approved: true, by: 'fi' });
@@ -486,9 +485,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
         const handle = await engine.client.start(strict, {});
         // One before the wait exists, one while it waits: each is refused there, and the run goes on waiting.
         await handle.signal(unchecked, { approved: 'yes', by: 'x' });
-        await checkOnEvents(
+        await stepsReach(
           [worker],
-          async () => (await waitsOf(engine, handle.runId)).length === 1,
+          engine,
+          handle.runId,
+          (steps) => waitsIn(steps).length === 1,
           'the approval wait',
         );
         await handle.signal(unchecked, 'approve!');
@@ -550,11 +551,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const worker = engine.worker({ workflows: [cancellable], pollIntervalMs: POLL_MS });
       await worker.start();
       const handle = await engine.client.start(cancellable, {});
-      await checkOnEvents(
-        [worker],
-        async () => (await waitsOf(engine, handle.runId)).length === 1,
-        'the wait',
-      );
+      await stepsReach([worker], engine, handle.runId, (steps) => waitsIn(steps).length === 1, 'the wait');
       await handle.cancel('no longer needed');
       await expect(handle.result({ timeoutMs: 15_000 })).rejects.toMatchObject({ code: 'CANCELLED' });
       expect(seen).toContain('CANCELLED');

@@ -79,6 +79,20 @@ export async function dbNowMs(engine: Engine): Promise<number> {
   return Number(rows[0]?.ms);
 }
 
+/**
+ * Resolve once the stored steps of run `runId` (as {@link stepsOf} reads them) satisfy `check`, read again after
+ * each event of `workers` ({@link checkOnEvents}); reject after 20 s with an error that names `what`.
+ */
+export function stepsReach(
+  workers: readonly (Worker | EventSource)[],
+  engine: Engine,
+  runId: string,
+  check: (steps: StoredStep[]) => boolean,
+  what: string,
+): Promise<void> {
+  return checkOnEvents(workers, async () => check(await stepsOf(engine, runId)), what);
+}
+
 /** Every `turn:committed` event `worker` emits from now on, in order. */
 export function turnLog(worker: Worker): WorkerEventMap['turn:committed'][0][] {
   const log: WorkerEventMap['turn:committed'][0][] = [];
