@@ -27,6 +27,7 @@ import {
 import { useEngineTarget } from '../support/engine.js';
 import { pollFor } from '../support/wait.js';
 import { emptyActivity } from '../fixtures/empty-activity.js';
+import { attemptRefOf } from './engine-rows.js';
 
 const LEASE_MS = 30_000;
 
@@ -36,15 +37,6 @@ const job = emptyActivity('fenced-job', {
 });
 
 type Write = (engine: Engine, row: ClaimedStepRow) => Promise<'refused' | 'accepted'>;
-
-const ref = (row: ClaimedStepRow) => ({
-  runId: row.run_id,
-  stepId: row.id,
-  stepLabel: `${row.name}#${row.seq}`,
-  attempt: row.attempt,
-  token: BigInt(row.token),
-  nonce: row.nonce,
-});
 
 /** 'refused' when the write throws LeaseLostError (any other error fails the test: a timeout is no refusal). */
 const refusedIfLeaseLost = (write: Promise<unknown>) =>
@@ -65,18 +57,18 @@ const writes: Record<string, Write> = {
   },
   'fenced transaction': (engine, row) =>
     engine.database.transaction(async (tx) =>
-      (await fenceStep(tx, engine.names, ref(row))) ? 'accepted' : 'refused',
+      (await fenceStep(tx, engine.names, attemptRefOf(row))) ? 'accepted' : 'refused',
     ),
   completion: async (engine, row) => {
     const {
       rows: [answer],
-    } = await completeSteps(engine.database, engine.names, [{ ...ref(row), output: {} }]);
+    } = await completeSteps(engine.database, engine.names, [{ ...attemptRefOf(row), output: {} }]);
     return answer?.applied ? 'accepted' : 'refused';
   },
   failure: (engine, row) =>
     refusedIfLeaseLost(
       failStep(engine.database, engine.names, {
-        ...ref(row),
+        ...attemptRefOf(row),
         error: { type: 'Error', message: 'late', nonRetryable: true },
         retry: false,
         outcome: 'failed',
