@@ -11,8 +11,8 @@
 import { describe, expect, it } from 'vitest';
 import { fixtureActivities } from '../fixtures/activities.js';
 import type { FixtureTimings } from '../fixtures/worker-protocol.js';
-import { waitUntil } from '../support/fault-case.js';
 import { useProcessCase } from '../support/process-case.js';
+import { pollUntil } from '../support/wait.js';
 
 /** Slack for one 100 ms slice plus IPC and scheduling on a loaded machine. */
 const STOP_WITHIN_MS = 400;
@@ -166,7 +166,7 @@ describe('F03: giving up reaches the running code', () => {
     // W1's first writes after reconnecting — the heartbeat that was caught in the cut among them — were
     // rejected and recorded; none was accepted.
     // (The hung heartbeat and the outcome write travel on different connections: wait for both rejections.)
-    const events = await waitUntil(
+    const events = await pollUntil(
       () => c.db.events(runId),
       (evs) => evs.filter((e) => e.type === 'attempt:stale-rejected').length >= 2,
       { timeoutMs: 5_000, what: 'both stale rejections' },

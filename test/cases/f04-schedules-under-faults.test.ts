@@ -25,8 +25,9 @@ import { advanceClock } from '@palisade/engine/testing';
 import { fixtureActivities, fixtureWorkflows } from '../fixtures/activities.js';
 import type { WorkerProcessConfig } from '../fixtures/worker-protocol.js';
 import { useEngineTarget } from '../support/engine.js';
-import { useFaultCase, waitUntil, type FaultCase } from '../support/fault-case.js';
+import { useFaultCase, type FaultCase } from '../support/fault-case.js';
 import { useWorkerProcesses } from '../support/worker-process.js';
+import { pollUntil } from '../support/wait.js';
 
 const TICKS = 60;
 const POLL_MS = 100;
@@ -130,7 +131,7 @@ describe('F04: schedules under faults and skewed clocks', () => {
           proxy.reset(); // the connection whose reply was dropped errs; the worker evaluates again on a new one
         }
         await advanceClock(c.engine, tick + 200 - (await dbNowMs(c)));
-        await waitUntil(
+        await pollUntil(
           () => tickRuns(c),
           (runs) => runs.some((r) => r.tick_ms === tick),
           { timeoutMs: 15_000, what: `the run of tick ${k}` },

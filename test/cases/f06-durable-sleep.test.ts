@@ -16,9 +16,9 @@ import { describe, expect, it } from 'vitest';
 import { advanceClock } from '@palisade/engine/testing';
 import { fixtureActivities, fixtureWorkflows } from '../fixtures/activities.js';
 import type { FixtureTimings } from '../fixtures/worker-protocol.js';
-import { waitUntil } from '../support/fault-case.js';
 import { SHORT_RETRY, sigkill, useProcessCase } from '../support/process-case.js';
 import { runRecords, sampleRuns, sleepStarted } from '../support/run-records.js';
+import { pollUntil } from '../support/wait.js';
 
 const FREEZE_MS = 5_000;
 /** How long before the due time the workers are frozen: room for the test's own polling on a loaded machine. */
@@ -76,10 +76,10 @@ describe('F06: a durable sleep holds no lease', () => {
 
     // At the due time every worker is frozen for 5 s.
     const live = [w1c, w2, w3];
-    await waitUntil(db.nowMs, (now) => now >= dueMs - FREEZE_LEAD_MS, { what: 'the freeze point' });
+    await pollUntil(db.nowMs, (now) => now >= dueMs - FREEZE_LEAD_MS, { what: 'the freeze point' });
     for (const w of live) expect(w.kill('SIGSTOP')).toBe(true);
     const frozenAtMs = await db.nowMs();
-    await waitUntil(db.nowMs, (now) => now >= frozenAtMs + FREEZE_MS, {
+    await pollUntil(db.nowMs, (now) => now >= frozenAtMs + FREEZE_MS, {
       timeoutMs: FREEZE_MS + 10_000,
       what: 'the end of the freeze',
     });
@@ -190,7 +190,7 @@ describe('F06: a durable sleep holds no lease', () => {
                (SELECT (extract(epoch FROM max(next_run_at)) * 1000)::float8 FROM ${s('steps')}
                  WHERE kind = 'timer') AS last_due_ms,
                (extract(epoch FROM ${s('now()')}) * 1000)::float8 AS now_ms`);
-    const [all] = await waitUntil(asleep, ([r]) => r?.sleeping === runs, {
+    const [all] = await pollUntil(asleep, ([r]) => r?.sleeping === runs, {
       timeoutMs: 120_000,
       what: `${runs} runs asleep`,
     });
@@ -207,7 +207,7 @@ describe('F06: a durable sleep holds no lease', () => {
 
     // Every run falls due at once.
     await advanceClock(c.engine, (afterKill?.last_due_ms ?? NaN) - (afterKill?.now_ms ?? NaN) + 100);
-    await waitUntil(
+    await pollUntil(
       () =>
         c.sql.unsafe<{ n: number }[]>(
           `SELECT count(*)::int AS n FROM ${s('runs')} WHERE status = 'completed'`,

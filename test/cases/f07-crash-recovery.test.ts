@@ -22,7 +22,6 @@ import {
   sigkillAt,
   useCrashSuite,
 } from '../support/crash-suite.js';
-import { waitUntil } from '../support/fault-case.js';
 import type { StepResult } from '../support/process-case.js';
 import {
   expectNeverUnownedLonger,
@@ -32,6 +31,7 @@ import {
   type RunRecords,
   type RunSampler,
 } from '../support/run-records.js';
+import { pollUntil } from '../support/wait.js';
 
 const POLL_MS = 500;
 const SLEEP_MS = 4_000;
@@ -86,11 +86,11 @@ describe('F07: recovery after a crash is continuous', () => {
     const sampler = sampleRuns(c.sql, c.schema, [runId]);
     const { startedAtMs, dueMs } = await timerStarted(db, runId);
 
-    await waitUntil(db.nowMs, (now) => now >= startedAtMs + 1_000, { what: '1 s into the sleep' });
+    await pollUntil(db.nowMs, (now) => now >= startedAtMs + 1_000, { what: '1 s into the sleep' });
     const killedAtMs = await sigkillAt(db, w1);
     expect(killedAtMs).toBeLessThan(dueMs);
     // Restart after the due time (the case restarts at 15 s of a 5 s sleep): nothing ran meanwhile.
-    await waitUntil(db.nowMs, (now) => now >= dueMs + 1_000, { what: 'past the due time' });
+    await pollUntil(db.nowMs, (now) => now >= dueMs + 1_000, { what: 'past the due time' });
     const restartAtMs = await db.nowMs();
     await restarted.start();
 
@@ -174,7 +174,7 @@ describe('F07: recovery after a crash is continuous', () => {
     const sampler = sampleRuns(c.sql, c.schema, [sleeper.runId, longJob.runId]);
     const holding = await w1.waitFor('fixture:holding', (m) => m.attempt.runId === longJob.runId);
     await w1.waitFor('heartbeat:sent', (m) => m.renewed > 0 && m.wallMs > holding.wallMs + 100);
-    await waitUntil(db.nowMs, (now) => now >= startedAtMs + 1_000, { what: '1 s into the sleep' });
+    await pollUntil(db.nowMs, (now) => now >= startedAtMs + 1_000, { what: '1 s into the sleep' });
     await w2.start();
     expect(w1.all('fixture:ended', (m) => m.attempt.runId === longJob.runId)).toEqual([]); // still mid-way
     const killedAtMs = await sigkillAt(db, w1);

@@ -13,10 +13,11 @@ import { describe, expect, it } from 'vitest';
 import type { RetryPolicy } from '@palisade/sdk';
 import { fixtureActivities } from '../fixtures/activities.js';
 import type { FixtureTimings } from '../fixtures/worker-protocol.js';
-import { waitUntil, type AttemptRecord, type FaultCase } from '../support/fault-case.js';
+import { type AttemptRecord, type FaultCase } from '../support/fault-case.js';
 import { heartbeatEvery, useProcessCase } from '../support/process-case.js';
 import { runRecords, type RunRecords } from '../support/run-records.js';
 import type { WorkerProcess } from '../support/worker-process.js';
+import { pollUntil } from '../support/wait.js';
 
 const timings: FixtureTimings = {
   leaseMs: 2_000,
@@ -130,7 +131,7 @@ describe('F08: a job that kills its worker is not retried forever', () => {
       );
 
       // The first attempt killed its worker; the step already counts it, while its lease still runs.
-      await waitUntil(
+      await pollUntil(
         () => Promise.resolve(supervisor.crashes.length),
         (n) => n >= 1,
         { what: 'the first crash' },
@@ -182,7 +183,7 @@ describe('F08: a job that kills its worker is not retried forever', () => {
   it('cancelled during its second attempt, the poison run ends cancelled with no further attempt', async () => {
     await withPoisonRun(async ({ c, db, supervisor, handle, runId }) => {
       // The second attempt has started (its executions row is committed) and its worker is dying.
-      await waitUntil(
+      await pollUntil(
         () => c.db.executions(runId),
         (rows) => rows.length >= 2,
         { what: 'the second attempt', timeoutMs: 20_000 },
@@ -194,7 +195,7 @@ describe('F08: a job that kills its worker is not retried forever', () => {
       const attempts = await c.db.attempts(runId);
       // The cancel ends the run at once, while attempt 2's worker may still be dying: wait for its crash.
       await supervisor.workers.find((w) => w.workerId === attempts[1]?.worker_id)?.exited;
-      await waitUntil(
+      await pollUntil(
         () => Promise.resolve(supervisor.crashes.length),
         (n) => n >= 2,
         { what: 'the second crash recorded', timeoutMs: 10_000 },

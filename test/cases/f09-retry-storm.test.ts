@@ -21,9 +21,9 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { RetryPolicy } from '@palisade/sdk';
 import { fixtureActivities } from '../fixtures/activities.js';
 import type { FixtureTimings } from '../fixtures/worker-protocol.js';
-import { waitUntil } from '../support/fault-case.js';
 import { createFlakyService, type FlakyService } from '../support/flaky-service.js';
 import { heartbeatEvery, useProcessCase } from '../support/process-case.js';
+import { pollUntil } from '../support/wait.js';
 
 /**
  * Generous lease and heartbeat: on a loaded two-core machine a 2 s lease renewed every 0.5 s was seen to lapse
@@ -226,7 +226,7 @@ describe('F09: no retry storms', () => {
       ),
     );
     // All 100 first attempts are running (each wrote its executions row) on W1 and W2.
-    await waitUntil(
+    await pollUntil(
       async () => {
         const [row] = await c.sql.unsafe<{ n: number }[]>(
           `SELECT count(*)::int AS n FROM "${c.schema}".executions`,

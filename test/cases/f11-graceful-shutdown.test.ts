@@ -15,10 +15,11 @@ import { describe, expect, it } from 'vitest';
 import type { z } from 'zod';
 import { fixtureActivities } from '../fixtures/activities.js';
 import type { FixtureTimings } from '../fixtures/worker-protocol.js';
-import { waitUntil, type AttemptRecord, type FaultCase } from '../support/fault-case.js';
+import { type AttemptRecord, type FaultCase } from '../support/fault-case.js';
 import { SHORT_RETRY, heartbeatEvery, useProcessCase } from '../support/process-case.js';
 import { runRecords } from '../support/run-records.js';
 import type { WorkerProcess } from '../support/worker-process.js';
+import { pollUntil } from '../support/wait.js';
 
 const timings: FixtureTimings = { leaseMs: 4_000, retry: SHORT_RETRY };
 const HEARTBEAT_MS = 1_000;
@@ -118,7 +119,7 @@ describe('F11: graceful shutdown loses nothing and strands nothing', () => {
     // The grace period ends: every long attempt gets its signal; the cooperative ones are released (fenced).
     for (const runId of cooperative)
       await w1.waitFor('attempt:released', (m) => m.attempt.runId === runId, { timeoutMs: 10_000 });
-    await waitUntil(db.nowMs, (now) => now >= termAtMs + GRACE_MS + 3_000, { what: 'grace + 3 s' });
+    await pollUntil(db.nowMs, (now) => now >= termAtMs + GRACE_MS + 3_000, { what: 'grace + 3 s' });
     w1.kill('SIGKILL'); // false if it already exited on its own
     const exit = await w1.exited;
     expect(exit.signal === 'SIGKILL' || exit.code === 0).toBe(true);

@@ -344,19 +344,13 @@ function installBatchProbe(env: FixtureEnvironment): void {
       return;
     }
     for (const t of tokens) heldTokens.delete(t);
-    await new Promise<void>((resolve) => {
-      const timer = setTimeout(release, GATHER_TIMEOUT_MS);
-      function release(): void {
-        clearTimeout(timer);
-        env.commands?.off('command', onCommand);
-        resolve();
-      }
-      function onCommand(command: ActivityCommand): void {
-        if (command.action === 'release-completion' && tokens.has(command.token)) release();
-      }
-      env.commands?.on('command', onCommand);
-      env.report({ type: 'chaos:batch', phase: 'held', rows });
-    });
+    await heldUntil(
+      env,
+      (command) => command.action === 'release-completion' && tokens.has(command.token),
+      () => {
+        env.report({ type: 'chaos:batch', phase: 'held', rows });
+      },
+    );
     env.report({ type: 'chaos:batch', phase: 'sending', rows });
   });
   setFaultHook('completion:after-commit', (answers) => {
@@ -529,6 +523,30 @@ const turnHolds = new Map<string, { point: TurnHoldPoint; turnAttempt: number }>
  * `chaos:hold` and waits until the parent's `release-hold` names its turn token (or {@link GATHER_TIMEOUT_MS}).
  * Turns of other runs pass at once.
  */
+/**
+ * Hold here until a scenario's command satisfies `releases`, or GATHER_TIMEOUT_MS passed (so a scenario that
+ * failed cannot hang the worker); `announce` runs once the command listener is in place, to report the hold.
+ */
+function heldUntil(
+  env: FixtureEnvironment,
+  releases: (command: ActivityCommand) => boolean,
+  announce: () => void,
+): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const timer = setTimeout(release, GATHER_TIMEOUT_MS);
+    function release(): void {
+      clearTimeout(timer);
+      env.commands?.off('command', onCommand);
+      resolve();
+    }
+    function onCommand(command: ActivityCommand): void {
+      if (releases(command)) release();
+    }
+    env.commands?.on('command', onCommand);
+    announce();
+  });
+}
+
 function installTurnHolds(env: FixtureEnvironment): void {
   const hold = async (point: TurnHoldPoint, turn: TurnFault, steps: readonly AttemptRef[]): Promise<void> => {
     const armed = turnHolds.get(turn.runId);
@@ -536,32 +554,26 @@ function installTurnHolds(env: FixtureEnvironment): void {
     if (point !== 'dispatch:before-start' && turn.grant !== 'eager') return;
     turnHolds.delete(turn.runId);
     const token = turn.token.toString();
-    await new Promise<void>((resolve) => {
-      const timer = setTimeout(release, GATHER_TIMEOUT_MS);
-      function release(): void {
-        clearTimeout(timer);
-        env.commands?.off('command', onCommand);
-        resolve();
-      }
-      function onCommand(command: ActivityCommand): void {
-        if (command.action === 'release-hold' && command.token === token) release();
-      }
-      env.commands?.on('command', onCommand);
-      env.report({
-        type: 'chaos:hold',
-        point,
-        runId: turn.runId,
-        token,
-        turnAttempt: turn.turnAttempt,
-        grant: turn.grant,
-        steps: steps.map((a) => ({
-          runId: a.runId,
-          stepId: a.stepId,
-          attempt: a.attempt,
-          token: a.token.toString(),
-        })),
-      });
-    });
+    await heldUntil(
+      env,
+      (command) => command.action === 'release-hold' && command.token === token,
+      () => {
+        env.report({
+          type: 'chaos:hold',
+          point,
+          runId: turn.runId,
+          token,
+          turnAttempt: turn.turnAttempt,
+          grant: turn.grant,
+          steps: steps.map((a) => ({
+            runId: a.runId,
+            stepId: a.stepId,
+            attempt: a.attempt,
+            token: a.token.toString(),
+          })),
+        });
+      },
+    );
   };
   setFaultHook('turn:before-run', (turn) => hold('turn:before-run', turn, []));
   setFaultHook('turn:before-commit', (turn) => hold('turn:before-commit', turn, []));

@@ -11,6 +11,7 @@ import { createEngine, type Engine } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';
 import { useTestDatabase } from '../support/postgres.js';
 import { CLI_TEST_TIMEOUT_MS, runCli } from './cli-process.js';
+import { emptyActivity } from '../fixtures/empty-activity.js';
 
 const databaseUrl = useTestDatabase();
 
@@ -22,12 +23,7 @@ const echo = defineActivity({
 });
 
 /** Nobody serves it: its run stays pending. */
-const idle = defineActivity({
-  name: 'idle',
-  input: z.object({}),
-  output: z.object({}),
-  run: () => Promise.resolve({}),
-});
+const idle = emptyActivity('idle');
 
 describe('palisade runs prune', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
   const schema = `cli_${randomBytes(5).toString('hex')}`;

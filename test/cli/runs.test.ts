@@ -23,7 +23,7 @@ import { afterLockWait } from '../support/lock-wait.js';
 import { useTestDatabase } from '../support/postgres.js';
 import { CLI_TEST_TIMEOUT_MS, lines, runCli, startCli } from './cli-process.js';
 import { approver } from './fixtures/approver.js';
-import { until } from '../workflow/workflow-rows.js';
+import { checkOnEvents } from '../support/wait.js';
 
 const databaseUrl = useTestDatabase();
 
@@ -407,7 +407,7 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
     try {
       const handle = await engine.client.start(approver, {});
       // Once the run waits, it knows the name.
-      await until(
+      await checkOnEvents(
         [worker],
         async () => (await handle.describe()).steps.some((s) => s.kind === 'signal'),
         'the approval wait',

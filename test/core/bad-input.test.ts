@@ -23,7 +23,8 @@ import {
 } from '@palisade/sdk';
 import { OVERFLOWING_RETRY_POLICY } from '../fixtures/poison-cases.js';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, gate, settle, stepOf, warmUp, workerEvent } from '../worker/helpers.js';
+import { attemptsOf, gate, settle, stepOf, workerEvent } from '../worker/helpers.js';
+import { emptyActivity } from '../fixtures/empty-activity.js';
 
 const anything = z.object({ v: z.unknown() });
 
@@ -373,8 +374,7 @@ const doorCases: DoorCase[] = [
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`bad input at the door on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('refuses every bad value in the table with its code and path, writes nothing, and a healthy run then completes', async () => {
       const engine = await target.engine();
@@ -566,8 +566,7 @@ describe('engine options at the door', () => {
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`poison values on a worker never harm their neighbours, on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('records an activity output the database cannot store as a non-retryable failure, without a rerun', async () => {
       const runs: string[] = [];
@@ -623,10 +622,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('records a thrown error with a NUL, a 5 MB message and BigInt details, cleaned and cut, once', async () => {
       let runs = 0;
-      const thrower = defineActivity({
-        name: 'thrower',
-        input: z.object({}),
-        output: z.object({}),
+      const thrower = emptyActivity('thrower', {
         retry: { maximumAttempts: 1 },
         run: () => {
           runs++;
@@ -863,14 +859,10 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`work no worker serves, on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('shows a workflow run and a ctx.run step that no worker claimed in describe().unclaimed, after the documented time', async () => {
-      const orphan = defineActivity({
-        name: 'orphan',
-        input: z.object({}),
-        output: z.object({}),
+      const orphan = emptyActivity('orphan', {
         queue: 'nobody',
         run: () => Promise.resolve({}),
       });

@@ -16,8 +16,7 @@ import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
 import postgres from '@palisade/engine/postgres';
 import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
-import { z } from 'zod';
-import { LeaseLostError, defineActivity } from '@palisade/sdk';
+import { LeaseLostError } from '@palisade/sdk';
 import { createEngine, type Database, type Engine } from '@palisade/engine';
 import { advanceClock, setClockOffset } from '@palisade/engine/testing';
 import {
@@ -29,7 +28,9 @@ import {
   type ClaimedStepRow,
 } from '@palisade/engine/testing/internals';
 import { useEngineTarget, type EngineTarget } from '../support/engine.js';
-import { eventsOfType, stepOfRun } from './engine-rows.js';
+import { attemptRefOf, eventsOfType, stepOfRun } from './engine-rows.js';
+import { emptyActivity } from '../fixtures/empty-activity.js';
+import { shuffled } from '../support/shuffled.js';
 
 const CLAIMERS = Number(process.env.PALISADE_CLAIM_RACE_CLAIMERS ?? 64);
 const ITERATIONS = Number(process.env.PALISADE_CLAIM_RACE_ITERATIONS ?? 200);
@@ -40,10 +41,7 @@ const LEASE_MS = 30_000;
 /** advisory-lock class of the barriers of this file (two-int form: never collides with the migrator's lock). */
 const BARRIER_CLASS = 0x5041_4c;
 
-const raced = defineActivity({
-  name: 'raced',
-  input: z.object({}),
-  output: z.object({}),
+const raced = emptyActivity('raced', {
   leaseMs: LEASE_MS,
   run() {
     return Promise.resolve({});
@@ -221,17 +219,6 @@ async function claimOnce(engine: Engine): Promise<ClaimedStepRow[]> {
   return claimer(engine, -1)(engine.database);
 }
 
-function attemptRef(row: ClaimedStepRow) {
-  return {
-    runId: row.run_id,
-    stepId: row.id,
-    stepLabel: `${row.name}#${row.seq}`,
-    attempt: row.attempt,
-    token: BigInt(row.token),
-    nonce: row.nonce,
-  };
-}
-
 /**
  * Pairs of consecutive attempts of a step (by token) whose live leases could overlap: the earlier one has no
  * recorded end, or ended (for a reclaimed attempt: when its last lease expired) after the later one was claimed.
@@ -361,7 +348,7 @@ describe('claim races on postgres (F12)', { timeout: 180_000 }, () => {
       const current: ClaimedStepRow = owner;
       const failure = (db: Database) =>
         failStep(db, engine.names, {
-          ...attemptRef(current),
+          ...attemptRefOf(current),
           error: { type: 'Error', message: `failure ${i}`, nonRetryable: false },
           retry: true,
         });
@@ -422,7 +409,7 @@ describe('claim races on postgres (F12)', { timeout: 180_000 }, () => {
       const grant = won[0] ?? (await claimOnce(engine))[0];
       if (grant?.id !== due?.id) problems.push(`iteration ${i}: the due step was not granted`);
       // Done with it: only the next delayed step is ever claimable.
-      if (grant) await completeStep(engine.database, n, { ...attemptRef(grant), output: {} });
+      if (grant) await completeStep(engine.database, n, { ...attemptRefOf(grant), output: {} });
     }
     await annotate(`${wonInRace} of ${SIDE_ITERATIONS} due steps were claimed inside the race`);
     expect(problems).toEqual([]);
@@ -503,7 +490,7 @@ describe('claim races on postgres (F12)', { timeout: 180_000 }, () => {
       const boundary = boundaryOf(i, 8);
       const clock = expiryRace(engine, owner.id, boundary);
       const ownerWrite = completes
-        ? (db: Database) => completeStep(db, n, { ...attemptRef(owner), output: {} })
+        ? (db: Database) => completeStep(db, n, { ...attemptRefOf(owner), output: {} })
         : async (db: Database) => {
             const [row] = await heartbeatSteps(db, n, [
               { stepId: owner.id, token: BigInt(owner.token), nonce: owner.nonce },
@@ -532,7 +519,7 @@ describe('claim races on postgres (F12)', { timeout: 180_000 }, () => {
       if (!ownerWon && !expiredIt) await expireSteps(engine.database, n);
       // Leave nothing running for the next iteration's clock jump to expire.
       if (ownerWon && !completes)
-        await completeStep(engine.database, n, { ...attemptRef(owner), output: {} });
+        await completeStep(engine.database, n, { ...attemptRefOf(owner), output: {} });
       const step = await stepOfRun(engine, run.runId);
       const want = ownerWon ? 'completed' : 'failed';
       if (step.status !== want) problems.push(`iteration ${i}: step ${step.status}, expected ${want}`);
@@ -548,12 +535,3 @@ describe('claim races on postgres (F12)', { timeout: 180_000 }, () => {
     expect(terminal).toEqual([{ steps: SIDE_ITERATIONS, runs: SIDE_ITERATIONS }]);
   });
 });
-
-function shuffled<T>(items: readonly T[]): T[] {
-  const out = [...items];
-  for (let i = out.length - 1; i > 0; i--) {
-    const j = Math.floor(Math.random() * (i + 1));
-    [out[i], out[j]] = [out[j] as T, out[i] as T];
-  }
-  return out;
-}

@@ -13,13 +13,7 @@
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import {
-  ApplicationFailure,
-  LeaseLostError,
-  defineActivity,
-  defineWorkflow,
-  type RetryPolicy,
-} from '@palisade/sdk';
+import { ApplicationFailure, LeaseLostError, defineWorkflow, type RetryPolicy } from '@palisade/sdk';
 import { createFencedResource, type Engine, type Worker } from '@palisade/engine';
 import { nextEvent, useEngineTarget, type EngineTarget } from '../support/engine.js';
 import { eventsOfRun } from './engine-rows.js';
@@ -33,13 +27,11 @@ import {
   type AdminPath,
   type Comeback,
 } from '../support/ending-paths.js';
+import { emptyActivity } from '../fixtures/empty-activity.js';
 
 const LEASE_MS = 5 * 60_000;
 
-const refuse = defineActivity({
-  name: 'refuse',
-  input: z.object({}),
-  output: z.object({}),
+const refuse = emptyActivity('refuse', {
   leaseMs: LEASE_MS,
   retry: { maximumAttempts: 1 },
   run() {

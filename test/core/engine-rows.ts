@@ -4,6 +4,7 @@
  */
 import { sql } from 'drizzle-orm';
 import type { Engine } from '@palisade/engine';
+import type { ClaimedStepRow } from '@palisade/engine/testing/internals';
 import { storedOutput } from '../worker/helpers.js';
 
 /** A step row as stored, serialized by the database (`to_jsonb(steps.*)::text`), to compare byte for byte. */
@@ -94,3 +95,15 @@ export function sqlState(error: unknown): string | undefined {
 
 /** Re-exported for core tests whose import blocks name this module (./fenced-writes.test.ts). */
 export { rejectionOf } from '../support/rejections.js';
+
+/** The attempt a claimed step row grants, as the engine's fenced writes (completion, failure, heartbeat) name it. */
+export function attemptRefOf(row: ClaimedStepRow) {
+  return {
+    runId: row.run_id,
+    stepId: row.id,
+    stepLabel: `${row.name}#${row.seq}`,
+    attempt: row.attempt,
+    token: BigInt(row.token),
+    nonce: row.nonce,
+  };
+}

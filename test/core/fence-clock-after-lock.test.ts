@@ -13,8 +13,7 @@
 import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
-import { z } from 'zod';
-import { LeaseLostError, defineActivity } from '@palisade/sdk';
+import { LeaseLostError } from '@palisade/sdk';
 import type { Engine } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';
 import {
@@ -26,28 +25,18 @@ import {
   type ClaimedStepRow,
 } from '@palisade/engine/testing/internals';
 import { useEngineTarget } from '../support/engine.js';
-import { until } from '../worker/helpers.js';
+import { pollFor } from '../support/wait.js';
+import { emptyActivity } from '../fixtures/empty-activity.js';
+import { attemptRefOf } from './engine-rows.js';
 
 const LEASE_MS = 30_000;
 
-const job = defineActivity({
-  name: 'fenced-job',
-  input: z.object({}),
-  output: z.object({}),
+const job = emptyActivity('fenced-job', {
   leaseMs: LEASE_MS,
   run: () => Promise.resolve({}),
 });
 
 type Write = (engine: Engine, row: ClaimedStepRow) => Promise<'refused' | 'accepted'>;
-
-const ref = (row: ClaimedStepRow) => ({
-  runId: row.run_id,
-  stepId: row.id,
-  stepLabel: `${row.name}#${row.seq}`,
-  attempt: row.attempt,
-  token: BigInt(row.token),
-  nonce: row.nonce,
-});
 
 /** 'refused' when the write throws LeaseLostError (any other error fails the test: a timeout is no refusal). */
 const refusedIfLeaseLost = (write: Promise<unknown>) =>
@@ -68,18 +57,18 @@ const writes: Record<string, Write> = {
   },
   'fenced transaction': (engine, row) =>
     engine.database.transaction(async (tx) =>
-      (await fenceStep(tx, engine.names, ref(row))) ? 'accepted' : 'refused',
+      (await fenceStep(tx, engine.names, attemptRefOf(row))) ? 'accepted' : 'refused',
     ),
   completion: async (engine, row) => {
     const {
       rows: [answer],
-    } = await completeSteps(engine.database, engine.names, [{ ...ref(row), output: {} }]);
+    } = await completeSteps(engine.database, engine.names, [{ ...attemptRefOf(row), output: {} }]);
     return answer?.applied ? 'accepted' : 'refused';
   },
   failure: (engine, row) =>
     refusedIfLeaseLost(
       failStep(engine.database, engine.names, {
-        ...ref(row),
+        ...attemptRefOf(row),
         error: { type: 'Error', message: 'late', nonRetryable: true },
         retry: false,
         outcome: 'failed',
@@ -111,7 +100,7 @@ describe('a fenced write waiting on a lock judges the lease after the wait', () 
         // Locked, never changed: what a batch that rejected the row, or a rejection's `cur`, leaves behind.
         await tx`SELECT 1 FROM ${steps} WHERE id = ${claimed.id} FOR NO KEY UPDATE`;
         pending = write(engine, claimed);
-        await until(`the ${name} to wait on the step's lock`, async () => {
+        await pollFor(`the ${name} to wait on the step's lock`, async () => {
           await tx`SELECT pg_stat_clear_snapshot()`;
           const [blocked] = await tx<{ pid: number }[]>`
             SELECT pid FROM pg_stat_activity WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))`;

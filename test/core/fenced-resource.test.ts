@@ -9,6 +9,7 @@ import { LeaseLostError } from '@palisade/sdk';
 import { createFencedResource, type FencedResource } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
 import { rejectionOf } from '../support/rejections.js';
+import { shuffled } from '../support/shuffled.js';
 
 const WRITERS = 24;
 
@@ -176,15 +177,6 @@ describe('fenced resources on postgres', () => {
 
 function compare(a: bigint, b: bigint): number {
   return a < b ? -1 : a > b ? 1 : 0;
-}
-
-function shuffled<T>(items: readonly T[]): T[] {
-  const out = [...items];
-  for (let i = out.length - 1; i > 0; i--) {
-    const j = Math.floor(Math.random() * (i + 1));
-    [out[i], out[j]] = [out[j] as T, out[i] as T];
-  }
-  return out;
 }
 
 describe('fenced resources on PGlite', () => {

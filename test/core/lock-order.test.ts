@@ -19,9 +19,11 @@ import { ApplicationFailure, LeaseLostError, defineActivity, defineWorkflow } fr
 import type { Engine, RunHandle } from '@palisade/engine';
 import { setFaultHook, unsafeTestTimings } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { gate, recordingLogger, until } from '../worker/helpers.js';
+import { gate, recordingLogger } from '../worker/helpers.js';
 import { rejectionOf } from '../support/rejections.js';
 import { holdActivity } from './held-activity.js';
+import { pollFor } from '../support/wait.js';
+import { emptyActivity } from '../fixtures/empty-activity.js';
 
 const STRESS_MS = Number(process.env.STRESS_MS ?? 60_000);
 
@@ -31,12 +33,7 @@ describe('one lock order on postgres', () => {
   it('cancels a sibling whose claim commits under the run’s final turn, and signals its holder', async () => {
     const engine = await target.engine();
     const admin = target.sql();
-    const fast = defineActivity({
-      name: 'fast',
-      input: z.object({}),
-      output: z.object({}),
-      run: () => Promise.resolve({}),
-    });
+    const fast = emptyActivity('fast');
     const sibling = holdActivity('sibling', { leaseMs: 5 * 60_000 });
     const endsEarly = defineWorkflow({
       name: 'ends-early',
@@ -66,7 +63,7 @@ describe('one lock order on postgres', () => {
       // Only now may `fast` run and the final turn commit, while the sibling's claim sits uncommitted.
       const fastWorker = engine.worker({ activities: [fast], pollIntervalMs: 50 });
       await fastWorker.start();
-      await until('the final turn to wait on the uncommitted claim', async () => {
+      await pollFor('the final turn to wait on the uncommitted claim', async () => {
         const [row] = await admin<{ pid: number }[]>`
           SELECT pid FROM pg_stat_activity
            WHERE datname = current_database() AND application_name = 'palisade'
@@ -98,12 +95,7 @@ describe('one lock order on postgres', () => {
     const engine = await target.engine();
     const admin = target.sql();
     const schema = engine.schema;
-    const waits = defineActivity({
-      name: 'waits',
-      input: z.object({}),
-      output: z.object({}),
-      run: () => Promise.resolve({}),
-    });
+    const waits = emptyActivity('waits');
     const oneStep = defineWorkflow({
       name: 'one-step',
       input: z.object({}),
@@ -117,7 +109,7 @@ describe('one lock order on postgres', () => {
     const turns = engine.worker({ workflows: [oneStep], pollIntervalMs: 20 });
     await turns.start();
     const handle = await engine.client.start(oneStep, {});
-    const [old] = await until('the first turn to schedule its step', async () => {
+    const [old] = await pollFor('the first turn to schedule its step', async () => {
       const rows = await admin<{ id: string; seq: number }[]>`
         SELECT id::text, seq FROM ${admin(schema)}.steps WHERE run_id = ${handle.runId}`;
       return rows.length === 1 ? rows : undefined;
@@ -152,7 +144,7 @@ describe('one lock order on postgres', () => {
     };
     /** A backend that waits for a lock `blocker` holds. */
     const blockedBy = (what: string, blocker: number) =>
-      until(what, async () => {
+      pollFor(what, async () => {
         const [row] = await admin<{ pid: number }[]>`
           SELECT pid FROM pg_stat_activity
            WHERE datname = current_database() AND ${blocker} = ANY(pg_blocking_pids(pid))`;
@@ -185,7 +177,7 @@ describe('one lock order on postgres', () => {
         tx`SELECT 1 FROM ${tx(schema)}.steps WHERE id IN (${newId}, ${old!.id}) ORDER BY id FOR NO KEY UPDATE`,
     );
     const bPid = await b.pid;
-    await until('B to wait for a lock', async () => {
+    await pollFor('B to wait for a lock', async () => {
       const [row] = await admin<{ n: number }[]>`SELECT cardinality(pg_blocking_pids(${bPid}))::int AS n`;
       return row && row.n > 0 ? true : undefined;
     });
@@ -329,7 +321,7 @@ describe('one lock order on postgres', () => {
     // Deadlocks are counted by the backend that found them and flushed to the statistics when it exits: close
     // every connection, wait until those backends are gone, then read the database's counter.
     await Promise.all(engines.map((e) => e.close({ graceMs: 0 })));
-    await until('the engines’ backends to exit', async () => {
+    await pollFor('the engines’ backends to exit', async () => {
       const [row] = await admin<{ n: number }[]>`
         SELECT count(*)::int AS n FROM pg_stat_activity
          WHERE datname = current_database() AND application_name = 'palisade'`;

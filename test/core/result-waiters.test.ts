@@ -8,7 +8,8 @@ import { z } from 'zod';
 import { describe, expect, it } from 'vitest';
 import { defineActivity } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
-import { gate, until } from '../worker/helpers.js';
+import { gate } from '../worker/helpers.js';
+import { pollFor } from '../support/wait.js';
 
 const go = gate();
 const job = defineActivity({
@@ -56,7 +57,7 @@ describe('run NOTIFYs for result waiters only', () => {
     const result = waiterEngine.client
       .getHandle<number>(watched.runId)
       .result({ pollIntervalMs: '1h', timeoutMs: 30_000 });
-    await until('the waiter to register on its run', async () => {
+    await pollFor('the waiter to register on its run', async () => {
       const [row] = await admin<{ n: number }[]>`
         SELECT count(*)::int AS n FROM ${admin(engine.schema)}.run_watchers WHERE run_id = ${watched.runId}`;
       return row && row.n > 0 ? true : undefined;

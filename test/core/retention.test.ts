@@ -19,6 +19,7 @@ import { nextEvent, useEngineTarget } from '../support/engine.js';
 import type postgres from '@palisade/engine/postgres';
 import { afterLockWait } from '../support/lock-wait.js';
 import { holdActivity } from './held-activity.js';
+import { emptyActivity } from '../fixtures/empty-activity.js';
 
 const HOUR_MS = 3_600_000;
 
@@ -29,20 +30,12 @@ const double = defineActivity({
   run: (input) => Promise.resolve({ n: input.n * 2 }),
 });
 
-const refuse = defineActivity({
-  name: 'refuse',
-  input: z.object({}),
-  output: z.object({}),
+const refuse = emptyActivity('refuse', {
   run: () => Promise.reject(new ApplicationFailure('no', { type: 'Refused', nonRetryable: true })),
 });
 
 /** Served by no worker in these tests: its runs stay pending until cancelled. */
-const unserved = defineActivity({
-  name: 'unserved',
-  input: z.object({}),
-  output: z.object({}),
-  run: () => Promise.resolve({}),
-});
+const unserved = emptyActivity('unserved');
 
 const nudge = defineSignal({ name: 'nudge', payload: z.object({}) });
 

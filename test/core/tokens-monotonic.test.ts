@@ -5,21 +5,18 @@
  */
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
-import { z } from 'zod';
-import { ApplicationFailure, CancelledFailure, RunFailedError, defineActivity } from '@palisade/sdk';
+import { ApplicationFailure, CancelledFailure, RunFailedError } from '@palisade/sdk';
 import type { Engine } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
 import { attemptsOfStep, eventsOfRun, sqlState, stepOfRun, stepRowJson } from './engine-rows.js';
 import { rejectionOf } from '../support/rejections.js';
 import { holdActivity } from './held-activity.js';
+import { emptyActivity } from '../fixtures/empty-activity.js';
 
 const LEASE_MS = 5 * 60_000;
 
-const alwaysFails = defineActivity({
-  name: 'always-fails',
-  input: z.object({}),
-  output: z.object({}),
+const alwaysFails = emptyActivity('always-fails', {
   leaseMs: LEASE_MS,
   retry: { maximumAttempts: 1 },
   run() {

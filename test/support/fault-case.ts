@@ -164,20 +164,3 @@ export function caseDatabase(sql: postgres.Sql, schema: string): CaseDatabase {
       ),
   };
 }
-
-/** Poll `read` every 50 ms until `done(value)`; bounded by `timeoutMs`. For database state with no event to await. */
-export async function waitUntil<T>(
-  read: () => Promise<T>,
-  done: (value: T) => boolean,
-  { timeoutMs = 10_000, what = 'condition' }: { timeoutMs?: number; what?: string } = {},
-): Promise<T> {
-  const deadline = performance.now() + timeoutMs;
-  for (;;) {
-    const value = await read();
-    if (done(value)) return value;
-    if (performance.now() > deadline) {
-      throw new Error(`${what} not reached within ${timeoutMs} ms; last value: ${JSON.stringify(value)}`);
-    }
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}

@@ -6,8 +6,8 @@
  *
  *   POST /   body: { runId, stepId, attempt }   → 503 during the outage, 200 {} after it
  */
-import { once } from 'node:events';
 import { createServer } from 'node:http';
+import { listenLocally } from './local-http.js';
 
 export interface ServiceCall {
   readonly runId: string;
@@ -47,20 +47,11 @@ export async function createFlakyService({ outageMs }: { outageMs: number }): Pr
       response.end(status === 200 ? '{}' : '{"error":"unavailable"}');
     });
   });
-  server.keepAliveTimeout = 1_000;
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const address = server.address();
-  if (address === null || typeof address !== 'object') throw new Error('flaky service: no address');
-  let closed: Promise<void> | undefined;
+  const http = await listenLocally(server, 'flaky service');
   return {
-    url: `http://127.0.0.1:${address.port}/`,
+    url: `${http.origin}/`,
     calls,
     outage: () => (fromMs === undefined ? undefined : { fromMs, untilMs: fromMs + outageMs }),
-    close: () =>
-      (closed ??= new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      })),
+    close: http.close,
   };
 }

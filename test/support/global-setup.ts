@@ -6,6 +6,7 @@ import { randomBytes } from 'node:crypto';
 import postgres from '@palisade/engine/postgres';
 import type { TestProject } from 'vitest/node';
 import { startPostgresServer } from './server.js';
+import { quoteIdent } from './quote-ident.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -44,8 +45,4 @@ async function dropDatabasesWithPrefix(adminUrl: string, prefix: string): Promis
   } finally {
     await sql.end({ timeout: 5 });
   }
-}
-
-function quoteIdent(name: string): string {
-  return `"${name.replaceAll('"', '""')}"`;
 }

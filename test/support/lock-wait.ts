@@ -6,7 +6,7 @@
  *   const outcome = await afterLockWait(admin, (tx) => tx`DELETE FROM ...`, () => client.retry(runId));
  */
 import type postgres from '@palisade/engine/postgres';
-import { until } from '../worker/helpers.js';
+import { pollFor } from './wait.js';
 
 /** How `call` settled: its value, or the error it threw. */
 export type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown };
@@ -29,7 +29,7 @@ export async function afterLockWait<T>(
       (value) => ({ ok: true as const, value }),
       (error: unknown) => ({ ok: false as const, error }),
     );
-    await until(
+    await pollFor(
       'the call to wait for a lock the holder has',
       async () => {
         await tx`SELECT pg_stat_clear_snapshot()`;

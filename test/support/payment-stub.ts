@@ -6,8 +6,8 @@
  *   POST /charges   headers: idempotency-key   body: { amountCents, token, workerId }
  *     → 201 { chargeId, replayed: false } the first time, 200 { chargeId, replayed: true } for a known key
  */
-import { once } from 'node:events';
 import { createServer, type IncomingMessage } from 'node:http';
+import { listenLocally } from './local-http.js';
 
 export interface ChargeRequest {
   readonly key: string;
@@ -71,20 +71,11 @@ export async function createPaymentStub(): Promise<PaymentStub> {
       () => reply(400, { error: 'body must be JSON' }),
     );
   });
-  server.keepAliveTimeout = 1_000;
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const address = server.address();
-  if (address === null || typeof address !== 'object') throw new Error('payment stub: no address');
-  let closed: Promise<void> | undefined;
+  const http = await listenLocally(server, 'payment stub');
   return {
-    url: `http://127.0.0.1:${address.port}`,
+    url: http.origin,
     requests,
     charges: () => [...charges.values()],
-    close: () =>
-      (closed ??= new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      })),
+    close: http.close,
   };
 }

@@ -8,6 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { basename } from 'node:path';
 import postgres from '@palisade/engine/postgres';
 import { afterAll, beforeAll, inject } from 'vitest';
+import { quoteIdent } from './quote-ident.js';
 
 export interface TestDatabase {
   /** Connection URL of the new, empty database. */
@@ -91,8 +92,4 @@ function withDatabase(url: string, database: string): string {
   const parsed = new URL(url);
   parsed.pathname = `/${encodeURIComponent(database)}`;
   return parsed.toString();
-}
-
-function quoteIdent(name: string): string {
-  return `"${name.replaceAll('"', '""')}"`;
 }

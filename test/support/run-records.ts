@@ -6,7 +6,8 @@
  */
 import type postgres from '@palisade/engine/postgres';
 import { expect } from 'vitest';
-import { waitUntil, type AttemptRecord } from './fault-case.js';
+import { type AttemptRecord } from './fault-case.js';
+import { pollUntil } from './wait.js';
 
 /** One step of a run. `label` is the `step` input of a `record-step` call (A, B, …), null for other kinds. */
 export interface RunStep {
@@ -105,10 +106,10 @@ export function runRecords(sql: postgres.Sql, schema: string): RunRecords {
 
 /**
  * Wait until the sleep of a `steps-with-sleep` run (its second step) exists; resolves with the run's steps, the
- * timer at index 1. Polls (the timer's creation is a row, not an event), bounded by `waitUntil`'s default.
+ * timer at index 1. Polls (the timer's creation is a row, not an event), bounded by `pollUntil`'s default.
  */
 export function sleepStarted(db: RunRecords, runId: string): Promise<RunStep[]> {
-  return waitUntil(
+  return pollUntil(
     () => db.steps(runId),
     (steps) => steps[1]?.kind === 'timer',
     { what: 'the sleep to start' },

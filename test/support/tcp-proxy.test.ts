@@ -1,7 +1,7 @@
 import postgres from '@palisade/engine/postgres';
 import { afterEach, describe, expect, it } from 'vitest';
 import { useTestDatabase } from './postgres.js';
-import { createTcpProxy, type TcpProxy } from './tcp-proxy.js';
+import { createTcpProxy, unprepared, type TcpProxy } from './tcp-proxy.js';
 
 /** Resolves to 'pending' if `promise` has not settled within `ms`. */
 async function settledWithin<T>(promise: Promise<T>, ms: number): Promise<'pending' | { value: T }> {
@@ -163,9 +163,7 @@ describe('tcp proxy (against the test PostgreSQL server)', () => {
     const p = await proxy();
     const admin = client(databaseUrl());
     await admin`create table described_probe (id int primary key)`;
-    const url = new URL(p.url(databaseUrl()));
-    url.searchParams.set('prepare', 'false');
-    const sql = client(url.toString());
+    const sql = client(unprepared(p.url(databaseUrl())));
     await sql`select 1`;
     // The SQL text travels alone first (Parse, Describe, Flush); Bind and Execute follow once that reply is in.
     const rule = p.dropReplyAfter('-- described', { fromNextRequest: true });
@@ -182,9 +180,7 @@ describe('tcp proxy (against the test PostgreSQL server)', () => {
     const p = await proxy();
     const admin = client(databaseUrl());
     await admin`create table then_probe (id int primary key)`;
-    const url = new URL(p.url(databaseUrl()));
-    url.searchParams.set('prepare', 'false');
-    const sql = client(url.toString());
+    const sql = client(unprepared(p.url(databaseUrl())));
     const rule = p.dropReplyAfter('-- then-probe', { thenMarker: '\0commit\0' });
     let afterMarker = false;
     const transaction = sql.begin(async (tx) => {

@@ -63,6 +63,16 @@ export interface DropReplyOptions {
   readonly thenMarker?: string;
 }
 
+/**
+ * `databaseUrl` with `prepare=false`: the client sends every statement as unnamed text, so the SQL (and a
+ * transaction's `COMMIT`, as the marker `'\0commit\0'`) travels on the wire where `dropReplyAfter` can find it.
+ */
+export function unprepared(databaseUrl: string): string {
+  const url = new URL(databaseUrl);
+  url.searchParams.set('prepare', 'false');
+  return url.toString();
+}
+
 export interface TcpProxy {
   /** The local port the proxy listens on (127.0.0.1). */
   readonly port: number;

@@ -19,10 +19,10 @@ import {
   makeFirstGrantsStale,
   settle,
   stepOf,
-  warmUp,
   workerEvent,
   type Gate,
 } from './helpers.js';
+import { emptyActivity } from '../fixtures/empty-activity.js';
 
 /**
  * An activity whose first attempt waits for its signal, records the reason and throws; later attempts return
@@ -80,8 +80,7 @@ async function heartbeatingJob(target: EngineTarget) {
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`abort signal, local deadline and activity context on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('fires lease-lost and rejects ctx.heartbeat once another worker took over the expired step', async () => {
       const zombie: Gate<{ heartbeat: unknown; reason: unknown; again: unknown }> = gate();
@@ -280,10 +279,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('releases a grant that arrives with too little lease left unstarted, without charging an attempt', async () => {
       const infos: ActivityInfo[] = [];
-      const job = defineActivity({
-        name: 'job',
-        input: z.object({}),
-        output: z.object({}),
+      const job = emptyActivity('job', {
         run(_input, ctx) {
           infos.push(ctx.info);
           return Promise.resolve({});
@@ -342,10 +338,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
     it('tells the attempt who it is: attempt, epoch, fencing scope and the token stored on the step', async () => {
       const seen: { info: ActivityInfo; stepToken: string | null }[] = [];
       const engine = await target.engine();
-      const job = defineActivity({
-        name: 'job',
-        input: z.object({}),
-        output: z.object({}),
+      const job = emptyActivity('job', {
         queue: 'jobs',
         leaseMs: 20_000,
         startToCloseTimeoutMs: 60_000,

@@ -11,7 +11,6 @@ import { ValidationError, defineActivity, defineWorkflow } from '@palisade/sdk';
 import { BULK_START_LIMITS, type Engine, type Worker } from '@palisade/engine';
 import { setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { warmUp } from './helpers.js';
 import { palisadeRejectionOf } from '../support/rejections.js';
 
 const double = defineActivity({
@@ -81,8 +80,7 @@ function eventCount(
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`bulk starts on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('runs every activity of a batch larger than one statement exactly once, woken by its NOTIFY', async () => {
       // 2,500 on a server: three statements (1,000 + 1,000 + 500). PGlite runs one query at a time; 1,200 still

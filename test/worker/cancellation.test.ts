@@ -2,38 +2,18 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { AttemptAbortedError, CancelledFailure, defineActivity } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
-import {
-  aborted,
-  attemptsOf,
-  eventsOf,
-  gate,
-  settle,
-  stepOf,
-  warmUp,
-  workerEvent,
-  type Gate,
-} from './helpers.js';
+import { aborted, attemptsOf, eventsOf, gate, settle, stepOf, workerEvent, type Gate } from './helpers.js';
+import { emptyActivity } from '../fixtures/empty-activity.js';
 
-const probe = defineActivity({
-  name: 'probe',
-  input: z.object({}),
-  output: z.object({}),
-  run() {
-    return Promise.resolve({});
-  },
-});
+const probe = emptyActivity('probe');
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`cancellation on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('ends a scheduled run cancelled at once, and no worker claims it afterwards', async () => {
       let runs = 0;
-      const job = defineActivity({
-        name: 'job',
-        input: z.object({}),
-        output: z.object({}),
+      const job = emptyActivity('job', {
         run() {
           runs++;
           return Promise.resolve({});

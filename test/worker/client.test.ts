@@ -3,12 +3,11 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { ApplicationFailure, PalisadeError, RunNotFoundError, defineActivity } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, gate, settle, stepOf, warmUp, workerEvent } from './helpers.js';
+import { attemptsOf, gate, settle, stepOf, workerEvent } from './helpers.js';
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`client on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('gives up waiting with RESULT_TIMEOUT while the run goes on, and a later result() gets the output', async () => {
       const finish = gate();

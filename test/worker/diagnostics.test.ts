@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { ApplicationFailure, defineActivity, defineWorkflow } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
-import { recordingLogger, warmUp, workerEvent } from './helpers.js';
+import { recordingLogger, workerEvent } from './helpers.js';
 
 const noInput = z.object({});
 const charge = defineActivity({
@@ -36,8 +36,7 @@ const audit = defineWorkflow({
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`worker diagnostics on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('warns once, naming the activity and the queue, when a run needs an activity the worker does not register', async () => {
       const { logger, records } = recordingLogger();

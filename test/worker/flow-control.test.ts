@@ -13,8 +13,9 @@ import { defineActivity, defineSignal, defineWorkflow, isPalisadeError } from '@
 import type { Engine } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
 import { claimTimesMs, maxInWindow, maxRunningPerKey, runningNowPerKey } from '../support/flow-audit.js';
-import { stepsOf, until, warmUp } from '../workflow/workflow-rows.js';
+import { stepsOf, stepsReach } from '../workflow/workflow-rows.js';
 import { gate, workerEvent, type Gate } from './helpers.js';
+import { checkOnEvents } from '../support/wait.js';
 
 const go = defineSignal({ name: 'go', payload: z.null() });
 
@@ -49,8 +50,7 @@ const HOUR_MS = 3_600_000;
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`flow control on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('runs at most the limit of one key at once and never holds back the other keys', async () => {
       const engine = await target.engine();
@@ -63,7 +63,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         async run({ key, n }) {
           const g = gate();
           held.push({ key, n, g, opened: false });
-          // A start is no event of the worker's own that until() hears: tell it.
+          // A start is no event of the worker's own that checkOnEvents() hears: tell it.
           starts.events.emit('attempt:completed');
           await g.promise;
           return `${key}#${n}`;
@@ -87,7 +87,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const worker = engine.worker({ activities: [hold], concurrency: 8, pollIntervalMs: 50 });
       await worker.start();
       // A's first step and B's first three run, although A's eleven others sit ahead of B's in the queue.
-      await until(
+      await checkOnEvents(
         [worker, starts],
         () => started('A') === 1 && started('B') === 3,
         'one of A and three of B',
@@ -100,7 +100,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         next.opened = true;
         next.g.open();
         const { key } = next;
-        await until(
+        await checkOnEvents(
           [worker, starts],
           () => started(key) === Math.min(total[key] ?? 0, opened(key) + (limit[key] ?? 0)),
           `the place of ${key}#${next.n} taken`,
@@ -189,7 +189,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       );
       const statuses = async () => Promise.all(t1.map(async (h) => (await h.describe()).run.status));
       const started = async (h: (typeof t1)[number]) => (await stepsOf(engine, h.runId)).length > 0;
-      await until(
+      await checkOnEvents(
         [worker],
         async () => (await Promise.all([...t1, other].map(started))).filter(Boolean).length === 3,
         'two runs of tenant-1 and the run of tenant-2 asleep',
@@ -198,9 +198,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect((await other.describe()).run.status).toBe('running');
       // The sleeps end (time travel); the waits hold the places: still two.
       await advanceClock(engine, 1_500);
-      await until(
+      await stepsReach(
         [worker],
-        async () => (await stepsOf(engine, other.runId)).some((s) => s.kind === 'signal'),
+        engine,
+        other.runId,
+        (steps) => steps.some((s) => s.kind === 'signal'),
         'the wait of tenant-2',
       );
       expect((await statuses()).filter((s) => s === 'running')).toHaveLength(2);
@@ -208,7 +210,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       for (const h of t1) if (await started(h)) first.push(h);
       expect(first).toHaveLength(2);
       await first[0]?.signal(go, null);
-      await until(
+      await checkOnEvents(
         [worker],
         async () => (await Promise.all(t1.map(started))).filter(Boolean).length === 3,
         'a third run of tenant-1 started',
@@ -242,11 +244,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
         (await Promise.all([...handles, own].map(async (h) => (await h.describe()).run.status))).filter(
           (s) => s === 'completed',
         ).length;
-      await until([worker], async () => (await done()) === 4, 'three starts and the other key');
+      await checkOnEvents([worker], async () => (await done()) === 4, 'three starts and the other key');
       expect(await claimTimesMs(engine, 'call-api')).toHaveLength(4);
       // The others wait for the window, holding no lease: scheduled, due when the first start leaves it.
       await advanceClock(engine, 10_000);
-      await until([worker], async () => (await done()) === 7, 'three more after one period');
+      await checkOnEvents([worker], async () => (await done()) === 7, 'three more after one period');
       await advanceClock(engine, 10_000);
       await expect(Promise.all(handles.map((h) => h.result({ timeoutMs: 15_000 })))).resolves.toEqual([
         0, 1, 2, 3, 4, 5, 6,
@@ -308,7 +310,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       });
       const worker = engine.worker({ activities: [slow], pollIntervalMs: 50 });
       await worker.start();
-      // until() hears no start: wait for the worker's own event.
+      // checkOnEvents() hears no start: wait for the worker's own event.
       const started = workerEvent(worker, 'attempt:started');
       const first = await engine.client.enqueue(slow, {}, { concurrency: { key: 'k', limit: 1 } });
       await started;

@@ -11,7 +11,6 @@ import {
   gate,
   settle,
   stepOf,
-  warmUp,
   workerEvent,
   type Gate,
 } from './helpers.js';
@@ -67,8 +66,7 @@ function trackTimers(): { pendingFrom(path: string): string[]; restore(): void }
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`graceful worker stop on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('lets an attempt that ends within graceMs complete and claims nothing once stopping', async () => {
       const finish = gate();

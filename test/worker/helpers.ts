@@ -4,19 +4,8 @@
  * gates that let a test hold an activity at a known point, and a log recorder.
  */
 import { sql } from 'drizzle-orm';
-import { beforeAll } from 'vitest';
 import type { CreateEngineOptions, Engine, Worker, WorkerEventMap } from '@palisade/engine';
-import { nextEvent, type EngineTarget } from '../support/engine.js';
-
-/**
- * Start the file's PGlite (and migrate one schema) in a hook: the first PGlite of a process takes seconds to
- * start, which would otherwise be charged to whichever test comes first. The engine is closed after that test.
- */
-export function warmUp(target: EngineTarget): void {
-  beforeAll(async () => {
-    if (target.driver === 'pglite') await target.engine();
-  });
-}
+import { nextEvent } from '../support/engine.js';
 
 /** A promise the test resolves when it chooses: `await gate.promise` inside an activity holds it there. */
 export interface Gate<T = void> {
@@ -179,24 +168,6 @@ export function recordingLogger(): {
   };
   logger.child = () => logger;
   return { logger: logger as unknown as NonNullable<CreateEngineOptions['logger']>, records };
-}
-
-/**
- * Poll `check` until it returns a value other than undefined, for conditions no event announces (a backend
- * waiting on a lock); bounded, never used to wait for an outcome the engine reports as an event.
- */
-export async function until<T>(
-  what: string,
-  check: () => Promise<T | undefined>,
-  timeoutMs = 10_000,
-): Promise<T> {
-  const deadline = performance.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value !== undefined) return value;
-    if (performance.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
 }
 
 /**

@@ -2,7 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineActivity } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, gate, recordingLogger, stepOf, until, workerEvent, type LogRecord } from './helpers.js';
+import { attemptsOf, gate, recordingLogger, stepOf, workerEvent, type LogRecord } from './helpers.js';
+import { pollFor } from '../support/wait.js';
 
 /** Every `code` on an error and its `cause` chain (drizzle wraps the driver's error). */
 function codesOf(error: unknown): string[] {
@@ -91,7 +92,7 @@ describe('infrastructure errors on postgres never consume an attempt', () => {
     await admin.begin(async (tx) => {
       await tx`SELECT 1 FROM ${runs_} WHERE id = ${handle.runId} FOR UPDATE`;
       resume.open();
-      const blocked = await until('the completion to wait on the run row lock', async () => {
+      const blocked = await pollFor('the completion to wait on the run row lock', async () => {
         // pg_stat_activity is read once per transaction and then kept: polled inside this one, it showed the
         // backends as they were at the first poll, which on a loaded machine came before the completion was
         // sent (the test then timed out with the completion waiting in plain sight). Drop that copy each time.
@@ -105,7 +106,7 @@ describe('infrastructure errors on postgres never consume an attempt', () => {
       });
       await tx`SELECT pg_terminate_backend(${blocked.pid})`;
       // The retry is decided on the classified error before the lock is released.
-      await until('the completion to be retried', () =>
+      await pollFor('the completion to be retried', () =>
         Promise.resolve(writeRetries(records, 'complete')[0]),
       );
     });

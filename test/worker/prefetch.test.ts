@@ -10,7 +10,7 @@ import { z } from 'zod';
 import { defineActivity } from '@palisade/sdk';
 import type { Worker } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, gate, makeFirstGrantsStale, stepOf, warmUp, workerEvent, type Gate } from './helpers.js';
+import { attemptsOf, gate, makeFirstGrantsStale, stepOf, workerEvent, type Gate } from './helpers.js';
 
 /** Jobs of this test: `hold` waits for the test's gate, `runMs` runs that long; the rest return at once. */
 function jobs(holds: Map<number, Gate>) {
@@ -36,8 +36,7 @@ function grantsOf(worker: Worker): { runId: string; grant: string }[] {
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`prefetch on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('claims ahead of its free slots while attempts run short, and runs every job once', async () => {
       const engine = await target.engine();

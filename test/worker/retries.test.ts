@@ -4,7 +4,8 @@ import { ApplicationFailure, RunFailedError, defineActivity, type ActivityInfo }
 import type { Engine, Worker } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, eventsOf, settle, stepOf, warmUp, workerEvent } from './helpers.js';
+import { attemptsOf, eventsOf, settle, stepOf, workerEvent } from './helpers.js';
+import { emptyActivity } from '../fixtures/empty-activity.js';
 
 /** Backoff long enough that only time travel can make a retry due within a test. */
 const MINUTE_BACKOFF = { initialIntervalMs: 60_000, backoffCoefficient: 2, jitter: 0 } as const;
@@ -28,8 +29,7 @@ function skipBackoffs(engine: Engine, worker: Worker, ms = 10 * 60_000): void {
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`activity retries on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('completes on attempt 3 after two failures, with failed, failed, completed attempts and rising tokens', async () => {
       const seen: ActivityInfo[] = [];
@@ -178,10 +178,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('fails the run at once on a non-retryable ApplicationFailure, keeping its type and details', async () => {
       let runs = 0;
-      const charge = defineActivity({
-        name: 'charge',
-        input: z.object({}),
-        output: z.object({}),
+      const charge = emptyActivity('charge', {
         retry: { maximumAttempts: 5, initialIntervalMs: 10 },
         run() {
           runs++;
@@ -219,10 +216,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         override name = 'PaymentDeclined';
       }
       let runs = 0;
-      const charge = defineActivity({
-        name: 'charge',
-        input: z.object({}),
-        output: z.object({}),
+      const charge = emptyActivity('charge', {
         retry: { maximumAttempts: 5, initialIntervalMs: 10, nonRetryableErrorTypes: ['PaymentDeclined'] },
         run() {
           runs++;
@@ -246,10 +240,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('fails the run with RunFailedError once maximumAttempts are used up', async () => {
       let runs = 0;
-      const down = defineActivity({
-        name: 'down',
-        input: z.object({}),
-        output: z.object({}),
+      const down = emptyActivity('down', {
         retry: { ...MINUTE_BACKOFF, maximumAttempts: 3 },
         run(_input, ctx) {
           runs++;

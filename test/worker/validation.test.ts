@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { InvalidOptionsError, RunFailedError, ValidationError, defineActivity } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, eventsOf, settle, stepOf, warmUp } from './helpers.js';
+import { attemptsOf, eventsOf, settle, stepOf } from './helpers.js';
 
 const invoice = z.object({
   invoiceId: z.string(),
@@ -22,8 +22,7 @@ const bill = defineActivity({
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`input and output validation on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('refuses to enqueue bad input with a ValidationError naming the activity and field path, storing nothing', async () => {
       const engine = await target.engine();

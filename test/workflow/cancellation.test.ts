@@ -11,8 +11,9 @@ import {
 } from '@palisade/sdk';
 import type { Engine, Worker } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, deferred, runOf, stepsOf, until, warmUp } from './workflow-rows.js';
+import { attemptsOf, deferred, runOf, stepsOf, stepsReach } from './workflow-rows.js';
 import { cancelWhileTurnRuns } from './cancel-race.js';
+import { checkOnEvents } from '../support/wait.js';
 
 const nudge = defineSignal({ name: 'nudge', payload: z.object({ n: z.number() }) });
 
@@ -92,8 +93,7 @@ function fixture() {
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`cancellation on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('cancels a running activity at its next heartbeat; the workflow compensates and the run ends cancelled', async () => {
       const f = fixture();
@@ -149,7 +149,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const worker = engine.worker({ workflows: [f.sleepy], activities: [f.compensate], pollIntervalMs: 50 });
       await worker.start();
       const handle = await engine.client.start(f.sleepy, {});
-      await until([worker], async () => (await stepsOf(engine, handle.runId))[0]?.kind === 'timer', 'asleep');
+      await stepsReach([worker], engine, handle.runId, (steps) => steps[0]?.kind === 'timer', 'asleep');
       await handle.cancel('not needed');
       const error = await handle.result({ timeoutMs: 15_000 }).catch((e: unknown) => e);
       expect(error).toBeInstanceOf(CancelledFailure);
@@ -252,7 +252,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       /** The first child run of `parentId`, once its parent's turn started it. */
       async function childOf(engine: Engine, worker: Worker, parentId: string): Promise<string> {
         let childId: string | undefined;
-        await until(
+        await checkOnEvents(
           [worker],
           async () => {
             childId = (await engine.client.getHandle(parentId).describe()).children[0]?.id;

@@ -15,7 +15,8 @@ import {
 import type { Engine } from '@palisade/engine';
 import { advanceClock, setFaultHook } from '@palisade/engine/testing';
 import { nextEvent, useEngineTarget } from '../support/engine.js';
-import { stepsOf, until, warmUp } from './workflow-rows.js';
+import { stepsOf } from './workflow-rows.js';
+import { checkOnEvents } from '../support/wait.js';
 
 const release = defineSignal({ name: 'release', payload: z.null() });
 
@@ -147,8 +148,7 @@ async function childrenOf(engine: Engine, runId: string) {
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`child workflows on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     const start = async (engine: Engine, workflowCacheSize?: number) => {
       const worker = engine.worker({
@@ -332,7 +332,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       onTestFinished(() => worker.stop());
       const handle = await engine.client.start(lateAwait, {});
       // Both failures delivered (the code was awaiting the third step then), before that step can end.
-      await until(
+      await checkOnEvents(
         [worker],
         async () => {
           const steps = await stepsOf(engine, handle.runId);
@@ -359,7 +359,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         cancellation: 'abandon',
       });
       for (const h of [cascading, abandoning]) {
-        await until(
+        await checkOnEvents(
           [worker],
           async () => {
             const kids = await childrenOf(engine, h.runId);

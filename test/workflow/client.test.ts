@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineActivity, defineWorkflow, PalisadeError, RunFailedError } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, stepsOf, warmUp } from './workflow-rows.js';
+import { attemptsOf, stepsOf } from './workflow-rows.js';
 
 const greet = defineWorkflow({
   name: 'greet',
@@ -14,8 +14,7 @@ const greet = defineWorkflow({
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`workflow client on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('returns the existing run when a workflow is started again with the same key and input, even after it ended', async () => {
       let executions = 0;

@@ -2,14 +2,13 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { ActivityFailure, ApplicationFailure, defineActivity, defineWorkflow } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, deferred, stepsOf, turnLog, lastTurn, until, warmUp } from './workflow-rows.js';
+import { attemptsOf, deferred, stepsOf, turnLog, lastTurn, stepsReach } from './workflow-rows.js';
 
 const num = z.object({ n: z.number() });
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`ctx.run on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('runs steps in sequence, each exactly once, over several turns, and returns the output', async () => {
       const executions: number[] = [];
@@ -200,11 +199,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await afterStarted.promise;
       // The loser finishes while `after` runs: the next turns see both race outcomes completed.
       releaseSlow.resolve();
-      await until(
-        [worker],
-        async () => (await stepsOf(engine, handle.runId))[0]?.status === 'completed',
-        'slow',
-      );
+      await stepsReach([worker], engine, handle.runId, (steps) => steps[0]?.status === 'completed', 'slow');
       releaseAfter.resolve();
       await expect(handle.result({ timeoutMs: 15_000 })).resolves.toEqual({ winner: 'fast', after: 'after' });
       expect(seen.length).toBeGreaterThanOrEqual(2);

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { defineActivity, defineWorkflow } from '@palisade/sdk';
 import { advanceClock } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, dbNowMs, runOf, stepsOf, until, warmUp } from './workflow-rows.js';
+import { attemptsOf, dbNowMs, runOf, stepsOf, stepsReach } from './workflow-rows.js';
 
 const HOUR_MS = 3_600_000;
 
@@ -35,8 +35,7 @@ function napFixture() {
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`durable timers on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('holds no lease while sleeping, fixes the due time at start, and fires by time travel', async () => {
       const { executions, mark, nap } = napFixture();
@@ -44,7 +43,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const worker = engine.worker({ workflows: [nap], activities: [mark], pollIntervalMs: 50 });
       await worker.start();
       const handle = await engine.client.start(nap, {});
-      await until([worker], async () => (await stepsOf(engine, handle.runId)).length === 2, 'the timer step');
+      await stepsReach([worker], engine, handle.runId, (steps) => steps.length === 2, 'the timer step');
       const [, timer] = await stepsOf(engine, handle.runId);
       const startedEvent = (await handle.describe()).events.find((e) => e.type === 'timer:started');
       const startedAtMs = startedEvent?.at.getTime() ?? NaN;
@@ -101,7 +100,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await worker.start();
       const before = await dbNowMs(engine);
       const handle = await engine.client.start(until2h, {});
-      await until([worker], async () => (await stepsOf(engine, handle.runId)).length === 2, 'the timer step');
+      await stepsReach([worker], engine, handle.runId, (steps) => steps.length === 2, 'the timer step');
       const [now, timer] = await stepsOf(engine, handle.runId);
       expect(now).toMatchObject({ kind: 'value', name: 'now', status: 'completed' });
       expect(now?.output).toBeGreaterThanOrEqual(before);
@@ -149,9 +148,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await worker.start();
       const handle = await engine.client.start(values, {});
       for (let i = 1; i <= 2; i++) {
-        await until(
+        await stepsReach(
           [worker],
-          async () => (await stepsOf(engine, handle.runId)).filter((s) => s.kind === 'timer').length === i,
+          engine,
+          handle.runId,
+          (steps) => steps.filter((s) => s.kind === 'timer').length === i,
           `timer ${i}`,
         );
         await advanceClock(engine, 10 * 60_000);
@@ -181,7 +182,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       });
       await first.start();
       const handle = await engine.client.start(nap, {});
-      await until([first], async () => (await stepsOf(engine, handle.runId)).length === 2, 'the timer step');
+      await stepsReach([first], engine, handle.runId, (steps) => steps.length === 2, 'the timer step');
       await first.stop();
       await advanceClock(engine, HOUR_MS + 1_000);
       // Nothing runs while no worker is up, even though the timer is due.

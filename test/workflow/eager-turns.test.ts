@@ -13,9 +13,10 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineActivity, defineWorkflow } from '@palisade/sdk';
 import { useEngineTarget, type EngineTarget } from '../support/engine.js';
-import { until as poll } from '../worker/helpers.js';
-import { attemptsOf, deferred, turnLog, lastTurn, until } from './workflow-rows.js';
+import { attemptsOf, deferred, turnLog, lastTurn } from './workflow-rows.js';
 import { add, counter } from './counter-workflow.js';
+import { checkOnEvents, pollFor } from '../support/wait.js';
+import { emptyActivity } from '../fixtures/empty-activity.js';
 
 const double = defineActivity({
   name: 'double',
@@ -114,7 +115,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
       );
       for (const h of handles) await expect(h.result({ timeoutMs: 60_000 })).resolves.toEqual({ n: 5 });
       // 8 runs × 6 turns, each run's turns in order, each committed once.
-      await until([worker], () => turns.filter((t) => t.outcome === 'completed').length === 8, 'ends');
+      await checkOnEvents(
+        [worker],
+        () => turns.filter((t) => t.outcome === 'completed').length === 8,
+        'ends',
+      );
       expect(turns).toHaveLength(48);
       await worker.stop();
     });
@@ -130,7 +135,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const again = await engine.client.start(twice, { n: 21 }, { key: 'k' });
       expect(again.runId).toBe(handle.runId);
       expect(again.created).toBe(false);
-      await until([worker], () => turns.some((t) => t.outcome === 'completed'), 'the last turn');
+      await checkOnEvents([worker], () => turns.some((t) => t.outcome === 'completed'), 'the last turn');
 
       const first = turns.find((t) => t.runId === handle.runId);
       expect(first?.grant).toBe('eager');
@@ -187,7 +192,7 @@ async function holdRunRow(admin: ReturnType<EngineTarget['sql']>, schema: string
   await locked.promise;
   return {
     waiting: (n: number) =>
-      poll(`${n} statements to wait on the run row`, async () => {
+      pollFor(`${n} statements to wait on the run row`, async () => {
         const [row] = await admin<{ n: number }[]>`
           SELECT count(*)::int AS n FROM pg_stat_activity
            WHERE datname = current_database() AND cardinality(pg_blocking_pids(pid)) > 0`;
@@ -209,10 +214,7 @@ describe('eager turns when the worker stops, on postgres', () => {
     const engine = await target.engine();
     const admin = target.sql();
     const finish = deferred();
-    const held = defineActivity({
-      name: 'held',
-      input: z.object({}),
-      output: z.object({}),
+    const held = emptyActivity('held', {
       async run() {
         await finish.promise;
         return {};

@@ -15,9 +15,10 @@ import { CancelledFailure, defineActivity, defineWorkflow } from '@palisade/sdk'
 import type { Engine } from '@palisade/engine';
 import { setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, deferred, stepsOf, turnLog, lastTurn, until } from './workflow-rows.js';
+import { attemptsOf, deferred, stepsOf, turnLog, lastTurn } from './workflow-rows.js';
 import { add, counter } from './counter-workflow.js';
 import { cancelWhileTurnRuns } from './cancel-race.js';
+import { checkOnEvents } from '../support/wait.js';
 
 const dialect = new PgDialect();
 
@@ -214,7 +215,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await handle.cancel('changed our mind');
       gate.resolve();
       await expect(handle.result({ timeoutMs: 60_000 })).rejects.toMatchObject({ code: 'CANCELLED' });
-      await until(
+      await checkOnEvents(
         [worker],
         () => turns.some((t) => t.runId === handle.runId && t.outcome === 'cancelled'),
         'end',

@@ -9,7 +9,8 @@ import { defineActivity, defineWorkflow } from '@palisade/sdk';
 import { createEngine, type CreateEngineOptions, type Engine } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, runOf, stepsOf, until, warmUp } from './workflow-rows.js';
+import { attemptsOf, runOf, stepsReach } from './workflow-rows.js';
+import { checkOnEvents } from '../support/wait.js';
 
 function fixture() {
   const executedBy: string[] = [];
@@ -41,7 +42,7 @@ async function runTrip(engine: Engine, workerId: string, tag: string): Promise<s
   const worker = engine.worker({ workflows: [trip], activities: [where], workerId, pollIntervalMs: 50 });
   await worker.start();
   const handle = await engine.client.start(trip, { tag }, { key: 'same-key' });
-  await until([worker], async () => (await stepsOf(engine, handle.runId))[1]?.kind === 'timer', 'asleep');
+  await stepsReach([worker], engine, handle.runId, (steps) => steps[1]?.kind === 'timer', 'asleep');
   await advanceClock(engine, 60_000);
   const output = await handle.result({ timeoutMs: 15_000 });
   await worker.stop();
@@ -71,8 +72,7 @@ async function settledCounts(baseline: Record<string, number>): Promise<Record<s
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`hosting the engine on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
     // The host application's own PGlite (starting one takes seconds: one per file).
     let hostPglite: PGlite | undefined;
     const hostPg = () => (hostPglite ??= new PGlite());
@@ -104,8 +104,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const ha = await a.client.start(trip, { tag: 'A' }, { key: 'k' });
       const hb = await b.client.start(trip, { tag: 'B' }, { key: 'k' });
       expect(ha.runId).not.toBe(hb.runId);
-      await until([wa, wb], async () => (await stepsOf(a, ha.runId))[1]?.kind === 'timer', 'A asleep');
-      await until([wa, wb], async () => (await stepsOf(b, hb.runId))[1]?.kind === 'timer', 'B asleep');
+      await stepsReach([wa, wb], a, ha.runId, (steps) => steps[1]?.kind === 'timer', 'A asleep');
+      await stepsReach([wa, wb], b, hb.runId, (steps) => steps[1]?.kind === 'timer', 'B asleep');
       // Time travel is per schema: only A's timer falls due.
       await advanceClock(a, 60_000);
       await expect(ha.result({ timeoutMs: 15_000 })).resolves.toBe('A@worker-a');
@@ -179,13 +179,9 @@ for (const driver of ['postgres', 'pglite'] as const) {
         const running = engine.worker({ workflows: [trip], activities: [where], pollIntervalMs: 50 });
         await running.start();
         const parked = await engine.client.start(trip, { tag: 'parked' }, { key: 'parked' });
-        await until(
-          [running],
-          async () => (await stepsOf(engine, parked.runId))[1]?.kind === 'timer',
-          'asleep',
-        );
+        await stepsReach([running], engine, parked.runId, (steps) => steps[1]?.kind === 'timer', 'asleep');
         waiting = parked.result({ pollIntervalMs: 60_000 }).catch((e: unknown) => e);
-        await until(
+        await checkOnEvents(
           [running],
           async () => (await runOf(engine, parked.runId)).status === 'running',
           'waiting',

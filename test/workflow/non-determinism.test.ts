@@ -14,7 +14,8 @@ import {
 } from '@palisade/sdk';
 import { advanceClock, setClockOffset } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { runOf, stepsOf, until, warmUp } from './workflow-rows.js';
+import { runOf, stepsOf, stepsReach } from './workflow-rows.js';
+import { checkOnEvents } from '../support/wait.js';
 
 const RUNS = 10;
 const user = z.object({ user: z.string() });
@@ -127,8 +128,7 @@ const failing = [
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`F10 code changed under in-flight runs, on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     /** Start RUNS runs on v1, wait until all sleep, stop v1, start v2 and let the timers fall due. */
     async function deployDuringSleep(variant: string) {
@@ -147,7 +147,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         }
         return true;
       };
-      await until([w1], asleep, `${RUNS} runs asleep`);
+      await checkOnEvents([w1], asleep, `${RUNS} runs asleep`);
       await w1.stop();
       const w2 = engine.worker({
         workflows: [version2(variant)],
@@ -221,9 +221,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
         expect(new Set(ledger).size).toBe(ledger.length);
 
         const fresh = await engine.client.start(fixture().version2(variant), { user: 'new' });
-        await until(
+        await stepsReach(
           [w2],
-          async () => (await stepsOf(engine, fresh.runId)).some((s) => s.kind === 'timer'),
+          engine,
+          fresh.runId,
+          (steps) => steps.some((s) => s.kind === 'timer'),
           'the new run asleep',
         );
         await advanceClock(engine, 10_000);
@@ -270,7 +272,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const w1 = engine.worker({ workflows: [v1], activities: Object.values(acts), pollIntervalMs: 50 });
       await w1.start();
       const handle = await engine.client.start(v1, { user: 'solo' });
-      await until([w1], async () => (await stepsOf(engine, handle.runId))[2]?.kind === 'timer', 'asleep');
+      await stepsReach([w1], engine, handle.runId, (steps) => steps[2]?.kind === 'timer', 'asleep');
       await w1.stop();
       const shortened = defineWorkflow({
         name: 'onboard',
@@ -349,8 +351,7 @@ function clockFixture() {
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`the workflow's clock and Math.random under replay, on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('gives workflow code the same Date.now(), new Date() and Math.random() on a replay by a new worker, and activities the real clock', async () => {
       const { samples, realClock, go, clocked } = clockFixture();
@@ -364,9 +365,9 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const handle = await engine.client.start(clocked, {});
       const blockedAt = (seq: number, kind: string) => async () =>
         (await stepsOf(engine, handle.runId))[seq]?.kind === kind;
-      await until([w1], blockedAt(1, 'timer'), 'the run asleep');
+      await checkOnEvents([w1], blockedAt(1, 'timer'), 'the run asleep');
       await advanceClock(engine, 3_600_000);
-      await until([w1], blockedAt(2, 'signal'), 'the run waiting for its signal');
+      await checkOnEvents([w1], blockedAt(2, 'signal'), 'the run waiting for its signal');
       await w1.stop();
       const firstRun = samples.filter((s) => s.point !== 'after signal');
       expect(firstRun.map((s) => s.point)).toEqual(['before', 'after activity', 'after sleep']);

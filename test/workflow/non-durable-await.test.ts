@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineActivity, defineWorkflow, RunFailedError } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
-import { runOf, stepsOf, warmUp } from './workflow-rows.js';
+import { runOf, stepsOf } from './workflow-rows.js';
 
 // Every response closes its connection: a fetch that reused a pooled one (left by the test before) would start a
 // Timeout before any socket, and the failure would name that instead of the TCPWRAP of a new connection.
@@ -64,8 +64,7 @@ const wellBehaved = defineWorkflow({
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`non-durable awaits in workflow code on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it.each([
       { workflow: napsOnATimer, resource: 'Timeout' },

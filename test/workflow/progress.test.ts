@@ -6,14 +6,13 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineActivity, defineSignal, defineWorkflow } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
-import { deferred, stepsOf, until, warmUp } from './workflow-rows.js';
+import { deferred, stepsReach } from './workflow-rows.js';
 
 const proceed = defineSignal({ name: 'proceed', payload: z.null() });
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`progress on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('records the last value the code set, turn by turn, on kept instances and full replays', async () => {
       const engine = await target.engine();
@@ -45,9 +44,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
         });
         await worker.start();
         const handle = await engine.client.start(staged, {});
-        await until(
+        await stepsReach(
           [worker],
-          async () => (await stepsOf(engine, handle.runId)).some((s) => s.kind === 'signal'),
+          engine,
+          handle.runId,
+          (steps) => steps.some((s) => s.kind === 'signal'),
           'the wait',
         );
         expect((await handle.describe()).run.progress).toEqual({ stage: 'waiting', charged: 42 });

@@ -14,7 +14,8 @@ import { advanceClock, setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
 import { claimTimesMs, maxInWindow } from '../support/flow-audit.js';
 import { workerEvent } from '../worker/helpers.js';
-import { dbNowMs, deferred, stepsOf, until, warmUp } from './workflow-rows.js';
+import { dbNowMs, deferred, stepsOf } from './workflow-rows.js';
+import { checkOnEvents } from '../support/wait.js';
 
 const MINUTE_MS = 60_000;
 const HOUR_MS = 60 * MINUTE_MS;
@@ -74,8 +75,7 @@ async function expectCode(promise: Promise<unknown>, code: string, ...mentions: 
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`schedules (${driver})`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('creates, lists, updates, pauses, resumes and deletes a schedule, by the database clock', async () => {
       const engine = await target.engine();
@@ -565,7 +565,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         (await scheduleRuns(engine, 'limited')).filter((r) => r.status === 'completed').length;
       // One start per hour of database time: each hour moved forward lets exactly one more run start.
       for (let k = 1; k <= 3; k++) {
-        await until([worker], async () => (await completed()) === k, `scheduled run ${k} of 3`);
+        await checkOnEvents([worker], async () => (await completed()) === k, `scheduled run ${k} of 3`);
         await advanceClock(engine, HOUR_MS);
       }
       await worker.stop();
@@ -608,7 +608,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await worker.start();
       const s = await engine.schedules.resume('export');
       await moveClockTo(engine, s.nextTickAt.getTime(), 1_000);
-      await until(
+      await checkOnEvents(
         [worker],
         async () =>
           (await scheduleRuns(engine, 'export')).filter((r) => r.status === 'completed').length === 2,
@@ -768,7 +768,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       // Time travel, not waiting: the worker polls every 100 ms and judges due times by the database clock.
       for (let k = 0; k < 2; k++) {
         await moveClockTo(engine, s.nextTickAt.getTime() + k * MINUTE_MS, 500);
-        await until(
+        await checkOnEvents(
           [worker],
           async () => (await scheduleRuns(engine, 'fast')).filter((r) => r.status === 'completed').length > k,
           `completed scheduled run ${k + 1}`,

@@ -10,7 +10,8 @@ import { defineActivity, defineSignal, defineWorkflow, isPalisadeError } from '@
 import { advanceClock, setFaultHook } from '@palisade/engine/testing';
 import type { Engine } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, deferred, runOf, stepsOf, until, warmUp } from './workflow-rows.js';
+import { attemptsOf, deferred, runOf, stepsOf, stepsReach, type StoredStep } from './workflow-rows.js';
+import { checkOnEvents } from '../support/wait.js';
 
 const HOUR_MS = 3_600_000;
 /** Longer than any test: a run that makes progress was woken by a NOTIFY, not by a poll. */
@@ -66,16 +67,19 @@ const between = defineWorkflow({
 });
 
 /** The signal waits of a run: position, status and stored outcome. */
-async function waitsOf(engine: Engine, runId: string) {
-  return (await stepsOf(engine, runId))
+function waitsIn(steps: readonly StoredStep[]) {
+  return steps
     .filter((s) => s.kind === 'signal')
     .map((s) => ({ seq: s.seq, name: s.name, status: s.status, output: s.output }));
 }
 
+async function waitsOf(engine: Engine, runId: string) {
+  return waitsIn(await stepsOf(engine, runId));
+}
+
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`signals on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('delivers signals sent before, during and after a wait, in arrival order, exactly once', async () => {
       const engine = await target.engine();
@@ -85,17 +89,20 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await engine.client.signal(handle.runId, note, 'two');
       const worker = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });
       await worker.start();
-      await until(
+      await stepsReach(
         [worker],
-        async () =>
-          (await waitsOf(engine, handle.runId)).some((w) => w.seq === 2 && w.status === 'scheduled'),
+        engine,
+        handle.runId,
+        (steps) => waitsIn(steps).some((w) => w.seq === 2 && w.status === 'scheduled'),
         'the third wait',
       );
       // During a wait: it wakes the run at once.
       await handle.signal(note, 'three');
-      await until(
+      await stepsReach(
         [worker],
-        async () => (await waitsOf(engine, handle.runId)).some((w) => w.seq === 3),
+        engine,
+        handle.runId,
+        (steps) => waitsIn(steps).some((w) => w.seq === 3),
         'the approval wait',
       );
       await handle.signal(approval, { approved: true, by: 'ada' });
@@ -153,7 +160,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const worker = engine.worker({ workflows: [patient], pollIntervalMs: 50 });
       await worker.start();
       const handle = await engine.client.start(patient, {});
-      await until([worker], async () => (await waitsOf(engine, handle.runId)).length === 1, 'the wait');
+      await stepsReach([worker], engine, handle.runId, (steps) => waitsIn(steps).length === 1, 'the wait');
       const run = await runOf(engine, handle.runId);
       expect(run.turn_lease_expires_at).toBeNull();
       const [wait] = await stepsOf(engine, handle.runId);
@@ -172,7 +179,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const worker = engine.worker({ workflows: [patient], pollIntervalMs: POLL_MS });
       await worker.start();
       const handle = await engine.client.start(patient, {});
-      await until([worker], async () => (await waitsOf(engine, handle.runId)).length === 1, 'the wait');
+      await stepsReach([worker], engine, handle.runId, (steps) => waitsIn(steps).length === 1, 'the wait');
       await handle.signal(approval, { approved: true, by: 'cy' });
       await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe('approved by cy');
     });
@@ -188,7 +195,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         });
         await worker.start();
         const handle = await engine.client.start(between, {});
-        await until([worker], async () => (await waitsOf(engine, handle.runId)).length === 1, 'the wait');
+        await stepsReach([worker], engine, handle.runId, (steps) => waitsIn(steps).length === 1, 'the wait');
         await handle.signal(note, `n${workflowCacheSize ?? 'kept'}`);
         await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe(
           `first+n${workflowCacheSize ?? 'kept'}`,
@@ -203,9 +210,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await first.start();
       const handle = await engine.client.start(review, { notes: 2 });
       await handle.signal(note, 'kept-1');
-      await until(
+      await stepsReach(
         [first],
-        async () => (await waitsOf(engine, handle.runId)).some((w) => w.seq === 1),
+        engine,
+        handle.runId,
+        (steps) => waitsIn(steps).some((w) => w.seq === 1),
         'the second wait',
       );
       await first.stop();
@@ -313,10 +322,12 @@ for (const driver of ['postgres', 'pglite'] as const) {
       });
       onTestFinished(() => setFaultHook('turn:before-commit', undefined));
       await worker.start();
-      await until([worker], () => sent, 'the signal sent mid-turn');
-      await until(
+      await checkOnEvents([worker], () => sent, 'the signal sent mid-turn');
+      await stepsReach(
         [worker],
-        async () => (await waitsOf(engine, handle.runId)).some((w) => w.seq === 1),
+        engine,
+        handle.runId,
+        (steps) => waitsIn(steps).some((w) => w.seq === 1),
         'the approval wait',
       );
       await handle.signal(approval, { approved: true, by: 'fi' });
@@ -474,13 +485,15 @@ for (const driver of ['postgres', 'pglite'] as const) {
         const handle = await engine.client.start(strict, {});
         // One before the wait exists, one while it waits: each is refused there, and the run goes on waiting.
         await handle.signal(unchecked, { approved: 'yes', by: 'x' });
-        await until(
+        await stepsReach(
           [worker],
-          async () => (await waitsOf(engine, handle.runId)).length === 1,
+          engine,
+          handle.runId,
+          (steps) => waitsIn(steps).length === 1,
           'the approval wait',
         );
         await handle.signal(unchecked, 'approve!');
-        await until(
+        await checkOnEvents(
           [worker],
           async () => (await handle.describe()).signals.every((g) => g.consumedAt !== null),
           'the second bad payload refused',
@@ -538,7 +551,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const worker = engine.worker({ workflows: [cancellable], pollIntervalMs: POLL_MS });
       await worker.start();
       const handle = await engine.client.start(cancellable, {});
-      await until([worker], async () => (await waitsOf(engine, handle.runId)).length === 1, 'the wait');
+      await stepsReach([worker], engine, handle.runId, (steps) => waitsIn(steps).length === 1, 'the wait');
       await handle.cancel('no longer needed');
       await expect(handle.result({ timeoutMs: 15_000 })).rejects.toMatchObject({ code: 'CANCELLED' });
       expect(seen).toContain('CANCELLED');

@@ -10,8 +10,9 @@ import { defineActivity, defineWorkflow } from '@palisade/sdk';
 import type { Engine, Worker, WorkerEventMap } from '@palisade/engine';
 import { setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { attemptsOf, stepsOf, turnLog, lastTurn, until } from './workflow-rows.js';
+import { attemptsOf, stepsOf, turnLog, lastTurn } from './workflow-rows.js';
 import { aborted } from '../worker/helpers.js';
+import { checkOnEvents } from '../support/wait.js';
 
 type TurnEvent = WorkerEventMap['turn:committed'][0];
 
@@ -117,7 +118,7 @@ describe('sticky workflow instances on postgres', () => {
     let expected = 0;
     for (let r = 0; r < 30; r++) expected = 3 * expected + 9;
     await expect(handle.result({ timeoutMs: 120_000 })).resolves.toBe(expected);
-    await until(
+    await checkOnEvents(
       [worker],
       () => turns.some((t) => t.runId === handle.runId && t.outcome === 'completed'),
       'end',
@@ -163,7 +164,7 @@ describe('sticky workflow instances on postgres', () => {
       await worker.start();
       const handle = await engine.client.start(timed, {});
       await expect(handle.result({ timeoutMs: 60_000 })).resolves.toBe(2);
-      await until(
+      await checkOnEvents(
         [worker],
         () => turns.some((t) => t.runId === handle.runId && t.outcome === 'completed'),
         'end',
@@ -235,7 +236,7 @@ describe('sticky workflow instances on postgres', () => {
       await worker.start();
       const handle = await engine.client.start(mixed, {});
       const output = await handle.result({ timeoutMs: 30_000 });
-      await until([worker], () => turns.some((t) => t.outcome === 'completed'), 'the last turn');
+      await checkOnEvents([worker], () => turns.some((t) => t.outcome === 'completed'), 'the last turn');
       const steps = await engine.database.rows<Record<string, unknown>>(sqlSteps(engine, handle.runId));
       return {
         output,
@@ -288,7 +289,7 @@ describe('sticky workflow instances on postgres', () => {
       for (const handle of handles) {
         await expect(handle.result({ timeoutMs: 60_000 })).resolves.toEqual({ n: 8, pair: [9, 17] });
       }
-      await until(
+      await checkOnEvents(
         workers,
         () =>
           handles.every((h) =>

@@ -18,7 +18,8 @@ import postgres from '@palisade/engine/postgres';
 import { advanceClock } from '@palisade/engine/testing';
 import { useEngineTarget, type EngineTarget } from '../support/engine.js';
 import { createTestDatabase } from '../support/postgres.js';
-import { attemptsOf, dbNowMs, deferred, runOf, stepsOf, until, warmUp } from './workflow-rows.js';
+import { attemptsOf, dbNowMs, deferred, runOf, stepsOf } from './workflow-rows.js';
+import { checkOnEvents } from '../support/wait.js';
 
 const pack = defineActivity({
   name: 'pack',
@@ -110,8 +111,7 @@ async function startedWorker(engine: Engine, options: { concurrency?: number } =
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`transactional start with a drizzle transaction on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('commits the run with the caller’s write, and a worker runs it after the commit', async () => {
       const engine = await target.engine();
@@ -261,8 +261,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`a transaction of another database on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
     let other: { url: string; drop(): Promise<void> } | undefined;
     afterEach(async () => {
       await other?.drop();
@@ -440,8 +439,7 @@ describe('transactional start with a postgres.js transaction (sql.begin)', () =>
 
 describe('transactional start on an embedded (PGlite) engine', () => {
   const target = useEngineTarget('pglite');
-  const server = useEngineTarget('postgres');
-  warmUp(target);
+  const server = useEngineTarget('postgres', { warm: true });
 
   it('refuses a postgres.js transaction, naming tx', async () => {
     const engine = await target.engine();
@@ -467,8 +465,7 @@ describe('transactional start on an embedded (PGlite) engine', () => {
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`delayed starts and priority on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
     const TEN_MINUTES_MS = 600_000;
 
     it('creates a delayed run pending, wakes nobody, and has it claimed only once due by the database clock', async () => {
@@ -581,7 +578,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         if (!firstTurns.includes(e.runId)) firstTurns.push(e.runId);
       });
       await worker.start();
-      await until([worker], () => firstTurns.length === 2, 'both runs’ first turns');
+      await checkOnEvents([worker], () => firstTurns.length === 2, 'both runs’ first turns');
       expect(firstTurns).toEqual([high.runId, low.runId]);
       await Promise.all([high.result({ timeoutMs: 15_000 }), low.result({ timeoutMs: 15_000 })]);
       const priorities = await engine.database.rows<{ run_id: string; priority: number }>(

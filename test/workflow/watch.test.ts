@@ -8,7 +8,6 @@ import { z } from 'zod';
 import { defineActivity, defineSignal, defineWorkflow } from '@palisade/sdk';
 import type { Engine, WatchedEvent } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
-import { warmUp } from './workflow-rows.js';
 
 const go = defineSignal({ name: 'go', payload: z.object({ by: z.string() }) });
 
@@ -71,8 +70,7 @@ async function runXmin(engine: Engine, runId: string): Promise<string> {
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`watch on ${driver}`, () => {
-    const target = useEngineTarget(driver);
-    warmUp(target);
+    const target = useEngineTarget(driver, { warm: true });
 
     it('yields every event once, in history order, woken by NOTIFY (not its poll), through a signal wait to the end', async () => {
       const engine = await target.engine();

@@ -2,20 +2,9 @@
  * Reads of a workflow run's rows as stored, and event-driven waits, for the tests in this folder.
  */
 import { sql } from 'drizzle-orm';
-import { beforeAll } from 'vitest';
 import type { Engine, Worker, WorkerEventMap } from '@palisade/engine';
-import type { EngineTarget } from '../support/engine.js';
 import type { AttemptRecord } from '../support/fault-case.js';
-
-/**
- * Start the file's PGlite in a hook (its cold start takes seconds on a loaded machine) instead of inside the
- * first test's timeout. The engine made here is closed after the first test, like any other.
- */
-export function warmUp(target: EngineTarget): void {
-  beforeAll(async () => {
-    if (target.driver === 'pglite') await target.engine();
-  });
-}
+import { checkOnEvents, type EventSource } from '../support/wait.js';
 
 export interface StoredRun {
   status: string;
@@ -90,64 +79,18 @@ export async function dbNowMs(engine: Engine): Promise<number> {
   return Number(rows[0]?.ms);
 }
 
-/** Anything else `until` may listen to: a test's own emitter of the same event names. */
-export interface EventSource {
-  readonly events: {
-    on(name: 'turn:committed' | 'attempt:completed' | 'attempt:failed', listener: () => void): unknown;
-    off(name: 'turn:committed' | 'attempt:completed' | 'attempt:failed', listener: () => void): unknown;
-  };
-}
-
 /**
- * Resolve once `check()` holds: checked now and again after every `turn:committed`, `attempt:completed` or
- * `attempt:failed` of the given workers (no sleeping); reject after `timeoutMs`.
+ * Resolve once the stored steps of run `runId` (as {@link stepsOf} reads them) satisfy `check`, read again after
+ * each event of `workers` ({@link checkOnEvents}); reject after 20 s with an error that names `what`.
  */
-export function until(
+export function stepsReach(
   workers: readonly (Worker | EventSource)[],
-  check: () => Promise<boolean> | boolean,
+  engine: Engine,
+  runId: string,
+  check: (steps: StoredStep[]) => boolean,
   what: string,
-  timeoutMs = 20_000,
 ): Promise<void> {
-  const names = ['turn:committed', 'attempt:completed', 'attempt:failed'] as const;
-  return new Promise<void>((resolve, reject) => {
-    let done = false;
-    let checking = false;
-    let again = false;
-    const finish = (error?: unknown) => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      for (const w of workers) for (const n of names) w.events.off(n, onEvent);
-      if (error === undefined) resolve();
-      else reject(error instanceof Error ? error : new Error(JSON.stringify(error)));
-    };
-    const timer = setTimeout(
-      () => finish(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)),
-      timeoutMs,
-    );
-    const run = async () => {
-      if (checking) {
-        again = true;
-        return;
-      }
-      checking = true;
-      try {
-        do {
-          again = false;
-          if (await check()) return finish();
-        } while (again && !done);
-      } catch (error) {
-        finish(error);
-      } finally {
-        checking = false;
-      }
-    };
-    function onEvent(): void {
-      void run();
-    }
-    for (const w of workers) for (const n of names) w.events.on(n, onEvent);
-    void run();
-  });
+  return checkOnEvents(workers, async () => check(await stepsOf(engine, runId)), what);
 }
 
 /** Every `turn:committed` event `worker` emits from now on, in order. */
@@ -167,7 +110,7 @@ export function lastTurn(
   turns: readonly WorkerEventMap['turn:committed'][0][],
   runId: string,
 ): Promise<void> {
-  return until(
+  return checkOnEvents(
     [worker],
     () => turns.some((t) => t.runId === runId && t.outcome === 'completed'),
     `the last turn of ${runId}`,

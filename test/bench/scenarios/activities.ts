@@ -7,6 +7,7 @@ import type { PhaseStats, TableCounters } from '../meter.js';
 import { noopActivity } from '../definitions.js';
 import {
   countdown,
+  drain,
   inParallel,
   withEngine,
   workerSettings,
@@ -71,11 +72,7 @@ export async function activityThroughput(
         completed.fail(new Error(`a no-op activity failed: ${failure.message}`)),
       );
       worker.events.on('worker:error', () => workerErrors++);
-      const drain = await run.phase('drain');
-      await worker.start();
-      await completed.done;
-      const drainStats = await drain.stop(total);
-      await worker.stop({ graceMs: 0 });
+      const drainStats = await drain(run, worker, completed, total);
       return {
         enqueueStats,
         drainStats,

@@ -145,6 +145,25 @@ export function countdown(
   };
 }
 
+/**
+ * The drain phase of a throughput scenario: start `worker` on the work already queued, wait for `completed` to
+ * count all `total` items, stop the phase there (its stats cover `total` items), then stop the worker with no
+ * grace. Rejects as `completed.done` does (a failed item, or its timeout).
+ */
+export async function drain(
+  run: EngineRun,
+  worker: Worker,
+  completed: { readonly done: Promise<number> },
+  total: number,
+): Promise<PhaseStats> {
+  const phase = await run.phase('drain');
+  await worker.start();
+  await completed.done;
+  const stats = await phase.stop(total);
+  await worker.stop({ graceMs: 0 });
+  return stats;
+}
+
 /** Call `task` `total` times with at most `parallel` calls in flight; rejects on the first failure. */
 export async function inParallel(total: number, parallel: number, task: (i: number) => Promise<unknown>) {
   let next = 0;

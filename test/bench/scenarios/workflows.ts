@@ -8,6 +8,7 @@ import type { PhaseStats, TableCounters } from '../meter.js';
 import { noopActivity, sequentialWorkflow } from '../definitions.js';
 import {
   countdown,
+  drain,
   inParallel,
   withEngine,
   workerSettings,
@@ -60,11 +61,7 @@ export async function workflowThroughput(ctx: ScenarioContext): Promise<Workflow
       else if (outcome !== 'blocked') completed.fail(new Error(`a no-op workflow ended ${outcome}`));
     });
     worker.events.on('worker:error', () => workerErrors++);
-    const drain = await run.phase('drain');
-    await worker.start();
-    await completed.done;
-    const drainStats = await drain.stop(total);
-    await worker.stop({ graceMs: 0 });
+    const drainStats = await drain(run, worker, completed, total);
     return {
       startStats,
       drainStats,

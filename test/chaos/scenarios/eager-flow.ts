@@ -8,7 +8,7 @@ import type { ChildMessageOf } from '../../fixtures/worker-protocol.js';
 import type { WorkerProcess } from '../../support/worker-process.js';
 import { lockRow, waitingBackend } from '../backend-faults.js';
 import { readGrants, type Grant } from '../checker.js';
-import { answersOf, rejectedCompletions } from './batch-wave.js';
+import { answersOf, rejectedCompletions, type BatchMessage } from './batch-wave.js';
 import type { ScenarioContext } from '../harness.js';
 
 /** Steps of each flow: step 0 follows the claimed first turn, steps 1… are held at eager turns. */
@@ -50,6 +50,22 @@ export function waitForHold(
   return worker.waitFor('chaos:hold', (m) => m.runId === flow.runId && m.point === point, {
     timeoutMs: 10 * ctx.timings.leaseMs + 20_000,
   });
+}
+
+/**
+ * The completion `worker` holds before sending it, for a flow started with hold point `completion` (the
+ * `chaos:batch` message of phase `held` with a row of `flow`): its first row is the held step's attempt.
+ */
+export function waitForHeldCompletion(
+  ctx: ScenarioContext,
+  worker: WorkerProcess,
+  flow: EagerFlow,
+): Promise<BatchMessage> {
+  return worker.waitFor(
+    'chaos:batch',
+    (m) => m.phase === 'held' && m.rows.some((r) => r.attempt.runId === flow.runId),
+    { timeoutMs: 10 * ctx.timings.leaseMs + 20_000 },
+  );
 }
 
 /** Let a held turn (or eager dispatch) go on. */

@@ -21,7 +21,7 @@
  */
 import { readGrants } from '../checker.js';
 import type { Scenario, ScenarioContext } from '../harness.js';
-import type { TcpProxy } from '../../support/tcp-proxy.js';
+import { unprepared, type TcpProxy } from '../../support/tcp-proxy.js';
 import type { WorkerProcess } from '../../support/worker-process.js';
 
 const KINDS = ['fenced-transaction', 'completion', 'heartbeat', 'claim'] as const;
@@ -36,9 +36,7 @@ export const lostCommitAck: Scenario = {
   async run(ctx, iterations) {
     const L = ctx.timings.leaseMs;
     const proxy = await ctx.proxy();
-    const url = new URL(proxy.url(ctx.databaseUrl));
-    url.searchParams.set('prepare', 'false');
-    const a = await ctx.spawnWorker({ databaseUrl: url.toString(), workerId: 'a' });
+    const a = await ctx.spawnWorker({ databaseUrl: unprepared(proxy.url(ctx.databaseUrl)), workerId: 'a' });
     const count = async (query: string, params: (string | number)[]): Promise<number> => {
       const [row] = await ctx.sql.unsafe<{ n: number }[]>(query, params);
       return row?.n ?? 0;

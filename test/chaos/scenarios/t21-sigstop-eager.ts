@@ -24,6 +24,7 @@ import {
   releaseHold,
   startEagerFlow,
   turnAttempts,
+  waitForHeldCompletion,
   waitForHold,
 } from './eager-flow.js';
 
@@ -76,11 +77,7 @@ export const sigstopEager: Scenario = {
         await b.stop();
       } else {
         const flow = await startEagerFlow(ctx, `t21-${i}`, { point: 'completion', step: k });
-        const held = await a.waitFor(
-          'chaos:batch',
-          (m) => m.phase === 'held' && m.rows.some((r) => r.attempt.runId === flow.runId),
-          { timeoutMs: 10 * L + 20_000 },
-        );
+        const held = await waitForHeldCompletion(ctx, a, flow);
         const token = held.rows[0]?.attempt.token ?? '';
         const stepId = held.rows[0]?.attempt.stepId ?? '';
         a.kill('SIGSTOP');

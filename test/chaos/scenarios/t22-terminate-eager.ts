@@ -27,6 +27,7 @@ import {
   startEagerFlow,
   terminateReleasedCompletion,
   turnAttempts,
+  waitForHeldCompletion,
   waitForHold,
 } from './eager-flow.js';
 
@@ -44,7 +45,6 @@ export const terminateEager: Scenario = {
     'pg_terminate_backend on a turn commit that eagerly dispatches / a completion that eagerly claims a turn; nothing granted is lost',
   iterations: { full: 6, ci: 2 },
   async run(ctx, iterations) {
-    const L = ctx.timings.leaseMs;
     const a = await ctx.spawnWorker({
       databaseUrl: withApplicationName(ctx.databaseUrl, APPLICATION_NAME),
       workerId: 'a',
@@ -87,11 +87,7 @@ export const terminateEager: Scenario = {
         );
       } else {
         const flow = await startEagerFlow(ctx, `t22-${i}`, { point: 'completion', step: k });
-        const held = await a.waitFor(
-          'chaos:batch',
-          (m) => m.phase === 'held' && m.rows.some((r) => r.attempt.runId === flow.runId),
-          { timeoutMs: 10 * L + 20_000 },
-        );
+        const held = await waitForHeldCompletion(ctx, a, flow);
         const token = held.rows[0]?.attempt.token ?? '';
         const from = a.mark();
         await terminateReleasedCompletion(ctx, a, flow.runId, token, {

@@ -27,7 +27,9 @@ import {
   grantedAtInsert,
   startEagerFlow,
   turnAttempts,
+  waitForHeldCompletion,
 } from './eager-flow.js';
+import { unprepared } from '../../support/tcp-proxy.js';
 
 const VARIANTS = ['completion-claiming-turn', 'turn-commit-dispatching'] as const;
 
@@ -39,9 +41,7 @@ export const lostEagerReply: Scenario = {
   async run(ctx, iterations) {
     const L = ctx.timings.leaseMs;
     const proxy = await ctx.proxy();
-    const url = new URL(proxy.url(ctx.databaseUrl));
-    url.searchParams.set('prepare', 'false');
-    const a = await ctx.spawnWorker({ databaseUrl: url.toString(), workerId: 'a' });
+    const a = await ctx.spawnWorker({ databaseUrl: unprepared(proxy.url(ctx.databaseUrl)), workerId: 'a' });
     const tripped = (rule: { tripped: Promise<number> }): Promise<number | undefined> =>
       Promise.race([
         rule.tripped,
@@ -52,11 +52,7 @@ export const lostEagerReply: Scenario = {
       const k = ctx.rng.int(1, FLOW_STEPS - 1);
       if (variant === 'completion-claiming-turn') {
         const flow = await startEagerFlow(ctx, `t23-${i}`, { point: 'completion', step: k });
-        const held = await a.waitFor(
-          'chaos:batch',
-          (m) => m.phase === 'held' && m.rows.some((r) => r.attempt.runId === flow.runId),
-          { timeoutMs: 10 * L + 20_000 },
-        );
+        const held = await waitForHeldCompletion(ctx, a, flow);
         const token = held.rows[0]?.attempt.token ?? '';
         const stepId = held.rows[0]?.attempt.stepId ?? '';
         const rule = proxy.dropReplyAfter(JSON.stringify(flow.tags[k]));

@@ -34,7 +34,9 @@ import {
   terminateReleasedCompletion,
   turnAttempts,
   type EagerFlow,
+  waitForHeldCompletion,
 } from './eager-flow.js';
+import { unprepared } from '../../support/tcp-proxy.js';
 
 const VARIANTS = ['sigkill', 'sigstop', 'terminate', 'lost-reply'] as const;
 const APPLICATION_NAME = 'chaos-t24-a';
@@ -52,8 +54,7 @@ export const fusedStep: Scenario = {
   async run(ctx, iterations) {
     const L = ctx.timings.leaseMs;
     const proxy = await ctx.proxy();
-    const proxied = new URL(proxy.url(ctx.databaseUrl));
-    proxied.searchParams.set('prepare', 'false');
+    const proxied = unprepared(proxy.url(ctx.databaseUrl));
     for (let i = 0; i < iterations; i++) {
       const variant = VARIANTS[i % VARIANTS.length] ?? 'sigkill';
       const a = await ctx.spawnWorker({
@@ -61,16 +62,12 @@ export const fusedStep: Scenario = {
         fuseSteps: true,
         databaseUrl:
           variant === 'lost-reply'
-            ? proxied.toString()
+            ? proxied
             : withApplicationName(ctx.databaseUrl, `${APPLICATION_NAME}-${i}`),
       });
       const k = ctx.rng.int(1, FLOW_STEPS - 1);
       const flow = await startEagerFlow(ctx, `t24-${i}`, { point: 'completion', step: k });
-      const held = await a.waitFor(
-        'chaos:batch',
-        (m) => m.phase === 'held' && m.rows.some((r) => r.attempt.runId === flow.runId),
-        { timeoutMs: 10 * L + 20_000 },
-      );
+      const held = await waitForHeldCompletion(ctx, a, flow);
       const token = held.rows[0]?.attempt.token ?? '';
       const fusedBefore = a
         .all('turn:committed', (m) => m.runId === flow.runId)
