@@ -34,7 +34,7 @@ import {
 const VARIANTS = ['turn-commit-dispatching', 'completion-claiming-turn'] as const;
 const APPLICATION_NAME = 'chaos-t22-a';
 /**
- * A fragment of commitTurn's statement (queries/commit-turn.ts), which grants eagerly, from its first lines:
+ * A fragment of commitTurn's statement (assembled in queries/turn-commit/statement.ts), which grants eagerly, from its first lines:
  * pg_stat_activity keeps only the start of a long statement (track_activity_query_size).
  */
 const TURN_STEPS_STATEMENT = '%r.turn_nonce, r.turn_lease_expires_at%';

@@ -41,7 +41,7 @@ import { unprepared } from '../../support/tcp-proxy.js';
 const VARIANTS = ['sigkill', 'sigstop', 'terminate', 'lost-reply'] as const;
 const APPLICATION_NAME = 'chaos-t24-a';
 /**
- * A fragment of the fused step's statement (queries/commit-turn.ts, its run fence), near its start:
+ * A fragment of the fused step's statement (its run fence, queries/turn-commit/run-lock.ts), near its start:
  * pg_stat_activity keeps only the start of a long statement (track_activity_query_size).
  */
 const FUSED_STATEMENT = '%lk.turn_worker_id =%';
