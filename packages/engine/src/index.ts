@@ -57,6 +57,7 @@ export type { UnclaimedWork } from './queries/unclaimed-work.js';
 /** Re-exported from `@palisade/sdk` (the same objects), for code that catches the engine's errors. */
 export { PalisadeError, isPalisadeError } from '@palisade/sdk';
 export type { AnyPgDatabase, Database } from './db/database.js';
+export { poolReconnectBackoffSeconds as reconnectBackoffSeconds } from './db/database.js';
 export { openEmbeddedDatabase, type EmbeddedDatabase } from './db/embedded-database.js';
 export { createEngine, type CreateEngineOptions, type Engine } from './engine.js';
 export {

@@ -11,7 +11,8 @@ import { classifyDatabaseError } from '../infra-retry.js';
  * restart of a few seconds a worker stayed cut off for up to 20 s more, its leases expiring although the
  * database had long been back (T11 in the chaos suite). Reconnecting is cheap (a refused connect or a
  * "starting up" reply), so the engine retries within half a second, jittered so a fleet does not reconnect in
- * lockstep.
+ * lockstep. Public as `reconnectBackoffSeconds`, for a postgres.js client the host gives the engine (`sql`).
+ * @param retries - failed connects in a row (postgres.js's count) @returns seconds, 0.025 to 0.5
  */
 export function poolReconnectBackoffSeconds(retries: number): number {
   return (0.5 + Math.random() / 2) * Math.min(0.05 * 2 ** retries, 0.5);

@@ -28,6 +28,10 @@ export interface EngineOptions {
   /**
    * A postgres.js client the host already has (postgres.js 3.4 or later, including 4.x); the engine never ends
    * it. Typed by the part the engine uses ({@link PostgresJsClient}), so a client of either major version fits.
+   * Give it `backoff: reconnectBackoffSeconds` (exported here): postgres.js's default reconnect backoff grows to
+   * 20 s per failed connect, and after a database outage of a few seconds the engine's claims, heartbeats and
+   * commits on that client would wait out up to 20 s more (the pools the engine opens itself reconnect within
+   * half a second).
    */
   readonly sql?: PostgresJsClient;
   /** A PGlite instance the host already has. */
