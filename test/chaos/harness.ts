@@ -52,7 +52,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import postgres from '@palisade/engine/postgres';
+import type postgres from '@palisade/engine/postgres';
+import { reconnectingClient } from '../support/reconnecting-client.js';
 import { createEngine, type Engine, type RunHandle } from '@palisade/engine';
 import type { WorkflowDefinition } from '@palisade/sdk';
 import type { ChildMessage, ChildMessageOf, FixtureTimings } from '../fixtures/worker-protocol.js';
@@ -123,7 +124,7 @@ export async function startChaosServer(): Promise<ChaosServer> {
     embedded: true,
     settings: { synchronous_commit: 'on', track_activity_query_size: '32768' },
   });
-  const admin = postgres(server.adminUrl, { max: 1, onnotice: () => undefined });
+  const admin = reconnectingClient(server.adminUrl, { max: 1 });
   try {
     await admin.unsafe('CREATE DATABASE chaos');
   } finally {
@@ -306,7 +307,7 @@ export async function runScenario(
     retry: { maximumAttempts: 25, initialIntervalMs: timings.reclaimDelayMs, jitter: 0 },
   };
   const schema = `chaos_${randomBytes(4).toString('hex')}`;
-  const sql = postgres(server.databaseUrl, { max: 4, onnotice: () => undefined });
+  const sql = reconnectingClient(server.databaseUrl, { max: 4 });
   const engine = await createEngine({ databaseUrl: server.databaseUrl, schema });
   await sql.unsafe(effectsTableDdl(schema) + auditDdl(schema));
   const loop = chaosActivity(fixtureTimings);
@@ -548,12 +549,14 @@ export async function runScenario(
     check,
     failures,
   };
-  if (!failed(report)) return report;
+  // CHAOS_KEEP_HISTORY=1 keeps the history of a passing scenario too (to study timings); a failing one always.
+  if (!failed(report) && process.env.CHAOS_KEEP_HISTORY !== '1') return report;
   const dir = await mkdtemp(join(tmpdir(), 'palisade-chaos-'));
   const historyFile = join(dir, `${scenario.name.replace(/[^a-z0-9]+/gi, '-')}.jsonl`);
   await writeFile(historyFile, history.map((m) => JSON.stringify(m)).join('\n') + '\n');
   const reasons = [describeViolations(check), ...failures].filter((line) => line !== '');
-  log(`${scenario.name} (seed ${options.seed}, schema ${schema}) failed:\n${reasons.join('\n')}`);
+  if (failed(report)) log(`${scenario.name} (seed ${options.seed}, schema ${schema}) failed:\n${reasons.join('\n')}`);
+  else log(`${scenario.name} (seed ${options.seed}) passed; history kept: ${historyFile}`);
   return { ...report, historyFile };
 }
 

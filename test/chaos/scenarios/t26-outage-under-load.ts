@@ -18,6 +18,8 @@ import type { WorkerProcess } from '../../support/worker-process.js';
 
 const APPLICATION = 't26-worker';
 const SCHEDULE_ID = 't26-every-second';
+/** Activity slots of each worker; its prefetch is as many (the default). */
+const CONCURRENCY = 3;
 
 export const outageUnderLoad: Scenario = {
   name: 'T26 outage under load',
@@ -35,7 +37,7 @@ export const outageUnderLoad: Scenario = {
     const orDeath = <T>(p: Promise<T>): Promise<T> => Promise.race([p, death]);
     for (let i = 0; i < 3; i++) {
       const w = await ctx.spawnWorker({
-        concurrency: 3,
+        concurrency: CONCURRENCY,
         databaseUrl: withApplicationName(ctx.databaseUrl, `${APPLICATION}-${i + 1}`),
         // Far longer than the scenario (no run of it is pruned), but swept all the time: the sweep's statement
         // is in flight when the server goes away.
@@ -96,9 +98,12 @@ export const outageUnderLoad: Scenario = {
         ctx.expect(status === 'completed', `run ${id} ended ${status}, not completed`);
       }
       for (const failure of await orDeath(Promise.all(results))) if (failure) ctx.expect(false, failure);
-      // Every worker claims again after the restart: the next iteration's (or the schedule's) work reaches each.
+      // Every worker claims again after the restart. More jobs than any two workers can hold (each takes at most
+      // its 3 slots and 3 prefetched), so a worker that claims nothing is one that cannot, not one that lost the
+      // races for too little work.
       if (i === iterations - 1) {
-        for (let r = 0; r < 6; r++) runIds.push((await ctx.enqueue({ iterations: 10, sleepMs: 30 })).runId);
+        const probes = workers.length * (CONCURRENCY + CONCURRENCY);
+        for (let r = 0; r < probes; r++) runIds.push((await ctx.enqueue({ iterations: 10, sleepMs: 30 })).runId);
         await Promise.all(
           workers.map((w) =>
             w
