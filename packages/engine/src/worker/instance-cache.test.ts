@@ -93,3 +93,43 @@ describe('InstanceCache', () => {
     expect(cache.size).toBe(0);
   });
 });
+
+describe('InstanceCache.whenBack', () => {
+  it('answers at once when the run’s instance is not out', async () => {
+    const cache = new InstanceCache(4);
+    expect(await cache.whenBack('r1', 60_000)).toBe(true);
+    cache.put('r1', kept(1));
+    expect(await cache.whenBack('r1', 60_000)).toBe(true);
+  });
+
+  it('waits for the turn holding the instance to put it back, or to drop it', async () => {
+    const cache = new InstanceCache(4);
+    cache.put('r1', kept(1));
+    cache.take('r1');
+    const waiting = cache.whenBack('r1', 60_000);
+    cache.put('r1', kept(2));
+    expect(await waiting).toBe(true);
+    expect(cache.take('r1')?.turnEpoch).toBe(2);
+    const again = cache.whenBack('r1', 60_000);
+    cache.release('r1');
+    expect(await again).toBe(true);
+    expect(cache.returned('r1')).toBeUndefined();
+  });
+
+  it('gives up on a holder that never comes back, after at most maxWaitMs', async () => {
+    const cache = new InstanceCache(4);
+    cache.put('r1', kept(1));
+    cache.take('r1');
+    expect(await cache.whenBack('r1', 5)).toBe(false);
+    expect(cache.take('r1')).toBeUndefined(); // the caller goes on without it: a full replay
+  });
+
+  it('stops waiting when the caller no longer wants the instance (the worker is stopping)', async () => {
+    const cache = new InstanceCache(4);
+    cache.put('r1', kept(1));
+    cache.take('r1');
+    const waiting = cache.whenBack('r1', 60_000, () => false);
+    cache.put('r1', kept(2));
+    expect(await waiting).toBe(false);
+  });
+});

@@ -1,5 +1,6 @@
 import type { RunHistoryNews } from '../queries/claim-turns.js';
 import type { WorkflowInstance } from '../turn/contract.js';
+import { monotonicNow } from './lease-clock.js';
 
 /** A workflow instance kept after its turn committed, and the run as that turn's grant left it. */
 export interface KeptInstance {
@@ -49,6 +50,12 @@ export function canContinue(
 }
 
 /**
+ * A turn waits for its run's instance to come back from another turn of this worker (see
+ * {@link InstanceCache.whenBack}) at most the turn lease divided by this: the rest of the lease is the turn's own.
+ */
+export const INSTANCE_WAIT_LEASE_FRACTION = 4;
+
+/**
  * The workflow instances a worker keeps between turns, by run id, least recently used first; at most `capacity`
  * (0: none kept). An entry is taken out while its run's turn runs and put back only after that turn committed
  * blocked, so a turn that fails in any way leaves nothing behind. Dropping an entry needs no clean-up (see
@@ -93,6 +100,27 @@ export class InstanceCache {
    */
   returned(runId: string): Promise<void> | undefined {
     return this.out.get(runId)?.back;
+  }
+
+  /**
+   * Wait while the run's instance is out for another turn of this worker (see {@link returned}), at most
+   * `maxWaitMs` in all: a holder that has not put it back by then (a commit stalled on the database, a turn past
+   * its lease) is left behind, and the caller goes on without the instance (a full replay, which is correct).
+   * @returns true when the instance is not out (put back, dropped or never taken); false when the wait ran out
+   *   or `stillWanted()` turned false after a wake.
+   */
+  async whenBack(runId: string, maxWaitMs: number, stillWanted: () => boolean = () => true): Promise<boolean> {
+    const deadline = monotonicNow() + maxWaitMs;
+    for (let back = this.returned(runId); back; back = this.returned(runId)) {
+      const left = deadline - monotonicNow();
+      if (left <= 0) return false;
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const timedOut = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), left)));
+      const woke = await Promise.race([back.then(() => 'back' as const), timedOut]);
+      clearTimeout(timer);
+      if (woke === 'timeout' || !stillWanted()) return false;
+    }
+    return true;
   }
 
   /** Say that the run's taken instance is gone, unless {@link put} already put it back: its waiters go on. */

@@ -13,7 +13,7 @@ import { loadRunHistory, readHistoryNews, type ClaimedTurnRow } from '../queries
 import { commitTurn } from '../queries/commit-turn.js';
 import type { TurnParams, TurnResult, WorkflowInstance } from '../turn/contract.js';
 import { startTurn } from '../turn/run-turn.js';
-import { canContinue, type KeptInstance } from './instance-cache.js';
+import { INSTANCE_WAIT_LEASE_FRACTION, canContinue, type KeptInstance } from './instance-cache.js';
 import { monotonicNow } from './lease-clock.js';
 import { nodeTurnHost } from './non-durable-await.js';
 import {
@@ -157,8 +157,8 @@ export async function executeTurn(
   // No later than the grant's database time (row.now_ms) in monotonic time: a kept instance's clock bound.
   const grantedAtMs = monotonicNow();
   // A turn of this worker that still holds the run's instance (its commit's reply not yet seen) puts it back or
-  // drops it first (see InstanceCache.returned).
-  for (let back = parts.instances.returned(row.id); back; back = parts.instances.returned(row.id)) await back;
+  // drops it first (see InstanceCache.returned); a holder slower than a quarter of the lease is not waited for.
+  await parts.instances.whenBack(row.id, parts.options.turnLeaseMs / INSTANCE_WAIT_LEASE_FRACTION);
   const kept = parts.instances.take(row.id);
   try {
     return await runAndCommit(parts, row, grant, grantedAtMs, kept);

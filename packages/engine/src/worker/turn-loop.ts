@@ -10,7 +10,7 @@ import { TurnConflict, releaseTurn } from '../queries/commit-turn.js';
 import type { CompleteStepParams, EagerTurns, StepPosition } from '../queries/complete-step.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import { runFusedTurn } from './fused-turn.js';
-import { InstanceCache } from './instance-cache.js';
+import { INSTANCE_WAIT_LEASE_FRACTION, InstanceCache } from './instance-cache.js';
 import { executeTurn } from './turn-execution.js';
 import { turnRefOf, type TurnLoopOptions, type TurnLoopParts } from './turn-parts.js';
 import { WakeSignal, claimRetryDelayMs } from './wake-signal.js';
@@ -184,11 +184,12 @@ export class TurnLoop {
     if (this.state !== 'running') return undefined;
     // Parallel steps of a run complete together: a fused turn of the run in progress holds its instance; wait for
     // it (it puts the instance back, awaiting this step, or drops it) rather than decide on a missing instance.
-    const runId = completion.runId;
-    for (let back = this.instances.returned(runId); back; back = this.instances.returned(runId)) {
-      await back;
-      if (this.state !== 'running') return undefined;
-    }
+    const back = await this.instances.whenBack(
+      completion.runId,
+      this.options.turnLeaseMs / INSTANCE_WAIT_LEASE_FRACTION,
+      () => this.state === 'running',
+    );
+    if (!back) return undefined;
     const kept = this.instances.peek(completion.runId);
     if (!kept?.instance.continuable || !kept.instance.awaits(step.seq)) return undefined;
     if (this.options.concurrency - this.running.size - this.reserved <= 0) return undefined;
