@@ -20,6 +20,9 @@ describe('seededRandom', () => {
     expect(Array.from({ length: 4 }, () => next())).toEqual([
       0.9686863070819527, 0.5596043523401022, 0.4246054261457175, 0.7756592240184546,
     ]);
+    // A seed beyond ASCII (a lone surrogate is hashed as U+FFFD, as node:crypto and TextEncoder do).
+    const wide = seededRandom('é\u{1F600}\uD800x');
+    expect([wide(), wide(), wide()]).toEqual([0.400086950045079, 0.670778710860759, 0.6755220983177423]);
   });
 
   it('draws numbers in [0, 1) spread over the whole range', () => {

@@ -2,16 +2,17 @@
  * The workflow's deterministic random numbers: `Math.random()` in workflow code draws from here, seeded by the
  * run's id.
  */
-import { sha256 } from './sha256.js';
+import { sha256 } from '@noble/hashes/sha2';
 
 /**
  * A deterministic source of numbers in [0, 1) seeded from `seed` (a run's id): what `Math.random()` returns in
  * workflow code, so that a replay of the run's code draws the same numbers in the same order. The generator is
- * sfc32 (a small, fast, well-tested 128-bit-state PRNG); its state is the first 16 bytes of SHA-256(seed), so
+ * sfc32 (a small, fast, well-tested 128-bit-state PRNG); its state is the first 16 bytes of SHA-256(seed) (UTF-8; @noble/hashes), so
  * runs with different ids draw unrelated sequences. Not for secrets (use `ctx.uuid()` or an activity).
  */
 export function seededRandom(seed: string): () => number {
-  const digest = new DataView(sha256(seed).buffer);
+  const hash = sha256(new TextEncoder().encode(seed));
+  const digest = new DataView(hash.buffer, hash.byteOffset, hash.byteLength);
   let a = digest.getUint32(0, true);
   let b = digest.getUint32(4, true);
   let c = digest.getUint32(8, true);
