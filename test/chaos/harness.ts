@@ -5,24 +5,28 @@
  * ## Writing a scenario
  *
  * A scenario is a {@link Scenario}: a name, iteration counts (full run / CI subset) and
- * `run(ctx, iterations)`. Put it in `test/chaos/scenarios/<tNN-name>.ts` and add it to `SCENARIOS` in
- * ./scenarios/index.ts; `pnpm chaos` (./run.ts) and the CI subset (./chaos.test.ts) pick it up from there.
+ * `run(ctx, iterations)`, built with `defineScenario` (./define-scenario.ts), which runs the loop. Put it in
+ * `test/chaos/scenarios/<tNN-name>.ts` and add it to `SCENARIOS` in ./scenarios/index.ts; `pnpm chaos` (./run.ts)
+ * and the CI subset (./chaos.test.ts) pick it up from there.
  *
- *   export const frozenZombie: Scenario = {
- *     name: 'T2 frozen zombie', iterations: { full: 30, ci: 3 },
- *     async run(ctx, iterations) {
- *       const [a, b] = await Promise.all([ctx.spawnWorker(), ctx.spawnWorker()]);
- *       for (let i = 0; i < iterations; i++) {
- *         const run = await ctx.enqueue({ iterations: 40 });          // one `chaos-loop` step
- *         const { worker, claim } = await ctx.waitForClaim(run.runId, [a, b]);
- *         await ctx.sleepUntil(claim.wallMs + ctx.rng.int(100, 1_500));
- *         ctx.fault('sigstop'); worker.kill('SIGSTOP'); …           // inject, count it
- *         ctx.sample('abortLatencyMs', …);                           // figures
- *         ctx.expect(cond, 'what should have held');                 // scenario-specific assertions
- *         await ctx.waitForRunEnd(run.runId);
- *       }
+ *   export const frozenZombie = defineScenario('T2 frozen zombie', {
+ *     description: '…', iterations: { full: 30, ci: 3, variants: [1.2, 2, 5] },
+ *     setup: (ctx) => Promise.all([ctx.spawnWorker(), ctx.spawnWorker()]),  // once; handed to each iteration
+ *     async iteration(ctx, { variant: factor }, [a, b]) {
+ *       const run = await ctx.enqueue({ iterations: 40 });          // one `chaos-loop` step
+ *       const { worker, claim } = await ctx.waitForClaim(run.runId, [a, b]);
+ *       await ctx.sleepUntil(claim.wallMs + ctx.rng.int(100, 1_500));
+ *       ctx.fault('sigstop'); worker.kill('SIGSTOP'); …           // inject, count it
+ *       ctx.sample('abortLatencyMs', …);                           // figures
+ *       ctx.expect(cond, 'what should have held');                 // scenario-specific assertions
+ *       await ctx.waitForRunEnd(run.runId);
  *     },
- *   };
+ *   });
+ *
+ * Faults and checks that several scenarios share live beside them: ./backend-faults.ts (row locks, terminated
+ * backends), ./proxy-faults.ts (workers behind a TCP proxy, lost replies), and per fixture
+ * ./scenarios/batch-wave.ts (batched completions), ./scenarios/eager-flow.ts (eager and fused grants) and
+ * ./scenarios/completions.ts (a completion's grants, answers, acknowledgement, stale record).
  *
  * The context gives each scenario a fresh engine schema (migrated, with the chaos `effects` table and the
  * audit trigger installed), an admin client (`ctx.sql`), an engine for enqueueing (`ctx.engine`, it runs no
@@ -91,6 +95,9 @@ export const DEFAULT_TIMINGS: ChaosTimings = Object.freeze({
   pollIntervalMs: 100,
   reclaimDelayMs: 100,
 });
+
+/** Scheduling slack on a loaded 2-core machine (IPC, polling, timer lateness), for latency bounds. */
+export const SCHEDULING_SLACK_MS = 1_500;
 
 /** Metrics printed in the figures table (ms). */
 export type MetricName =
