@@ -12,69 +12,65 @@
  */
 import { readGrants } from '../checker.js';
 import type { WorkerProcess } from '../../support/worker-process.js';
-import type { Scenario, ScenarioContext } from '../harness.js';
+import { defineScenario } from '../define-scenario.js';
+import { SCHEDULING_SLACK_MS, type ScenarioContext } from '../harness.js';
 
 const KILL_POINTS = ['mid-activity', 'around-heartbeat', 'mid-completion', 'mid-turn'] as const;
 const FLOW_STEPS = 3;
-/** Scheduling slack on a loaded 2-core machine. */
-const EPSILON_MS = 1_500;
 
-export const sigkill: Scenario = {
-  name: 'T4 SIGKILL',
+export const sigkill = defineScenario('T4 SIGKILL', {
   description:
     'SIGKILL the owner mid-activity / around a heartbeat / mid-completion / mid-turn; reclaim and end once',
-  iterations: { full: 12, ci: 4 },
-  async run(ctx, iterations) {
+  iterations: { full: 12, ci: 4, variants: KILL_POINTS },
+  setup: async (ctx): Promise<{ workers: WorkerProcess[] }> => ({
+    workers: await Promise.all([ctx.spawnWorker(), ctx.spawnWorker()]),
+  }),
+  async iteration(ctx, { variant: point }, state) {
     const { leaseMs: L, heartbeatIntervalMs: H, pollIntervalMs, reclaimDelayMs } = ctx.timings;
-    let workers: WorkerProcess[] = await Promise.all([ctx.spawnWorker(), ctx.spawnWorker()]);
-    for (let i = 0; i < iterations; i++) {
-      const point = KILL_POINTS[i % KILL_POINTS.length] ?? 'mid-activity';
-      if (point === 'mid-turn') {
-        workers = await killMidTurn(ctx, workers);
-        continue;
-      }
-      const { runId, stepId } = await ctx.enqueue({ iterations: point === 'mid-completion' ? 8 : 30 });
-      const { worker: a, claim } = await ctx.waitForClaim(runId, workers);
-      const ofAttempt = (m: { attempt: { token: string } }): boolean =>
-        m.attempt.token === claim.attempt.token;
-      if (point === 'mid-activity') {
-        await ctx.sleepUntil(claim.wallMs + ctx.rng.int(50, 1_200));
-      } else if (point === 'around-heartbeat') {
-        const from = a.mark();
-        const beat = await a.waitFor('heartbeat:sent', (m) => m.renewed > 0, {
-          after: from,
-          timeoutMs: 5 * H,
-        });
-        await ctx.sleepUntil(beat.wallMs + H - ctx.rng.int(0, 20));
-      } else {
-        await a.waitFor('fixture:ended', ofAttempt, { timeoutMs: 10_000 });
-      }
-      a.kill('SIGKILL');
-      const killedAt = Date.now();
-      ctx.fault(`sigkill ${point}`);
-      await a.exited;
-      const replacement = await ctx.spawnWorker();
-      workers = [...workers.filter((w) => w !== a), replacement];
+    if (point === 'mid-turn') {
+      state.workers = await killMidTurn(ctx, state.workers);
+      return;
+    }
+    const { runId, stepId } = await ctx.enqueue({ iterations: point === 'mid-completion' ? 8 : 30 });
+    const { worker: a, claim } = await ctx.waitForClaim(runId, state.workers);
+    const ofAttempt = (m: { attempt: { token: string } }): boolean => m.attempt.token === claim.attempt.token;
+    if (point === 'mid-activity') {
+      await ctx.sleepUntil(claim.wallMs + ctx.rng.int(50, 1_200));
+    } else if (point === 'around-heartbeat') {
+      const from = a.mark();
+      const beat = await a.waitFor('heartbeat:sent', (m) => m.renewed > 0, {
+        after: from,
+        timeoutMs: 5 * H,
+      });
+      await ctx.sleepUntil(beat.wallMs + H - ctx.rng.int(0, 20));
+    } else {
+      await a.waitFor('fixture:ended', ofAttempt, { timeoutMs: 10_000 });
+    }
+    a.kill('SIGKILL');
+    const killedAt = Date.now();
+    ctx.fault(`sigkill ${point}`);
+    await a.exited;
+    const replacement = await ctx.spawnWorker();
+    state.workers = [...state.workers.filter((w) => w !== a), replacement];
 
-      await ctx.waitForRunEnd(runId, 10 * L + 20_000);
-      const next = (await readGrants(ctx.sql, ctx.schema, stepId)).find(
-        (g) => g.token > BigInt(claim.attempt.token),
+    await ctx.waitForRunEnd(runId, 10 * L + 20_000);
+    const next = (await readGrants(ctx.sql, ctx.schema, stepId)).find(
+      (g) => g.token > BigInt(claim.attempt.token),
+    );
+    if (next) {
+      const latency = next.atMs - killedAt;
+      ctx.sample('reclaimLatencyMs', latency);
+      const bound = L + reclaimDelayMs + pollIntervalMs + SCHEDULING_SLACK_MS;
+      ctx.expect(
+        latency <= bound,
+        `${runId}: reclaimed ${Math.round(latency)} ms after the kill (> ${bound})`,
       );
-      if (next) {
-        const latency = next.atMs - killedAt;
-        ctx.sample('reclaimLatencyMs', latency);
-        const bound = L + reclaimDelayMs + pollIntervalMs + EPSILON_MS;
-        ctx.expect(
-          latency <= bound,
-          `${runId}: reclaimed ${Math.round(latency)} ms after the kill (> ${bound})`,
-        );
-      } else {
-        ctx.expect(point === 'mid-completion', `${runId}: killed ${point} but never reclaimed`);
-        ctx.fault('killed after its completion committed');
-      }
+    } else {
+      ctx.expect(point === 'mid-completion', `${runId}: killed ${point} but never reclaimed`);
+      ctx.fault('killed after its completion committed');
     }
   },
-};
+});
 
 /** SIGKILL the worker whose workflow turn is running (blocked mid-turn); the run finishes elsewhere, once. */
 async function killMidTurn(ctx: ScenarioContext, workers: WorkerProcess[]): Promise<WorkerProcess[]> {
@@ -133,7 +129,7 @@ async function killMidTurn(ctx: ScenarioContext, workers: WorkerProcess[]): Prom
   if (replay) {
     const latency = replay.claimed_ms - killedAt;
     ctx.sample('turnReclaimLatencyMs', latency);
-    const bound = L + pollIntervalMs + EPSILON_MS;
+    const bound = L + pollIntervalMs + SCHEDULING_SLACK_MS;
     ctx.expect(
       latency <= bound,
       `${runId} (mid-turn): turn reclaimed ${Math.round(latency)} ms after the kill (> ${bound})`,

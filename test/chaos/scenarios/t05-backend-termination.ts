@@ -21,9 +21,10 @@
  * ran more than once only when a fenced transaction's failure reached it (attempts per step are reported).
  */
 import type postgres from '@palisade/engine/postgres';
-import { COMPLETION_STATEMENT, lockRow, waitingBackend } from '../backend-faults.js';
+import { COMPLETION_STATEMENT, lockRow, waitingBackend, withApplicationName } from '../backend-faults.js';
 import { readGrants } from '../checker.js';
-import type { Scenario, ScenarioContext } from '../harness.js';
+import { defineScenario } from '../define-scenario.js';
+import type { ScenarioContext } from '../harness.js';
 
 const KINDS = ['claim', 'heartbeat', 'completion', 'fenced-transaction'] as const;
 type Kind = (typeof KINDS)[number];
@@ -41,110 +42,108 @@ function terminateWaiting(ctx: ScenarioContext, pattern: string, timeoutMs: numb
   return waitingBackend(ctx, { applicationName: APPLICATION_NAME, pattern, terminate: true, timeoutMs });
 }
 
-export const backendTermination: Scenario = {
-  name: 'T5 backend termination',
+export const backendTermination = defineScenario('T5 backend termination', {
   description: 'pg_terminate_backend on A’s session mid-claim / heartbeat / completion / fenced transaction',
-  iterations: { full: 16, ci: 4 },
-  async run(ctx, iterations) {
-    const { leaseMs: L, heartbeatIntervalMs: H } = ctx.timings;
-    const url = new URL(ctx.databaseUrl);
-    url.searchParams.set('application_name', APPLICATION_NAME);
-    const a = await ctx.spawnWorker({ databaseUrl: url.toString(), workerId: 'a' });
+  iterations: { full: 16, ci: 4, variants: KINDS },
+  async setup(ctx) {
+    const a = await ctx.spawnWorker({
+      databaseUrl: withApplicationName(ctx.databaseUrl, APPLICATION_NAME),
+      workerId: 'a',
+    });
     const [seen] = await ctx.sql<{ n: number }[]>`
       SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = ${APPLICATION_NAME}`;
     ctx.expect((seen?.n ?? 0) > 0, `no backend carries application_name ${APPLICATION_NAME}`);
-
-    for (let i = 0; i < iterations; i++) {
-      const kind: Kind = KINDS[i % KINDS.length] ?? 'claim';
-      const pauseAt = ctx.rng.int(1, 4);
-      const input = {
-        // Long enough that the run's row is locked (≤ 200 ms after the claim) well before the code returns, so
-        // the completion always meets the lock (3–8 iterations raced it under load: no backend to terminate).
-        iterations: kind === 'completion' ? ctx.rng.int(10, 16) : 12,
-        ...(kind === 'fenced-transaction'
-          ? { pause: { atSeq: pauseAt, point: 'before-commit' as const, ms: 300 } }
-          : {}),
-      };
-      const from = a.mark();
-      let lock: { release(): Promise<void> } | undefined;
-      let run: { runId: string; stepId: string };
-      if (kind === 'claim') {
-        // A must not claim the step before the attempts table is locked: stop it across the enqueue.
-        a.kill('SIGSTOP');
-        try {
-          run = await ctx.enqueue(input);
-          lock = await lockRow(ctx, 'attempts', run.stepId);
-        } finally {
-          a.kill('SIGCONT');
-        }
-      } else {
-        run = await ctx.enqueue(input);
-      }
-      const { runId, stepId } = run;
-
+    return a;
+  },
+  async iteration(ctx, { variant: kind }, a) {
+    const { leaseMs: L, heartbeatIntervalMs: H } = ctx.timings;
+    const pauseAt = ctx.rng.int(1, 4);
+    const input = {
+      // Long enough that the run's row is locked (≤ 200 ms after the claim) well before the code returns, so
+      // the completion always meets the lock (3–8 iterations raced it under load: no backend to terminate).
+      iterations: kind === 'completion' ? ctx.rng.int(10, 16) : 12,
+      ...(kind === 'fenced-transaction'
+        ? { pause: { atSeq: pauseAt, point: 'before-commit' as const, ms: 300 } }
+        : {}),
+    };
+    const from = a.mark();
+    let lock: { release(): Promise<void> } | undefined;
+    let run: { runId: string; stepId: string };
+    if (kind === 'claim') {
+      // A must not claim the step before the attempts table is locked: stop it across the enqueue.
+      a.kill('SIGSTOP');
       try {
-        if (kind === 'claim') {
-          await terminateWaiting(ctx, STATEMENT.claim, 5_000);
-        } else if (kind === 'fenced-transaction') {
-          const pause = await a.waitFor('chaos:pause', (m) => m.attempt.runId === runId, {
-            after: from,
-            timeoutMs: 10_000,
-          });
-          const pid = pause.backendPid;
-          const [row] = await ctx.sql<{ ok: boolean }[]>`SELECT pg_terminate_backend(${pid}) AS ok`;
-          ctx.expect(
-            row?.ok === true,
-            `${runId}: backend ${pid} of the paused fenced transaction not terminated`,
-          );
-        } else {
-          const { claim } = await ctx.waitForClaim(runId, [a]);
-          await ctx.sleepUntil(claim.wallMs + ctx.rng.int(50, kind === 'heartbeat' ? 600 : 200));
-          lock = await lockRow(
-            ctx,
-            kind === 'heartbeat' ? 'steps' : 'runs',
-            kind === 'heartbeat' ? stepId : runId,
-          );
-          await terminateWaiting(ctx, STATEMENT[kind], 4 * H + 5_000);
-        }
-        ctx.fault(`terminated: ${kind}`);
-      } catch (error) {
-        ctx.fault(`${kind}: no backend to terminate`);
-        ctx.expect(false, `${runId} (${kind}): ${(error as Error).message}`);
+        run = await ctx.enqueue(input);
+        lock = await lockRow(ctx, 'attempts', run.stepId);
       } finally {
-        await lock?.release();
+        a.kill('SIGCONT');
       }
-
-      const status = await ctx.waitForRunEnd(runId, 10 * L + 20_000);
-      ctx.expect(status === 'completed', `${runId} (${kind}): run ${status}, want completed`);
-      const grants = (await readGrants(ctx.sql, ctx.schema, stepId)).filter((g) => !g.revoke);
-      const claims = a.all('attempt:claimed', (m) => m.attempt.runId === runId);
-      const started = a.all('fixture:started', (m) => m.attempt.runId === runId);
-      ctx.sample(`attemptsPerStep ${kind}`, grants.length);
-      ctx.fault(
-        `${kind}: ${await resolution(ctx.sql, ctx.schema, kind, { runId, grants, claims, started, pauseAt })}`,
-      );
-      if (kind === 'heartbeat' || kind === 'completion') {
-        // A lost renewal or completion is retried; the lease (L) outlives the fault, so nothing re-runs.
-        ctx.expect(
-          grants.length === 1,
-          `${runId} (${kind}): ${grants.length} grants, want 1 (nothing re-run)`,
-        );
-      }
-      if (kind === 'fenced-transaction') {
-        // The rolled-back transaction fails attempt 1 (its error now surely means "not committed"); attempt 2 runs clean.
-        ctx.expect(grants.length <= 2, `${runId} (${kind}): ${grants.length} grants, want ≤ 2`);
-      }
-      if (kind === 'claim') {
-        ctx.expect(
-          started.length === 1,
-          `${runId} (claim): the activity started ${started.length} times, want 1`,
-        );
-      }
+    } else {
+      run = await ctx.enqueue(input);
     }
+    const { runId, stepId } = run;
+
+    try {
+      if (kind === 'claim') {
+        await terminateWaiting(ctx, STATEMENT.claim, 5_000);
+      } else if (kind === 'fenced-transaction') {
+        const pause = await a.waitFor('chaos:pause', (m) => m.attempt.runId === runId, {
+          after: from,
+          timeoutMs: 10_000,
+        });
+        const pid = pause.backendPid;
+        const [row] = await ctx.sql<{ ok: boolean }[]>`SELECT pg_terminate_backend(${pid}) AS ok`;
+        ctx.expect(
+          row?.ok === true,
+          `${runId}: backend ${pid} of the paused fenced transaction not terminated`,
+        );
+      } else {
+        const { claim } = await ctx.waitForClaim(runId, [a]);
+        await ctx.sleepUntil(claim.wallMs + ctx.rng.int(50, kind === 'heartbeat' ? 600 : 200));
+        lock = await lockRow(
+          ctx,
+          kind === 'heartbeat' ? 'steps' : 'runs',
+          kind === 'heartbeat' ? stepId : runId,
+        );
+        await terminateWaiting(ctx, STATEMENT[kind], 4 * H + 5_000);
+      }
+      ctx.fault(`terminated: ${kind}`);
+    } catch (error) {
+      ctx.fault(`${kind}: no backend to terminate`);
+      ctx.expect(false, `${runId} (${kind}): ${(error as Error).message}`);
+    } finally {
+      await lock?.release();
+    }
+
+    const status = await ctx.waitForRunEnd(runId, 10 * L + 20_000);
+    ctx.expect(status === 'completed', `${runId} (${kind}): run ${status}, want completed`);
+    const grants = (await readGrants(ctx.sql, ctx.schema, stepId)).filter((g) => !g.revoke);
+    const claims = a.all('attempt:claimed', (m) => m.attempt.runId === runId);
+    const started = a.all('fixture:started', (m) => m.attempt.runId === runId);
+    ctx.sample(`attemptsPerStep ${kind}`, grants.length);
+    ctx.fault(
+      `${kind}: ${await resolution(ctx.sql, ctx.schema, kind, { runId, grants, claims, started, pauseAt })}`,
+    );
+    if (kind === 'heartbeat' || kind === 'completion') {
+      // A lost renewal or completion is retried; the lease (L) outlives the fault, so nothing re-runs.
+      ctx.expect(grants.length === 1, `${runId} (${kind}): ${grants.length} grants, want 1 (nothing re-run)`);
+    }
+    if (kind === 'fenced-transaction') {
+      // The rolled-back transaction fails attempt 1 (its error now surely means "not committed"); attempt 2 runs clean.
+      ctx.expect(grants.length <= 2, `${runId} (${kind}): ${grants.length} grants, want ≤ 2`);
+    }
+    if (kind === 'claim') {
+      ctx.expect(
+        started.length === 1,
+        `${runId} (claim): the activity started ${started.length} times, want 1`,
+      );
+    }
+  },
+  finish(ctx, a) {
     ctx.expect(a.all('process:fatal').length === 0, 'worker A crashed');
     ctx.expect(!a.all('worker:stopped').length, 'worker A stopped during the scenario');
   },
-};
+});
 
 /** How the engine settled the operation whose session was terminated. */
 async function resolution(

@@ -20,109 +20,105 @@
  * ambiguous one, released unstarted, and the one that ran), the activity started once.
  */
 import { readGrants } from '../checker.js';
-import type { Scenario, ScenarioContext } from '../harness.js';
-import { unprepared, type TcpProxy } from '../../support/tcp-proxy.js';
+import { defineScenario } from '../define-scenario.js';
+import type { ScenarioContext } from '../harness.js';
+import type { TcpProxy } from '../../support/tcp-proxy.js';
+import { spawnBehindProxy } from '../proxy-faults.js';
 import type { WorkerProcess } from '../../support/worker-process.js';
 
 const KINDS = ['fenced-transaction', 'completion', 'heartbeat', 'claim'] as const;
 /** Text only the claim statement (queries/claim-steps.ts) carries on the wire. */
 const CLAIM_MARKER = 'prev_deadline_at';
 
-export const lostCommitAck: Scenario = {
-  name: 'T6 lost commit ack',
+export const lostCommitAck = defineScenario('T6 lost commit ack', {
   description:
     'drop the server’s reply to a committed fenced transaction / completion / heartbeat / claim, then reset',
-  iterations: { full: 16, ci: 4 },
-  async run(ctx, iterations) {
+  iterations: { full: 16, ci: 4, variants: KINDS },
+  setup: (ctx) => spawnBehindProxy(ctx, { workerId: 'a', unprepared: true }),
+  async iteration(ctx, { i, variant: kind }, { proxy, worker: a }) {
     const L = ctx.timings.leaseMs;
-    const proxy = await ctx.proxy();
-    const a = await ctx.spawnWorker({ databaseUrl: unprepared(proxy.url(ctx.databaseUrl)), workerId: 'a' });
     const count = async (query: string, params: (string | number)[]): Promise<number> => {
       const [row] = await ctx.sql.unsafe<{ n: number }[]>(query, params);
       return row?.n ?? 0;
     };
-    for (let i = 0; i < iterations; i++) {
-      const kind = KINDS[i % KINDS.length] ?? 'completion';
-      if (kind === 'claim') {
-        await lostClaimAck(ctx, proxy, a);
-        continue;
-      }
-      const tag = `t6-${ctx.rng.seed}-${i}-${ctx.rng.int(0, 1e9)}`;
-      const { runId, stepId } = await ctx.enqueue({ iterations: kind === 'completion' ? 8 : 12, tag });
-      const { claim } = await ctx.waitForClaim(runId, [a]);
-      const token = claim.attempt.token;
-      const ofAttempt = (m: { attempt: { token: string } }): boolean => m.attempt.token === token;
-
-      // What the server holds of this attempt before the fault, to see the dropped operation commit.
-      const evidence = {
-        'fenced-transaction': () =>
-          count(
-            `SELECT count(*)::int AS n FROM "${ctx.schema}".effects WHERE fencing_token = $1::bigint AND fenced`,
-            [token],
-          ),
-        completion: () =>
-          count(
-            `SELECT count(*)::int AS n FROM "${ctx.schema}".runs WHERE id = $1 AND status = 'completed'`,
-            [runId],
-          ),
-        heartbeat: () =>
-          count(
-            `SELECT count(*)::int AS n FROM "${ctx.schema}".audit WHERE step_id = $1 AND fencing_token = $2::bigint`,
-            [stepId, token],
-          ),
-      }[kind];
-      let marker: string;
-      if (kind === 'fenced-transaction') {
-        await a.waitFor('chaos:op', (m) => ofAttempt(m) && m.op === 'fenced-write' && m.phase === 'ok', {
-          timeoutMs: 10_000,
-        });
-        marker = '\0commit\0';
-      } else if (kind === 'completion') {
-        marker = tag;
-      } else {
-        marker = `"id":"${stepId}"`;
-      }
-      const before = await evidence();
-      const rule = proxy.dropReplyAfter(marker);
-      const connection = await Promise.race([
-        rule.tripped,
-        a.waitFor('attempt:completed', ofAttempt, { timeoutMs: 20_000 }).then(() => undefined),
-      ]);
-      if (connection === undefined) {
-        proxy.restore();
-        ctx.fault(`${kind}: the step ended before the fault`);
-        await ctx.waitForRunEnd(runId, 10 * L + 20_000);
-        continue;
-      }
-      ctx.fault(`reply dropped: ${kind}`);
-      // The server committed what it received (bounded polling), then the connection dies.
-      const committed = await ctx
-        .poll(`the ${kind} with the dropped reply committed`, async () =>
-          (await evidence()) > before ? true : undefined,
-        )
-        .catch(() => false);
-      ctx.fault(`${kind}: ${committed ? 'committed' : 'not committed'} when the connection died`);
-      proxy.restore();
-      proxy.resetConnection(connection);
-
-      await ctx.waitForRunEnd(runId, 10 * L + 20_000);
-      const grants = (await readGrants(ctx.sql, ctx.schema, stepId)).filter((g) => !g.revoke);
-      ctx.sample(`attemptsPerStep ${kind}`, grants.length);
-      ctx.expect(grants.length === 1, `${runId} (${kind}): ${grants.length} grants, want 1 (nothing re-run)`);
-      // The run may be completed in the database before A, retrying on a new connection, learns it.
-      const acknowledged = await a
-        .waitFor('attempt:completed', ofAttempt, { timeoutMs: 2 * L + 10_000 })
-        .then(() => true)
-        .catch(() => false);
-      ctx.expect(acknowledged, `${runId} (${kind}): A never saw its completion acknowledged`);
-      const uncertain = a.all('chaos:op', (m) => ofAttempt(m) && m.phase !== 'invoke' && m.phase !== 'ok');
-      ctx.expect(
-        uncertain.length === 0 || kind === 'heartbeat',
-        `${runId} (${kind}): the activity was told ${uncertain.map((m) => `${m.op} ${m.phase}`).join(', ')}`,
-      );
+    if (kind === 'claim') {
+      await lostClaimAck(ctx, proxy, a);
+      return;
     }
+    const tag = `t6-${ctx.rng.seed}-${i}-${ctx.rng.int(0, 1e9)}`;
+    const { runId, stepId } = await ctx.enqueue({ iterations: kind === 'completion' ? 8 : 12, tag });
+    const { claim } = await ctx.waitForClaim(runId, [a]);
+    const token = claim.attempt.token;
+    const ofAttempt = (m: { attempt: { token: string } }): boolean => m.attempt.token === token;
+
+    // What the server holds of this attempt before the fault, to see the dropped operation commit.
+    const evidence = {
+      'fenced-transaction': () =>
+        count(
+          `SELECT count(*)::int AS n FROM "${ctx.schema}".effects WHERE fencing_token = $1::bigint AND fenced`,
+          [token],
+        ),
+      completion: () =>
+        count(`SELECT count(*)::int AS n FROM "${ctx.schema}".runs WHERE id = $1 AND status = 'completed'`, [
+          runId,
+        ]),
+      heartbeat: () =>
+        count(
+          `SELECT count(*)::int AS n FROM "${ctx.schema}".audit WHERE step_id = $1 AND fencing_token = $2::bigint`,
+          [stepId, token],
+        ),
+    }[kind];
+    let marker: string;
+    if (kind === 'fenced-transaction') {
+      await a.waitFor('chaos:op', (m) => ofAttempt(m) && m.op === 'fenced-write' && m.phase === 'ok', {
+        timeoutMs: 10_000,
+      });
+      marker = '\0commit\0';
+    } else if (kind === 'completion') {
+      marker = tag;
+    } else {
+      marker = `"id":"${stepId}"`;
+    }
+    const before = await evidence();
+    const rule = proxy.dropReplyAfter(marker);
+    const connection = await Promise.race([
+      rule.tripped,
+      a.waitFor('attempt:completed', ofAttempt, { timeoutMs: 20_000 }).then(() => undefined),
+    ]);
+    if (connection === undefined) {
+      proxy.restore();
+      ctx.fault(`${kind}: the step ended before the fault`);
+      await ctx.waitForRunEnd(runId, 10 * L + 20_000);
+      return;
+    }
+    ctx.fault(`reply dropped: ${kind}`);
+    // The server committed what it received (bounded polling), then the connection dies.
+    const committed = await ctx
+      .poll(`the ${kind} with the dropped reply committed`, async () =>
+        (await evidence()) > before ? true : undefined,
+      )
+      .catch(() => false);
+    ctx.fault(`${kind}: ${committed ? 'committed' : 'not committed'} when the connection died`);
+    proxy.restore();
+    proxy.resetConnection(connection);
+
+    await ctx.waitForRunEnd(runId, 10 * L + 20_000);
+    const grants = (await readGrants(ctx.sql, ctx.schema, stepId)).filter((g) => !g.revoke);
+    ctx.sample(`attemptsPerStep ${kind}`, grants.length);
+    ctx.expect(grants.length === 1, `${runId} (${kind}): ${grants.length} grants, want 1 (nothing re-run)`);
+    // The run may be completed in the database before A, retrying on a new connection, learns it.
+    const acknowledged = await a
+      .waitFor('attempt:completed', ofAttempt, { timeoutMs: 2 * L + 10_000 })
+      .then(() => true)
+      .catch(() => false);
+    ctx.expect(acknowledged, `${runId} (${kind}): A never saw its completion acknowledged`);
+    const uncertain = a.all('chaos:op', (m) => ofAttempt(m) && m.phase !== 'invoke' && m.phase !== 'ok');
+    ctx.expect(
+      uncertain.length === 0 || kind === 'heartbeat',
+      `${runId} (${kind}): the activity was told ${uncertain.map((m) => `${m.op} ${m.phase}`).join(', ')}`,
+    );
   },
-};
+});
 
 /** How often the claim case is tried again when a claim A had in flight before the rule took the step. */
 const CLAIM_TRIES = 3;

@@ -16,103 +16,102 @@
  */
 import type { WorkerProcess } from '../../support/worker-process.js';
 import type { TcpProxy } from '../../support/tcp-proxy.js';
+import { spawnBehindProxy } from '../proxy-faults.js';
 import { leaseExpiryMs, readGrants } from '../checker.js';
-import type { Scenario } from '../harness.js';
+import { defineScenario } from '../define-scenario.js';
 
 const CUT_FACTORS = [0.45, 2.2] as const;
 
-export const partition: Scenario = {
-  name: 'T7 partition',
+export const partition = defineScenario('T7 partition', {
   description:
     'blackhole the owner↔DB link for 0.45L (nothing happens) and 2.2L (abort before the DB expiry)',
-  iterations: { full: 12, ci: 2 },
+  iterations: { full: 12, ci: 2, variants: CUT_FACTORS },
   timings: { leaseMs: 3_000, heartbeatIntervalMs: 250, heartbeatTimeoutMs: 250, leaseSafetyMarginMs: 600 },
-  async run(ctx, iterations) {
-    const L = ctx.timings.leaseMs;
+  async setup(ctx) {
     const links = new Map<WorkerProcess, TcpProxy>();
     for (const id of ['a', 'b']) {
-      const proxy = await ctx.proxy();
-      const worker = await ctx.spawnWorker({ workerId: `t7-${id}`, databaseUrl: proxy.url(ctx.databaseUrl) });
+      const { proxy, worker } = await spawnBehindProxy(ctx, { workerId: `t7-${id}` });
       links.set(worker, proxy);
     }
+    return links;
+  },
+  async iteration(ctx, { variant: factor }, links) {
+    const L = ctx.timings.leaseMs;
     const workers = [...links.keys()];
-    for (let i = 0; i < iterations; i++) {
-      const factor = CUT_FACTORS[i % CUT_FACTORS.length] ?? 2.2;
-      // ~60 × (two writes + 50 ms) ≈ 4 s of work: the cut always lands inside the loop.
-      const { runId, stepId } = await ctx.enqueue({ iterations: 60, sleepMs: 50 });
-      const { worker: a, claim } = await ctx.waitForClaim(runId, workers);
-      const token = claim.attempt.token;
-      const link = links.get(a) as TcpProxy;
-      const ofAttempt = (m: { attempt: { token: string } }): boolean => m.attempt.token === token;
-      await a.waitFor('fixture:started', ofAttempt, { timeoutMs: 10_000 });
-      await ctx.sleepUntil(Date.now() + ctx.rng.int(100, 600));
+    // ~60 × (two writes + 50 ms) ≈ 4 s of work: the cut always lands inside the loop.
+    const { runId, stepId } = await ctx.enqueue({ iterations: 60, sleepMs: 50 });
+    const { worker: a, claim } = await ctx.waitForClaim(runId, workers);
+    const token = claim.attempt.token;
+    const link = links.get(a) as TcpProxy;
+    const ofAttempt = (m: { attempt: { token: string } }): boolean => m.attempt.token === token;
+    await a.waitFor('fixture:started', ofAttempt, { timeoutMs: 10_000 });
+    await ctx.sleepUntil(Date.now() + ctx.rng.int(100, 600));
 
-      link.blackhole();
-      const cutAt = Date.now();
-      ctx.fault(`blackhole ${factor}L`);
-      if (factor < 1) {
-        await ctx.sleepUntil(cutAt + factor * L);
-        link.restore();
-        await ctx.waitForRunEnd(runId, 10 * L + 20_000);
-        ctx.expect(
-          a.all('attempt:aborted', ofAttempt).length === 0,
-          `${runId}: aborted during a ${factor}L cut`,
-        );
-        // No expiry, no reclaim: attempt 1 ended by its own recorded outcome, not by another grant.
-        const [last] = await ctx.sql.unsafe<{ status: string }[]>(
-          `SELECT status FROM "${ctx.schema}".audit WHERE step_id = $1 AND fencing_token = $2::bigint
-            ORDER BY id DESC LIMIT 1`,
-          [stepId, token],
-        );
-        ctx.expect(
-          last !== undefined && last.status !== 'running',
-          `${runId}: attempt 1's lease ended by expiry during a ${factor}L cut`,
-        );
-        const ended = a.all('fixture:ended', ofAttempt)[0];
-        if (ended?.outcome === 'threw') {
-          // A fenced transaction open when the cut began sits idle in transaction on the server, which ends
-          // the session after idle_in_transaction_session_timeout (L/3, I16); the activity gives up on the
-          // error. Its retry is the at-least-once cost of that timeout, not a lease expiry: counted.
-          ctx.fault(
-            `activity failed: ${ended.error?.code ?? ended.error?.name ?? 'error'} in a ${factor}L cut`,
-          );
-        } else {
-          const grants = await readGrants(ctx.sql, ctx.schema, stepId);
-          ctx.expect(grants.length === 1, `${runId}: ${grants.length} grants after a ${factor}L cut`);
-          ctx.expect(
-            a.all('attempt:completed', (m) => ofAttempt(m) && m.attempt.attempt === 1).length === 1,
-            `${runId}: attempt 1 did not complete after a ${factor}L cut`,
-          );
-        }
-        continue;
-      }
-
-      // d = 2.2L: A aborts on its own; the other worker reclaims once the database lets the lease expire.
-      const aborted = await a.waitFor('attempt:aborted', ofAttempt, { timeoutMs: 2 * L + 10_000 });
-      ctx.expect(
-        aborted.reason === 'lease-expired-locally',
-        `${runId}: cut-off owner aborted with ${aborted.reason}, not lease-expired-locally`,
-      );
-      const { worker: b, claim: reclaim } = await ctx.waitForClaim(runId, workers, {
-        notToken: token,
-        timeoutMs: 3 * L + 10_000,
-      });
+    link.blackhole();
+    const cutAt = Date.now();
+    ctx.fault(`blackhole ${factor}L`);
+    if (factor < 1) {
       await ctx.sleepUntil(cutAt + factor * L);
       link.restore();
-      ctx.expect(b !== a, `${runId}: reclaimed by the cut-off worker itself`);
-      const expiryMs = await leaseExpiryMs(ctx.sql, ctx.schema, stepId, token);
-      if (expiryMs === undefined) {
-        ctx.expect(false, `${runId}: no recorded lease expiry for token ${token}`);
+      await ctx.waitForRunEnd(runId, 10 * L + 20_000);
+      ctx.expect(
+        a.all('attempt:aborted', ofAttempt).length === 0,
+        `${runId}: aborted during a ${factor}L cut`,
+      );
+      // No expiry, no reclaim: attempt 1 ended by its own recorded outcome, not by another grant.
+      const [last] = await ctx.sql.unsafe<{ status: string }[]>(
+        `SELECT status FROM "${ctx.schema}".audit WHERE step_id = $1 AND fencing_token = $2::bigint
+            ORDER BY id DESC LIMIT 1`,
+        [stepId, token],
+      );
+      ctx.expect(
+        last !== undefined && last.status !== 'running',
+        `${runId}: attempt 1's lease ended by expiry during a ${factor}L cut`,
+      );
+      const ended = a.all('fixture:ended', ofAttempt)[0];
+      if (ended?.outcome === 'threw') {
+        // A fenced transaction open when the cut began sits idle in transaction on the server, which ends
+        // the session after idle_in_transaction_session_timeout (L/3, I16); the activity gives up on the
+        // error. Its retry is the at-least-once cost of that timeout, not a lease expiry: counted.
+        ctx.fault(
+          `activity failed: ${ended.error?.code ?? ended.error?.name ?? 'error'} in a ${factor}L cut`,
+        );
       } else {
-        const lead = expiryMs - aborted.wallMs;
-        ctx.sample('abortLeadMs', lead);
-        ctx.expect(lead > 0, `${runId}: aborted ${Math.round(-lead)} ms AFTER the DB expiry (lead ≤ 0)`);
+        const grants = await readGrants(ctx.sql, ctx.schema, stepId);
+        ctx.expect(grants.length === 1, `${runId}: ${grants.length} grants after a ${factor}L cut`);
         ctx.expect(
-          reclaim.wallMs >= expiryMs - 50,
-          `${runId}: reclaimed at ${reclaim.wallMs}, before the DB expiry ${Math.round(expiryMs)}`,
+          a.all('attempt:completed', (m) => ofAttempt(m) && m.attempt.attempt === 1).length === 1,
+          `${runId}: attempt 1 did not complete after a ${factor}L cut`,
         );
       }
-      await ctx.waitForRunEnd(runId, 10 * L + 20_000);
+      return;
     }
+
+    // d = 2.2L: A aborts on its own; the other worker reclaims once the database lets the lease expire.
+    const aborted = await a.waitFor('attempt:aborted', ofAttempt, { timeoutMs: 2 * L + 10_000 });
+    ctx.expect(
+      aborted.reason === 'lease-expired-locally',
+      `${runId}: cut-off owner aborted with ${aborted.reason}, not lease-expired-locally`,
+    );
+    const { worker: b, claim: reclaim } = await ctx.waitForClaim(runId, workers, {
+      notToken: token,
+      timeoutMs: 3 * L + 10_000,
+    });
+    await ctx.sleepUntil(cutAt + factor * L);
+    link.restore();
+    ctx.expect(b !== a, `${runId}: reclaimed by the cut-off worker itself`);
+    const expiryMs = await leaseExpiryMs(ctx.sql, ctx.schema, stepId, token);
+    if (expiryMs === undefined) {
+      ctx.expect(false, `${runId}: no recorded lease expiry for token ${token}`);
+    } else {
+      const lead = expiryMs - aborted.wallMs;
+      ctx.sample('abortLeadMs', lead);
+      ctx.expect(lead > 0, `${runId}: aborted ${Math.round(-lead)} ms AFTER the DB expiry (lead ≤ 0)`);
+      ctx.expect(
+        reclaim.wallMs >= expiryMs - 50,
+        `${runId}: reclaimed at ${reclaim.wallMs}, before the DB expiry ${Math.round(expiryMs)}`,
+      );
+    }
+    await ctx.waitForRunEnd(runId, 10 * L + 20_000);
   },
-};
+});

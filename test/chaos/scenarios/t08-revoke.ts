@@ -4,43 +4,39 @@
  * bump the token). A learns at its next heartbeat or fenced write and its signal fires. Reports the abort
  * latency from the revoking statement to `ctx.signal`; bound: H + T_hb + the event-loop lag A measured + ε.
  */
-import type { Scenario } from '../harness.js';
+import { defineScenario } from '../define-scenario.js';
 
 /** IPC delivery and timer granularity. */
 const EPSILON_MS = 100;
 
-export const revoke: Scenario = {
-  name: 'T8 token revoked',
+export const revoke = defineScenario('T8 token revoked', {
   description: 'an operator bumps the running step’s token; the owner must abort within H + T_hb + λ',
   iterations: { full: 30, ci: 5 },
-  async run(ctx, iterations) {
+  setup: (ctx) => Promise.all([ctx.spawnWorker(), ctx.spawnWorker()]),
+  async iteration(ctx, _iteration, workers) {
     const { leaseMs: L, heartbeatIntervalMs: H, heartbeatTimeoutMs } = ctx.timings;
-    const workers = await Promise.all([ctx.spawnWorker(), ctx.spawnWorker()]);
-    for (let i = 0; i < iterations; i++) {
-      const { runId, stepId } = await ctx.enqueue({ iterations: 40 });
-      const { worker: a, claim } = await ctx.waitForClaim(runId, workers);
-      await ctx.sleepUntil(claim.wallMs + ctx.rng.int(50, 1_200));
-      const revokedAt = await ctx.revoke(stepId);
-      ctx.fault('revoke');
-      const ofAttempt = (m: { attempt: { token: string } }): boolean =>
-        m.attempt.token === claim.attempt.token;
-      const signal = await a.waitFor('chaos:op', (m) => ofAttempt(m) && m.op === 'signal', {
-        timeoutMs: 2 * L + 10_000,
-      });
-      const latency = signal.wallMs - revokedAt;
-      ctx.sample('abortLatencyMs', latency);
-      const lag = Math.max(
-        0,
-        ...a
-          .all('chaos:lag', (m) => m.wallMs >= revokedAt - 500 && m.wallMs <= signal.wallMs + 500)
-          .map((m) => m.maxLagMs),
-      );
-      const bound = H + heartbeatTimeoutMs + lag + EPSILON_MS;
-      ctx.expect(
-        latency <= bound,
-        `${runId}: aborted ${Math.round(latency)} ms after the revoke (> H + T_hb + λ ${lag} + ε = ${bound})`,
-      );
-      await ctx.waitForRunEnd(runId, 10 * L + 20_000);
-    }
+    const { runId, stepId } = await ctx.enqueue({ iterations: 40 });
+    const { worker: a, claim } = await ctx.waitForClaim(runId, workers);
+    await ctx.sleepUntil(claim.wallMs + ctx.rng.int(50, 1_200));
+    const revokedAt = await ctx.revoke(stepId);
+    ctx.fault('revoke');
+    const ofAttempt = (m: { attempt: { token: string } }): boolean => m.attempt.token === claim.attempt.token;
+    const signal = await a.waitFor('chaos:op', (m) => ofAttempt(m) && m.op === 'signal', {
+      timeoutMs: 2 * L + 10_000,
+    });
+    const latency = signal.wallMs - revokedAt;
+    ctx.sample('abortLatencyMs', latency);
+    const lag = Math.max(
+      0,
+      ...a
+        .all('chaos:lag', (m) => m.wallMs >= revokedAt - 500 && m.wallMs <= signal.wallMs + 500)
+        .map((m) => m.maxLagMs),
+    );
+    const bound = H + heartbeatTimeoutMs + lag + EPSILON_MS;
+    ctx.expect(
+      latency <= bound,
+      `${runId}: aborted ${Math.round(latency)} ms after the revoke (> H + T_hb + λ ${lag} + ε = ${bound})`,
+    );
+    await ctx.waitForRunEnd(runId, 10 * L + 20_000);
   },
-};
+});

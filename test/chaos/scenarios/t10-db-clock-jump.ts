@@ -18,76 +18,76 @@
  */
 import { advanceClock } from '@palisade/engine/testing';
 import { leaseExpiryMs } from '../checker.js';
-import type { Scenario, ScenarioContext } from '../harness.js';
+import { defineScenario } from '../define-scenario.js';
+import type { ScenarioContext } from '../harness.js';
 
 /** M for this scenario (the engine's default for L = 2 s would be L/3 − 1 ms; a round value reads better). */
 const MARGIN_MS = 600;
 
-export const dbClockJump: Scenario = {
-  name: 'T10 DB clock jump',
+/** The jumps J the iterations cycle through (ms, given the scenario's lease L). */
+const JUMPS = [
+  { label: 'M/2', ms: () => MARGIN_MS / 2 },
+  { label: 'M', ms: () => MARGIN_MS },
+  { label: '2M', ms: () => 2 * MARGIN_MS },
+  { label: '1.5L', ms: (L: number) => 1.5 * L },
+] as const;
+
+export const dbClockJump = defineScenario('T10 DB clock jump', {
   description:
     'jump the engine’s DB clock forward by M/2, M, 2M, 1.5L mid-lease; fencing holds, J ≤ M exposes nothing',
-  iterations: { full: 24, ci: 4 },
+  iterations: { full: 24, ci: 4, variants: JUMPS },
   timings: { leaseSafetyMarginMs: MARGIN_MS },
-  async run(ctx, iterations) {
+  setup: (ctx) => Promise.all([ctx.spawnWorker(), ctx.spawnWorker()]),
+  async iteration(ctx, { variant }, workers) {
     const { leaseMs: L } = ctx.timings;
-    const jumps = [
-      { label: 'M/2', ms: MARGIN_MS / 2 },
-      { label: 'M', ms: MARGIN_MS },
-      { label: '2M', ms: 2 * MARGIN_MS },
-      { label: '1.5L', ms: 1.5 * L },
-    ] as const;
-    const workers = await Promise.all([ctx.spawnWorker(), ctx.spawnWorker()]);
-    for (let i = 0; i < iterations; i++) {
-      const jump = jumps[i % jumps.length] ?? jumps[0];
-      // ~40 × (two writes + 50 ms) ≈ 2.5 s of work: the jump always lands inside the loop.
-      const { runId, stepId } = await ctx.enqueue({ iterations: 40, sleepMs: 50 });
-      const { worker: a, claim } = await ctx.waitForClaim(runId, workers);
-      const token = claim.attempt.token;
-      const ofAttempt = (m: { attempt: { token: string } }): boolean => m.attempt.token === token;
-      await a.waitFor('fixture:started', ofAttempt, { timeoutMs: 10_000 });
-      await ctx.sleepUntil(Date.now() + ctx.rng.int(50, 1_000));
+    const jump = { label: variant.label, ms: variant.ms(L) };
+    // ~40 × (two writes + 50 ms) ≈ 2.5 s of work: the jump always lands inside the loop.
+    const { runId, stepId } = await ctx.enqueue({ iterations: 40, sleepMs: 50 });
+    const { worker: a, claim } = await ctx.waitForClaim(runId, workers);
+    const token = claim.attempt.token;
+    const ofAttempt = (m: { attempt: { token: string } }): boolean => m.attempt.token === token;
+    await a.waitFor('fixture:started', ofAttempt, { timeoutMs: 10_000 });
+    await ctx.sleepUntil(Date.now() + ctx.rng.int(50, 1_000));
 
-      await advanceClock(ctx.engine, jump.ms);
-      ctx.fault(`db clock +${jump.label}`);
-      await ctx.waitForRunEnd(runId, 10 * L + 20_000);
+    await advanceClock(ctx.engine, jump.ms);
+    ctx.fault(`db clock +${jump.label}`);
+    await ctx.waitForRunEnd(runId, 10 * L + 20_000);
 
-      const { grants, exposed } = await exposure(ctx, stepId, token);
-      const key = `J=${jump.label} (${jump.ms} ms)`;
-      ctx.sample(`dbJumpExposure:${key}`, exposed);
-      // How long A went on after the DB ended its lease (host clock): 0 when the lease never expired.
-      const ended = await a.waitFor('fixture:ended', ofAttempt, { timeoutMs: 10_000 });
-      const signal = a.all('chaos:op', (m) => ofAttempt(m) && m.op === 'signal')[0];
-      const expiryMs = await leaseExpiryMs(ctx.sql, ctx.schema, stepId, token);
-      const stoppedAt = Math.min(ended.wallMs, signal?.wallMs ?? Infinity);
-      const lostLease = grants > 1 || a.all('attempt:completed', ofAttempt).length === 0;
-      ctx.sample(
-        `dbJumpWindowMs:${key}`,
-        lostLease && expiryMs !== undefined ? Math.max(0, stoppedAt - expiryMs) : 0,
+    const { grants, exposed } = await exposure(ctx, stepId, token);
+    const key = `J=${jump.label} (${jump.ms} ms)`;
+    ctx.sample(`dbJumpExposure:${key}`, exposed);
+    // How long A went on after the DB ended its lease (host clock): 0 when the lease never expired.
+    const ended = await a.waitFor('fixture:ended', ofAttempt, { timeoutMs: 10_000 });
+    const signal = a.all('chaos:op', (m) => ofAttempt(m) && m.op === 'signal')[0];
+    const expiryMs = await leaseExpiryMs(ctx.sql, ctx.schema, stepId, token);
+    const stoppedAt = Math.min(ended.wallMs, signal?.wallMs ?? Infinity);
+    const lostLease = grants > 1 || a.all('attempt:completed', ofAttempt).length === 0;
+    ctx.sample(
+      `dbJumpWindowMs:${key}`,
+      lostLease && expiryMs !== undefined ? Math.max(0, stoppedAt - expiryMs) : 0,
+    );
+    if (jump.ms <= MARGIN_MS) {
+      ctx.expect(
+        exposed === 0,
+        `${runId}: ${exposed} unfenced writes after the DB expiry, J = ${jump.label}`,
       );
-      if (jump.ms <= MARGIN_MS) {
-        ctx.expect(
-          exposed === 0,
-          `${runId}: ${exposed} unfenced writes after the DB expiry, J = ${jump.label}`,
-        );
-        ctx.expect(grants === 1, `${runId}: reclaimed (${grants} grants) after a jump of only ${jump.label}`);
-        ctx.expect(
-          a.all('attempt:aborted', ofAttempt).length === 0,
-          `${runId}: A aborted after a jump of only ${jump.label}`,
-        );
-      } else if (jump.ms > L) {
-        ctx.expect(
-          signal !== undefined || ended.outcome === 'returned',
-          `${runId}: A's signal never fired although its lease ended with a ${jump.label} jump`,
-        );
-        ctx.expect(
-          a.all('attempt:completed', ofAttempt).length === 0,
-          `${runId}: A's completion was accepted after its lease ended with a ${jump.label} jump`,
-        );
-      }
+      ctx.expect(grants === 1, `${runId}: reclaimed (${grants} grants) after a jump of only ${jump.label}`);
+      ctx.expect(
+        a.all('attempt:aborted', ofAttempt).length === 0,
+        `${runId}: A aborted after a jump of only ${jump.label}`,
+      );
+    } else if (jump.ms > L) {
+      ctx.expect(
+        signal !== undefined || ended.outcome === 'returned',
+        `${runId}: A's signal never fired although its lease ended with a ${jump.label} jump`,
+      );
+      ctx.expect(
+        a.all('attempt:completed', ofAttempt).length === 0,
+        `${runId}: A's completion was accepted after its lease ended with a ${jump.label} jump`,
+      );
     }
   },
-};
+});
 
 /**
  * Grants of the step, and unfenced writes of `token` committed (engine time) at or after the token went stale:

@@ -6,7 +6,8 @@
  * a lease below the production floor of 3 s. A run is waiting the whole time; none of these workers may claim it.
  */
 import { chaosActivity } from '../chaos-activity.js';
-import type { Scenario, SpawnOptions } from '../harness.js';
+import { defineScenario } from '../define-scenario.js';
+import type { SpawnOptions } from '../harness.js';
 
 interface Case {
   readonly name: string;
@@ -39,53 +40,53 @@ const CASES: readonly Case[] = [
   },
 ];
 
-export const parameterGuard: Scenario = {
-  name: 'T14 parameter guard',
+export const parameterGuard = defineScenario('T14 parameter guard', {
   description:
     'H > L/3, T_hb > H, M ≥ L/3, L below the floor: the worker refuses to start, naming the option',
   iterations: { full: 1, ci: 1 },
-  async run(ctx, iterations) {
+  /** A run waits the whole time. */
+  setup: (ctx) => ctx.enqueue({ iterations: 3, sleepMs: 10 }),
+  async iteration(ctx, { i }) {
     const L = ctx.timings.leaseMs;
-    const { runId } = await ctx.enqueue({ iterations: 3, sleepMs: 10 });
-    for (let i = 0; i < iterations; i++) {
-      // The refused workers start side by side: each boots a Node process, the guard itself takes no time.
-      const outcomes = await Promise.all(
-        CASES.map((c) => {
-          ctx.fault(`refused: ${c.name}`);
-          return ctx.spawnWorker({ ...c.spawn(L), workerId: `t14-${c.option}-${i}` }).then(
-            async (w) => {
-              await w.stop(0);
-              return 'started';
-            },
-            (error: unknown) => (error instanceof Error ? error.message : String(error)),
-          );
-        }),
-      );
-      for (const [k, c] of CASES.entries()) {
-        const outcome = outcomes[k] ?? '';
-        ctx.expect(outcome !== 'started', `${c.name}: the worker started`);
-        ctx.expect(
-          outcome.includes('INVALID_OPTIONS') && outcome.includes(c.option),
-          `${c.name}: the refusal does not name ${c.option}: ${outcome.slice(0, 300)}`,
+    // The refused workers start side by side: each boots a Node process, the guard itself takes no time.
+    const outcomes = await Promise.all(
+      CASES.map((c) => {
+        ctx.fault(`refused: ${c.name}`);
+        return ctx.spawnWorker({ ...c.spawn(L), workerId: `t14-${c.option}-${i}` }).then(
+          async (w) => {
+            await w.stop(0);
+            return 'started';
+          },
+          (error: unknown) => (error instanceof Error ? error.message : String(error)),
         );
-      }
-      // In process, production floors: L = the scenario's lease (< 3 s) without unsafeTestTimings.
-      ctx.fault('refused: lease below the production floor');
-      let thrown: unknown;
-      try {
-        ctx.engine.worker({
-          activities: [chaosActivity({ leaseMs: L })],
-          heartbeatIntervalMs: Math.floor(L / 4),
-        });
-      } catch (error) {
-        thrown = error;
-      }
-      const message = thrown instanceof Error ? thrown.message : '';
+      }),
+    );
+    for (const [k, c] of CASES.entries()) {
+      const outcome = outcomes[k] ?? '';
+      ctx.expect(outcome !== 'started', `${c.name}: the worker started`);
       ctx.expect(
-        (thrown as { code?: string } | undefined)?.code === 'INVALID_OPTIONS' && message.includes('leaseMs'),
-        `a ${L} ms lease without unsafeTestTimings was not refused naming leaseMs: ${message || 'no error'}`,
+        outcome.includes('INVALID_OPTIONS') && outcome.includes(c.option),
+        `${c.name}: the refusal does not name ${c.option}: ${outcome.slice(0, 300)}`,
       );
     }
+    // In process, production floors: L = the scenario's lease (< 3 s) without unsafeTestTimings.
+    ctx.fault('refused: lease below the production floor');
+    let thrown: unknown;
+    try {
+      ctx.engine.worker({
+        activities: [chaosActivity({ leaseMs: L })],
+        heartbeatIntervalMs: Math.floor(L / 4),
+      });
+    } catch (error) {
+      thrown = error;
+    }
+    const message = thrown instanceof Error ? thrown.message : '';
+    ctx.expect(
+      (thrown as { code?: string } | undefined)?.code === 'INVALID_OPTIONS' && message.includes('leaseMs'),
+      `a ${L} ms lease without unsafeTestTimings was not refused naming leaseMs: ${message || 'no error'}`,
+    );
+  },
+  async finish(ctx, { runId }) {
     const [row] = await ctx.sql.unsafe<{ grants: number }[]>(
       `SELECT count(*)::int AS grants FROM "${ctx.schema}".audit a JOIN "${ctx.schema}".steps s ON s.id = a.step_id
         WHERE s.run_id = $1 AND a.fencing_token IS NOT NULL`,
@@ -93,4 +94,4 @@ export const parameterGuard: Scenario = {
     );
     ctx.expect(row?.grants === 0, `a refused worker claimed the waiting run (${row?.grants} grants)`);
   },
-};
+});

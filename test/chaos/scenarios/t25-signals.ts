@@ -10,65 +10,68 @@
 import type { TcpProxy } from '../../support/tcp-proxy.js';
 import { fixtureActivities, fixtureWorkflows, itemSignal } from '../../fixtures/activities.js';
 import type { WorkerProcess } from '../../support/worker-process.js';
-import type { Scenario, ScenarioContext } from '../harness.js';
+import { defineScenario } from '../define-scenario.js';
+import { spawnBehindProxy } from '../proxy-faults.js';
+import type { ScenarioContext } from '../harness.js';
 
 const FAULTS = ['sigstop', 'sigkill', 'partition'] as const;
 const RUNS = 4;
 const COUNT = 3;
 
-export const signals: Scenario = {
-  name: 'T25 signals',
+/** A worker reaching the database through its own proxy, recorded in `links`. */
+async function spawn(ctx: ScenarioContext, links: Map<WorkerProcess, TcpProxy>, id: string) {
+  const { proxy, worker } = await spawnBehindProxy(ctx, { workerId: id });
+  links.set(worker, proxy);
+  return worker;
+}
+
+export const signals = defineScenario('T25 signals', {
   description:
     'send signals while a worker is frozen / killed / cut off for 2L; each is taken once, in order, none lost',
-  iterations: { full: 9, ci: 3 },
-  async run(ctx, iterations) {
-    const L = ctx.timings.leaseMs;
+  iterations: { full: 9, ci: 3, variants: FAULTS },
+  async setup(ctx) {
     // The definition to start runs with (the workers define the same workflow; activities play no part).
-    const { signalCollector } = fixtureWorkflows(fixtureActivities({ leaseMs: L }));
+    const { signalCollector } = fixtureWorkflows(fixtureActivities({ leaseMs: ctx.timings.leaseMs }));
     const links = new Map<WorkerProcess, TcpProxy>();
-    const spawn = async (id: string) => {
-      const proxy = await ctx.proxy();
-      const worker = await ctx.spawnWorker({ workerId: id, databaseUrl: proxy.url(ctx.databaseUrl) });
-      links.set(worker, proxy);
-      return worker;
-    };
-    let workers = [await spawn('t25-a'), await spawn('t25-b')];
-    for (let i = 0; i < iterations; i++) {
-      const fault = FAULTS[i % FAULTS.length] ?? 'sigstop';
-      const runs = await Promise.all(
-        Array.from({ length: RUNS }, () => ctx.startRun(signalCollector, { count: COUNT })),
-      );
-      const target = workers[ctx.rng.int(0, workers.length - 1)] as WorkerProcess;
-      const faultAt = Date.now();
-      if (fault === 'sigstop') target.kill('SIGSTOP');
-      else if (fault === 'partition') links.get(target)?.blackhole();
-      else {
-        target.kill('SIGKILL');
-        await target.exited;
-        workers = [...workers.filter((w) => w !== target), await spawn(`t25-${i}`)];
-      }
-      ctx.fault(`${fault} while signalling`);
-      // Each run's signals in order, the runs interleaved at random, spread over the fault.
-      const sent = new Map(runs.map((r) => [r.runId, [] as string[]]));
-      const queue = runs.flatMap((r) => Array.from({ length: COUNT }, () => r));
-      while (queue.length > 0) {
-        const [run] = queue.splice(ctx.rng.int(0, queue.length - 1), 1);
-        if (!run) break;
-        const items = sent.get(run.runId) as string[];
-        const item = `${i}-${items.length}`;
-        await run.signal(itemSignal, item);
-        items.push(item);
-        await ctx.sleepUntil(Date.now() + ctx.rng.int(0, (2 * L) / (RUNS * COUNT)));
-      }
-      if (fault !== 'sigkill') {
-        await ctx.sleepUntil(faultAt + 2 * L);
-        if (fault === 'sigstop') target.kill('SIGCONT');
-        else links.get(target)?.restore();
-      }
-      for (const run of runs) await expectTakenOnce(ctx, run.runId, sent.get(run.runId) ?? [], L);
-    }
+    const workers = [await spawn(ctx, links, 't25-a'), await spawn(ctx, links, 't25-b')];
+    return { signalCollector, links, workers };
   },
-};
+  async iteration(ctx, { i, variant: fault }, state) {
+    const L = ctx.timings.leaseMs;
+    const { signalCollector, links, workers } = state;
+    const runs = await Promise.all(
+      Array.from({ length: RUNS }, () => ctx.startRun(signalCollector, { count: COUNT })),
+    );
+    const target = workers[ctx.rng.int(0, workers.length - 1)] as WorkerProcess;
+    const faultAt = Date.now();
+    if (fault === 'sigstop') target.kill('SIGSTOP');
+    else if (fault === 'partition') links.get(target)?.blackhole();
+    else {
+      target.kill('SIGKILL');
+      await target.exited;
+      state.workers = [...workers.filter((w) => w !== target), await spawn(ctx, links, `t25-${i}`)];
+    }
+    ctx.fault(`${fault} while signalling`);
+    // Each run's signals in order, the runs interleaved at random, spread over the fault.
+    const sent = new Map(runs.map((r) => [r.runId, [] as string[]]));
+    const queue = runs.flatMap((r) => Array.from({ length: COUNT }, () => r));
+    while (queue.length > 0) {
+      const [run] = queue.splice(ctx.rng.int(0, queue.length - 1), 1);
+      if (!run) break;
+      const items = sent.get(run.runId) as string[];
+      const item = `${i}-${items.length}`;
+      await run.signal(itemSignal, item);
+      items.push(item);
+      await ctx.sleepUntil(Date.now() + ctx.rng.int(0, (2 * L) / (RUNS * COUNT)));
+    }
+    if (fault !== 'sigkill') {
+      await ctx.sleepUntil(faultAt + 2 * L);
+      if (fault === 'sigstop') target.kill('SIGCONT');
+      else links.get(target)?.restore();
+    }
+    for (const run of runs) await expectTakenOnce(ctx, run.runId, sent.get(run.runId) ?? [], L);
+  },
+});
 
 async function expectTakenOnce(
   ctx: ScenarioContext,

@@ -13,7 +13,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { withApplicationName } from '../backend-faults.js';
-import type { Scenario } from '../harness.js';
+import { defineScenario } from '../define-scenario.js';
 import type { WorkerProcess } from '../../support/worker-process.js';
 
 const APPLICATION = 't26-worker';
@@ -21,13 +21,11 @@ const SCHEDULE_ID = 't26-every-second';
 /** Activity slots of each worker; its prefetch is as many (the default). */
 const CONCURRENCY = 3;
 
-export const outageUnderLoad: Scenario = {
-  name: 'T26 outage under load',
+export const outageUnderLoad = defineScenario('T26 outage under load', {
   description:
     'backend kills and server restarts while claims, heartbeats, batches, turns, NOTIFY, schedules and retention are busy; every worker lives',
   iterations: { full: 6, ci: 2 },
-  async run(ctx, iterations) {
-    const L = ctx.timings.leaseMs;
+  async setup(ctx) {
     const workers: WorkerProcess[] = [];
     const exits: string[] = [];
     // A worker's exit fails the scenario at once, with its stderr: waiting for runs it would never end hides why.
@@ -59,65 +57,69 @@ export const outageUnderLoad: Scenario = {
       input: { iterations: 2, sleepMs: 20 },
       overlap: 'allow-all',
     });
+    return { workers, exits, orDeath, exitsAreFine: () => void (died = () => undefined) };
+  },
+  proceed: ({ exits }) => exits.length === 0,
+  async iteration(ctx, { i, iterations }, { workers, orDeath }) {
+    const L = ctx.timings.leaseMs;
+    const runIds: string[] = [];
+    for (let r = 0; r < 6; r++) runIds.push((await ctx.enqueue({ iterations: 20, sleepMs: 30 })).runId);
+    for (let r = 0; r < 3; r++) runIds.push((await ctx.startWorkflow({ steps: 3, iterations: 4 })).runId);
+    // Waiters across the outage, on this process's own LISTEN connection.
+    const results = runIds.map((id) =>
+      ctx.engine.client
+        .getHandle(id)
+        .result({ timeoutMs: 90_000 })
+        .then(
+          () => undefined,
+          (error: unknown) => `result() of ${id}: ${String(error)}`,
+        ),
+    );
 
-    for (let i = 0; i < iterations && exits.length === 0; i++) {
-      const runIds: string[] = [];
-      for (let r = 0; r < 6; r++) runIds.push((await ctx.enqueue({ iterations: 20, sleepMs: 30 })).runId);
-      for (let r = 0; r < 3; r++) runIds.push((await ctx.startWorkflow({ steps: 3, iterations: 4 })).runId);
-      // Waiters across the outage, on this process's own LISTEN connection.
-      const results = runIds.map((id) =>
-        ctx.engine.client
-          .getHandle(id)
-          .result({ timeoutMs: 90_000 })
-          .then(
-            () => undefined,
-            (error: unknown) => `result() of ${id}: ${String(error)}`,
-          ),
-      );
-
-      const kills = ctx.rng.int(3, 6);
-      for (let k = 0; k < kills; k++) {
-        await sleep(ctx.rng.int(50, 400));
-        const [row] = await ctx.sql<{ n: number }[]>`
+    const kills = ctx.rng.int(3, 6);
+    for (let k = 0; k < kills; k++) {
+      await sleep(ctx.rng.int(50, 400));
+      const [row] = await ctx.sql<{ n: number }[]>`
           SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity
            WHERE starts_with(application_name, ${APPLICATION})`;
-        if ((row?.n ?? 0) > 0) ctx.fault('worker backends terminated');
-      }
-
-      await sleep(ctx.rng.int(50, 400));
-      const mode = i % 2 === 0 ? 'fast' : 'immediate';
-      const downAt = Date.now();
-      await ctx.server.shutdown(mode);
-      ctx.fault(`${mode} restart`);
-      await ctx.sleepUntil(downAt + ctx.rng.int(0.3 * L, 2 * L));
-      await ctx.server.start();
-      const upAt = Date.now();
-
-      for (const id of runIds) {
-        const status = await orDeath(ctx.waitForRunEnd(id, 60_000));
-        ctx.expect(status === 'completed', `run ${id} ended ${status}, not completed`);
-      }
-      for (const failure of await orDeath(Promise.all(results))) if (failure) ctx.expect(false, failure);
-      // Every worker claims again after the restart. More jobs than any two workers can hold (each takes at most
-      // its 3 slots and 3 prefetched), so a worker that claims nothing is one that cannot, not one that lost the
-      // races for too little work.
-      if (i === iterations - 1) {
-        const probes = workers.length * (CONCURRENCY + CONCURRENCY);
-        for (let r = 0; r < probes; r++) runIds.push((await ctx.enqueue({ iterations: 10, sleepMs: 30 })).runId);
-        await Promise.all(
-          workers.map((w) =>
-            w
-              .waitFor('attempt:claimed', (m) => m.wallMs >= upAt, { timeoutMs: 30_000 })
-              .catch((error: unknown) =>
-                ctx.expect(false, `${w.workerId} claimed nothing after the restart: ${String(error)}`),
-              ),
-          ),
-        );
-      }
+      if ((row?.n ?? 0) > 0) ctx.fault('worker backends terminated');
     }
 
+    await sleep(ctx.rng.int(50, 400));
+    const mode = i % 2 === 0 ? 'fast' : 'immediate';
+    const downAt = Date.now();
+    await ctx.server.shutdown(mode);
+    ctx.fault(`${mode} restart`);
+    await ctx.sleepUntil(downAt + ctx.rng.int(0.3 * L, 2 * L));
+    await ctx.server.start();
+    const upAt = Date.now();
+
+    for (const id of runIds) {
+      const status = await orDeath(ctx.waitForRunEnd(id, 60_000));
+      ctx.expect(status === 'completed', `run ${id} ended ${status}, not completed`);
+    }
+    for (const failure of await orDeath(Promise.all(results))) if (failure) ctx.expect(false, failure);
+    // Every worker claims again after the restart. More jobs than any two workers can hold (each takes at most
+    // its 3 slots and 3 prefetched), so a worker that claims nothing is one that cannot, not one that lost the
+    // races for too little work.
+    if (i === iterations - 1) {
+      const probes = workers.length * (CONCURRENCY + CONCURRENCY);
+      for (let r = 0; r < probes; r++)
+        runIds.push((await ctx.enqueue({ iterations: 10, sleepMs: 30 })).runId);
+      await Promise.all(
+        workers.map((w) =>
+          w
+            .waitFor('attempt:claimed', (m) => m.wallMs >= upAt, { timeoutMs: 30_000 })
+            .catch((error: unknown) =>
+              ctx.expect(false, `${w.workerId} claimed nothing after the restart: ${String(error)}`),
+            ),
+        ),
+      );
+    }
+  },
+  async finish(ctx, { exits, exitsAreFine }) {
     // Stopped below (the harness's heal phase), a worker exits: from here on an exit is no failure.
-    died = () => undefined;
+    exitsAreFine();
     // Paused, it fires no more; its runs are read before the delete, which lets go of them (schedule_id null).
     await ctx.engine.schedules.pause(SCHEDULE_ID);
     const fired = await ctx.sql.unsafe<{ id: string }[]>(
@@ -129,4 +131,4 @@ export const outageUnderLoad: Scenario = {
     ctx.expect(fired.length > 0, 'the schedule fired');
     ctx.expect(exits.length === 0, `every worker process lived:\n${exits.join('\n')}`);
   },
-};
+});
