@@ -1,7 +1,8 @@
 /**
  * Database-side faults for chaos scenarios: hold a row lock in an admin transaction so that a worker's statement
  * waits on it (in flight, in the database), and find — or terminate — the worker's backend that waits there.
- * Used by T5 (./scenarios/t05-backend-termination.ts) and the batched-completion scenarios (T16, T18).
+ * Used by T5 (./scenarios/t05-backend-termination.ts), the batched-completion scenarios (T16, T18) and the eager
+ * and fused ones (T22, T24).
  */
 import type { ScenarioContext } from './harness.js';
 
@@ -79,4 +80,32 @@ export async function waitingBackend(
     },
     o.timeoutMs,
   );
+}
+
+/**
+ * Hold a lock (see {@link lockRow}) while `release()` lets a statement the worker holds go, so that it waits on
+ * that lock in the database, and terminate its backend there (found by `applicationName` and the statement's
+ * `pattern`, within 5 s); the lock is released after. Done, the fault `fault` (if given) is counted; not finding
+ * the backend is a failed expectation under `label`.
+ */
+export async function terminateWhileLocked(
+  ctx: ScenarioContext,
+  o: {
+    lock: { table: 'runs' | 'steps' | 'attempts'; id: string };
+    backend: { applicationName: string; pattern: string };
+    release: () => void;
+    label: string;
+    fault?: string;
+  },
+): Promise<void> {
+  const lock = await lockRow(ctx, o.lock.table, o.lock.id);
+  try {
+    o.release();
+    await waitingBackend(ctx, { ...o.backend, terminate: true, timeoutMs: 5_000 });
+    if (o.fault !== undefined) ctx.fault(o.fault);
+  } catch (error) {
+    ctx.expect(false, `${o.label}: ${(error as Error).message}`);
+  } finally {
+    await lock.release();
+  }
 }

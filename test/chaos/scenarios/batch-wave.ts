@@ -6,6 +6,7 @@
 import type { ChildMessageOf } from '../../fixtures/worker-protocol.js';
 import type { WorkerProcess } from '../../support/worker-process.js';
 import type { EnqueuedRun, ScenarioContext } from '../harness.js';
+import { expectAcknowledged, stepGrants } from './completions.js';
 
 /** Rows of each wave's batch: several, below the worker's concurrency so one worker holds them all. */
 export const WAVE_SIZE = 6;
@@ -81,43 +82,24 @@ export function expectWholeWave(ctx: ScenarioContext, wave: Wave, batch: BatchMe
   return tokens;
 }
 
+/**
+ * {@link enqueueWave} on `worker`, held, once its batch is held: expected to carry the whole wave. @returns the
+ * wave, the token of each step in the batch, and `release()`, which lets the held batch go.
+ */
+export async function startHeldWave(
+  ctx: ScenarioContext,
+  label: string,
+  worker: WorkerProcess,
+): Promise<{ wave: Wave; tokens: Map<string, string>; release: () => void }> {
+  const wave = await enqueueWave(ctx, label, worker, true);
+  const held = await waitForBatch(ctx, worker, wave, 'held');
+  return { wave, tokens: expectWholeWave(ctx, wave, held), release: () => releaseBatch(worker, held) };
+}
+
 /** Let the held batch go (the worker's `release-completion` command). */
-export function releaseBatch(worker: WorkerProcess, batch: BatchMessage): void {
+function releaseBatch(worker: WorkerProcess, batch: BatchMessage): void {
   const first = batch.rows[0];
   if (first) worker.command({ token: first.attempt.token, action: 'release-completion', by: 'scenario' });
-}
-
-/** Each of `tokens`' answers in `worker`'s `answered` batches (after message `after`), in order. */
-export function answersOf(
-  worker: WorkerProcess,
-  tokens: Iterable<string>,
-  after = 0,
-): Map<string, ('applied' | 'replayed' | 'rejected')[]> {
-  const answers = new Map<string, ('applied' | 'replayed' | 'rejected')[]>([...tokens].map((t) => [t, []]));
-  for (const m of worker.messages.slice(after)) {
-    if (m.type !== 'chaos:batch' || m.phase !== 'answered') continue;
-    for (const r of m.rows) {
-      if (r.outcome) answers.get(r.attempt.token)?.push(r.outcome);
-    }
-  }
-  return answers;
-}
-
-/**
- * The `attempt:stale-rejected` events of completions (`operation` complete) the engine recorded for `tokens`:
- * token → reason. The checker never reads the engine's events; this is a scenario's own assertion.
- */
-export async function rejectedCompletions(
-  ctx: ScenarioContext,
-  tokens: Iterable<string>,
-): Promise<Map<string, string>> {
-  const rows = await ctx.sql.unsafe<{ token: string; reason: string }[]>(
-    `SELECT fencing_token::text AS token, data->>'reason' AS reason FROM "${ctx.schema}".events
-      WHERE type = 'attempt:stale-rejected' AND data->>'operation' = 'complete'
-        AND fencing_token = ANY($1::bigint[])`,
-    [[...tokens]],
-  );
-  return new Map(rows.map((r) => [r.token, r.reason]));
 }
 
 /** Each wave step's final status, token and worker in the database. */
@@ -133,6 +115,32 @@ export async function finalSteps(
     [wave.runs.map((r) => r.stepId)],
   );
   return new Map(rows.map((r) => [r.id, { status: r.status, token: r.token, workerId: r.worker_id }]));
+}
+
+/**
+ * After a fault that failed the wave's batched completion, so that each completion was retried on its own (T18,
+ * T19): expect each step granted once (nothing re-ran; sampled as `attemptsPerStep <what>`) and each completion
+ * acknowledged to `worker` (`ack`: after which message, within how long). The size of each batch `worker` had
+ * answered since message `from` (the retries) is sampled as `retryBatchRows`.
+ */
+export async function expectRetriedOnce(
+  ctx: ScenarioContext,
+  worker: WorkerProcess,
+  wave: Wave,
+  tokens: ReadonlyMap<string, string>,
+  o: { what: string; from: number; ack: { after?: number; timeoutMs: number } },
+): Promise<void> {
+  for (const m of worker.messages.slice(o.from)) {
+    if (m.type === 'chaos:batch' && m.phase === 'answered') ctx.sample('retryBatchRows', m.rows.length);
+  }
+  for (const [stepId, token] of tokens) {
+    const grants = await stepGrants(ctx, stepId, o.what);
+    ctx.expect(
+      grants.length === 1,
+      `${wave.key}: step ${stepId} ${grants.length} grants, want 1 (nothing re-run)`,
+    );
+    await expectAcknowledged(ctx, worker, wave.key, token, o.ack);
+  }
 }
 
 /** Wait for every run of the wave to end; expect each completed. */

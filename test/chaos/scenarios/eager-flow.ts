@@ -1,15 +1,17 @@
 /**
- * Shared by the eager-grant scenarios (T20–T23): a `chaos-flow` run of {@link FLOW_STEPS} short sequential steps
+ * Shared by the eager-grant scenarios (T20–T24): a `chaos-flow` run of {@link FLOW_STEPS} short sequential steps
  * on one worker. Once its first turn is claimed, every step is granted by the commit of the turn that schedules
  * it (eager dispatch) and every later turn by the completion statement of the step before (an eager turn), so a
  * fault placed at one of those grants (the flow's `hold` option, ../chaos-activity.ts) meets an eager grant.
  */
 import type { ChildMessageOf } from '../../fixtures/worker-protocol.js';
 import type { WorkerProcess } from '../../support/worker-process.js';
-import { lockRow, waitingBackend } from '../backend-faults.js';
-import { readGrants, type Grant } from '../checker.js';
-import { answersOf, rejectedCompletions, type BatchMessage } from './batch-wave.js';
+import { terminateWhileLocked } from '../backend-faults.js';
+import type { Grant } from '../checker.js';
 import type { ScenarioContext } from '../harness.js';
+import { dropReply } from '../proxy-faults.js';
+import type { TcpProxy } from '../../support/tcp-proxy.js';
+import { expectAnsweredOnce, expectNoneStale, rejectedCompletions, stepGrants } from './completions.js';
 
 /** Steps of each flow: step 0 follows the claimed first turn, steps 1… are held at eager turns. */
 export const FLOW_STEPS = 3;
@@ -52,19 +54,57 @@ export function waitForHold(
   });
 }
 
+/** Start a flow held at `point` around step `step` (see `chaos-flow`'s `hold`), and the hold `worker` reports. */
+export async function startHeldTurn(
+  ctx: ScenarioContext,
+  worker: WorkerProcess,
+  name: string,
+  point: HoldMessage['point'],
+  step: number,
+): Promise<{ flow: EagerFlow; held: HoldMessage }> {
+  const flow = await startEagerFlow(ctx, name, { point, step });
+  return { flow, held: await waitForHold(ctx, worker, flow, point) };
+}
+
+/** The attempt whose completion a worker holds before sending it ('' where the held batch has no row). */
+export interface HeldCompletion {
+  readonly token: string;
+  readonly stepId: string;
+}
+
 /**
  * The completion `worker` holds before sending it, for a flow started with hold point `completion` (the
  * `chaos:batch` message of phase `held` with a row of `flow`): its first row is the held step's attempt.
  */
-export function waitForHeldCompletion(
+export async function waitForHeldCompletion(
   ctx: ScenarioContext,
   worker: WorkerProcess,
   flow: EagerFlow,
-): Promise<BatchMessage> {
-  return worker.waitFor(
+): Promise<HeldCompletion> {
+  const held = await worker.waitFor(
     'chaos:batch',
     (m) => m.phase === 'held' && m.rows.some((r) => r.attempt.runId === flow.runId),
     { timeoutMs: 10 * ctx.timings.leaseMs + 20_000 },
+  );
+  return { token: held.rows[0]?.attempt.token ?? '', stepId: held.rows[0]?.attempt.stepId ?? '' };
+}
+
+/** Start a flow whose step `step`'s completion `worker` holds, and that held completion. */
+export async function startHeldCompletion(
+  ctx: ScenarioContext,
+  worker: WorkerProcess,
+  name: string,
+  step: number,
+): Promise<{ flow: EagerFlow; held: HeldCompletion }> {
+  const flow = await startEagerFlow(ctx, name, { point: 'completion', step });
+  return { flow, held: await waitForHeldCompletion(ctx, worker, flow) };
+}
+
+/** Expect the held turn to be an eager one (claimed for the worker by the completion before it). */
+export function expectHeldEager(ctx: ScenarioContext, flow: EagerFlow, held: HoldMessage): void {
+  ctx.expect(
+    held.grant === 'eager',
+    `${flow.runId}: the held turn ${held.turnAttempt} was ${held.grant}, want eager`,
   );
 }
 
@@ -132,11 +172,10 @@ export async function expectFlowCompleted(
   const history = ctx.history();
   const grants: Grant[][] = [];
   for (const [i, step] of steps.entries()) {
-    const g = (await readGrants(ctx.sql, ctx.schema, step.id)).filter((x) => !x.revoke);
+    const g = await stepGrants(ctx, step.id, what);
     grants.push(g);
     const starts = history.filter((m) => m.type === 'fixture:started' && m.attempt.stepId === step.id);
     const want = expect.get(i) ?? { grants: 1, starts: 1 };
-    ctx.sample(`attemptsPerStep ${what}`, g.length);
     ctx.expect(
       step.status === 'completed' && g.length === want.grants && starts.length === want.starts,
       `${runId} (${what}): step ${i} ${step.status}, ${g.length} grants, started ${starts.length}×, ` +
@@ -144,6 +183,62 @@ export async function expectFlowCompleted(
     );
   }
   return { steps, grants };
+}
+
+/**
+ * Spawn worker B (`b<i>`) once A holds step `k` under `token` (killed or frozen): B claims the step when its lease
+ * expired and finishes the run. Expect the flow completed with step `k` granted and started twice (A's attempt
+ * and B's) and ended under B's token (and, given `stepId`, that step). @returns B and the flow's steps.
+ */
+export async function finishWithB(
+  ctx: ScenarioContext,
+  i: number,
+  flow: EagerFlow,
+  what: string,
+  k: number,
+  held: { token: string; stepId?: string },
+): Promise<{ b: WorkerProcess; steps: FlowStep[] }> {
+  const b = await ctx.spawnWorker({ workerId: `b${i}` });
+  const { steps } = await expectFlowCompleted(
+    ctx,
+    flow.runId,
+    what,
+    new Map([[k, { grants: 2, starts: 2 }]]),
+  );
+  ctx.expect(
+    (held.stepId === undefined || steps[k]?.id === held.stepId) &&
+      steps[k]?.token !== held.token &&
+      steps[k]?.workerId === b.workerId,
+    `${flow.runId}: step ${k} ended under ${steps[k]?.token} by ${steps[k]?.workerId}, want B's token`,
+  );
+  return { b, steps };
+}
+
+/**
+ * Drop the server's reply to the statement carrying step `k`'s tag (its input or output: the turn commit that
+ * schedules it, its completion), once `send()` (if given) sent it; see ../proxy-faults.ts `dropReply`. @returns
+ * the connection whose reply is dropped; undefined, once the flow ended without the fault, if the statement never
+ * crossed the proxy (`missed` is a failed expectation).
+ */
+export async function dropFlowReply(
+  ctx: ScenarioContext,
+  proxy: TcpProxy,
+  flow: EagerFlow,
+  k: number,
+  o: { send?: () => void; missed: string },
+): Promise<number | undefined> {
+  const connection = await dropReply(ctx, proxy, {
+    ...o,
+    marker: JSON.stringify(flow.tags[k]),
+    timeoutMs: 10 * ctx.timings.leaseMs + 20_000,
+  });
+  if (connection === undefined) await expectFlowCompleted(ctx, flow.runId, 'no fault');
+  return connection;
+}
+
+/** How often any worker of the scenario started an attempt under `token`. */
+export function startsUnder(ctx: ScenarioContext, token: string | undefined): number {
+  return ctx.history().filter((m) => m.type === 'fixture:started' && m.attempt.token === token).length;
 }
 
 /**
@@ -220,15 +315,12 @@ export async function terminateReleasedCompletion(
   token: string,
   backend: { applicationName: string; pattern: string },
 ): Promise<void> {
-  const lock = await lockRow(ctx, 'runs', runId);
-  try {
-    a.command({ token, action: 'release-completion', by: 'scenario' });
-    await waitingBackend(ctx, { ...backend, terminate: true, timeoutMs: 5_000 });
-  } catch (error) {
-    ctx.expect(false, `${runId}: ${(error as Error).message}`);
-  } finally {
-    await lock.release();
-  }
+  await terminateWhileLocked(ctx, {
+    lock: { table: 'runs', id: runId },
+    backend,
+    release: () => a.command({ token, action: 'release-completion', by: 'scenario' }),
+    label: runId,
+  });
 }
 
 /** Expect `a`'s completion under `token` answered `applied` exactly once since `from`, never recorded as stale. */
@@ -239,12 +331,10 @@ export async function expectAppliedOnce(
   token: string,
   from: number,
 ): Promise<void> {
-  const got = answersOf(a, [token], from).get(token) ?? [];
-  ctx.expect(
-    got.length === 1 && got[0] === 'applied',
-    `${runId}: the completion under ${token} was answered ${got.join(', ') || 'never'} after the ` +
-      `termination, want applied once (the terminated statement committed nothing)`,
-  );
-  const rejected = await rejectedCompletions(ctx, [token]);
-  ctx.expect(!rejected.has(token), `${runId}: the completion under ${token} was recorded as stale`);
+  expectAnsweredOnce(ctx, a, runId, [token], 'applied', {
+    after: from,
+    since: ' after the termination',
+    because: ' (the terminated statement committed nothing)',
+  });
+  await expectNoneStale(ctx, runId, [token]);
 }

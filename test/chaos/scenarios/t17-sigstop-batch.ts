@@ -12,100 +12,87 @@
  * Pass: the checker's zeros, every run completed, the held batch held all six rows, and each row's answer in the
  * statement (reported by the engine's `completion:after-commit` fault point) as above.
  */
-import { readGrants } from '../checker.js';
-import type { Scenario } from '../harness.js';
+import { defineScenario } from '../define-scenario.js';
 import {
   WAVE_CONCURRENCY,
-  answersOf,
-  enqueueWave,
   expectWaveCompleted,
-  expectWholeWave,
   finalSteps,
-  rejectedCompletions,
-  releaseBatch,
+  startHeldWave,
   waitForBatch,
 } from './batch-wave.js';
+import { answersOf, rejectedCompletions, stepGrants } from './completions.js';
 
-const VARIANTS = ['past-lease', 'superseded-row'] as const;
-
-export const sigstopBatch: Scenario = {
-  name: 'T17 SIGSTOP mid-batch',
+export const sigstopBatch = defineScenario('T17 SIGSTOP mid-batch', {
   description:
     'freeze a worker whose batched completion (6 rows) is in flight, past its leases / while a row is revoked; stale rows refused alone',
-  iterations: { full: 6, ci: 2 },
-  async run(ctx, iterations) {
-    const a = await ctx.spawnWorker({ workerId: 'a', concurrency: WAVE_CONCURRENCY });
-    for (let i = 0; i < iterations; i++) {
-      const variant = VARIANTS[i % VARIANTS.length] ?? 'past-lease';
-      const wave = await enqueueWave(ctx, `t17-${i}`, a, true);
-      const held = await waitForBatch(ctx, a, wave, 'held');
-      const tokens = expectWholeWave(ctx, wave, held);
-      const heldTokens = new Set(tokens.values());
-      a.kill('SIGSTOP');
-      ctx.fault(`sigstop ${variant}`);
+  iterations: { full: 6, ci: 2, variants: ['past-lease', 'superseded-row'] as const },
+  setup: (ctx) => ctx.spawnWorker({ workerId: 'a', concurrency: WAVE_CONCURRENCY }),
+  async iteration(ctx, { i, variant }, a) {
+    const { wave, tokens, release } = await startHeldWave(ctx, `t17-${i}`, a);
+    const heldTokens = new Set(tokens.values());
+    a.kill('SIGSTOP');
+    ctx.fault(`sigstop ${variant}`);
 
-      let refused: Set<string>;
-      if (variant === 'past-lease') {
-        const b = await ctx.spawnWorker({ workerId: `b${i}`, concurrency: WAVE_CONCURRENCY });
-        await expectWaveCompleted(ctx, wave, variant);
-        refused = heldTokens;
-        const final = await finalSteps(ctx, wave);
-        for (const [stepId, token] of tokens) {
-          const step = final.get(stepId);
-          ctx.expect(
-            step?.status === 'completed' && step.token !== token && step.workerId === b.workerId,
-            `${wave.key} (${variant}): step ${stepId} ${step?.status} under ${step?.token} by ${step?.workerId}, ` +
-              `want completed by ${b.workerId} while A was frozen`,
-          );
-        }
-        a.kill('SIGCONT');
-        await b.stop();
-      } else {
-        const k = ctx.rng.int(1, 2);
-        const revoked = [...wave.runs].sort(() => ctx.rng.next() - 0.5).slice(0, k);
-        for (const run of revoked) await ctx.revoke(run.stepId);
-        refused = new Set(revoked.map((r) => tokens.get(r.stepId) ?? ''));
-        a.kill('SIGCONT');
-      }
-      const from = a.mark();
-      releaseBatch(a, held);
-      const answered = await waitForBatch(ctx, a, wave, 'answered', { after: from, tokens: heldTokens });
-      ctx.sample('batchRows answered', answered.rows.length);
+    let refused: Set<string>;
+    if (variant === 'past-lease') {
+      const b = await ctx.spawnWorker({ workerId: `b${i}`, concurrency: WAVE_CONCURRENCY });
       await expectWaveCompleted(ctx, wave, variant);
-
-      const answers = answersOf(a, heldTokens);
-      const rejected = await rejectedCompletions(ctx, heldTokens);
+      refused = heldTokens;
       const final = await finalSteps(ctx, wave);
-      let applied = 0;
       for (const [stepId, token] of tokens) {
-        const want = refused.has(token) ? 'rejected' : 'applied';
-        const got = answers.get(token) ?? [];
-        if (got[0] === 'applied') applied++;
-        ctx.expect(
-          got.length === 1 && got[0] === want,
-          `${wave.key} (${variant}): the row of ${token} was answered ${got.join(', ') || 'never'}, want ${want}`,
-        );
-        ctx.expect(
-          rejected.has(token) === refused.has(token),
-          `${wave.key} (${variant}): the completion under ${token} ${rejected.has(token) ? 'was' : 'was not'} ` +
-            `recorded as stale-rejected (${rejected.get(token) ?? '-'})`,
-        );
         const step = final.get(stepId);
-        const grants = (await readGrants(ctx.sql, ctx.schema, stepId)).filter((g) => !g.revoke);
-        ctx.sample(`attemptsPerStep ${variant}`, grants.length);
         ctx.expect(
-          refused.has(token) ? step?.token !== token : step?.token === token && grants.length === 1,
-          `${wave.key} (${variant}): step ${stepId} ended under ${step?.token} after ${grants.length} grants ` +
-            `(A's token ${token}, ${refused.has(token) ? 'refused' : 'applied'})`,
+          step?.status === 'completed' && step.token !== token && step.workerId === b.workerId,
+          `${wave.key} (${variant}): step ${stepId} ${step?.status} under ${step?.token} by ${step?.workerId}, ` +
+            `want completed by ${b.workerId} while A was frozen`,
         );
       }
-      if (variant === 'superseded-row') {
-        ctx.expect(
-          applied > 0 && applied < tokens.size,
-          `${wave.key}: ${applied} rows applied, want a mixed batch`,
-        );
-      }
-      ctx.fault(`${variant}: ${tokens.size - applied} of ${tokens.size} rows refused in one statement`);
+      a.kill('SIGCONT');
+      await b.stop();
+    } else {
+      const k = ctx.rng.int(1, 2);
+      const revoked = [...wave.runs].sort(() => ctx.rng.next() - 0.5).slice(0, k);
+      for (const run of revoked) await ctx.revoke(run.stepId);
+      refused = new Set(revoked.map((r) => tokens.get(r.stepId) ?? ''));
+      a.kill('SIGCONT');
     }
+    const from = a.mark();
+    release();
+    const answered = await waitForBatch(ctx, a, wave, 'answered', { after: from, tokens: heldTokens });
+    ctx.sample('batchRows answered', answered.rows.length);
+    await expectWaveCompleted(ctx, wave, variant);
+
+    const answers = answersOf(a, heldTokens);
+    const rejected = await rejectedCompletions(ctx, heldTokens);
+    const final = await finalSteps(ctx, wave);
+    let applied = 0;
+    for (const [stepId, token] of tokens) {
+      const want = refused.has(token) ? 'rejected' : 'applied';
+      const got = answers.get(token) ?? [];
+      if (got[0] === 'applied') applied++;
+      ctx.expect(
+        got.length === 1 && got[0] === want,
+        `${wave.key} (${variant}): the row of ${token} was answered ${got.join(', ') || 'never'}, want ${want}`,
+      );
+      ctx.expect(
+        rejected.has(token) === refused.has(token),
+        `${wave.key} (${variant}): the completion under ${token} ${rejected.has(token) ? 'was' : 'was not'} ` +
+          `recorded as stale-rejected (${rejected.get(token) ?? '-'})`,
+      );
+      const step = final.get(stepId);
+      const grants = await stepGrants(ctx, stepId, variant);
+      ctx.expect(
+        refused.has(token) ? step?.token !== token : step?.token === token && grants.length === 1,
+        `${wave.key} (${variant}): step ${stepId} ended under ${step?.token} after ${grants.length} grants ` +
+          `(A's token ${token}, ${refused.has(token) ? 'refused' : 'applied'})`,
+      );
+    }
+    if (variant === 'superseded-row') {
+      ctx.expect(
+        applied > 0 && applied < tokens.size,
+        `${wave.key}: ${applied} rows applied, want a mixed batch`,
+      );
+    }
+    ctx.fault(`${variant}: ${tokens.size - applied} of ${tokens.size} rows refused in one statement`);
   },
-};
+});

@@ -11,90 +11,48 @@
  * rows, one grant per step, each row answered only `replayed` (the dropped statement's answer never reached A),
  * each completion acknowledged by A, and none recorded as stale.
  */
-import { readGrants } from '../checker.js';
-import type { Scenario } from '../harness.js';
-import {
-  WAVE_CONCURRENCY,
-  answersOf,
-  enqueueWave,
-  expectWaveCompleted,
-  expectWholeWave,
-  rejectedCompletions,
-  releaseBatch,
-  waitForBatch,
-} from './batch-wave.js';
+import { defineScenario } from '../define-scenario.js';
+import { cutConnection, dropReply, spawnBehindProxy } from '../proxy-faults.js';
+import { WAVE_CONCURRENCY, expectRetriedOnce, expectWaveCompleted, startHeldWave } from './batch-wave.js';
+import { expectAnsweredOnce, expectNoneStale } from './completions.js';
 
-export const lostBatchReply: Scenario = {
-  name: 'T19 lost reply mid-batch',
+export const lostBatchReply = defineScenario('T19 lost reply mid-batch', {
   description:
     'drop the server’s reply to a committed batched completion (6 rows), then reset; each retry comes back replayed',
   iterations: { full: 6, ci: 2 },
-  async run(ctx, iterations) {
-    const proxy = await ctx.proxy();
-    const a = await ctx.spawnWorker({
-      databaseUrl: proxy.url(ctx.databaseUrl),
-      workerId: 'a',
-      concurrency: WAVE_CONCURRENCY,
-    });
-    for (let i = 0; i < iterations; i++) {
-      const wave = await enqueueWave(ctx, `t19-${i}`, a, true);
-      const held = await waitForBatch(ctx, a, wave, 'held');
-      const tokens = expectWholeWave(ctx, wave, held);
+  setup: (ctx) => spawnBehindProxy(ctx, { workerId: 'a', concurrency: WAVE_CONCURRENCY }),
+  async iteration(ctx, { i }, { proxy, worker: a }) {
+    const { wave, tokens, release } = await startHeldWave(ctx, `t19-${i}`, a);
+    const from = a.mark();
+    const connection = await dropReply(ctx, proxy, {
       // The tag as the jsonb parameter spells it, quotes included, so no other tag contains it.
-      const rule = proxy.dropReplyAfter(JSON.stringify(ctx.rng.pick(wave.tags)));
-      const from = a.mark();
-      releaseBatch(a, held);
-      const connection = await Promise.race([
-        rule.tripped,
-        new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 10_000).unref()),
-      ]);
-      if (connection === undefined) {
-        proxy.restore();
-        ctx.expect(false, `${wave.key}: the batch's statement never crossed the proxy within 10 s`);
-        await expectWaveCompleted(ctx, wave, 'no fault');
-        continue;
-      }
-      ctx.fault('reply dropped: batched completion');
-      // The server commits what it received (bounded polling); then the connection dies.
-      const committed = await ctx
-        .poll('the batch with the dropped reply committed', async () => {
-          const [row] = await ctx.sql.unsafe<{ n: number }[]>(
-            `SELECT count(*)::int AS n FROM "${ctx.schema}".steps WHERE id = ANY($1::uuid[]) AND status = 'completed'`,
-            [[...tokens.keys()]],
-          );
-          return row?.n === tokens.size ? true : undefined;
-        })
-        .catch(() => false);
-      ctx.expect(committed, `${wave.key}: the statement whose reply was dropped did not commit every row`);
-      proxy.restore();
-      proxy.resetConnection(connection);
-      await expectWaveCompleted(ctx, wave, 'reply lost');
-
-      const rejected = await rejectedCompletions(ctx, tokens.values());
-      for (const [stepId, token] of tokens) {
-        const acked = await a
-          .waitFor('attempt:completed', (m) => m.attempt.token === token, { after: from, timeoutMs: 15_000 })
-          .then(() => true)
-          .catch(() => false);
-        ctx.expect(acked, `${wave.key}: A never saw its completion under ${token} acknowledged`);
-        const grants = (await readGrants(ctx.sql, ctx.schema, stepId)).filter((g) => !g.revoke);
-        ctx.sample('attemptsPerStep reply lost', grants.length);
-        ctx.expect(
-          grants.length === 1,
-          `${wave.key}: step ${stepId} ${grants.length} grants, want 1 (nothing re-run)`,
-        );
-        ctx.expect(!rejected.has(token), `${wave.key}: the completion under ${token} was recorded as stale`);
-      }
-      const answers = answersOf(a, tokens.values(), from);
-      for (const [token, got] of answers) {
-        ctx.expect(
-          got.length === 1 && got[0] === 'replayed',
-          `${wave.key}: the completion under ${token} was answered ${got.join(', ') || 'never'}, want replayed once`,
-        );
-      }
-      for (const m of a.messages.slice(from)) {
-        if (m.type === 'chaos:batch' && m.phase === 'answered') ctx.sample('retryBatchRows', m.rows.length);
-      }
+      marker: JSON.stringify(ctx.rng.pick(wave.tags)),
+      send: release,
+      timeoutMs: 10_000,
+      missed: `${wave.key}: the batch's statement never crossed the proxy within 10 s`,
+    });
+    if (connection === undefined) {
+      await expectWaveCompleted(ctx, wave, 'no fault');
+      return;
     }
+    ctx.fault('reply dropped: batched completion');
+    // The server commits what it received (bounded polling); then the connection dies.
+    const committed = await ctx
+      .poll('the batch with the dropped reply committed', async () => {
+        const [row] = await ctx.sql.unsafe<{ n: number }[]>(
+          `SELECT count(*)::int AS n FROM "${ctx.schema}".steps WHERE id = ANY($1::uuid[]) AND status = 'completed'`,
+          [[...tokens.keys()]],
+        );
+        return row?.n === tokens.size ? true : undefined;
+      })
+      .catch(() => false);
+    ctx.expect(committed, `${wave.key}: the statement whose reply was dropped did not commit every row`);
+    cutConnection(proxy, connection);
+    await expectWaveCompleted(ctx, wave, 'reply lost');
+
+    await expectNoneStale(ctx, wave.key, tokens.values());
+    const ack = { after: from, timeoutMs: 15_000 };
+    await expectRetriedOnce(ctx, a, wave, tokens, { what: 'reply lost', from, ack });
+    expectAnsweredOnce(ctx, a, wave.key, tokens.values(), 'replayed', { after: from });
   },
-};
+});

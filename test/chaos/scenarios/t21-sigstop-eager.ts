@@ -15,95 +15,76 @@
  * grants, two starts, completed under B's token), the held grant was eager, and A's late write was refused and
  * recorded as above.
  */
-import type { Scenario } from '../harness.js';
+import { defineScenario } from '../define-scenario.js';
 import {
   FLOW_STEPS,
   expectFlowCompleted,
+  expectHeldEager,
   expectLateCompletionRefused,
+  finishWithB,
   rejectedTurnCommits,
   releaseHold,
-  startEagerFlow,
+  startHeldCompletion,
+  startHeldTurn,
   turnAttempts,
-  waitForHeldCompletion,
-  waitForHold,
 } from './eager-flow.js';
 
-const VARIANTS = ['turn-commit', 'step-completion'] as const;
-
-export const sigstopEager: Scenario = {
-  name: 'T21 SIGSTOP in an eager grant',
+export const sigstopEager = defineScenario('T21 SIGSTOP in an eager grant', {
   description:
     'freeze a worker holding an eager turn before its commit / an eagerly dispatched step before its completion, past the lease; the late write is refused',
-  iterations: { full: 6, ci: 2 },
-  async run(ctx, iterations) {
+  iterations: { full: 6, ci: 2, variants: ['turn-commit', 'step-completion'] as const },
+  setup: (ctx) => ctx.spawnWorker({ workerId: 'a' }),
+  async iteration(ctx, { i, variant }, a) {
     const L = ctx.timings.leaseMs;
-    const a = await ctx.spawnWorker({ workerId: 'a' });
-    for (let i = 0; i < iterations; i++) {
-      const variant = VARIANTS[i % VARIANTS.length] ?? 'turn-commit';
-      const k = ctx.rng.int(1, FLOW_STEPS - 1);
-      if (variant === 'turn-commit') {
-        const flow = await startEagerFlow(ctx, `t21-${i}`, { point: 'turn:before-commit', step: k });
-        const held = await waitForHold(ctx, a, flow, 'turn:before-commit');
-        a.kill('SIGSTOP');
-        ctx.fault(`sigstop ${variant}`);
-        const b = await ctx.spawnWorker({ workerId: `b${i}` });
-        await expectFlowCompleted(ctx, flow.runId, variant);
-        a.kill('SIGCONT');
-        releaseHold(a, held);
-        const reasons = await ctx
-          .poll(
-            'the late turn commit recorded as stale',
-            async () => {
-              const r = await rejectedTurnCommits(ctx, held.token);
-              return r.length > 0 ? r : undefined;
-            },
-            10 * L + 20_000,
-          )
-          .catch(() => []);
-        ctx.expect(
-          held.grant === 'eager',
-          `${flow.runId}: the held turn ${held.turnAttempt} was ${held.grant}, want eager`,
-        );
-        ctx.expect(
-          reasons.length === 1,
-          `${flow.runId}: A's late commit of turn ${held.token} recorded ${reasons.length}× as stale (${reasons.join(', ')}), want once`,
-        );
-        const turn = (await turnAttempts(ctx, flow.runId)).find((t) => t.token === held.token);
-        ctx.expect(
-          turn?.workerId === a.workerId && turn.outcome !== null && turn.outcome !== 'completed',
-          `${flow.runId}: A's turn ${held.token} ended ${turn?.outcome ?? 'missing'}, want lease_expired or rejected_stale`,
-        );
-        ctx.fault(`turn-commit refused: ${reasons.join(', ')}`);
-        await b.stop();
-      } else {
-        const flow = await startEagerFlow(ctx, `t21-${i}`, { point: 'completion', step: k });
-        const held = await waitForHeldCompletion(ctx, a, flow);
-        const token = held.rows[0]?.attempt.token ?? '';
-        const stepId = held.rows[0]?.attempt.stepId ?? '';
-        a.kill('SIGSTOP');
-        ctx.fault(`sigstop ${variant}`);
-        const claimed = a.all('attempt:claimed', (m) => m.attempt.token === token)[0];
-        ctx.expect(
-          claimed?.grant === 'eager',
-          `${flow.runId}: A's attempt ${token} of step ${k} was ${claimed?.grant ?? 'never claimed'}, want eager`,
-        );
-        const b = await ctx.spawnWorker({ workerId: `b${i}` });
-        const { steps } = await expectFlowCompleted(
-          ctx,
-          flow.runId,
-          variant,
-          new Map([[k, { grants: 2, starts: 2 }]]),
-        );
-        ctx.expect(
-          steps[k]?.id === stepId && steps[k]?.token !== token && steps[k]?.workerId === b.workerId,
-          `${flow.runId}: step ${k} ended under ${steps[k]?.token} by ${steps[k]?.workerId}, want B's token`,
-        );
-        a.kill('SIGCONT');
-        const reason = await expectLateCompletionRefused(ctx, a, flow.runId, token);
-        ctx.fault(`step-completion refused: ${reason ?? '-'}`);
-        await b.stop();
-      }
+    const k = ctx.rng.int(1, FLOW_STEPS - 1);
+    if (variant === 'turn-commit') {
+      const { flow, held } = await startHeldTurn(ctx, a, `t21-${i}`, 'turn:before-commit', k);
+      a.kill('SIGSTOP');
+      ctx.fault(`sigstop ${variant}`);
+      const b = await ctx.spawnWorker({ workerId: `b${i}` });
+      await expectFlowCompleted(ctx, flow.runId, variant);
+      a.kill('SIGCONT');
+      releaseHold(a, held);
+      const reasons = await ctx
+        .poll(
+          'the late turn commit recorded as stale',
+          async () => {
+            const r = await rejectedTurnCommits(ctx, held.token);
+            return r.length > 0 ? r : undefined;
+          },
+          10 * L + 20_000,
+        )
+        .catch(() => []);
+      expectHeldEager(ctx, flow, held);
+      ctx.expect(
+        reasons.length === 1,
+        `${flow.runId}: A's late commit of turn ${held.token} recorded ${reasons.length}× as stale (${reasons.join(', ')}), want once`,
+      );
+      const turn = (await turnAttempts(ctx, flow.runId)).find((t) => t.token === held.token);
+      ctx.expect(
+        turn?.workerId === a.workerId && turn.outcome !== null && turn.outcome !== 'completed',
+        `${flow.runId}: A's turn ${held.token} ended ${turn?.outcome ?? 'missing'}, want lease_expired or rejected_stale`,
+      );
+      ctx.fault(`turn-commit refused: ${reasons.join(', ')}`);
+      await b.stop();
+    } else {
+      const { flow, held } = await startHeldCompletion(ctx, a, `t21-${i}`, k);
+      const { token } = held;
+      a.kill('SIGSTOP');
+      ctx.fault(`sigstop ${variant}`);
+      const claimed = a.all('attempt:claimed', (m) => m.attempt.token === token)[0];
+      ctx.expect(
+        claimed?.grant === 'eager',
+        `${flow.runId}: A's attempt ${token} of step ${k} was ${claimed?.grant ?? 'never claimed'}, want eager`,
+      );
+      const { b } = await finishWithB(ctx, i, flow, variant, k, held);
+      a.kill('SIGCONT');
+      const reason = await expectLateCompletionRefused(ctx, a, flow.runId, token);
+      ctx.fault(`step-completion refused: ${reason ?? '-'}`);
+      await b.stop();
     }
+  },
+  finish(ctx, a) {
     ctx.expect(a.all('process:fatal').length === 0, 'worker A crashed');
   },
-};
+});

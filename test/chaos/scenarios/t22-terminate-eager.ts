@@ -16,19 +16,18 @@
  * the terminated turn ended `lease_expired` and step k was granted eagerly after it / the completion was answered
  * `applied` exactly once after the termination, never recorded as stale, and A's next turn of the run was eager.
  */
-import { COMPLETION_STATEMENT, lockRow, waitingBackend, withApplicationName } from '../backend-faults.js';
-import type { Scenario } from '../harness.js';
+import { COMPLETION_STATEMENT, terminateWhileLocked, withApplicationName } from '../backend-faults.js';
+import { defineScenario } from '../define-scenario.js';
 import {
   FLOW_STEPS,
   expectAppliedOnce,
   expectFlowCompleted,
   flowStep,
   releaseHold,
-  startEagerFlow,
+  startHeldCompletion,
+  startHeldTurn,
   terminateReleasedCompletion,
   turnAttempts,
-  waitForHeldCompletion,
-  waitForHold,
 } from './eager-flow.js';
 
 const VARIANTS = ['turn-commit-dispatching', 'completion-claiming-turn'] as const;
@@ -39,73 +38,60 @@ const APPLICATION_NAME = 'chaos-t22-a';
  */
 const TURN_STEPS_STATEMENT = '%r.turn_nonce, r.turn_lease_expires_at%';
 
-export const terminateEager: Scenario = {
-  name: 'T22 backend termination in an eager grant',
+export const terminateEager = defineScenario('T22 backend termination in an eager grant', {
   description:
     'pg_terminate_backend on a turn commit that eagerly dispatches / a completion that eagerly claims a turn; nothing granted is lost',
-  iterations: { full: 6, ci: 2 },
-  async run(ctx, iterations) {
-    const a = await ctx.spawnWorker({
+  iterations: { full: 6, ci: 2, variants: VARIANTS },
+  setup: (ctx) =>
+    ctx.spawnWorker({
       databaseUrl: withApplicationName(ctx.databaseUrl, APPLICATION_NAME),
       workerId: 'a',
-    });
-    for (let i = 0; i < iterations; i++) {
-      const variant = VARIANTS[i % VARIANTS.length] ?? 'turn-commit-dispatching';
-      const k = ctx.rng.int(1, FLOW_STEPS - 1);
-      if (variant === 'turn-commit-dispatching') {
-        const flow = await startEagerFlow(ctx, `t22-${i}`, { point: 'turn:before-commit', step: k });
-        const held = await waitForHold(ctx, a, flow, 'turn:before-commit');
-        const first = await flowStep(ctx, flow.runId, 0);
-        const lock = await lockRow(ctx, 'attempts', first.id);
-        try {
-          releaseHold(a, held);
-          await waitingBackend(ctx, {
-            applicationName: APPLICATION_NAME,
-            pattern: TURN_STEPS_STATEMENT,
-            terminate: true,
-            timeoutMs: 5_000,
-          });
-          ctx.fault('terminated: turn commit dispatching');
-        } catch (error) {
-          ctx.expect(false, `${flow.runId}: ${(error as Error).message}`);
-        } finally {
-          await lock.release();
-        }
-        const { steps } = await expectFlowCompleted(ctx, flow.runId, variant);
-        const turns = await turnAttempts(ctx, flow.runId);
-        const terminated = turns.find((t) => t.token === held.token);
-        ctx.expect(
-          held.grant === 'eager' && terminated?.outcome === 'lease_expired',
-          `${flow.runId}: the terminated (${held.grant}) turn ${held.token} ended ${terminated?.outcome ?? 'missing'}, want lease_expired`,
-        );
-        const step = steps[k];
-        const claim = a.all('attempt:claimed', (m) => m.attempt.stepId === step?.id);
-        ctx.expect(
-          claim.length === 1 && claim[0]?.grant === 'eager' && claim[0].attempt.token === step?.token,
-          `${flow.runId}: step ${k} claimed ${claim.map((c) => c.grant).join(', ') || 'never'} by A, ` +
-            `want one eager grant by the turn's next commit`,
-        );
-      } else {
-        const flow = await startEagerFlow(ctx, `t22-${i}`, { point: 'completion', step: k });
-        const held = await waitForHeldCompletion(ctx, a, flow);
-        const token = held.rows[0]?.attempt.token ?? '';
-        const from = a.mark();
-        await terminateReleasedCompletion(ctx, a, flow.runId, token, {
-          applicationName: APPLICATION_NAME,
-          pattern: COMPLETION_STATEMENT,
-        });
-        ctx.fault('terminated: completion claiming a turn');
-        await expectFlowCompleted(ctx, flow.runId, variant);
-        await expectAppliedOnce(ctx, a, flow.runId, token, from);
-        const next = a.messages
-          .slice(from)
-          .find((m) => m.type === 'turn:committed' && m.runId === flow.runId);
-        ctx.expect(
-          next?.type === 'turn:committed' && next.grant === 'eager',
-          `${flow.runId}: A's turn after the retried completion was ${next?.type === 'turn:committed' ? next.grant : 'never committed'}, want eager`,
-        );
-      }
+    }),
+  async iteration(ctx, { i, variant }, a) {
+    const k = ctx.rng.int(1, FLOW_STEPS - 1);
+    if (variant === 'turn-commit-dispatching') {
+      const { flow, held } = await startHeldTurn(ctx, a, `t22-${i}`, 'turn:before-commit', k);
+      const first = await flowStep(ctx, flow.runId, 0);
+      await terminateWhileLocked(ctx, {
+        lock: { table: 'attempts', id: first.id },
+        backend: { applicationName: APPLICATION_NAME, pattern: TURN_STEPS_STATEMENT },
+        release: () => releaseHold(a, held),
+        label: flow.runId,
+        fault: 'terminated: turn commit dispatching',
+      });
+      const { steps } = await expectFlowCompleted(ctx, flow.runId, variant);
+      const turns = await turnAttempts(ctx, flow.runId);
+      const terminated = turns.find((t) => t.token === held.token);
+      ctx.expect(
+        held.grant === 'eager' && terminated?.outcome === 'lease_expired',
+        `${flow.runId}: the terminated (${held.grant}) turn ${held.token} ended ${terminated?.outcome ?? 'missing'}, want lease_expired`,
+      );
+      const step = steps[k];
+      const claim = a.all('attempt:claimed', (m) => m.attempt.stepId === step?.id);
+      ctx.expect(
+        claim.length === 1 && claim[0]?.grant === 'eager' && claim[0].attempt.token === step?.token,
+        `${flow.runId}: step ${k} claimed ${claim.map((c) => c.grant).join(', ') || 'never'} by A, ` +
+          `want one eager grant by the turn's next commit`,
+      );
+    } else {
+      const { flow, held } = await startHeldCompletion(ctx, a, `t22-${i}`, k);
+      const { token } = held;
+      const from = a.mark();
+      await terminateReleasedCompletion(ctx, a, flow.runId, token, {
+        applicationName: APPLICATION_NAME,
+        pattern: COMPLETION_STATEMENT,
+      });
+      ctx.fault('terminated: completion claiming a turn');
+      await expectFlowCompleted(ctx, flow.runId, variant);
+      await expectAppliedOnce(ctx, a, flow.runId, token, from);
+      const next = a.messages.slice(from).find((m) => m.type === 'turn:committed' && m.runId === flow.runId);
+      ctx.expect(
+        next?.type === 'turn:committed' && next.grant === 'eager',
+        `${flow.runId}: A's turn after the retried completion was ${next?.type === 'turn:committed' ? next.grant : 'never committed'}, want eager`,
+      );
     }
+  },
+  finish(ctx, a) {
     ctx.expect(a.all('process:fatal').length === 0, 'worker A crashed');
   },
-};
+});

@@ -18,152 +18,118 @@
  * `turn-commit-dispatching`: two grants — the lost eager one, never started — and one start), and per variant the
  * answers and grants above.
  */
-import type { Scenario } from '../harness.js';
-import { answersOf, rejectedCompletions } from './batch-wave.js';
+import { defineScenario } from '../define-scenario.js';
+import { cutConnection, spawnBehindProxy } from '../proxy-faults.js';
+import { expectAcknowledged, expectAnsweredOnce, expectNoneStale } from './completions.js';
 import {
   FLOW_STEPS,
+  dropFlowReply,
   expectFlowCompleted,
   flowSteps,
   grantedAtInsert,
   startEagerFlow,
+  startHeldCompletion,
+  startsUnder,
   turnAttempts,
-  waitForHeldCompletion,
 } from './eager-flow.js';
-import { unprepared } from '../../support/tcp-proxy.js';
 
 const VARIANTS = ['completion-claiming-turn', 'turn-commit-dispatching'] as const;
 
-export const lostEagerReply: Scenario = {
-  name: 'T23 lost reply of an eager grant',
+export const lostEagerReply = defineScenario('T23 lost reply of an eager grant', {
   description:
     'drop the server’s reply to a completion that eagerly claimed a turn / a turn commit that eagerly dispatched a step; the lost grant expires and is re-granted',
-  iterations: { full: 6, ci: 2 },
-  async run(ctx, iterations) {
-    const L = ctx.timings.leaseMs;
-    const proxy = await ctx.proxy();
-    const a = await ctx.spawnWorker({ databaseUrl: unprepared(proxy.url(ctx.databaseUrl)), workerId: 'a' });
-    const tripped = (rule: { tripped: Promise<number> }): Promise<number | undefined> =>
-      Promise.race([
-        rule.tripped,
-        new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 10 * L + 20_000).unref()),
-      ]);
-    for (let i = 0; i < iterations; i++) {
-      const variant = VARIANTS[i % VARIANTS.length] ?? 'completion-claiming-turn';
-      const k = ctx.rng.int(1, FLOW_STEPS - 1);
-      if (variant === 'completion-claiming-turn') {
-        const flow = await startEagerFlow(ctx, `t23-${i}`, { point: 'completion', step: k });
-        const held = await waitForHeldCompletion(ctx, a, flow);
-        const token = held.rows[0]?.attempt.token ?? '';
-        const stepId = held.rows[0]?.attempt.stepId ?? '';
-        const rule = proxy.dropReplyAfter(JSON.stringify(flow.tags[k]));
-        const from = a.mark();
-        a.command({ token, action: 'release-completion', by: 'scenario' });
-        const connection = await tripped(rule);
-        if (connection === undefined) {
-          proxy.restore();
-          ctx.expect(false, `${flow.runId}: the completion of step ${k} never crossed the proxy`);
-          await expectFlowCompleted(ctx, flow.runId, 'no fault');
-          continue;
-        }
-        ctx.fault('reply dropped: completion claiming a turn');
-        // The server commits what it received (bounded polling): the step's outcome and the eager turn.
-        const lost = await ctx
-          .poll('the completion with the dropped reply committed', async () => {
-            const [row] = await ctx.sql.unsafe<
-              { status: string; turn_token: string | null; turn_worker_id: string | null; same_tx: boolean }[]
-            >(
-              `SELECT s.status, r.turn_token::text, r.turn_worker_id,
+  iterations: { full: 6, ci: 2, variants: VARIANTS },
+  setup: (ctx) => spawnBehindProxy(ctx, { workerId: 'a', unprepared: true }),
+  async iteration(ctx, { i, variant }, { proxy, worker: a }) {
+    const k = ctx.rng.int(1, FLOW_STEPS - 1);
+    if (variant === 'completion-claiming-turn') {
+      const { flow, held } = await startHeldCompletion(ctx, a, `t23-${i}`, k);
+      const { token, stepId } = held;
+      const from = a.mark();
+      const connection = await dropFlowReply(ctx, proxy, flow, k, {
+        send: () => a.command({ token, action: 'release-completion', by: 'scenario' }),
+        missed: `${flow.runId}: the completion of step ${k} never crossed the proxy`,
+      });
+      if (connection === undefined) return;
+      ctx.fault('reply dropped: completion claiming a turn');
+      // The server commits what it received (bounded polling): the step's outcome and the eager turn.
+      const lost = await ctx
+        .poll('the completion with the dropped reply committed', async () => {
+          const [row] = await ctx.sql.unsafe<
+            { status: string; turn_token: string | null; turn_worker_id: string | null; same_tx: boolean }[]
+          >(
+            `SELECT s.status, r.turn_token::text, r.turn_worker_id,
                       EXISTS (SELECT 1 FROM "${ctx.schema}".attempts t JOIN "${ctx.schema}".attempts c
                                   ON c.xmin::text = t.xmin::text
                                WHERE t.fencing_token = r.turn_token AND t.kind = 'turn' AND t.outcome IS NULL
                                  AND c.step_id = s.id AND c.outcome = 'completed') AS same_tx
                  FROM "${ctx.schema}".steps s JOIN "${ctx.schema}".runs r ON r.id = s.run_id WHERE s.id = $1`,
-              [stepId],
-            );
-            return row?.status === 'completed' ? row : undefined;
-          })
-          .catch(() => undefined);
-        ctx.expect(
-          lost?.same_tx === true && lost.turn_worker_id === a.workerId,
-          `${flow.runId}: the completion whose reply was dropped ${lost ? '' : 'did not commit; it '}claimed turn ` +
-            `${lost?.turn_token ?? '-'} for ${lost?.turn_worker_id ?? '-'} (in its own transaction: ${lost?.same_tx}), ` +
-            `want an eager turn for A`,
-        );
-        proxy.restore();
-        proxy.resetConnection(connection);
-        await expectFlowCompleted(ctx, flow.runId, variant);
+            [stepId],
+          );
+          return row?.status === 'completed' ? row : undefined;
+        })
+        .catch(() => undefined);
+      ctx.expect(
+        lost?.same_tx === true && lost.turn_worker_id === a.workerId,
+        `${flow.runId}: the completion whose reply was dropped ${lost ? '' : 'did not commit; it '}claimed turn ` +
+          `${lost?.turn_token ?? '-'} for ${lost?.turn_worker_id ?? '-'} (in its own transaction: ${lost?.same_tx}), ` +
+          `want an eager turn for A`,
+      );
+      cutConnection(proxy, connection);
+      await expectFlowCompleted(ctx, flow.runId, variant);
 
-        const got = answersOf(a, [token], from).get(token) ?? [];
-        ctx.expect(
-          got.length === 1 && got[0] === 'replayed',
-          `${flow.runId}: the completion under ${token} was answered ${got.join(', ') || 'never'}, want replayed once`,
-        );
-        const acked = await a
-          .waitFor('attempt:completed', (m) => m.attempt.token === token, { after: from, timeoutMs: 10_000 })
-          .then(() => true)
-          .catch(() => false);
-        ctx.expect(acked, `${flow.runId}: A never saw its completion under ${token} acknowledged`);
-        const rejected = await rejectedCompletions(ctx, [token]);
-        ctx.expect(
-          !rejected.has(token),
-          `${flow.runId}: the completion under ${token} was recorded as stale`,
-        );
-        const turns = await turnAttempts(ctx, flow.runId);
-        const lostTurn = turns.find((t) => t.token === lost?.turn_token);
-        const after = turns.find((t) => lost?.turn_token && BigInt(t.token) > BigInt(lost.turn_token));
-        ctx.expect(
-          lostTurn?.outcome === 'lease_expired' && after !== undefined,
-          `${flow.runId}: the lost eager turn ${lost?.turn_token ?? '-'} ended ${lostTurn?.outcome ?? 'missing'}, ` +
-            `${after ? `then turn ${after.attempt} by ${after.workerId}` : 'and no turn followed'}; want lease_expired, then re-granted`,
-        );
-      } else {
-        const flow = await startEagerFlow(ctx, `t23-${i}`);
-        const rule = proxy.dropReplyAfter(JSON.stringify(flow.tags[k]));
-        const connection = await tripped(rule);
-        if (connection === undefined) {
-          proxy.restore();
-          ctx.expect(false, `${flow.runId}: the turn commit scheduling step ${k} never crossed the proxy`);
-          await expectFlowCompleted(ctx, flow.runId, 'no fault');
-          continue;
-        }
-        ctx.fault('reply dropped: turn commit dispatching');
-        const step = await ctx
-          .poll('the turn commit with the dropped reply committed', async () => {
-            const s = (await flowSteps(ctx, flow.runId))[k];
-            return s ? await grantedAtInsert(ctx, s.id).then((g) => ({ ...s, ...g })) : undefined;
-          })
-          .catch(() => undefined);
-        ctx.expect(
-          step?.eager === true && step.workerId === a.workerId,
-          `${flow.runId}: the turn commit whose reply was dropped ${step ? '' : 'did not commit; it '}granted ` +
-            `step ${k} ${step?.eager ? 'eagerly' : 'not eagerly'} to ${step?.workerId ?? '-'}, want eagerly to A`,
-        );
-        proxy.restore();
-        proxy.resetConnection(connection);
-        const { grants } = await expectFlowCompleted(
-          ctx,
-          flow.runId,
-          variant,
-          new Map([[k, { grants: 2, starts: 1 }]]),
-        );
-        const [first, second] = grants[k] ?? [];
-        const lostToken = step?.token ?? '';
-        ctx.expect(
-          first?.token.toString() === lostToken && second !== undefined,
-          `${flow.runId}: step ${k}'s grants ${grants[k]?.map((g) => g.token).join(', ')}, want the lost eager ` +
-            `grant ${lostToken}, then another`,
-        );
-        const started = ctx
-          .history()
-          .filter((m) => m.type === 'fixture:started' && m.attempt.token === lostToken);
-        ctx.expect(
-          started.length === 0,
-          `${flow.runId}: the lost eager grant ${lostToken} of step ${k} started, though A never heard of it`,
-        );
-        if (second && first)
-          ctx.sample('reclaimLatencyMs eager dispatch', second.engineAtMs - first.engineAtMs);
-      }
+      expectAnsweredOnce(ctx, a, flow.runId, [token], 'replayed', { after: from });
+      await expectAcknowledged(ctx, a, flow.runId, token, { after: from, timeoutMs: 10_000 });
+      await expectNoneStale(ctx, flow.runId, [token]);
+      const turns = await turnAttempts(ctx, flow.runId);
+      const lostTurn = turns.find((t) => t.token === lost?.turn_token);
+      const after = turns.find((t) => lost?.turn_token && BigInt(t.token) > BigInt(lost.turn_token));
+      ctx.expect(
+        lostTurn?.outcome === 'lease_expired' && after !== undefined,
+        `${flow.runId}: the lost eager turn ${lost?.turn_token ?? '-'} ended ${lostTurn?.outcome ?? 'missing'}, ` +
+          `${after ? `then turn ${after.attempt} by ${after.workerId}` : 'and no turn followed'}; want lease_expired, then re-granted`,
+      );
+    } else {
+      const flow = await startEagerFlow(ctx, `t23-${i}`);
+      const connection = await dropFlowReply(ctx, proxy, flow, k, {
+        missed: `${flow.runId}: the turn commit scheduling step ${k} never crossed the proxy`,
+      });
+      if (connection === undefined) return;
+      ctx.fault('reply dropped: turn commit dispatching');
+      const step = await ctx
+        .poll('the turn commit with the dropped reply committed', async () => {
+          const s = (await flowSteps(ctx, flow.runId))[k];
+          return s ? await grantedAtInsert(ctx, s.id).then((g) => ({ ...s, ...g })) : undefined;
+        })
+        .catch(() => undefined);
+      ctx.expect(
+        step?.eager === true && step.workerId === a.workerId,
+        `${flow.runId}: the turn commit whose reply was dropped ${step ? '' : 'did not commit; it '}granted ` +
+          `step ${k} ${step?.eager ? 'eagerly' : 'not eagerly'} to ${step?.workerId ?? '-'}, want eagerly to A`,
+      );
+      cutConnection(proxy, connection);
+      const { grants } = await expectFlowCompleted(
+        ctx,
+        flow.runId,
+        variant,
+        new Map([[k, { grants: 2, starts: 1 }]]),
+      );
+      const [first, second] = grants[k] ?? [];
+      const lostToken = step?.token ?? '';
+      ctx.expect(
+        first?.token.toString() === lostToken && second !== undefined,
+        `${flow.runId}: step ${k}'s grants ${grants[k]?.map((g) => g.token).join(', ')}, want the lost eager ` +
+          `grant ${lostToken}, then another`,
+      );
+      ctx.expect(
+        startsUnder(ctx, lostToken) === 0,
+        `${flow.runId}: the lost eager grant ${lostToken} of step ${k} started, though A never heard of it`,
+      );
+      if (second && first)
+        ctx.sample('reclaimLatencyMs eager dispatch', second.engineAtMs - first.engineAtMs);
     }
+  },
+  finish(ctx, { worker: a }) {
     ctx.expect(a.all('process:fatal').length === 0, 'worker A crashed');
   },
-};
+});

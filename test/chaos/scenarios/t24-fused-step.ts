@@ -22,23 +22,26 @@
  * statement committed), step k's grants and starts, and the answers above.
  */
 import { withApplicationName } from '../backend-faults.js';
-import type { Scenario, ScenarioContext } from '../harness.js';
+import { defineScenario } from '../define-scenario.js';
+import type { ScenarioContext } from '../harness.js';
+import { cutConnection } from '../proxy-faults.js';
 import type { WorkerProcess } from '../../support/worker-process.js';
-import { answersOf, rejectedCompletions } from './batch-wave.js';
+import { expectAnsweredOnce, expectNoneStale } from './completions.js';
 import {
   FLOW_STEPS,
+  dropFlowReply,
   expectAppliedOnce,
   expectFlowCompleted,
   expectLateCompletionRefused,
-  startEagerFlow,
+  finishWithB,
+  startHeldCompletion,
+  startsUnder,
   terminateReleasedCompletion,
   turnAttempts,
   type EagerFlow,
-  waitForHeldCompletion,
 } from './eager-flow.js';
 import { unprepared } from '../../support/tcp-proxy.js';
 
-const VARIANTS = ['sigkill', 'sigstop', 'terminate', 'lost-reply'] as const;
 const APPLICATION_NAME = 'chaos-t24-a';
 /**
  * A fragment of the fused step's statement (its run fence, queries/turn-commit/run-lock.ts), near its start:
@@ -46,134 +49,101 @@ const APPLICATION_NAME = 'chaos-t24-a';
  */
 const FUSED_STATEMENT = '%lk.turn_worker_id =%';
 
-export const fusedStep: Scenario = {
-  name: 'T24 faults inside a fused step',
+export const fusedStep = defineScenario('T24 faults inside a fused step', {
   description:
     'SIGKILL / SIGSTOP / backend termination / a lost reply at the statement that completes a step and commits its run’s next turn; nothing is lost or written twice',
-  iterations: { full: 8, ci: 4 },
-  async run(ctx, iterations) {
-    const L = ctx.timings.leaseMs;
+  iterations: { full: 8, ci: 4, variants: ['sigkill', 'sigstop', 'terminate', 'lost-reply'] as const },
+  async setup(ctx) {
     const proxy = await ctx.proxy();
-    const proxied = unprepared(proxy.url(ctx.databaseUrl));
-    for (let i = 0; i < iterations; i++) {
-      const variant = VARIANTS[i % VARIANTS.length] ?? 'sigkill';
-      const a = await ctx.spawnWorker({
-        workerId: `a${i}`,
-        fuseSteps: true,
-        databaseUrl:
-          variant === 'lost-reply'
-            ? proxied
-            : withApplicationName(ctx.databaseUrl, `${APPLICATION_NAME}-${i}`),
-      });
-      const k = ctx.rng.int(1, FLOW_STEPS - 1);
-      const flow = await startEagerFlow(ctx, `t24-${i}`, { point: 'completion', step: k });
-      const held = await waitForHeldCompletion(ctx, a, flow);
-      const token = held.rows[0]?.attempt.token ?? '';
-      const fusedBefore = a
-        .all('turn:committed', (m) => m.runId === flow.runId)
-        .map((m) => m.grant)
-        .slice(1);
-      ctx.expect(
-        fusedBefore.length === k && fusedBefore.every((g) => g === 'fused'),
-        `${flow.runId}: A's turns after the first were ${fusedBefore.join(', ') || 'none'}, want ${k} fused`,
-      );
-      const from = a.mark();
-      if (variant === 'sigkill' || variant === 'sigstop') {
-        a.kill(variant === 'sigkill' ? 'SIGKILL' : 'SIGSTOP');
-        ctx.fault(`${variant} before a fused statement`);
-        const b = await ctx.spawnWorker({ workerId: `b${i}` });
-        const { steps } = await expectFlowCompleted(
-          ctx,
-          flow.runId,
-          variant,
-          new Map([[k, { grants: 2, starts: 2 }]]),
-        );
-        ctx.expect(
-          steps[k]?.token !== token && steps[k]?.workerId === b.workerId,
-          `${flow.runId}: step ${k} ended under ${steps[k]?.token} by ${steps[k]?.workerId}, want B's token`,
-        );
-        if (variant === 'sigstop') {
-          a.kill('SIGCONT');
-          const reason = await expectLateCompletionRefused(ctx, a, flow.runId, token);
-          ctx.fault(`late fused completion refused: ${reason ?? '-'}`);
-        }
-        await expectTurnsOfA(ctx, flow, a, k + 1);
-        await b.stop();
-      } else if (variant === 'terminate') {
-        await terminateReleasedCompletion(ctx, a, flow.runId, token, {
-          applicationName: `${APPLICATION_NAME}-${i}`,
-          pattern: FUSED_STATEMENT,
-        });
-        ctx.fault('terminated: fused statement');
-        await expectFlowCompleted(ctx, flow.runId, variant);
-        await expectAppliedOnce(ctx, a, flow.runId, token, from);
-        const next = a.all('turn:committed', (m) => m.runId === flow.runId)[k + 1];
-        ctx.expect(
-          next?.grant === 'eager',
-          `${flow.runId}: A's turn after the terminated fused statement was ${next?.grant ?? 'never committed'}, ` +
-            `want eager (claimed by the completion recorded on its own)`,
-        );
-      } else {
-        const rule = proxy.dropReplyAfter(JSON.stringify(flow.tags[k]));
-        a.command({ token, action: 'release-completion', by: 'scenario' });
-        const connection = await Promise.race([
-          rule.tripped,
-          new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 10 * L + 20_000).unref()),
-        ]);
-        if (connection === undefined) {
-          proxy.restore();
-          ctx.expect(false, `${flow.runId}: the fused statement of step ${k} never crossed the proxy`);
-          await expectFlowCompleted(ctx, flow.runId, 'no fault');
-          await a.stop();
-          continue;
-        }
-        ctx.fault('reply dropped: fused statement');
-        // The server commits what it received (bounded polling): the step's outcome and the turn after it.
-        const turn = await ctx
-          .poll('the fused statement with the dropped reply committed', async () => {
-            const t = (await turnAttempts(ctx, flow.runId))[k + 1];
-            return t?.outcome === 'completed' ? t : undefined;
-          })
-          .catch(() => undefined);
-        ctx.expect(
-          turn?.workerId === a.workerId,
-          `${flow.runId}: the fused statement whose reply was dropped ${turn ? `committed turn ${turn.attempt} by ${turn.workerId}` : 'did not commit its turn'}, want A's`,
-        );
-        proxy.restore();
-        proxy.resetConnection(connection);
-        const last = k === FLOW_STEPS - 1;
-        const { grants } = await expectFlowCompleted(
-          ctx,
-          flow.runId,
-          variant,
-          last ? new Map() : new Map([[k + 1, { grants: 2, starts: 1 }]]),
-        );
-        const got = answersOf(a, [token], from).get(token) ?? [];
-        ctx.expect(
-          got.length === 1 && got[0] === 'replayed',
-          `${flow.runId}: the completion under ${token} was answered ${got.join(', ') || 'never'}, want replayed once`,
-        );
-        const rejected = await rejectedCompletions(ctx, [token]);
-        ctx.expect(
-          !rejected.has(token),
-          `${flow.runId}: the completion under ${token} was recorded as stale`,
-        );
-        if (!last) {
-          const lostToken = grants[k + 1]?.[0]?.token.toString() ?? '';
-          const started = ctx
-            .history()
-            .filter((m) => m.type === 'fixture:started' && m.attempt.token === lostToken);
-          ctx.expect(
-            started.length === 0,
-            `${flow.runId}: the grant ${lostToken} of step ${k + 1} made by the lost fused statement started, though A never heard of it`,
-          );
-        }
-      }
-      if (variant !== 'sigkill') await a.stop();
-      ctx.expect(a.all('process:fatal').length === 0, `worker ${a.workerId} crashed`);
-    }
+    return { proxy, proxied: unprepared(proxy.url(ctx.databaseUrl)) };
   },
-};
+  async iteration(ctx, { i, variant }, { proxy, proxied }) {
+    const a = await ctx.spawnWorker({
+      workerId: `a${i}`,
+      fuseSteps: true,
+      databaseUrl:
+        variant === 'lost-reply' ? proxied : withApplicationName(ctx.databaseUrl, `${APPLICATION_NAME}-${i}`),
+    });
+    const k = ctx.rng.int(1, FLOW_STEPS - 1);
+    const { flow, held } = await startHeldCompletion(ctx, a, `t24-${i}`, k);
+    const { token } = held;
+    const fusedBefore = a
+      .all('turn:committed', (m) => m.runId === flow.runId)
+      .map((m) => m.grant)
+      .slice(1);
+    ctx.expect(
+      fusedBefore.length === k && fusedBefore.every((g) => g === 'fused'),
+      `${flow.runId}: A's turns after the first were ${fusedBefore.join(', ') || 'none'}, want ${k} fused`,
+    );
+    const from = a.mark();
+    if (variant === 'sigkill' || variant === 'sigstop') {
+      a.kill(variant === 'sigkill' ? 'SIGKILL' : 'SIGSTOP');
+      ctx.fault(`${variant} before a fused statement`);
+      const { b } = await finishWithB(ctx, i, flow, variant, k, { token });
+      if (variant === 'sigstop') {
+        a.kill('SIGCONT');
+        const reason = await expectLateCompletionRefused(ctx, a, flow.runId, token);
+        ctx.fault(`late fused completion refused: ${reason ?? '-'}`);
+      }
+      await expectTurnsOfA(ctx, flow, a, k + 1);
+      await b.stop();
+    } else if (variant === 'terminate') {
+      await terminateReleasedCompletion(ctx, a, flow.runId, token, {
+        applicationName: `${APPLICATION_NAME}-${i}`,
+        pattern: FUSED_STATEMENT,
+      });
+      ctx.fault('terminated: fused statement');
+      await expectFlowCompleted(ctx, flow.runId, variant);
+      await expectAppliedOnce(ctx, a, flow.runId, token, from);
+      const next = a.all('turn:committed', (m) => m.runId === flow.runId)[k + 1];
+      ctx.expect(
+        next?.grant === 'eager',
+        `${flow.runId}: A's turn after the terminated fused statement was ${next?.grant ?? 'never committed'}, ` +
+          `want eager (claimed by the completion recorded on its own)`,
+      );
+    } else {
+      const connection = await dropFlowReply(ctx, proxy, flow, k, {
+        send: () => a.command({ token, action: 'release-completion', by: 'scenario' }),
+        missed: `${flow.runId}: the fused statement of step ${k} never crossed the proxy`,
+      });
+      if (connection === undefined) {
+        await a.stop();
+        return;
+      }
+      ctx.fault('reply dropped: fused statement');
+      // The server commits what it received (bounded polling): the step's outcome and the turn after it.
+      const turn = await ctx
+        .poll('the fused statement with the dropped reply committed', async () => {
+          const t = (await turnAttempts(ctx, flow.runId))[k + 1];
+          return t?.outcome === 'completed' ? t : undefined;
+        })
+        .catch(() => undefined);
+      ctx.expect(
+        turn?.workerId === a.workerId,
+        `${flow.runId}: the fused statement whose reply was dropped ${turn ? `committed turn ${turn.attempt} by ${turn.workerId}` : 'did not commit its turn'}, want A's`,
+      );
+      cutConnection(proxy, connection);
+      const last = k === FLOW_STEPS - 1;
+      const { grants } = await expectFlowCompleted(
+        ctx,
+        flow.runId,
+        variant,
+        last ? new Map() : new Map([[k + 1, { grants: 2, starts: 1 }]]),
+      );
+      expectAnsweredOnce(ctx, a, flow.runId, [token], 'replayed', { after: from });
+      await expectNoneStale(ctx, flow.runId, [token]);
+      if (!last) {
+        const lostToken = grants[k + 1]?.[0]?.token.toString() ?? '';
+        ctx.expect(
+          startsUnder(ctx, lostToken) === 0,
+          `${flow.runId}: the grant ${lostToken} of step ${k + 1} made by the lost fused statement started, though A never heard of it`,
+        );
+      }
+    }
+    if (variant !== 'sigkill') await a.stop();
+    ctx.expect(a.all('process:fatal').length === 0, `worker ${a.workerId} crashed`);
+  },
+});
 
 /** A held `count` turn attempts of the flow, all committed: the held fused turn was never granted. */
 async function expectTurnsOfA(
