@@ -16,7 +16,9 @@ import { reconnectingClient } from '../support/reconnecting-client.js';
 const server = await startPostgresServer({ embedded: true });
 const u = new URL(server.adminUrl);
 u.searchParams.set('application_name', 'abuse');
-const fixture = process.env.ENGINE_BACKOFF ? reconnectingClient(u.toString(), { max: 2 }) : postgres(u.toString(), { max: 2, onnotice: () => undefined });
+const fixture = process.env.ENGINE_BACKOFF
+  ? reconnectingClient(u.toString(), { max: 2 })
+  : postgres(u.toString(), { max: 2, onnotice: () => undefined });
 const admin = () => postgres(server.adminUrl, { max: 1, onnotice: () => undefined });
 let stop = false;
 const inflight = new Map<number, number>();
@@ -36,7 +38,9 @@ for (let round = 0; round < Number(process.argv[2] ?? 20); round++) {
   const kills = Math.floor(rnd(3, 7));
   for (let k = 0; k < kills; k++) {
     await sleep(rnd(50, 400));
-    await a`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'abuse'`.catch(() => undefined);
+    await a`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'abuse'`.catch(
+      () => undefined,
+    );
   }
   await a.end({ timeout: 0 });
   await sleep(rnd(50, 400));
@@ -46,8 +50,13 @@ for (let round = 0; round < Number(process.argv[2] ?? 20); round++) {
   await server.start!();
   const up = Date.now();
   let worst = 0;
-  while (Date.now() - up < 6000) { worst = Math.max(worst, oldest()); await sleep(100); }
-  console.log(`round ${round} ${mode}: oldest in-flight query during 6 s after start: ${worst} ms; now ${oldest()} ms`);
+  while (Date.now() - up < 6000) {
+    worst = Math.max(worst, oldest());
+    await sleep(100);
+  }
+  console.log(
+    `round ${round} ${mode}: oldest in-flight query during 6 s after start: ${worst} ms; now ${oldest()} ms`,
+  );
 }
 stop = true;
 await Promise.race([Promise.all(workers), sleep(40000)]);

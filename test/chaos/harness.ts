@@ -562,7 +562,8 @@ export async function runScenario(
   const historyFile = join(dir, `${scenario.name.replace(/[^a-z0-9]+/gi, '-')}.jsonl`);
   await writeFile(historyFile, history.map((m) => JSON.stringify(m)).join('\n') + '\n');
   const reasons = [describeViolations(check), ...failures].filter((line) => line !== '');
-  if (failed(report)) log(`${scenario.name} (seed ${options.seed}, schema ${schema}) failed:\n${reasons.join('\n')}`);
+  if (failed(report))
+    log(`${scenario.name} (seed ${options.seed}, schema ${schema}) failed:\n${reasons.join('\n')}`);
   else log(`${scenario.name} (seed ${options.seed}) passed; history kept: ${historyFile}`);
   return { ...report, historyFile };
 }

@@ -109,13 +109,19 @@ export class InstanceCache {
    * @returns true when the instance is not out (put back, dropped or never taken); false when the wait ran out
    *   or `stillWanted()` turned false after a wake.
    */
-  async whenBack(runId: string, maxWaitMs: number, stillWanted: () => boolean = () => true): Promise<boolean> {
+  async whenBack(
+    runId: string,
+    maxWaitMs: number,
+    stillWanted: () => boolean = () => true,
+  ): Promise<boolean> {
     const deadline = monotonicNow() + maxWaitMs;
     for (let back = this.returned(runId); back; back = this.returned(runId)) {
       const left = deadline - monotonicNow();
       if (left <= 0) return false;
       let timer: ReturnType<typeof setTimeout> | undefined;
-      const timedOut = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), left)));
+      const timedOut = new Promise<'timeout'>(
+        (resolve) => (timer = setTimeout(() => resolve('timeout'), left)),
+      );
       const woke = await Promise.race([back.then(() => 'back' as const), timedOut]);
       clearTimeout(timer);
       if (woke === 'timeout' || !stillWanted()) return false;
