@@ -26,7 +26,11 @@ export type ServingOptions = Omit<WorkerOptions, 'workflows' | 'activities'>;
  * A worker of `engine` serving `definitions` (in their order; a kind that none of them is stays out of the
  * options, as it does when a test names none), with `options`; not started.
  */
-export function workerFor(engine: Engine, definitions: readonly Definition[], options: ServingOptions = {}): Worker {
+export function workerFor(
+  engine: Engine,
+  definitions: readonly Definition[],
+  options: ServingOptions = {},
+): Worker {
   const workflows = definitions.filter((d): d is AnyWorkflow => d.kind === 'workflow');
   const activities = definitions.filter((d): d is AnyActivity => d.kind === 'activity');
   return engine.worker({
