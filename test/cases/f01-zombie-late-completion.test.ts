@@ -32,6 +32,33 @@ describe('F01: a zombie whose event loop was blocked past its lease', () => {
     pollIntervalMs: 100,
   });
 
+  /**
+   * The run charged once, by `workerId` under `token`: one ledger row, and one charge at the payment stub, its
+   * only request.
+   */
+  async function expectChargedOnce(
+    c: FaultCase,
+    stub: PaymentStub,
+    runId: string,
+    stepId: string,
+    token: bigint,
+    workerId: string,
+  ): Promise<void> {
+    expect(await c.db.ledger(runId)).toEqual([
+      { token: token.toString(), worker_id: workerId, amount_cents: 1_250 },
+    ]);
+    expect(stub.charges()).toEqual([
+      {
+        key: `${runId}:${stepId}`,
+        chargeId: 'ch_1',
+        amountCents: 1_250,
+        token: token.toString(),
+        workerId,
+      },
+    ]);
+    expect(stub.requests).toHaveLength(1);
+  }
+
   /** W1 claims a `charge` run that blocks on its first epoch; W2 starts serving once W1 is blocked. */
   async function blockedClaim(where: 'main' | 'thread'): Promise<{
     c: FaultCase;
@@ -122,21 +149,9 @@ describe('F01: a zombie whose event loop was blocked past its lease', () => {
     });
     // The run is still completed with W2's result.
     expect(await c.db.run(runId)).toMatchObject({ status: 'completed', output });
-    // One ledger row, written under t2.
-    expect(await c.db.ledger(runId)).toEqual([
-      { token: t2.toString(), worker_id: 'w2', amount_cents: 1_250 },
-    ]);
-    // The payment stub saw one charge per key — and no call at all from the zombie.
-    expect(stub.charges()).toEqual([
-      {
-        key: `${runId}:${stepId}`,
-        chargeId: 'ch_1',
-        amountCents: 1_250,
-        token: t2.toString(),
-        workerId: 'w2',
-      },
-    ]);
-    expect(stub.requests).toHaveLength(1);
+    // One ledger row, written under t2. The payment stub saw one charge per key — and no call at all from the
+    // zombie.
+    await expectChargedOnce(c, stub, runId, stepId, t2, 'w2');
     // Attempts: t1 ended when its lease expired, t2 was granted after that and completed.
     const attempts = await c.db.attempts(runId);
     expect(attempts.map((a) => [a.attempt, a.epoch, a.token, a.worker_id, a.outcome])).toEqual([
@@ -209,21 +224,8 @@ describe('F01: a zombie whose event loop was blocked past its lease', () => {
     expect(attempts.map((a) => [a.attempt, a.epoch, a.token, a.worker_id, a.outcome])).toEqual([
       [1, 1, t1.toString(), 'w1', 'completed'],
     ]);
-    expect(await c.db.ledger(runId)).toEqual([
-      { token: t1.toString(), worker_id: 'w1', amount_cents: 1_250 },
-    ]);
-    expect(stub.charges()).toEqual([
-      {
-        key: `${runId}:${stepId}`,
-        chargeId: 'ch_1',
-        amountCents: 1_250,
-        token: t1.toString(),
-        workerId: 'w1',
-      },
-    ]);
-    expect(stub.requests).toHaveLength(1);
-    const events = await c.db.events(runId);
-    expect(events.map((e) => e.type)).toEqual([
+    await expectChargedOnce(c, stub, runId, stepId, t1, 'w1');
+    expect(await c.db.eventTypes(runId)).toEqual([
       'run:started',
       'step:scheduled',
       'attempt:claimed',

@@ -97,8 +97,7 @@ describe('F02: a healthy long job is not reclaimed', () => {
       [1, 1, t1, 'w1', 'completed'],
     ]);
     expect(await c.db.executions(runId)).toEqual([{ token: t1, worker_id: 'w1' }]);
-    const events = await c.db.events(runId);
-    expect(events.map((e) => e.type)).toEqual([
+    expect(await c.db.eventTypes(runId)).toEqual([
       'step:scheduled',
       'attempt:claimed',
       'step:completed',

@@ -48,6 +48,15 @@ describe('issue 3: a worker killed mid-run; the run finishes on another worker',
     return sigkillAt(db, w1);
   }
 
+  /** Each of the steps A, B and C ran in one attempt. */
+  function expectOneAttemptEach(attempts: RunAttempt[]): void {
+    expect(attempts.filter((a) => a.kind === 'activity').map((a) => [a.label, a.attempt])).toEqual([
+      ['A', 1],
+      ['B', 1],
+      ['C', 1],
+    ]);
+  }
+
   /**
    * What every case must end with: the output holds each step's result from the attempt that completed it;
    * each step that completed before the kill has exactly one `executions` row (under the token its result
@@ -148,11 +157,7 @@ describe('issue 3: a worker killed mid-run; the run finishes on another worker',
 
     const output = await handle.result({ timeoutMs: 30_000 });
     const attempts = await expectFinishedWithoutReexecution(db, runId, output, { A: 'w1', B: 'w1', C: 'w2' });
-    expect(attempts.filter((a) => a.kind === 'activity').map((a) => [a.label, a.attempt])).toEqual([
-      ['A', 1],
-      ['B', 1],
-      ['C', 1],
-    ]);
+    expectOneAttemptEach(attempts);
 
     const turns = attempts.filter((a) => a.kind === 'turn');
     expect(turns.map((t) => [t.attempt, t.worker_id, t.outcome])).toEqual([
@@ -193,11 +198,7 @@ describe('issue 3: a worker killed mid-run; the run finishes on another worker',
 
     const output = await handle.result({ timeoutMs: 30_000 });
     const attempts = await expectFinishedWithoutReexecution(db, runId, output, { A: 'w1', B: 'w2', C: 'w2' });
-    expect(attempts.filter((a) => a.kind === 'activity').map((a) => [a.label, a.attempt])).toEqual([
-      ['A', 1],
-      ['B', 1],
-      ['C', 1],
-    ]);
+    expectOneAttemptEach(attempts);
     // The timer fired once, on W2's turn, at or after its due time (DB clock); B was claimed after that.
     const events = await db.events(runId);
     const fired = events.filter((e) => e.type === 'timer:fired');

@@ -24,6 +24,9 @@ import { useTestDatabase } from '../support/postgres.js';
 import { CLI_TEST_TIMEOUT_MS, lines, runCli, startCli } from './cli-process.js';
 import { approver } from './fixtures/approver.js';
 import { checkOnEvents } from '../support/wait.js';
+import { startWorker, workerFor } from '../support/worker.js';
+import { noInputWorkflow } from '../fixtures/no-input.js';
+import { pureActivity } from '../fixtures/pure-activity.js';
 
 const databaseUrl = useTestDatabase();
 
@@ -116,24 +119,12 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
       return { chargeId: `ch_${input.invoice}_${ctx.info.epoch}` };
     },
   });
-  const refund = defineActivity({
-    name: 'refund',
-    input: z.object({ invoice: z.string() }),
-    output: z.object({}),
-    run() {
-      return Promise.resolve({});
-    },
-  });
+  const refund = pureActivity('refund', z.object({ invoice: z.string() }), z.object({}), () => ({}));
 
   beforeAll(async () => {
     engine = await createEngine({ databaseUrl: databaseUrl(), schema });
     // Worker A runs one attempt at a time, so while its zombie waits it cannot claim the step again itself.
-    const workerA = engine.worker({
-      activities: [charge],
-      concurrency: 1,
-      workerId: 'worker-a',
-      pollIntervalMs: 50,
-    });
+    const workerA = workerFor(engine, [charge], { concurrency: 1, workerId: 'worker-a', pollIntervalMs: 50 });
     const secondClaim = waitFor(workerA, 'attempt:claimed', (e) => e.epoch === 2);
     const staleRejected = waitFor(workerA, 'attempt:stale-rejected');
     await workerA.start();
@@ -142,8 +133,7 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
     await secondClaim;
 
     await advanceClock(engine, 61_000); // the zombie's lease is over by the database clock
-    const workerB = engine.worker({ activities: [charge], workerId: 'worker-b', pollIntervalMs: 50 });
-    await workerB.start();
+    const workerB = await startWorker(engine, [charge], { workerId: 'worker-b', pollIntervalMs: 50 });
     await expect(run.result({ timeoutMs: 30_000 })).resolves.toEqual({ chargeId: 'ch_inv-1_3' });
     releaseZombie();
     await staleRejected;
@@ -342,16 +332,10 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
 
   it('signals a waiting workflow run, and shows its signals: taken, and pending', async () => {
     const approval = defineSignal({ name: 'approval', payload: z.object({ approved: z.boolean() }) });
-    const approve = defineWorkflow({
-      name: 'approve',
-      input: z.object({}),
-      output: z.boolean(),
-      async run(_input, ctx) {
-        return (await ctx.waitForSignal(approval)).approved;
-      },
+    const approve = noInputWorkflow('approve', z.boolean(), async (ctx) => {
+      return (await ctx.waitForSignal(approval)).approved;
     });
-    const worker = engine.worker({ workflows: [approve], pollIntervalMs: 60_000 });
-    await worker.start();
+    const worker = await startWorker(engine, [approve], { pollIntervalMs: 60_000 });
     try {
       const handle = await engine.client.start(approve, {});
       const sent = await runCli([
@@ -402,8 +386,7 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
   });
 
   it('refuses a signal name the run never waited for, unless --force; --module checks name and payload', async () => {
-    const worker = engine.worker({ workflows: [approver], pollIntervalMs: 60_000 });
-    await worker.start();
+    const worker = await startWorker(engine, [approver], { pollIntervalMs: 60_000 });
     try {
       const handle = await engine.client.start(approver, {});
       // Once the run waits, it knows the name.
@@ -462,19 +445,13 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
 
   it('watches a run as it happens until its end, and resumes after a cursor of its --json lines', async () => {
     const approval = defineSignal({ name: 'approval', payload: z.object({ approved: z.boolean() }) });
-    const watched = defineWorkflow({
-      name: 'watched',
-      input: z.object({}),
-      output: z.boolean(),
-      async run(_input, ctx) {
-        ctx.setProgress({ stage: 'asking' });
-        const { approved } = await ctx.waitForSignal(approval);
-        ctx.setProgress({ stage: 'answered', approved });
-        return approved;
-      },
+    const watched = noInputWorkflow('watched', z.boolean(), async (ctx) => {
+      ctx.setProgress({ stage: 'asking' });
+      const { approved } = await ctx.waitForSignal(approval);
+      ctx.setProgress({ stage: 'answered', approved });
+      return approved;
     });
-    const worker = engine.worker({ workflows: [watched], pollIntervalMs: 60_000 });
-    await worker.start();
+    const worker = await startWorker(engine, [watched], { pollIntervalMs: 60_000 });
     try {
       const handle = await engine.client.start(watched, {});
       const watch = startCli(['runs', 'watch', handle.runId, ...target(schema)]);
@@ -517,16 +494,10 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
       output: z.number(),
       run: ({ n }) => Promise.resolve(n + 1),
     });
-    const tree = defineWorkflow({
-      name: 'tree',
-      input: z.object({}),
-      output: z.number(),
-      async run(_input, ctx) {
-        return (await ctx.runChild(leaf, { n: 1 })) + (await ctx.runChild(leaf, { n: 2 }));
-      },
+    const tree = noInputWorkflow('tree', z.number(), async (ctx) => {
+      return (await ctx.runChild(leaf, { n: 1 })) + (await ctx.runChild(leaf, { n: 2 }));
     });
-    const worker = engine.worker({ workflows: [tree, leaf], pollIntervalMs: 50 });
-    await worker.start();
+    const worker = await startWorker(engine, [tree, leaf], { pollIntervalMs: 50 });
     try {
       const handle = await engine.client.start(tree, {});
       await expect(handle.result({ timeoutMs: 30_000 })).resolves.toBe(5);

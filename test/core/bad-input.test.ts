@@ -25,6 +25,9 @@ import { OVERFLOWING_RETRY_POLICY } from '../fixtures/poison-cases.js';
 import { useEngineTarget } from '../support/engine.js';
 import { attemptsOf, gate, settle, stepOf, workerEvent } from '../worker/helpers.js';
 import { emptyActivity } from '../fixtures/empty-activity.js';
+import { startWorker, workerFor } from '../support/worker.js';
+import { noInputActivity, noInputWorkflow } from '../fixtures/no-input.js';
+import { oneStepWorkflow } from '../fixtures/one-step-workflow.js';
 
 const anything = z.object({ v: z.unknown() });
 
@@ -398,8 +401,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(failures).toEqual([]);
       expect(await rowCounts(engine)).toEqual(before);
 
-      const worker = engine.worker({ activities: [healthy, echo] });
-      await worker.start();
+      await startWorker(engine, [healthy, echo]);
       const handle = await engine.client.enqueue(healthy, { n: 1 });
       await expect(handle.result({ timeoutMs: '20s' })).resolves.toEqual({ n: 2 });
     });
@@ -586,8 +588,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         },
       });
       const engine = await target.engine();
-      const worker = engine.worker({ activities: [poison, healthy] });
-      await worker.start();
+      await startWorker(engine, [poison, healthy]);
       for (const kind of Object.keys(outputs)) {
         const handle = await engine.client.enqueue(poison, { kind });
         const outcome = await settle(handle.result({ timeoutMs: '20s' }));
@@ -611,7 +612,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         UPDATE ${engine.names.steps} SET retry_policy = ${JSON.stringify(OVERFLOWING_RETRY_POLICY)}::jsonb
          WHERE run_id = ${poisoned.runId}::uuid`);
       const neighbour = await engine.client.enqueue(healthy, { n: 1 });
-      const worker = engine.worker({ activities: [echo, healthy] });
+      const worker = workerFor(engine, [echo, healthy]);
       const claimFailures: unknown[] = [];
       worker.events.on('worker:error', (e) => claimFailures.push(e.error));
       await worker.start();
@@ -630,8 +631,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         },
       });
       const engine = await target.engine();
-      const worker = engine.worker({ activities: [thrower, healthy] });
-      await worker.start();
+      await startWorker(engine, [thrower, healthy]);
       const handle = await engine.client.enqueue(thrower, {});
       const outcome = await settle(handle.result({ timeoutMs: '20s' }));
       const error = (outcome as { error: Error }).error;
@@ -652,39 +652,29 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const healthyRunning = gate();
       const release = gate();
       let healthySignalAborted = false;
-      const noisy = defineActivity({
-        name: 'noisy',
-        input: z.object({}),
-        output: z.object({ beats: z.number() }),
-        async run(_input, ctx) {
-          await healthyRunning.promise;
-          for (const details of [{ n: 1n }, { s: 'a\u0000' }, circular]) {
-            const outcome = await settle(ctx.heartbeat(details));
-            refused.push(outcome.ok ? 'accepted' : (outcome as { error: unknown }).error);
-          }
-          // Details are stored as they were at the call, even if the object changes before the statement is sent.
-          const progress: Record<string, unknown> = { fine: true };
-          const beat = ctx.heartbeat(progress);
-          progress.fine = 2n;
-          await beat;
-          release.open();
-          return { beats: 1 };
-        },
+      const noisy = noInputActivity('noisy', z.object({ beats: z.number() }), async (ctx) => {
+        await healthyRunning.promise;
+        for (const details of [{ n: 1n }, { s: 'a\u0000' }, circular]) {
+          const outcome = await settle(ctx.heartbeat(details));
+          refused.push(outcome.ok ? 'accepted' : (outcome as { error: unknown }).error);
+        }
+        // Details are stored as they were at the call, even if the object changes before the statement is sent.
+        const progress: Record<string, unknown> = { fine: true };
+        const beat = ctx.heartbeat(progress);
+        progress.fine = 2n;
+        await beat;
+        release.open();
+        return { beats: 1 };
       });
-      const steady = defineActivity({
-        name: 'steady',
-        input: z.object({}),
-        output: z.object({ ok: z.boolean() }),
-        async run(_input, ctx) {
-          healthyRunning.open();
-          await release.promise;
-          await ctx.heartbeat({ page: 2 });
-          healthySignalAborted = ctx.signal.aborted;
-          return { ok: true };
-        },
+      const steady = noInputActivity('steady', z.object({ ok: z.boolean() }), async (ctx) => {
+        healthyRunning.open();
+        await release.promise;
+        await ctx.heartbeat({ page: 2 });
+        healthySignalAborted = ctx.signal.aborted;
+        return { ok: true };
       });
       const engine = await target.engine();
-      const worker = engine.worker({ activities: [noisy, steady] });
+      const worker = workerFor(engine, [noisy, steady]);
       const failedHeartbeats: unknown[] = [];
       worker.events.on('heartbeat:failed', (e) => failedHeartbeats.push(e));
       await worker.start();
@@ -735,8 +725,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       });
       const engine = await target.engine();
       engineRef.current = engine;
-      const worker = engine.worker({ activities: [nester, healthy] });
-      await worker.start();
+      await startWorker(engine, [nester, healthy]);
       const nested = await engine.client.enqueue(nester, { mode: 'nested' });
       await expect(nested.result({ timeoutMs: '20s' })).resolves.toEqual({ done: true });
       const aborted = await engine.client.enqueue(nester, { mode: 'aborted' });
@@ -778,24 +767,19 @@ for (const driver of ['postgres', 'pglite'] as const) {
           return { s: 'never' };
         },
       });
-      const shifty = defineWorkflow({
-        name: 'shifty',
-        input: z.object({}),
-        output: z.unknown(),
-        run() {
-          // A value that passes the check at the door and changes before the commit serializes it (its third read
-          // has a NUL): the database refuses the commit itself, which the turn loop must record, not replay.
-          let reads = 0;
-          const output = {};
-          Object.defineProperty(output, 's', {
-            enumerable: true,
-            get: () => (++reads > 2 ? 'a\u0000' : 'ok'),
-          });
-          return Promise.resolve(output);
-        },
+      const shifty = noInputWorkflow('shifty', z.unknown(), () => {
+        // A value that passes the check at the door and changes before the commit serializes it (its third read
+        // has a NUL): the database refuses the commit itself, which the turn loop must record, not replay.
+        let reads = 0;
+        const output = {};
+        Object.defineProperty(output, 's', {
+          enumerable: true,
+          get: () => (++reads > 2 ? 'a\u0000' : 'ok'),
+        });
+        return Promise.resolve(output);
       });
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [unstorable, shifty], activities: [echo, healthy] });
+      const worker = workerFor(engine, [unstorable, shifty, echo, healthy]);
       worker.events.on('turn:committed', (e) => {
         turnsOf.set(e.runId, (turnsOf.get(e.runId) ?? 0) + 1);
         waiting.get(e.runId)?.();
@@ -827,23 +811,18 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('refuses ctx.sleep(-1) and ctx.sleepUntil of a string inside the workflow that called them', async () => {
       const caught: unknown[] = [];
-      const sleeper = defineWorkflow({
-        name: 'sleeper',
-        input: z.object({}),
-        output: z.object({}),
-        async run(_input, ctx) {
-          for (const call of [() => ctx.sleep(-1), () => ctx.sleepUntil('2030-01-01' as unknown as Date)]) {
-            try {
-              await call();
-            } catch (error) {
-              caught.push(error);
-            }
+      const sleeper = noInputWorkflow('sleeper', z.object({}), async (ctx) => {
+        for (const call of [() => ctx.sleep(-1), () => ctx.sleepUntil('2030-01-01' as unknown as Date)]) {
+          try {
+            await call();
+          } catch (error) {
+            caught.push(error);
           }
-          return {};
-        },
+        }
+        return {};
       });
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [sleeper] });
+      const worker = workerFor(engine, [sleeper]);
       const committed = workerEvent(worker, 'turn:committed');
       await worker.start();
       const handle = await engine.client.start(sleeper, {});
@@ -866,15 +845,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         queue: 'nobody',
         run: () => Promise.resolve({}),
       });
-      const caller = defineWorkflow({
-        name: 'caller',
-        input: z.object({}),
-        output: z.object({}),
-        async run(_input, ctx) {
-          await ctx.run(orphan, {});
-          return {};
-        },
-      });
+      const caller = oneStepWorkflow('caller', orphan);
       const unserved = defineWorkflow({
         name: 'unserved',
         input: z.object({}),
@@ -883,7 +854,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         run: () => Promise.resolve({}),
       });
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [caller] });
+      const worker = workerFor(engine, [caller]);
       const blocked = workerEvent(worker, 'turn:committed');
       await worker.start();
       const calling = await engine.client.start(caller, {});

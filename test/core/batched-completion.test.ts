@@ -64,6 +64,14 @@ for (const driver of ['postgres', 'pglite'] as const) {
   describe(`batched completions on ${driver}`, () => {
     const target = useEngineTarget(driver);
 
+    /** A fresh engine, three runs of `job` claimed by this test, and a completion batcher on the engine. */
+    async function threeClaimedAndABatcher() {
+      const engine = await target.engine();
+      const [a, b, c] = await claimed(engine, 3);
+      if (!a || !b || !c) throw new Error('unreachable');
+      return { engine, a, b, c, batcher: new CompletionBatcher(engine.database, engine.names) };
+    }
+
     it('answers each row of one statement on its own: applied, replayed, rejected (recorded), applied', async () => {
       const engine = await target.engine();
       const [a, b, c, d] = await claimed(engine, 4);
@@ -108,10 +116,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
     });
 
     it('the batcher gives each caller its own answer, fails only the row the database refuses, and sends one row per step per statement', async () => {
-      const engine = await target.engine();
-      const [a, b, c] = await claimed(engine, 3);
-      if (!a || !b || !c) throw new Error('unreachable');
-      const batcher = new CompletionBatcher(engine.database, engine.names);
+      const { engine, a, b, c, batcher } = await threeClaimedAndABatcher();
       // Queued in one turn of the event loop: one batch, except that b's second completion (the same attempt,
       // sent twice) goes in the next statement, and comes back replayed.
       const outcomes = await Promise.allSettled([
@@ -179,10 +184,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
     });
 
     it('the batcher sends failures in statements of their own, and fails only the failure the database refuses', async () => {
-      const engine = await target.engine();
-      const [a, b, c] = await claimed(engine, 3);
-      if (!a || !b || !c) throw new Error('unreachable');
-      const batcher = new CompletionBatcher(engine.database, engine.names);
+      const { engine, a, b, c, batcher } = await threeClaimedAndABatcher();
       const outcomes = await Promise.allSettled([
         batcher.fail({ ...a.ref, error: failure('a', true), retry: false }),
         batcher.complete({ ...b.ref, output: 'b' }),

@@ -13,7 +13,7 @@
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { ApplicationFailure, LeaseLostError, defineWorkflow, type RetryPolicy } from '@palisade/sdk';
+import { ApplicationFailure, LeaseLostError, type RetryPolicy } from '@palisade/sdk';
 import { createFencedResource, type Engine, type Worker } from '@palisade/engine';
 import { nextEvent, useEngineTarget, type EngineTarget } from '../support/engine.js';
 import { eventsOfRun } from './engine-rows.js';
@@ -28,6 +28,8 @@ import {
   type Comeback,
 } from '../support/ending-paths.js';
 import { emptyActivity } from '../fixtures/empty-activity.js';
+import { startWorker } from '../support/worker.js';
+import { noInputWorkflow } from '../fixtures/no-input.js';
 
 const LEASE_MS = 5 * 60_000;
 
@@ -104,27 +106,19 @@ interface Scene {
 async function compensatingRun(target: EngineTarget, retry: RetryPolicy) {
   const engine = await target.engine();
   const held = holdActivity('compensate', { leaseMs: LEASE_MS, retry });
-  const compensating = defineWorkflow({
-    name: 'compensating',
-    input: z.object({}),
-    output: z.object({ by: z.string() }),
-    async run(_input, ctx) {
-      try {
-        await ctx.run(refuse, {});
-        return { by: 'nobody' };
-      } catch {
-        return await ctx.run(held.activity, {});
-      }
-    },
+  const compensating = noInputWorkflow('compensating', z.object({ by: z.string() }), async (ctx) => {
+    try {
+      await ctx.run(refuse, {});
+      return { by: 'nobody' };
+    } catch {
+      return await ctx.run(held.activity, {});
+    }
   });
   // No automatic heartbeat within a test (a third of a 5-minute lease): H1 comes back only when told to.
-  const worker = engine.worker({
-    workflows: [compensating],
-    activities: [refuse, held.activity],
+  const worker = await startWorker(engine, [compensating, refuse, held.activity], {
     pollIntervalMs: 50,
     concurrency: 4,
   });
-  await worker.start();
   const handle = await engine.client.start(compensating, {});
   const h1 = await held.next();
   return { engine, worker, held, handle, h1 };
@@ -252,14 +246,10 @@ for (const driver of ['postgres', 'pglite'] as const) {
     it('grants a step a retry reset under a live holder at once, once that holder was told', async () => {
       const engine = await target.engine();
       const held = holdActivity('single', { leaseMs: LEASE_MS, retry: { maximumAttempts: 1 } });
-      const single = defineWorkflow({
-        name: 'single-held',
-        input: z.object({}),
-        output: z.object({ by: z.string() }),
-        run: (_input, ctx) => ctx.run(held.activity, {}),
-      });
-      const worker = engine.worker({ workflows: [single], activities: [held.activity], pollIntervalMs: 50 });
-      await worker.start();
+      const single = noInputWorkflow('single-held', z.object({ by: z.string() }), (ctx) =>
+        ctx.run(held.activity, {}),
+      );
+      await startWorker(engine, [single, held.activity], { pollIntervalMs: 50 });
       const handle = await engine.client.start(single, {});
       const h1 = await held.next();
       await handle.cancel('operator');

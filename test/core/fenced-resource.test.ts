@@ -4,6 +4,7 @@
  * writer's own writes. Concurrent writers with different tokens leave the highest.
  */
 import postgres from '@palisade/engine/postgres';
+import type { PGlite, Transaction as PgliteTransaction } from '@electric-sql/pglite';
 import { describe, expect, it } from 'vitest';
 import { LeaseLostError } from '@palisade/sdk';
 import { createFencedResource, type FencedResource } from '@palisade/engine';
@@ -180,12 +181,23 @@ function compare(a: bigint, b: bigint): number {
 }
 
 describe('fenced resources on PGlite', () => {
-  it('accepts higher and equal tokens and refuses a lower one without committing its write', async () => {
+  /** Hand `check` a resource (schema `store`), installed, on a fresh in-memory PGlite; close the PGlite after. */
+  async function onFreshPglite(
+    check: (resource: FencedResource<PgliteTransaction>, pglite: PGlite) => Promise<void>,
+  ): Promise<void> {
     const { PGlite } = await import('@electric-sql/pglite');
     const pglite = new PGlite();
     try {
       const resource = createFencedResource({ pglite, schema: 'store' });
       await resource.install();
+      await check(resource, pglite);
+    } finally {
+      await pglite.close();
+    }
+  }
+
+  it('accepts higher and equal tokens and refuses a lower one without committing its write', async () => {
+    await onFreshPglite(async (resource, pglite) => {
       await pglite.exec(`CREATE TABLE store.documents (id text PRIMARY KEY, body text NOT NULL)`);
       const write = (token: bigint, body: string) =>
         resource.write({ scope: 'doc:a', token }, async (tx) => {
@@ -208,21 +220,11 @@ describe('fenced resources on PGlite', () => {
       await expect(resource.accept({ scope: 'doc:a', token: 9n })).rejects.toBeInstanceOf(LeaseLostError);
       expect(await resource.highest('doc:a')).toBe(12n);
       expect(await resource.highest('doc:none')).toBeNull();
-    } finally {
-      await pglite.close();
-    }
+    });
   });
 
   it('keeps scopes with quotes, backslashes and SQL in them exactly', async () => {
-    const { PGlite } = await import('@electric-sql/pglite');
-    const pglite = new PGlite();
-    try {
-      const resource = createFencedResource({ pglite, schema: 'store' });
-      await resource.install();
-      await expectScopesKeptExactly(resource);
-    } finally {
-      await pglite.close();
-    }
+    await onFreshPglite((resource) => expectScopesKeptExactly(resource));
   });
 
   it('refuses options with neither or both drivers, naming them', () => {

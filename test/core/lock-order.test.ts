@@ -24,6 +24,9 @@ import { rejectionOf } from '../support/rejections.js';
 import { holdActivity } from './held-activity.js';
 import { pollFor } from '../support/wait.js';
 import { emptyActivity } from '../fixtures/empty-activity.js';
+import { startWorker, workerFor } from '../support/worker.js';
+import { noInputWorkflow } from '../fixtures/no-input.js';
+import { oneStepWorkflow } from '../fixtures/one-step-workflow.js';
 
 const STRESS_MS = Number(process.env.STRESS_MS ?? 60_000);
 
@@ -35,16 +38,11 @@ describe('one lock order on postgres', () => {
     const admin = target.sql();
     const fast = emptyActivity('fast');
     const sibling = holdActivity('sibling', { leaseMs: 5 * 60_000 });
-    const endsEarly = defineWorkflow({
-      name: 'ends-early',
-      input: z.object({}),
-      output: z.object({ done: z.boolean() }),
-      async run(_input, ctx) {
-        // The sibling is scheduled with `fast` but never awaited: the run ends while it may still be running.
-        ctx.run(sibling.activity, {}).catch(() => undefined);
-        await ctx.run(fast, {});
-        return { done: true };
-      },
+    const endsEarly = noInputWorkflow('ends-early', z.object({ done: z.boolean() }), async (ctx) => {
+      // The sibling is scheduled with `fast` but never awaited: the run ends while it may still be running.
+      ctx.run(sibling.activity, {}).catch(() => undefined);
+      await ctx.run(fast, {});
+      return { done: true };
     });
 
     const claimHeld = gate();
@@ -55,14 +53,13 @@ describe('one lock order on postgres', () => {
       await releaseClaim.promise;
     });
     try {
-      const turns = engine.worker({ workflows: [endsEarly], pollIntervalMs: 50 });
-      const siblingWorker = engine.worker({ activities: [sibling.activity], pollIntervalMs: 50 });
+      const turns = workerFor(engine, [endsEarly], { pollIntervalMs: 50 });
+      const siblingWorker = workerFor(engine, [sibling.activity], { pollIntervalMs: 50 });
       await Promise.all([turns.start(), siblingWorker.start()]);
       const handle = await engine.client.start(endsEarly, {});
       await claimHeld.promise;
       // Only now may `fast` run and the final turn commit, while the sibling's claim sits uncommitted.
-      const fastWorker = engine.worker({ activities: [fast], pollIntervalMs: 50 });
-      await fastWorker.start();
+      await startWorker(engine, [fast], { pollIntervalMs: 50 });
       await pollFor('the final turn to wait on the uncommitted claim', async () => {
         const [row] = await admin<{ pid: number }[]>`
           SELECT pid FROM pg_stat_activity
@@ -96,18 +93,9 @@ describe('one lock order on postgres', () => {
     const admin = target.sql();
     const schema = engine.schema;
     const waits = emptyActivity('waits');
-    const oneStep = defineWorkflow({
-      name: 'one-step',
-      input: z.object({}),
-      output: z.object({}),
-      async run(_input, ctx) {
-        await ctx.run(waits, {});
-        return {};
-      },
-    });
+    const oneStep = oneStepWorkflow('one-step', waits);
     // A turn worker only: the activity stays scheduled, nobody claims it.
-    const turns = engine.worker({ workflows: [oneStep], pollIntervalMs: 20 });
-    await turns.start();
+    const turns = await startWorker(engine, [oneStep], { pollIntervalMs: 20 });
     const handle = await engine.client.start(oneStep, {});
     const [old] = await pollFor('the first turn to schedule its step', async () => {
       const rows = await admin<{ id: string; seq: number }[]>`

@@ -12,11 +12,13 @@ import { sql } from 'drizzle-orm';
 import type postgres from '@palisade/engine/postgres';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { PalisadeError, defineActivity } from '@palisade/sdk';
+import { PalisadeError } from '@palisade/sdk';
 import { createEngine, loadMigrations, migrate } from '@palisade/engine';
 import { advanceClock, databaseNow } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
 import { rejectionOf } from '../support/rejections.js';
+import { startWorker } from '../support/worker.js';
+import { echoActivity } from '../fixtures/pure-activity.js';
 
 const MIGRATORS = 10;
 const MIGRATOR_MAIN = fileURLToPath(new URL('../fixtures/migrator-main.ts', import.meta.url));
@@ -222,15 +224,8 @@ describe('migrations on postgres', () => {
     await advanceClock(engine, 3_600_000);
     expect((await databaseNow(engine)).getTime() - before.getTime()).toBeGreaterThanOrEqual(3_600_000);
 
-    const echo = defineActivity({
-      name: 'echo',
-      input: z.object({ n: z.number() }),
-      output: z.object({ n: z.number() }),
-      run(input) {
-        return Promise.resolve(input);
-      },
-    });
-    await engine.worker({ activities: [echo] }).start();
+    const echo = echoActivity('echo', z.object({ n: z.number() }));
+    await startWorker(engine, [echo]);
     const run = await engine.client.enqueue(echo, { n: 7 });
     await expect(run.result({ timeoutMs: 10_000, pollIntervalMs: 100 })).resolves.toEqual({ n: 7 });
     const [counts] = await engine.database.rows<{ attempts: number; tokens: string }>(sql`

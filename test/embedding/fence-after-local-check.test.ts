@@ -6,9 +6,11 @@
 import { sql } from 'drizzle-orm';
 import { afterEach, expect, it } from 'vitest';
 import { z } from 'zod';
-import { LeaseLostError, defineActivity } from '@palisade/sdk';
+import { LeaseLostError } from '@palisade/sdk';
 import { advanceClock, setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
+import { startWorker } from '../support/worker.js';
+import { noInputActivity } from '../fixtures/no-input.js';
 
 const target = useEngineTarget('postgres');
 
@@ -19,23 +21,16 @@ it("refuses in the database a fenced write whose lease ended after the worker's 
   const ledger = sql.raw(`"${engine.schema}"."fence_ledger"`);
   await engine.database.rows(sql`CREATE TABLE ${ledger} (token bigint NOT NULL)`);
   const refusals: unknown[] = [];
-  const write = defineActivity({
-    name: 'ledger-write',
-    input: z.object({}),
-    output: z.object({ token: z.string() }),
-    async run(_input, ctx) {
-      try {
-        await ctx.fencedTransaction(async (tx) => {
-          await tx.execute(
-            sql`INSERT INTO ${ledger} (token) VALUES (${ctx.info.fencing.tokenString}::bigint)`,
-          );
-        });
-      } catch (error) {
-        refusals.push(error);
-        throw error;
-      }
-      return { token: ctx.info.fencing.tokenString };
-    },
+  const write = noInputActivity('ledger-write', z.object({ token: z.string() }), async (ctx) => {
+    try {
+      await ctx.fencedTransaction(async (tx) => {
+        await tx.execute(sql`INSERT INTO ${ledger} (token) VALUES (${ctx.info.fencing.tokenString}::bigint)`);
+      });
+    } catch (error) {
+      refusals.push(error);
+      throw error;
+    }
+    return { token: ctx.info.fencing.tokenString };
   });
   let stalledToken: bigint | undefined;
   setFaultHook('fenced-transaction:before-fence', async (attempt) => {
@@ -44,8 +39,7 @@ it("refuses in the database a fenced write whose lease ended after the worker's 
     // The stall: by the database clock the lease runs out while the worker sits between its check and the fence.
     await advanceClock(engine, 120_000);
   });
-  const worker = engine.worker({ activities: [write] });
-  await worker.start();
+  await startWorker(engine, [write]);
   const handle = await engine.client.enqueue(write, {});
   const { token } = await handle.result({ timeoutMs: 30_000 });
 

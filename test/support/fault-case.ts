@@ -107,6 +107,8 @@ export interface CaseDatabase {
   /** The attempts of the run's activity step (not its workflow turns), in token order. */
   attempts(runId: string): Promise<AttemptRecord[]>;
   events(runId: string): Promise<EventRecord[]>;
+  /** The types of the run's events, in order (as {@link events} reads them). */
+  eventTypes(runId: string): Promise<string[]>;
   ledger(runId: string): Promise<{ token: string; worker_id: string; amount_cents: number }[]>;
   executions(runId: string): Promise<{ token: string; worker_id: string }[]>;
   markers(runId: string): Promise<{ token: string; worker_id: string; kind: string }[]>;
@@ -116,7 +118,7 @@ export interface CaseDatabase {
 export function caseDatabase(sql: postgres.Sql, schema: string): CaseDatabase {
   const t = (name: string) => `"${schema}"."${name}"`;
   const ms = (column: string) => `(extract(epoch from ${column}) * 1000)::float8`;
-  return {
+  const db: CaseDatabase = {
     async run(runId) {
       const [row] = await sql.unsafe<RunRecord[]>(
         `SELECT status, output, error FROM ${t('runs')} WHERE id = $1`,
@@ -147,6 +149,7 @@ export function caseDatabase(sql: postgres.Sql, schema: string): CaseDatabase {
            FROM ${t('run_events')} WHERE run_id = $1 ORDER BY at, rank, ord`,
         [runId],
       ),
+    eventTypes: async (runId) => (await db.events(runId)).map((e) => e.type),
     ledger: (runId) =>
       sql.unsafe(
         `SELECT fencing_token::text AS token, worker_id, amount_cents FROM ${t('ledger')} WHERE run_id = $1 ORDER BY id`,
@@ -163,4 +166,5 @@ export function caseDatabase(sql: postgres.Sql, schema: string): CaseDatabase {
         [runId],
       ),
   };
+  return db;
 }

@@ -1,13 +1,7 @@
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import {
-  AttemptAbortedError,
-  LeaseLostError,
-  defineActivity,
-  type ActivityContext,
-  type ActivityInfo,
-} from '@palisade/sdk';
+import { AttemptAbortedError, LeaseLostError, type ActivityContext, type ActivityInfo } from '@palisade/sdk';
 import type { Engine, Worker } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';
 import { useEngineTarget, type EngineTarget } from '../support/engine.js';
@@ -23,6 +17,8 @@ import {
   type Gate,
 } from './helpers.js';
 import { emptyActivity } from '../fixtures/empty-activity.js';
+import { startWorker, workerFor } from '../support/worker.js';
+import { noInputActivity } from '../fixtures/no-input.js';
 
 /**
  * An activity whose first attempt waits for its signal, records the reason and throws; later attempts return
@@ -30,17 +26,12 @@ import { emptyActivity } from '../fixtures/empty-activity.js';
  */
 function firstAttemptAwaitsAbort() {
   const reasons: unknown[] = [];
-  const job = defineActivity({
-    name: 'job',
-    input: z.object({}),
-    output: z.object({ attempt: z.number() }),
-    async run(_input, ctx) {
-      if (ctx.info.attempt === 1) {
-        reasons.push(await aborted(ctx.signal));
-        throw new Error('stopped');
-      }
-      return { attempt: ctx.info.attempt };
-    },
+  const job = noInputActivity('job', z.object({ attempt: z.number() }), async (ctx) => {
+    if (ctx.info.attempt === 1) {
+      reasons.push(await aborted(ctx.signal));
+      throw new Error('stopped');
+    }
+    return { attempt: ctx.info.attempt };
   });
   return { job, reasons };
 }
@@ -69,12 +60,7 @@ async function expireFirstAttempt(
 async function heartbeatingJob(target: EngineTarget) {
   const { job, reasons } = firstAttemptAwaitsAbort();
   const engine = await target.engine();
-  const worker = engine.worker({
-    activities: [job],
-    concurrency: 1,
-    pollIntervalMs: 20,
-    heartbeatIntervalMs: 100,
-  });
+  const worker = workerFor(engine, [job], { concurrency: 1, pollIntervalMs: 20, heartbeatIntervalMs: 100 });
   return { job, reasons, engine, worker };
 }
 
@@ -85,31 +71,24 @@ for (const driver of ['postgres', 'pglite'] as const) {
     it('fires lease-lost and rejects ctx.heartbeat once another worker took over the expired step', async () => {
       const zombie: Gate<{ heartbeat: unknown; reason: unknown; again: unknown }> = gate();
       const resume = gate();
-      const job = defineActivity({
-        name: 'job',
-        input: z.object({}),
-        output: z.object({ attempt: z.number() }),
-        async run(_input, ctx) {
-          if (ctx.info.attempt > 1) return { attempt: ctx.info.attempt };
-          await resume.promise;
-          const heartbeat = await settle(ctx.heartbeat({ page: 2 }));
-          const reason: unknown = ctx.signal.reason;
-          const again = await settle(ctx.fencedTransaction(() => Promise.resolve(1)));
-          zombie.open({ heartbeat, reason, again });
-          return { attempt: ctx.info.attempt };
-        },
+      const job = noInputActivity('job', z.object({ attempt: z.number() }), async (ctx) => {
+        if (ctx.info.attempt > 1) return { attempt: ctx.info.attempt };
+        await resume.promise;
+        const heartbeat = await settle(ctx.heartbeat({ page: 2 }));
+        const reason: unknown = ctx.signal.reason;
+        const again = await settle(ctx.fencedTransaction(() => Promise.resolve(1)));
+        zombie.open({ heartbeat, reason, again });
+        return { attempt: ctx.info.attempt };
       });
       const engine = await target.engine();
       // One slot each, so neither worker reclaims the step it is itself running.
-      const first = engine.worker({ activities: [job], concurrency: 1, pollIntervalMs: 20, workerId: 'a' });
-      await first.start();
+      const first = await startWorker(engine, [job], { concurrency: 1, pollIntervalMs: 20, workerId: 'a' });
       const started = workerEvent(first, 'attempt:started');
       const handle = await engine.client.enqueue(job, {});
       const { attempt: stale } = await started;
 
       await advanceClock(engine, 31_000); // past the 30 s lease, by the DB clock only
-      const second = engine.worker({ activities: [job], concurrency: 1, pollIntervalMs: 20, workerId: 'b' });
-      await second.start();
+      await startWorker(engine, [job], { concurrency: 1, pollIntervalMs: 20, workerId: 'b' });
       await expect(handle.result({ timeoutMs: 10_000 })).resolves.toEqual({ attempt: 2 });
       const current = (await attemptsOf(engine, handle.runId))[1]!;
 
@@ -190,14 +169,12 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const { job, reasons } = firstAttemptAwaitsAbort();
       const engine = await target.engine();
       const n = engine.names;
-      const worker = engine.worker({
-        activities: [job],
+      const worker = await startWorker(engine, [job], {
         concurrency: 1,
         pollIntervalMs: 20,
         heartbeatIntervalMs: 200,
         heartbeatTimeoutMs: 50,
       });
-      await worker.start();
       const started = workerEvent(worker, 'attempt:started');
       const handle = await engine.client.enqueue(job, {});
       const { attempt: ref } = await started;
@@ -226,25 +203,25 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('fires deadline at the start-to-close timeout, records the attempt timed_out and retries it', async () => {
       const reasons: unknown[] = [];
-      const slow = defineActivity({
-        name: 'slow',
-        input: z.object({}),
-        output: z.object({ attempt: z.number() }),
-        startToCloseTimeoutMs: 3_000,
-        retry: { initialIntervalMs: 60_000, jitter: 0, maximumAttempts: 3 },
-        async run(_input, ctx) {
+      const slow = noInputActivity(
+        'slow',
+        z.object({ attempt: z.number() }),
+        async (ctx) => {
           if (ctx.info.attempt === 1) {
             reasons.push(await aborted(ctx.signal));
             throw ctx.signal.reason;
           }
           return { attempt: ctx.info.attempt };
         },
-      });
+        {
+          startToCloseTimeoutMs: 3_000,
+          retry: { initialIntervalMs: 60_000, jitter: 0, maximumAttempts: 3 },
+        },
+      );
       const engine = await target.engine();
       // The deadline fires a margin M before the database's; the default M (3 s, a tenth of the 30 s lease)
       // would leave no time inside a 3 s deadline. 1 s leaves the failure write ample time even on a busy host.
-      const worker = engine.worker({ activities: [slow], pollIntervalMs: 20, leaseSafetyMarginMs: 1_000 });
-      await worker.start();
+      const worker = await startWorker(engine, [slow], { pollIntervalMs: 20, leaseSafetyMarginMs: 1_000 });
       const failed = workerEvent(worker, 'attempt:failed');
       const handle = await engine.client.enqueue(slow, {});
 
@@ -287,7 +264,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       });
       const engine = await target.engine();
       await makeFirstGrantsStale(engine, 25_000); // 5 s of a 30 s lease left: below the default half
-      const worker = engine.worker({ activities: [job], pollIntervalMs: 20 });
+      const worker = workerFor(engine, [job], { pollIntervalMs: 20 });
       const started: number[] = [];
       worker.events.on('attempt:started', ({ attempt }) => started.push(attempt.attempt));
       await worker.start();
@@ -313,17 +290,18 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('runs a step whose start-to-close timeout is shorter than its lease instead of releasing it forever', async () => {
       let releases = 0;
-      const quick = defineActivity({
-        name: 'quick',
-        input: z.object({}),
-        output: z.object({ attempt: z.number(), epoch: z.number() }),
-        startToCloseTimeoutMs: 5_000, // the claim caps the 30 s lease at 5 s
-        run(_input, ctx) {
+      const quick = noInputActivity(
+        'quick',
+        z.object({ attempt: z.number(), epoch: z.number() }),
+        (ctx) => {
           return Promise.resolve({ attempt: ctx.info.attempt, epoch: ctx.info.epoch });
         },
-      });
+        {
+          startToCloseTimeoutMs: 5_000, // the claim caps the 30 s lease at 5 s
+        },
+      );
       const engine = await target.engine();
-      const worker = engine.worker({ activities: [quick], pollIntervalMs: 20 });
+      const worker = workerFor(engine, [quick], { pollIntervalMs: 20 });
       // Were every grant judged stale, the worker would release and reclaim it in a tight loop (starving PGlite's
       // event loop): stop after a few so that the test fails instead of hanging.
       worker.events.on('attempt:released', () => {
@@ -348,13 +326,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
           return {};
         },
       });
-      const worker = engine.worker({
-        activities: [job],
+      await startWorker(engine, [job], {
         queues: ['jobs'],
         pollIntervalMs: 20,
         workerId: 'w-1',
       });
-      await worker.start();
       const handle = await engine.client.enqueue(job, {});
       await handle.result({ timeoutMs: 10_000 });
 
@@ -386,12 +362,10 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const details: unknown[] = [];
       const engine = await target.engine();
       const stored: unknown[] = [];
-      const job = defineActivity({
-        name: 'job',
-        input: z.object({}),
-        output: z.object({ resumedFrom: z.number() }),
-        retry: { initialIntervalMs: 60_000, jitter: 0, maximumAttempts: 3 },
-        async run(_input, ctx) {
+      const job = noInputActivity(
+        'job',
+        z.object({ resumedFrom: z.number() }),
+        async (ctx) => {
           details.push(ctx.info.heartbeatDetails);
           if (ctx.info.attempt === 1) {
             await ctx.heartbeat({ page: 3, cursor: 'c-3' });
@@ -401,8 +375,9 @@ for (const driver of ['postgres', 'pglite'] as const) {
           const last = ctx.info.heartbeatDetails as { page: number };
           return { resumedFrom: last.page };
         },
-      });
-      const worker = engine.worker({ activities: [job], pollIntervalMs: 20 });
+        { retry: { initialIntervalMs: 60_000, jitter: 0, maximumAttempts: 3 } },
+      );
+      const worker = workerFor(engine, [job], { pollIntervalMs: 20 });
       worker.events.on('attempt:failed', () => void advanceClock(engine, 61_000));
       await worker.start();
       const handle = await engine.client.enqueue(job, {});

@@ -4,6 +4,9 @@ import { z } from 'zod';
 import { ApplicationFailure, PalisadeError, RunNotFoundError, defineActivity } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
 import { attemptsOf, gate, settle, stepOf, workerEvent } from './helpers.js';
+import { startWorker } from '../support/worker.js';
+import { noInputActivity } from '../fixtures/no-input.js';
+import { echoActivity, pureActivity } from '../fixtures/pure-activity.js';
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`client on ${driver}`, () => {
@@ -11,18 +14,12 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('gives up waiting with RESULT_TIMEOUT while the run goes on, and a later result() gets the output', async () => {
       const finish = gate();
-      const slow = defineActivity({
-        name: 'slow',
-        input: z.object({}),
-        output: z.object({ done: z.literal(true) }),
-        async run() {
-          await finish.promise;
-          return { done: true as const };
-        },
+      const slow = noInputActivity('slow', z.object({ done: z.literal(true) }), async () => {
+        await finish.promise;
+        return { done: true as const };
       });
       const engine = await target.engine();
-      const worker = engine.worker({ activities: [slow], pollIntervalMs: 20 });
-      await worker.start();
+      const worker = await startWorker(engine, [slow], { pollIntervalMs: 20 });
       const started = workerEvent(worker, 'attempt:started');
       const handle = await engine.client.enqueue(slow, {});
       await started;
@@ -65,14 +62,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
     });
 
     it('lists runs newest first, filtered by status and by name', async () => {
-      const alpha = defineActivity({
-        name: 'alpha',
-        input: z.object({ n: z.number() }),
-        output: z.object({ n: z.number() }),
-        run(input) {
-          return Promise.resolve(input);
-        },
-      });
+      const alpha = echoActivity('alpha', z.object({ n: z.number() }));
       const beta = defineActivity({
         name: 'beta',
         input: z.object({ n: z.number() }),
@@ -81,14 +71,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
           throw ApplicationFailure.nonRetryable('beta always fails');
         },
       });
-      const gamma = defineActivity({
-        name: 'gamma',
-        input: z.object({ n: z.number() }),
-        output: z.object({}),
-        run() {
-          return Promise.resolve({});
-        },
-      });
+      const gamma = pureActivity('gamma', z.object({ n: z.number() }), z.object({}), () => ({}));
       const engine = await target.engine();
       const a1 = await engine.client.enqueue(alpha, { n: 1 });
       const a2 = await engine.client.enqueue(alpha, { n: 2 });
@@ -96,8 +79,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const a3 = await engine.client.enqueue(alpha, { n: 4 });
       await a3.cancel();
       const g1 = await engine.client.enqueue(gamma, { n: 5 }); // no worker serves gamma: stays pending
-      const worker = engine.worker({ activities: [alpha, beta], pollIntervalMs: 20 });
-      await worker.start();
+      await startWorker(engine, [alpha, beta], { pollIntervalMs: 20 });
       await Promise.all([a1.result(), a2.result(), settle(b1.result())]);
 
       const ids = async (filter: Parameters<typeof engine.client.list>[0]) =>

@@ -13,18 +13,16 @@ import { defineActivity, defineSignal, defineWorkflow, isPalisadeError } from '@
 import type { Engine } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
 import { claimTimesMs, maxInWindow, maxRunningPerKey, runningNowPerKey } from '../support/flow-audit.js';
-import { stepsOf, stepsReach } from '../workflow/workflow-rows.js';
+import { stepsOf, stepOfKindReached } from '../workflow/workflow-rows.js';
 import { gate, workerEvent, type Gate } from './helpers.js';
 import { checkOnEvents } from '../support/wait.js';
+import { startWorker, workerFor } from '../support/worker.js';
+import { noInputActivity } from '../fixtures/no-input.js';
+import { echoActivity, pureActivity } from '../fixtures/pure-activity.js';
 
 const go = defineSignal({ name: 'go', payload: z.null() });
 
-const note = defineActivity({
-  name: 'note',
-  input: z.number(),
-  output: z.number(),
-  run: (n) => Promise.resolve(n),
-});
+const note = echoActivity('note', z.number());
 
 /** A keyed workflow run that schedules a step under a concurrency key and a rate key, then ends. */
 const keyed = defineWorkflow({
@@ -84,8 +82,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const limit = { A: 1, B: 3 } as Record<string, number>;
       const started = (key: string) => held.filter((h) => h.key === key).length;
       const opened = (key: string) => held.filter((h) => h.key === key && h.opened).length;
-      const worker = engine.worker({ activities: [hold], concurrency: 8, pollIntervalMs: 50 });
-      await worker.start();
+      const worker = await startWorker(engine, [hold], { concurrency: 8, pollIntervalMs: 50 });
       // A's first step and B's first three run, although A's eleven others sit ahead of B's in the queue.
       await checkOnEvents(
         [worker, starts],
@@ -142,13 +139,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
           return 3;
         },
       });
-      const worker = engine.worker({
-        workflows: [settle],
-        activities: [refund],
-        concurrency: 10,
-        pollIntervalMs: 50,
-      });
-      await worker.start();
+      const worker = await startWorker(engine, [settle, refund], { concurrency: 10, pollIntervalMs: 50 });
       const handles = await engine.client.startMany(settle, [
         { customer: 'c1' },
         { customer: 'c1' },
@@ -175,8 +166,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
           return n;
         },
       });
-      const worker = engine.worker({ workflows: [session], concurrency: 10, pollIntervalMs: 50 });
-      await worker.start();
+      const worker = await startWorker(engine, [session], { concurrency: 10, pollIntervalMs: 50 });
       const t1 = await engine.client.startMany(
         session,
         [0, 1, 2, 3, 4].map((n) => ({ n })),
@@ -198,13 +188,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect((await other.describe()).run.status).toBe('running');
       // The sleeps end (time travel); the waits hold the places: still two.
       await advanceClock(engine, 1_500);
-      await stepsReach(
-        [worker],
-        engine,
-        other.runId,
-        (steps) => steps.some((s) => s.kind === 'signal'),
-        'the wait of tenant-2',
-      );
+      await stepOfKindReached([worker], engine, other.runId, 'signal', 'the wait of tenant-2');
       expect((await statuses()).filter((s) => s === 'running')).toHaveLength(2);
       const first = [];
       for (const h of t1) if (await started(h)) first.push(h);
@@ -221,14 +205,10 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('starts at most the rate limit of a key per period, by the database clock', async () => {
       const engine = await target.engine();
-      const call = defineActivity({
-        name: 'call-api',
-        input: z.object({ n: z.number() }),
-        output: z.number(),
+      const call = pureActivity('call-api', z.object({ n: z.number() }), z.number(), ({ n }) => n, {
         rateLimit: { limit: 3, periodMs: '10s' },
-        run: ({ n }) => Promise.resolve(n),
       });
-      const worker = engine.worker({ activities: [call], concurrency: 10, pollIntervalMs: 50 });
+      const worker = workerFor(engine, [call], { concurrency: 10, pollIntervalMs: 50 });
       const handles = await engine.client.enqueueMany(
         call,
         Array.from({ length: 7 }, (_, n) => ({ n })),
@@ -263,12 +243,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('starts the next step and the next run of a full key when one ends, without waiting for a poll', async () => {
       const engine = await target.engine();
-      const quick = defineActivity({
-        name: 'quick',
-        input: z.object({ n: z.number() }),
-        output: z.number(),
-        run: ({ n }) => Promise.resolve(n),
-      });
+      const quick = pureActivity('quick', z.object({ n: z.number() }), z.number(), ({ n }) => n);
       const brief = defineWorkflow({
         name: 'brief',
         input: z.object({ n: z.number() }),
@@ -276,13 +251,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         run: ({ n }) => Promise.resolve(n),
       });
       // One poll a minute: each of these would wait for it if an ending woke no claim.
-      const worker = engine.worker({
-        activities: [quick],
-        workflows: [brief],
-        concurrency: 4,
-        pollIntervalMs: 60_000,
-      });
-      await worker.start();
+      const worker = await startWorker(engine, [quick, brief], { concurrency: 4, pollIntervalMs: 60_000 });
       const five = [0, 1, 2, 3, 4].map((n) => ({ n }));
       const jobs = await engine.client.enqueueMany(quick, five, { concurrency: { key: 'k', limit: 1 } });
       const runs = await engine.client.startMany(brief, five, { concurrency: { key: 'k', limit: 1 } });
@@ -299,17 +268,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
     it('does not report work waiting for its key as unclaimed', async () => {
       const engine = await target.engine();
       const release = gate();
-      const slow = defineActivity({
-        name: 'slow',
-        input: z.object({}),
-        output: z.null(),
-        async run() {
-          await release.promise;
-          return null;
-        },
+      const slow = noInputActivity('slow', z.null(), async () => {
+        await release.promise;
+        return null;
       });
-      const worker = engine.worker({ activities: [slow], pollIntervalMs: 50 });
-      await worker.start();
+      const worker = await startWorker(engine, [slow], { pollIntervalMs: 50 });
       // checkOnEvents() hears no start: wait for the worker's own event.
       const started = workerEvent(worker, 'attempt:started');
       const first = await engine.client.enqueue(slow, {}, { concurrency: { key: 'k', limit: 1 } });
@@ -333,8 +296,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('deletes the keys no live work holds when runs are pruned, and the next work of a key inserts it again', async () => {
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [keyed], activities: [note], pollIntervalMs: 50 });
-      await worker.start();
+      const worker = await startWorker(engine, [keyed, note], { pollIntervalMs: 50 });
       try {
         const done = await engine.client.startMany(keyed, [1, 2], { concurrency: { key: 't', limit: 1 } });
         await Promise.all(done.map((h) => h.result({ timeoutMs: 20_000 })));
@@ -373,13 +335,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it("counts a key's running runs off its live runs only, however many have finished", async () => {
       const engine = await target.engine();
-      const worker = engine.worker({
-        workflows: [keyed],
-        activities: [note],
-        concurrency: 10,
-        pollIntervalMs: 50,
-      });
-      await worker.start();
+      const worker = await startWorker(engine, [keyed, note], { concurrency: 10, pollIntervalMs: 50 });
       const finished = await engine.client.startMany(
         keyed,
         Array.from({ length: 20 }, (_, k) => k),
@@ -411,12 +367,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('refuses bad limits naming the option', async () => {
       const engine = await target.engine();
-      const noop = defineActivity({
-        name: 'noop',
-        input: z.null(),
-        output: z.null(),
-        run: () => Promise.resolve(null),
-      });
+      const noop = pureActivity('noop', z.null(), z.null(), () => null);
       const flow = defineWorkflow({
         name: 'flow',
         input: z.null(),

@@ -14,6 +14,8 @@ import {
   workerEvent,
   type Gate,
 } from './helpers.js';
+import { startWorker, workerFor } from '../support/worker.js';
+import { noInputActivity } from '../fixtures/no-input.js';
 
 /** Resource kinds Node reports as keeping the event loop alive, counted by kind. */
 function activeResources(): Record<string, number> {
@@ -80,7 +82,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         },
       });
       const engine = await target.engine();
-      const worker = engine.worker({ activities: [job], concurrency: 1, pollIntervalMs: 20 });
+      const worker = workerFor(engine, [job], { concurrency: 1, pollIntervalMs: 20 });
       const aborts: string[] = [];
       worker.events.on('attempt:aborted', ({ reason }) => aborts.push(reason));
       await worker.start();
@@ -119,7 +121,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         await releaseClaim.promise;
       });
       try {
-        const worker = engine.worker({ activities: [job], pollIntervalMs: 20, workerId: 'stopping' });
+        const worker = workerFor(engine, [job], { pollIntervalMs: 20, workerId: 'stopping' });
         const events: string[] = [];
         worker.events.on('attempt:started', () => events.push('started'));
         worker.events.on('attempt:released', ({ why }) => events.push(`released:${why}`));
@@ -143,8 +145,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
           ['stopping', 'released'],
         ]);
 
-        const next = engine.worker({ activities: [job], pollIntervalMs: 20, workerId: 'next' });
-        await next.start();
+        const next = await startWorker(engine, [job], { pollIntervalMs: 20, workerId: 'next' });
         await expect(handle.result({ timeoutMs: 10_000 })).resolves.toEqual({ n: 1 });
         await next.stop();
         expect(ran).toEqual([1]);
@@ -156,21 +157,19 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('aborts a cooperative attempt with reason shutdown and releases it, so another worker claims it at once', async () => {
       const reasons: unknown[] = [];
-      const patient = defineActivity({
-        name: 'patient',
-        input: z.object({}),
-        output: z.object({ attempt: z.number(), epoch: z.number(), workerId: z.string() }),
-        async run(_input, ctx) {
+      const patient = noInputActivity(
+        'patient',
+        z.object({ attempt: z.number(), epoch: z.number(), workerId: z.string() }),
+        async (ctx) => {
           if (ctx.info.epoch === 1) {
             reasons.push(await aborted(ctx.signal));
             throw ctx.signal.reason;
           }
           return { attempt: ctx.info.attempt, epoch: ctx.info.epoch, workerId: ctx.info.workerId };
         },
-      });
+      );
       const engine = await target.engine();
-      const first = engine.worker({ activities: [patient], pollIntervalMs: 20, workerId: 'first' });
-      await first.start();
+      const first = await startWorker(engine, [patient], { pollIntervalMs: 20, workerId: 'first' });
       const started = workerEvent(first, 'attempt:started');
       const handle = await engine.client.enqueue(patient, {});
       const { attempt: ref } = await started;
@@ -199,8 +198,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         String(events.find((e) => e.type === 'attempt:claimed')?.data?.leaseExpiresAt),
       );
 
-      const second = engine.worker({ activities: [patient], pollIntervalMs: 20, workerId: 'second' });
-      await second.start();
+      await startWorker(engine, [patient], { pollIntervalMs: 20, workerId: 'second' });
       await expect(handle.result({ timeoutMs: 10_000 })).resolves.toEqual({
         attempt: 1,
         epoch: 2,
@@ -220,22 +218,17 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const hold = gate();
       const late: Gate<{ heartbeat: unknown; transaction: unknown }> = gate();
       const contexts: ActivityContext[] = [];
-      const stubborn = defineActivity({
-        name: 'stubborn',
-        input: z.object({}),
-        output: z.object({ attempt: z.number() }),
-        async run(_input, ctx) {
-          if (ctx.info.attempt > 1) return { attempt: ctx.info.attempt };
-          contexts.push(ctx);
-          await hold.promise; // never looks at ctx.signal
-          const heartbeat = await settle(ctx.heartbeat({ late: true }));
-          const transaction = await settle(ctx.fencedTransaction(() => Promise.resolve(1)));
-          late.open({ heartbeat, transaction });
-          return { attempt: ctx.info.attempt };
-        },
+      const stubborn = noInputActivity('stubborn', z.object({ attempt: z.number() }), async (ctx) => {
+        if (ctx.info.attempt > 1) return { attempt: ctx.info.attempt };
+        contexts.push(ctx);
+        await hold.promise; // never looks at ctx.signal
+        const heartbeat = await settle(ctx.heartbeat({ late: true }));
+        const transaction = await settle(ctx.fencedTransaction(() => Promise.resolve(1)));
+        late.open({ heartbeat, transaction });
+        return { attempt: ctx.info.attempt };
       });
       const engine = await target.engine();
-      const worker = engine.worker({ activities: [stubborn], pollIntervalMs: 20 });
+      const worker = workerFor(engine, [stubborn], { pollIntervalMs: 20 });
       const releases: string[] = [];
       worker.events.on('attempt:released', ({ why }) => releases.push(why));
       await worker.start();
@@ -271,8 +264,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
       // Its lease still ends the usual way: once expired, another worker takes the step over.
       await advanceClock(engine, 31_000);
-      const next = engine.worker({ activities: [stubborn], pollIntervalMs: 20 });
-      await next.start();
+      await startWorker(engine, [stubborn], { pollIntervalMs: 20 });
       await expect(handle.result({ timeoutMs: 10_000 })).resolves.toEqual({ attempt: 2 });
       expect((await attemptsOf(engine, handle.runId)).map((a) => [a.attempt, a.outcome])).toEqual([
         [1, 'lease_expired'],
@@ -294,8 +286,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const baseline = activeResources();
       const timers = trackTimers();
       try {
-        const worker = engine.worker({ activities: [job], pollIntervalMs: 20, heartbeatIntervalMs: 50 });
-        await worker.start();
+        const worker = await startWorker(engine, [job], { pollIntervalMs: 20, heartbeatIntervalMs: 50 });
         const done = await engine.client.enqueue(job, { wait: false });
         await done.result({ timeoutMs: 10_000 });
         const started = workerEvent(worker, 'attempt:started');

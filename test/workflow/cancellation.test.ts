@@ -5,7 +5,6 @@ import {
   ChildWorkflowFailure,
   defineActivity,
   defineSignal,
-  defineWorkflow,
   type AbortReason,
   type AttemptAbortedError,
 } from '@palisade/sdk';
@@ -14,6 +13,8 @@ import { useEngineTarget } from '../support/engine.js';
 import { attemptsOf, deferred, runOf, stepsOf, stepsReach } from './workflow-rows.js';
 import { cancelWhileTurnRuns } from './cancel-race.js';
 import { checkOnEvents } from '../support/wait.js';
+import { startWorker } from '../support/worker.js';
+import { noInputActivity, noInputWorkflow } from '../fixtures/no-input.js';
 
 const nudge = defineSignal({ name: 'nudge', payload: z.object({ n: z.number() }) });
 
@@ -24,12 +25,10 @@ function fixture() {
   const started = deferred();
   const aborted = deferred<{ reason: AbortReason | undefined; afterMs: number }>();
   let cancelSentAt = 0;
-  const long = defineActivity({
-    name: 'long',
-    input: z.object({}),
-    output: z.string(),
-    leaseMs: '3s',
-    async run(_input, ctx) {
+  const long = noInputActivity(
+    'long',
+    z.string(),
+    async (ctx) => {
       executions.push('long');
       started.resolve();
       // Runs until told to stop; it never heartbeats itself: the worker's heartbeat carries the cancel.
@@ -40,7 +39,8 @@ function fixture() {
       aborted.resolve({ reason, afterMs: performance.now() - cancelSentAt });
       throw ctx.signal.reason;
     },
-  });
+    { leaseMs: '3s' },
+  );
   const compensate = defineActivity({
     name: 'compensate',
     input: z.object({ why: z.string() }),
@@ -51,32 +51,22 @@ function fixture() {
     },
   });
   const seen: string[] = [];
-  const careful = defineWorkflow({
-    name: 'careful',
-    input: z.object({}),
-    output: z.string(),
-    async run(_input, ctx) {
-      try {
-        return await ctx.run(long, {});
-      } catch (error) {
-        seen.push(`${(error as Error).constructor.name}:${(error as { code?: string }).code}`);
-        if (error instanceof CancelledFailure) await ctx.run(compensate, { why: 'catch' });
-        throw error;
-      }
-    },
+  const careful = noInputWorkflow('careful', z.string(), async (ctx) => {
+    try {
+      return await ctx.run(long, {});
+    } catch (error) {
+      seen.push(`${(error as Error).constructor.name}:${(error as { code?: string }).code}`);
+      if (error instanceof CancelledFailure) await ctx.run(compensate, { why: 'catch' });
+      throw error;
+    }
   });
-  const sleepy = defineWorkflow({
-    name: 'sleepy',
-    input: z.object({}),
-    output: z.string(),
-    async run(_input, ctx) {
-      try {
-        await ctx.sleep('1h');
-        return 'woke';
-      } finally {
-        await ctx.run(compensate, { why: 'finally' });
-      }
-    },
+  const sleepy = noInputWorkflow('sleepy', z.string(), async (ctx) => {
+    try {
+      await ctx.sleep('1h');
+      return 'woke';
+    } finally {
+      await ctx.run(compensate, { why: 'finally' });
+    }
   });
   return {
     executions,
@@ -91,6 +81,15 @@ function fixture() {
   };
 }
 
+/** A started worker of `careful` and its activities, heartbeating every {@link HEARTBEAT_MS}. */
+function startCarefulWorker(engine: Engine, f: ReturnType<typeof fixture>) {
+  return startWorker(engine, [f.careful, f.long, f.compensate], {
+    heartbeatIntervalMs: HEARTBEAT_MS,
+    heartbeatTimeoutMs: HEARTBEAT_MS,
+    pollIntervalMs: 50,
+  });
+}
+
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`cancellation on ${driver}`, () => {
     const target = useEngineTarget(driver, { warm: true });
@@ -98,14 +97,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
     it('cancels a running activity at its next heartbeat; the workflow compensates and the run ends cancelled', async () => {
       const f = fixture();
       const engine = await target.engine();
-      const worker = engine.worker({
-        workflows: [f.careful],
-        activities: [f.long, f.compensate],
-        heartbeatIntervalMs: HEARTBEAT_MS,
-        heartbeatTimeoutMs: HEARTBEAT_MS,
-        pollIntervalMs: 50,
-      });
-      await worker.start();
+      await startCarefulWorker(engine, f);
       const handle = await engine.client.start(f.careful, {});
       await f.started.promise;
       f.markCancelSent();
@@ -146,8 +138,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
     it('cancels a sleeping run without time travel; its finally block compensates', async () => {
       const f = fixture();
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [f.sleepy], activities: [f.compensate], pollIntervalMs: 50 });
-      await worker.start();
+      const worker = await startWorker(engine, [f.sleepy, f.compensate], { pollIntervalMs: 50 });
       const handle = await engine.client.start(f.sleepy, {});
       await stepsReach([worker], engine, handle.runId, (steps) => steps[0]?.kind === 'timer', 'asleep');
       await handle.cancel('not needed');
@@ -196,14 +187,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         [signalId, { reason: 'run-ended', status: 'cancelled' }],
       ]);
       await expect(handle.result({ timeoutMs: 15_000 })).rejects.toBeInstanceOf(CancelledFailure);
-      const worker = engine.worker({
-        workflows: [f.careful],
-        activities: [f.long, f.compensate],
-        heartbeatIntervalMs: HEARTBEAT_MS,
-        heartbeatTimeoutMs: HEARTBEAT_MS,
-        pollIntervalMs: 50,
-      });
-      await worker.start();
+      await startCarefulWorker(engine, f);
       const error = await handle.result({ timeoutMs: 15_000 }).catch((e: unknown) => e);
       expect(error).toBeInstanceOf(CancelledFailure);
       expect(f.executions.filter((e) => e === 'long')).toEqual([]);
@@ -213,42 +197,23 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     describe('a child of a workflow no worker registers', () => {
       /** Registered by no worker of these tests. */
-      const unserved = defineWorkflow({
-        name: 'unserved-child',
-        input: z.object({}),
-        output: z.string(),
-        run: () => Promise.resolve('never'),
+      const unserved = noInputWorkflow('unserved-child', z.string(), () => Promise.resolve('never'));
+      const awaiting = noInputWorkflow('awaiting-parent', z.string(), async (ctx) => {
+        try {
+          return await ctx.runChild(unserved, {});
+        } catch (error) {
+          if (error instanceof ChildWorkflowFailure) return `child ended: ${error.failure.type}`;
+          throw error;
+        }
       });
-      const awaiting = defineWorkflow({
-        name: 'awaiting-parent',
-        input: z.object({}),
-        output: z.string(),
-        async run(_input, ctx) {
-          try {
-            return await ctx.runChild(unserved, {});
-          } catch (error) {
-            if (error instanceof ChildWorkflowFailure) return `child ended: ${error.failure.type}`;
-            throw error;
-          }
-        },
-      });
-      const leaving = defineWorkflow({
-        name: 'leaving-parent',
-        input: z.object({}),
-        output: z.string(),
-        async run(_input, ctx) {
-          ctx.runChild(unserved, {}).catch(() => undefined);
-          await ctx.sleep(10); // a turn later: the child has started
-          return 'left';
-        },
+      const leaving = noInputWorkflow('leaving-parent', z.string(), async (ctx) => {
+        ctx.runChild(unserved, {}).catch(() => undefined);
+        await ctx.sleep(10); // a turn later: the child has started
+        return 'left';
       });
 
       /** A worker that registers the parents only. */
-      async function parentOnly(engine: Engine) {
-        const worker = engine.worker({ workflows: [awaiting, leaving], pollIntervalMs: 50 });
-        await worker.start();
-        return worker;
-      }
+      const parentOnly = (engine: Engine) => startWorker(engine, [awaiting, leaving], { pollIntervalMs: 50 });
       /** The first child run of `parentId`, once its parent's turn started it. */
       async function childOf(engine: Engine, worker: Worker, parentId: string): Promise<string> {
         let childId: string | undefined;

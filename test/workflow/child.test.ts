@@ -5,27 +5,20 @@
 import { AsyncResource } from 'node:async_hooks';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
-import {
-  ApplicationFailure,
-  ChildWorkflowFailure,
-  defineActivity,
-  defineSignal,
-  defineWorkflow,
-} from '@palisade/sdk';
+import { ApplicationFailure, ChildWorkflowFailure, defineSignal, defineWorkflow } from '@palisade/sdk';
 import type { Engine } from '@palisade/engine';
 import { advanceClock, setFaultHook } from '@palisade/engine/testing';
 import { nextEvent, useEngineTarget } from '../support/engine.js';
 import { stepsOf } from './workflow-rows.js';
 import { checkOnEvents } from '../support/wait.js';
+import { startWorker, type Definition, type ServingOptions } from '../support/worker.js';
+import { noInputActivity, noInputWorkflow } from '../fixtures/no-input.js';
+import { oneStepWorkflow } from '../fixtures/one-step-workflow.js';
+import { pureActivity } from '../fixtures/pure-activity.js';
 
 const release = defineSignal({ name: 'release', payload: z.null() });
 
-const shout = defineActivity({
-  name: 'shout',
-  input: z.string(),
-  output: z.string(),
-  run: (s) => Promise.resolve(s.toUpperCase()),
-});
+const shout = pureActivity('shout', z.string(), z.string(), (s) => s.toUpperCase());
 
 const child = defineWorkflow({
   name: 'child-shout',
@@ -74,27 +67,13 @@ const parent = defineWorkflow({
 });
 
 let flakyBroken = true;
-const flaky = defineActivity({
-  name: 'flaky-call',
-  input: z.object({}),
-  output: z.string(),
-  run: () =>
-    flakyBroken
-      ? Promise.reject(ApplicationFailure.nonRetryable('the service is down', 'Down'))
-      : Promise.resolve('up'),
-});
-const flakyChild = defineWorkflow({
-  name: 'flaky-child',
-  input: z.object({}),
-  output: z.string(),
-  run: (_input, ctx) => ctx.run(flaky, {}),
-});
-const retryParent = defineWorkflow({
-  name: 'retry-parent',
-  input: z.object({}),
-  output: z.string(),
-  run: (_input, ctx) => ctx.runChild(flakyChild, {}),
-});
+const flaky = noInputActivity('flaky-call', z.string(), () =>
+  flakyBroken
+    ? Promise.reject(ApplicationFailure.nonRetryable('the service is down', 'Down'))
+    : Promise.resolve('up'),
+);
+const flakyChild = oneStepWorkflow('flaky-child', flaky);
+const retryParent = noInputWorkflow('retry-parent', z.string(), (ctx) => ctx.runChild(flakyChild, {}));
 
 const keyedRetryParent = defineWorkflow({
   name: 'keyed-retry-parent',
@@ -115,31 +94,23 @@ const abandoningParent = defineWorkflow({
   },
 });
 
-const failsFast = defineActivity({
-  name: 'fails-fast',
-  input: z.object({}),
-  output: z.string(),
-  run: () => Promise.reject(ApplicationFailure.nonRetryable('fast failure', 'Fast')),
-});
+const failsFast = noInputActivity('fails-fast', z.string(), () =>
+  Promise.reject(ApplicationFailure.nonRetryable('fast failure', 'Fast')),
+);
 /** Steps that fail while the code awaits another one, awaited only afterwards (in a try). */
-const lateAwait = defineWorkflow({
-  name: 'late-await',
-  input: z.object({}),
-  output: z.array(z.string()),
-  async run(_input, ctx) {
-    const failedActivity = ctx.run(failsFast, {});
-    const failedChild = ctx.runChild(child, { text: 'bad', fail: true });
-    const late = await ctx.runChild(child, { text: 'late', wait: true });
-    const seen = [late.shouted];
-    for (const step of [failedActivity, failedChild]) {
-      try {
-        await step;
-      } catch (error) {
-        seen.push((error as { code: string }).code);
-      }
+const lateAwait = noInputWorkflow('late-await', z.array(z.string()), async (ctx) => {
+  const failedActivity = ctx.run(failsFast, {});
+  const failedChild = ctx.runChild(child, { text: 'bad', fail: true });
+  const late = await ctx.runChild(child, { text: 'late', wait: true });
+  const seen = [late.shouted];
+  for (const step of [failedActivity, failedChild]) {
+    try {
+      await step;
+    } catch (error) {
+      seen.push((error as { code: string }).code);
     }
-    return seen;
-  },
+  }
+  return seen;
 });
 
 async function childrenOf(engine: Engine, runId: string) {
@@ -150,17 +121,14 @@ for (const driver of ['postgres', 'pglite'] as const) {
   describe(`child workflows on ${driver}`, () => {
     const target = useEngineTarget(driver, { warm: true });
 
-    const start = async (engine: Engine, workflowCacheSize?: number) => {
-      const worker = engine.worker({
-        workflows: [parent, child],
-        activities: [shout],
-        pollIntervalMs: 50,
-        ...(workflowCacheSize === undefined ? {} : { workflowCacheSize }),
-      });
-      await worker.start();
+    /** A started worker of `definitions`, polling every 50 ms, stopped when the test finishes. */
+    const serve = async (engine: Engine, definitions: Definition[], options: ServingOptions = {}) => {
+      const worker = await startWorker(engine, definitions, { pollIntervalMs: 50, ...options });
       onTestFinished(() => worker.stop());
       return worker;
     };
+    const start = (engine: Engine, workflowCacheSize?: number) =>
+      serve(engine, [parent, child, shout], workflowCacheSize === undefined ? {} : { workflowCacheSize });
 
     it('returns each child’s output, starts each once on kept instances and full replays, and links both ways', async () => {
       const engine = await target.engine();
@@ -235,13 +203,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('starts a new child when a parent whose child failed is retried', async () => {
       const engine = await target.engine();
-      const worker = engine.worker({
-        workflows: [retryParent, flakyChild],
-        activities: [flaky],
-        pollIntervalMs: 50,
-      });
-      await worker.start();
-      onTestFinished(() => worker.stop());
+      await serve(engine, [retryParent, flakyChild, flaky]);
       flakyBroken = true;
       const handle = await engine.client.start(retryParent, {});
       await expect(handle.result({ timeoutMs: 20_000 })).rejects.toMatchObject({ code: 'RUN_FAILED' });
@@ -258,13 +220,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('retries a parent whose keyed child failed: the key goes to a new child run', async () => {
       const engine = await target.engine();
-      const worker = engine.worker({
-        workflows: [keyedRetryParent, flakyChild],
-        activities: [flaky],
-        pollIntervalMs: 50,
-      });
-      await worker.start();
-      onTestFinished(() => worker.stop());
+      await serve(engine, [keyedRetryParent, flakyChild, flaky]);
       flakyBroken = true;
       const key = `keyed-retry-${driver}`;
       const handle = await engine.client.start(keyedRetryParent, { key });
@@ -289,13 +245,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('retries a parent whose keyed child it left running: the replay takes that child again', async () => {
       const engine = await target.engine();
-      const worker = engine.worker({
-        workflows: [abandoningParent, child],
-        activities: [flaky, shout],
-        pollIntervalMs: 50,
-      });
-      await worker.start();
-      onTestFinished(() => worker.stop());
+      const worker = await serve(engine, [abandoningParent, child, flaky, shout]);
       flakyBroken = true;
       const handle = await engine.client.start(abandoningParent, { key: `kept-${driver}` });
       await expect(handle.result({ timeoutMs: 20_000 })).rejects.toMatchObject({ code: 'RUN_FAILED' });
@@ -323,13 +273,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('hands the code a failure it awaits only after another step, without an unhandled rejection', async () => {
       const engine = await target.engine();
-      const worker = engine.worker({
-        workflows: [lateAwait, child],
-        activities: [failsFast, shout],
-        pollIntervalMs: 50,
-      });
-      await worker.start();
-      onTestFinished(() => worker.stop());
+      const worker = await serve(engine, [lateAwait, child, failsFast, shout]);
       const handle = await engine.client.start(lateAwait, {});
       // Both failures delivered (the code was awaiting the third step then), before that step can end.
       await checkOnEvents(

@@ -4,6 +4,9 @@ import { z } from 'zod';
 import { defineActivity, defineWorkflow, PalisadeError, RunFailedError } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
 import { attemptsOf, stepsOf } from './workflow-rows.js';
+import { startWorker, workerFor } from '../support/worker.js';
+import { noInputActivity, noInputWorkflow } from '../fixtures/no-input.js';
+import { oneStepWorkflow } from '../fixtures/one-step-workflow.js';
 
 const greet = defineWorkflow({
   name: 'greet',
@@ -27,12 +30,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
           return Promise.resolve(s);
         },
       });
-      const keyed = defineWorkflow({
-        name: 'keyed',
-        input: z.string(),
-        output: z.string(),
-        run: (s, ctx) => ctx.run(once, s),
-      });
+      const keyed = oneStepWorkflow('keyed', once);
       const engine = await target.engine();
       const [a, b] = await Promise.all([
         engine.client.start(keyed, 'first', { key: 'order-42' }),
@@ -40,8 +38,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       ]);
       expect(b.runId).toBe(a.runId);
       expect([a.created, b.created].sort()).toEqual([false, true]);
-      const worker = engine.worker({ workflows: [keyed], activities: [once] });
-      await worker.start();
+      await startWorker(engine, [keyed, once]);
       await expect(a.result({ timeoutMs: 15_000 })).resolves.toBe('first');
       const again = await engine.client.start(keyed, 'first', { key: 'order-42' });
       expect(again.runId).toBe(a.runId);
@@ -59,7 +56,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const handle = await engine.client.start(greet, { name: 'ada' });
       // With a 10-minute poll, only the NOTIFY can wake the waiter within the test's timeout.
       const result = handle.result({ pollIntervalMs: 600_000, timeoutMs: 900_000 });
-      const worker = engine.worker({ workflows: [greet] });
+      const worker = workerFor(engine, [greet]);
       const started = performance.now();
       await worker.start();
       await expect(result).resolves.toBe('hello ada');
@@ -68,25 +65,18 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('describes a run: its steps with every attempt’s epoch, token and outcome, and its events', async () => {
       let calls = 0;
-      const shaky = defineActivity({
-        name: 'shaky',
-        input: z.object({}),
-        output: z.number(),
-        retry: { maximumAttempts: 3, initialIntervalMs: 10, jitter: 0 },
-        run: () => {
+      const shaky = noInputActivity(
+        'shaky',
+        z.number(),
+        () => {
           if (++calls === 1) throw new Error('first try fails');
           return Promise.resolve(calls);
         },
-      });
-      const wf = defineWorkflow({
-        name: 'describe-me',
-        input: z.object({}),
-        output: z.number(),
-        run: async (_i, ctx) => ctx.run(shaky, {}),
-      });
+        { retry: { maximumAttempts: 3, initialIntervalMs: 10, jitter: 0 } },
+      );
+      const wf = oneStepWorkflow('describe-me', shaky);
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [wf], activities: [shaky], pollIntervalMs: 50 });
-      await worker.start();
+      const worker = await startWorker(engine, [wf, shaky], { pollIntervalMs: 50 });
       const handle = await engine.client.start(wf, {});
       await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe(2);
       const d = await handle.describe();
@@ -128,18 +118,12 @@ for (const driver of ['postgres', 'pglite'] as const) {
     });
 
     it('lists runs newest first, filtered by status and name, up to a limit', async () => {
-      const parked = defineWorkflow({
-        name: 'parked',
-        input: z.object({}),
-        output: z.null(),
-        run: () => Promise.resolve(null),
-      });
+      const parked = noInputWorkflow('parked', z.null(), () => Promise.resolve(null));
       const engine = await target.engine();
       const greeted = [];
       for (const name of ['a', 'b', 'c']) greeted.push(await engine.client.start(greet, { name }));
       const waiting = await engine.client.start(parked, {});
-      const worker = engine.worker({ workflows: [greet] });
-      await worker.start();
+      await startWorker(engine, [greet]);
       await Promise.all(greeted.map((h) => h.result({ timeoutMs: 15_000 })));
 
       expect((await engine.client.list()).map((r) => r.id).sort()).toEqual(
@@ -160,14 +144,9 @@ for (const driver of ['postgres', 'pglite'] as const) {
     it('retries a failed run from its history: completed steps are not run again, tokens and epochs keep growing', async () => {
       const executions: string[] = [];
       let healthy = false;
-      const prepare = defineActivity({
-        name: 'prepare',
-        input: z.object({}),
-        output: z.string(),
-        run: () => {
-          executions.push('prepare');
-          return Promise.resolve('prepared');
-        },
+      const prepare = noInputActivity('prepare', z.string(), () => {
+        executions.push('prepare');
+        return Promise.resolve('prepared');
       });
       const ship = defineActivity({
         name: 'ship',
@@ -180,18 +159,12 @@ for (const driver of ['postgres', 'pglite'] as const) {
           return Promise.resolve(`${s} and shipped`);
         },
       });
-      const order = defineWorkflow({
-        name: 'order',
-        input: z.object({}),
-        output: z.string(),
-        async run(_input, ctx) {
-          const prepared = await ctx.run(prepare, {});
-          return ctx.run(ship, prepared);
-        },
+      const order = noInputWorkflow('order', z.string(), async (ctx) => {
+        const prepared = await ctx.run(prepare, {});
+        return ctx.run(ship, prepared);
       });
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [order], activities: [prepare, ship], pollIntervalMs: 50 });
-      await worker.start();
+      await startWorker(engine, [order, prepare, ship], { pollIntervalMs: 50 });
       const handle = await engine.client.start(order, {});
       const failure = await handle.result({ timeoutMs: 15_000 }).catch((e: unknown) => e);
       expect(failure).toBeInstanceOf(RunFailedError);
@@ -230,25 +203,19 @@ for (const driver of ['postgres', 'pglite'] as const) {
     it('retries a run that compensated: the steps scheduled after the failure are retired, not replayed', async () => {
       const executions: string[] = [];
       let healthy = false;
-      const charge = defineActivity({
-        name: 'charge',
-        input: z.object({}),
-        output: z.string(),
-        retry: { maximumAttempts: 1 },
-        run: () => {
+      const charge = noInputActivity(
+        'charge',
+        z.string(),
+        () => {
           executions.push('charge');
           if (!healthy) throw new Error('card declined');
           return Promise.resolve('charged');
         },
-      });
-      const refund = defineActivity({
-        name: 'refund',
-        input: z.object({}),
-        output: z.string(),
-        run: () => {
-          executions.push('refund');
-          return Promise.resolve('refunded');
-        },
+        { retry: { maximumAttempts: 1 } },
+      );
+      const refund = noInputActivity('refund', z.string(), () => {
+        executions.push('refund');
+        return Promise.resolve('refunded');
       });
       const ship = defineActivity({
         name: 'ship',
@@ -259,30 +226,20 @@ for (const driver of ['postgres', 'pglite'] as const) {
           return Promise.resolve(`${s} and shipped`);
         },
       });
-      const saga = defineWorkflow({
-        name: 'saga',
-        input: z.object({}),
-        output: z.string(),
-        async run(_input, ctx) {
-          const at = ctx.now(); // a recorded value before the failure: kept and replayed
-          let charged: string;
-          try {
-            charged = await ctx.run(charge, {});
-          } catch (error) {
-            await ctx.run(refund, {}); // compensation, scheduled after the failure was delivered
-            ctx.now(); // a recorded value after the failure: retired with the compensation
-            throw error;
-          }
-          return `${await ctx.run(ship, charged)} at ${at.getTime() > 0 ? 'a time' : 'no time'}`;
-        },
+      const saga = noInputWorkflow('saga', z.string(), async (ctx) => {
+        const at = ctx.now(); // a recorded value before the failure: kept and replayed
+        let charged: string;
+        try {
+          charged = await ctx.run(charge, {});
+        } catch (error) {
+          await ctx.run(refund, {}); // compensation, scheduled after the failure was delivered
+          ctx.now(); // a recorded value after the failure: retired with the compensation
+          throw error;
+        }
+        return `${await ctx.run(ship, charged)} at ${at.getTime() > 0 ? 'a time' : 'no time'}`;
       });
       const engine = await target.engine();
-      const worker = engine.worker({
-        workflows: [saga],
-        activities: [charge, refund, ship],
-        pollIntervalMs: 50,
-      });
-      await worker.start();
+      await startWorker(engine, [saga, charge, refund, ship], { pollIntervalMs: 50 });
       const handle = await engine.client.start(saga, {});
       await expect(handle.result({ timeoutMs: 15_000 })).rejects.toBeInstanceOf(RunFailedError);
       expect(executions).toEqual(['charge', 'refund']);
@@ -320,8 +277,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('refuses to retry a run that did not fail, and an unknown run', async () => {
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [greet] });
-      await worker.start();
+      await startWorker(engine, [greet]);
       const handle = await engine.client.start(greet, { name: 'x' });
       await handle.result({ timeoutMs: 15_000 });
       await expect(engine.client.retry(handle.runId)).rejects.toMatchObject({ code: 'INVALID_OPTIONS' });

@@ -3,6 +3,9 @@ import { z } from 'zod';
 import { ActivityFailure, ApplicationFailure, defineActivity, defineWorkflow } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
 import { attemptsOf, deferred, stepsOf, turnLog, lastTurn, stepsReach } from './workflow-rows.js';
+import { startWorker, workerFor } from '../support/worker.js';
+import { noInputWorkflow } from '../fixtures/no-input.js';
+import { pureActivity } from '../fixtures/pure-activity.js';
 
 const num = z.object({ n: z.number() });
 
@@ -33,7 +36,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         },
       });
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [chain], activities: [add] });
+      const worker = workerFor(engine, [chain, add]);
       const turns = turnLog(worker);
       await worker.start();
       const handle = await engine.client.start(chain, { n: 1 });
@@ -89,17 +92,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
           return side.toUpperCase();
         },
       });
-      const pair = defineWorkflow({
-        name: 'pair',
-        input: z.object({}),
-        output: z.array(z.string()),
-        async run(_input, ctx) {
-          return Promise.all([ctx.run(side, { side: 'left' }), ctx.run(side, { side: 'right' })]);
-        },
+      const pair = noInputWorkflow('pair', z.array(z.string()), async (ctx) => {
+        return Promise.all([ctx.run(side, { side: 'left' }), ctx.run(side, { side: 'right' })]);
       });
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [pair], activities: [side], concurrency: 2 });
-      await worker.start();
+      await startWorker(engine, [pair, side], { concurrency: 2 });
       const handle = await engine.client.start(pair, {});
       await expect(handle.result({ timeoutMs: 15_000 })).resolves.toEqual(['LEFT', 'RIGHT']);
       const steps = await stepsOf(engine, handle.runId);
@@ -122,29 +119,23 @@ for (const driver of ['postgres', 'pglite'] as const) {
           return Promise.resolve('ok');
         },
       });
-      const settle = defineWorkflow({
-        name: 'settle',
-        input: z.object({}),
-        output: z.array(z.unknown()),
-        async run(_input, ctx) {
-          const results = await Promise.allSettled([
-            ctx.run(maybe, { fail: false }),
-            ctx.run(maybe, { fail: true }),
-          ]);
-          return results.map((r) =>
-            r.status === 'fulfilled'
-              ? r.value
-              : {
-                  activityFailure: r.reason instanceof ActivityFailure,
-                  type: (r.reason as ActivityFailure).failure.type,
-                  details: (r.reason as ActivityFailure).failure.details,
-                },
-          );
-        },
+      const settle = noInputWorkflow('settle', z.array(z.unknown()), async (ctx) => {
+        const results = await Promise.allSettled([
+          ctx.run(maybe, { fail: false }),
+          ctx.run(maybe, { fail: true }),
+        ]);
+        return results.map((r) =>
+          r.status === 'fulfilled'
+            ? r.value
+            : {
+                activityFailure: r.reason instanceof ActivityFailure,
+                type: (r.reason as ActivityFailure).failure.type,
+                details: (r.reason as ActivityFailure).failure.details,
+              },
+        );
       });
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [settle], activities: [maybe] });
-      await worker.start();
+      await startWorker(engine, [settle, maybe]);
       const handle = await engine.client.start(settle, {});
       await expect(handle.result({ timeoutMs: 15_000 })).resolves.toEqual([
         'ok',
@@ -172,11 +163,10 @@ for (const driver of ['postgres', 'pglite'] as const) {
         },
       });
       const seen: string[] = [];
-      const race = defineWorkflow({
-        name: 'race',
-        input: z.object({}),
-        output: z.object({ winner: z.string(), after: z.string() }),
-        async run(_input, ctx) {
+      const race = noInputWorkflow(
+        'race',
+        z.object({ winner: z.string(), after: z.string() }),
+        async (ctx) => {
           const winner = await Promise.race([
             ctx.run(racer, { who: 'slow' }),
             ctx.run(racer, { who: 'fast' }),
@@ -185,16 +175,10 @@ for (const driver of ['postgres', 'pglite'] as const) {
           const after = await ctx.run(racer, { who: 'after' });
           return { winner, after };
         },
-      });
+      );
       const engine = await target.engine();
       // No kept instances: every turn replays the code from the top, which is what this test is about.
-      const worker = engine.worker({
-        workflows: [race],
-        activities: [racer],
-        concurrency: 3,
-        workflowCacheSize: 0,
-      });
-      await worker.start();
+      const worker = await startWorker(engine, [race, racer], { concurrency: 3, workflowCacheSize: 0 });
       const handle = await engine.client.start(race, {});
       await afterStarted.promise;
       // The loser finishes while `after` runs: the next turns see both race outcomes completed.
@@ -222,12 +206,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
           });
         },
       });
-      const notify = defineActivity({
-        name: 'notify',
-        input: z.string(),
-        output: z.string(),
-        run: (s) => Promise.resolve(`told ${s}`),
-      });
+      const notify = pureActivity('notify', z.string(), z.string(), (s) => `told ${s}`);
       const checkout = defineWorkflow({
         name: 'checkout',
         input: num,
@@ -244,8 +223,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         },
       });
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [checkout], activities: [charge, notify] });
-      await worker.start();
+      await startWorker(engine, [checkout, charge, notify]);
       const handle = await engine.client.start(checkout, { n: 5 });
       await expect(handle.result({ timeoutMs: 15_000 })).resolves.toEqual({
         charged: false,
@@ -291,10 +269,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
       });
       const engine = await target.engine();
       // The workflow's turns run on `default`; only a worker of `side-queue` can run the step.
-      const turns = engine.worker({ workflows: [wf] });
-      const sideWorker = engine.worker({ activities: [flaky], queues: ['side-queue'] });
-      await turns.start();
-      await sideWorker.start();
+      await startWorker(engine, [wf]);
+      const sideWorker = await startWorker(engine, [flaky], { queues: ['side-queue'] });
       const claimedBy: string[] = [];
       sideWorker.events.on('attempt:claimed', (e) => claimedBy.push(e.activity));
       const handle = await engine.client.start(wf, { n: 100 });

@@ -1,9 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { defineActivity, defineWorkflow } from '@palisade/sdk';
+import { defineActivity } from '@palisade/sdk';
 import { advanceClock } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
 import { attemptsOf, dbNowMs, runOf, stepsOf, stepsReach } from './workflow-rows.js';
+import { startWorker } from '../support/worker.js';
+import { noInputWorkflow } from '../fixtures/no-input.js';
+import { pureActivity } from '../fixtures/pure-activity.js';
 
 const HOUR_MS = 3_600_000;
 
@@ -19,16 +22,11 @@ function napFixture() {
       return Promise.resolve(step);
     },
   });
-  const nap = defineWorkflow({
-    name: 'nap',
-    input: z.object({}),
-    output: z.array(z.string()),
-    async run(_input, ctx) {
-      const a = await ctx.run(mark, { step: 'A' });
-      await ctx.sleep('1h');
-      const b = await ctx.run(mark, { step: 'B' });
-      return [a, b];
-    },
+  const nap = noInputWorkflow('nap', z.array(z.string()), async (ctx) => {
+    const a = await ctx.run(mark, { step: 'A' });
+    await ctx.sleep('1h');
+    const b = await ctx.run(mark, { step: 'B' });
+    return [a, b];
   });
   return { executions, mark, nap };
 }
@@ -40,8 +38,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
     it('holds no lease while sleeping, fixes the due time at start, and fires by time travel', async () => {
       const { executions, mark, nap } = napFixture();
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [nap], activities: [mark], pollIntervalMs: 50 });
-      await worker.start();
+      const worker = await startWorker(engine, [nap, mark], { pollIntervalMs: 50 });
       const handle = await engine.client.start(nap, {});
       await stepsReach([worker], engine, handle.runId, (steps) => steps.length === 2, 'the timer step');
       const [, timer] = await stepsOf(engine, handle.runId);
@@ -83,21 +80,15 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('sleeps until an absolute date taken from ctx.now()', async () => {
       const dates: number[] = [];
-      const until2h = defineWorkflow({
-        name: 'until-2h',
-        input: z.object({}),
-        output: z.number(),
-        async run(_input, ctx) {
-          const wake = new Date(ctx.now().getTime() + 2 * HOUR_MS);
-          dates.push(wake.getTime());
-          await ctx.sleepUntil(wake);
-          return wake.getTime();
-        },
+      const until2h = noInputWorkflow('until-2h', z.number(), async (ctx) => {
+        const wake = new Date(ctx.now().getTime() + 2 * HOUR_MS);
+        dates.push(wake.getTime());
+        await ctx.sleepUntil(wake);
+        return wake.getTime();
       });
       const engine = await target.engine();
       // No kept instances: every turn replays the code from the top, which is what this test is about.
-      const worker = engine.worker({ workflows: [until2h], pollIntervalMs: 50, workflowCacheSize: 0 });
-      await worker.start();
+      const worker = await startWorker(engine, [until2h], { pollIntervalMs: 50, workflowCacheSize: 0 });
       const before = await dbNowMs(engine);
       const handle = await engine.client.start(until2h, {});
       await stepsReach([worker], engine, handle.runId, (steps) => steps.length === 2, 'the timer step');
@@ -113,17 +104,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('gives ctx.now, ctx.random and ctx.uuid the same values on every replay', async () => {
       const observed: string[] = [];
-      const tick = defineActivity({
-        name: 'tick',
-        input: z.number(),
-        output: z.number(),
-        run: (n) => Promise.resolve(n + 1),
-      });
-      const values = defineWorkflow({
-        name: 'values',
-        input: z.object({}),
-        output: z.object({ now: z.number(), random: z.number(), uuid: z.string(), later: z.number() }),
-        async run(_input, ctx) {
+      const tick = pureActivity('tick', z.number(), z.number(), (n) => n + 1);
+      const values = noInputWorkflow(
+        'values',
+        z.object({ now: z.number(), random: z.number(), uuid: z.string(), later: z.number() }),
+        async (ctx) => {
           const now = ctx.now().getTime();
           const random = ctx.random();
           const uuid = ctx.uuid();
@@ -136,16 +121,10 @@ for (const driver of ['postgres', 'pglite'] as const) {
           await ctx.run(tick, n);
           return { now, random, uuid, later };
         },
-      });
+      );
       const engine = await target.engine();
       // No kept instances: every turn replays the code from the top, which is what this test is about.
-      const worker = engine.worker({
-        workflows: [values],
-        activities: [tick],
-        pollIntervalMs: 50,
-        workflowCacheSize: 0,
-      });
-      await worker.start();
+      const worker = await startWorker(engine, [values, tick], { pollIntervalMs: 50, workflowCacheSize: 0 });
       const handle = await engine.client.start(values, {});
       for (let i = 1; i <= 2; i++) {
         await stepsReach(
@@ -174,26 +153,14 @@ for (const driver of ['postgres', 'pglite'] as const) {
     it('finishes a run whose worker stopped mid-sleep on a new worker, without re-running a completed step', async () => {
       const { executions, mark, nap } = napFixture();
       const engine = await target.engine();
-      const first = engine.worker({
-        workflows: [nap],
-        activities: [mark],
-        pollIntervalMs: 50,
-        workerId: 'first',
-      });
-      await first.start();
+      const first = await startWorker(engine, [nap, mark], { pollIntervalMs: 50, workerId: 'first' });
       const handle = await engine.client.start(nap, {});
       await stepsReach([first], engine, handle.runId, (steps) => steps.length === 2, 'the timer step');
       await first.stop();
       await advanceClock(engine, HOUR_MS + 1_000);
       // Nothing runs while no worker is up, even though the timer is due.
       expect((await runOf(engine, handle.runId)).status).toBe('running');
-      const second = engine.worker({
-        workflows: [nap],
-        activities: [mark],
-        pollIntervalMs: 50,
-        workerId: 'second',
-      });
-      await second.start();
+      await startWorker(engine, [nap, mark], { pollIntervalMs: 50, workerId: 'second' });
       await expect(handle.result({ timeoutMs: 15_000 })).resolves.toEqual(['A', 'B']);
       expect(executions).toEqual(['A', 'B']);
       const attempts = await attemptsOf(engine, handle.runId);

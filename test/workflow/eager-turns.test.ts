@@ -11,31 +11,20 @@
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { defineActivity, defineWorkflow } from '@palisade/sdk';
+import { defineActivity } from '@palisade/sdk';
 import { useEngineTarget, type EngineTarget } from '../support/engine.js';
+import { startWorker, workerFor } from '../support/worker.js';
+import { noInputActivity, noInputWorkflow } from '../fixtures/no-input.js';
+import { oneStepWorkflow } from '../fixtures/one-step-workflow.js';
+import { pureActivity } from '../fixtures/pure-activity.js';
 import { attemptsOf, deferred, turnLog, lastTurn } from './workflow-rows.js';
 import { add, counter } from './counter-workflow.js';
 import { checkOnEvents, pollFor } from '../support/wait.js';
 import { emptyActivity } from '../fixtures/empty-activity.js';
 
-const double = defineActivity({
-  name: 'double',
-  input: z.object({ n: z.number() }),
-  output: z.number(),
-  run: ({ n }) => Promise.resolve(2 * n),
-});
-const twice = defineWorkflow({
-  name: 'twice',
-  input: z.object({ n: z.number() }),
-  output: z.number(),
-  run: async ({ n }, ctx) => ctx.run(double, { n }),
-});
-const other = defineWorkflow({
-  name: 'other',
-  input: z.object({}),
-  output: z.null(),
-  run: () => Promise.resolve(null),
-});
+const double = pureActivity('double', z.object({ n: z.number() }), z.number(), ({ n }) => 2 * n);
+const twice = oneStepWorkflow('twice', double);
+const other = noInputWorkflow('other', z.null(), () => Promise.resolve(null));
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`eager turns on ${driver}`, () => {
@@ -43,7 +32,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('runs every turn after the first on the worker whose completion woke it, each a fenced grant', async () => {
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [counter], activities: [add], pollIntervalMs: 60_000 });
+      const worker = workerFor(engine, [counter, add], { pollIntervalMs: 60_000 });
       const turns = turnLog(worker);
       const grants: string[] = [];
       worker.events.on('attempt:claimed', (e) => grants.push(e.grant));
@@ -78,8 +67,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('grants no turn or step to a worker that does not serve it: each goes to the one that does', async () => {
       const engine = await target.engine();
-      const activities = engine.worker({ activities: [add], pollIntervalMs: 60_000 });
-      const workflows = engine.worker({ workflows: [counter], pollIntervalMs: 60_000 });
+      const activities = workerFor(engine, [add], { pollIntervalMs: 60_000 });
+      const workflows = workerFor(engine, [counter], { pollIntervalMs: 60_000 });
       const turns = turnLog(workflows);
       const grants: string[] = [];
       activities.events.on('attempt:claimed', (e) => grants.push(e.grant));
@@ -101,13 +90,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('leaves the turn to the claim when the worker has no turn slot free, and every run still completes', async () => {
       const engine = await target.engine();
-      const worker = engine.worker({
-        workflows: [counter],
-        activities: [add],
-        workflowConcurrency: 1,
-        concurrency: 8,
-        pollIntervalMs: 60_000,
-      });
+      const options = { workflowConcurrency: 1, concurrency: 8, pollIntervalMs: 60_000 };
+      const worker = workerFor(engine, [counter, add], options);
       const turns = turnLog(worker);
       await worker.start();
       const handles = await Promise.all(
@@ -126,7 +110,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('grants the first turn to the local worker in the start statement; a repeated key grants nothing', async () => {
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [twice], activities: [double], pollIntervalMs: 60_000 });
+      const worker = workerFor(engine, [twice, double], { pollIntervalMs: 60_000 });
       const turns = turnLog(worker);
       await worker.start();
       const handle = await engine.client.start(twice, { n: 21 }, { key: 'k' });
@@ -161,8 +145,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('leaves the first turn to a claim when no worker of the engine runs the workflow', async () => {
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [other], pollIntervalMs: 50 });
-      const runner = engine.worker({ workflows: [twice], activities: [double], pollIntervalMs: 50 });
+      const worker = workerFor(engine, [other], { pollIntervalMs: 50 });
+      const runner = workerFor(engine, [twice, double], { pollIntervalMs: 50 });
       const turns = turnLog(runner);
       await worker.start();
       // Started before the worker that runs it: nothing to grant it to.
@@ -220,21 +204,11 @@ describe('eager turns when the worker stops, on postgres', () => {
         return {};
       },
     });
-    const once = defineWorkflow({
-      name: 'once',
-      input: z.object({}),
-      output: z.object({ done: z.boolean() }),
-      async run(_input, ctx) {
-        await ctx.run(held, {});
-        return { done: true };
-      },
+    const once = noInputWorkflow('once', z.object({ done: z.boolean() }), async (ctx) => {
+      await ctx.run(held, {});
+      return { done: true };
     });
-    const first = engine.worker({
-      workflows: [once],
-      activities: [held],
-      pollIntervalMs: 60_000,
-      workerId: 'first',
-    });
+    const first = workerFor(engine, [once, held], { pollIntervalMs: 60_000, workerId: 'first' });
     const turns = turnLog(first);
     await first.start();
     const started = new Promise<void>((resolve) => first.events.once('attempt:started', () => resolve()));
@@ -260,13 +234,7 @@ describe('eager turns when the worker stops, on postgres', () => {
       ['first', 'released'],
     ]);
 
-    const second = engine.worker({
-      workflows: [once],
-      activities: [held],
-      pollIntervalMs: 60_000,
-      workerId: 'second',
-    });
-    await second.start();
+    const second = await startWorker(engine, [once, held], { pollIntervalMs: 60_000, workerId: 'second' });
     await expect(handle.result({ timeoutMs: 20_000 })).resolves.toEqual({ done: true });
     await second.stop();
   });
@@ -294,16 +262,11 @@ describe('eager turns whose grant missed a writer of the run row, on postgres', 
         return { n: n + 1 };
       },
     });
-    const pair = defineWorkflow({
-      name: 'pair',
-      input: z.object({}),
-      output: z.object({ n: z.number() }),
-      async run(_input, ctx) {
-        const { n } = await ctx.run(step, { n: 0 });
-        return ctx.run(step, { n });
-      },
+    const pair = noInputWorkflow('pair', z.object({ n: z.number() }), async (ctx) => {
+      const { n } = await ctx.run(step, { n: 0 });
+      return ctx.run(step, { n });
     });
-    const worker = engine.worker({ workflows: [pair], activities: [step], pollIntervalMs: 60_000 });
+    const worker = workerFor(engine, [pair, step], { pollIntervalMs: 60_000 });
     const turns = turnLog(worker);
     await worker.start();
     const handle = await engine.client.start(pair, {});
@@ -352,33 +315,18 @@ describe('eager turns whose grant missed a writer of the run row, on postgres', 
         return 1;
       },
     });
-    const right = defineActivity({
-      name: 'right',
-      input: z.object({}),
-      output: z.number(),
-      async run() {
-        started.right.resolve();
-        await finish.right.promise;
-        return 2;
-      },
+    const right = noInputActivity('right', z.number(), async () => {
+      started.right.resolve();
+      await finish.right.promise;
+      return 2;
     });
-    const fork = defineWorkflow({
-      name: 'fork',
-      input: z.object({}),
-      output: z.number(),
-      async run(_input, ctx) {
-        const [a, b] = await Promise.all([ctx.run(left, { again: false }), ctx.run(right, {})]);
-        return a + b + (await ctx.run(left, { again: true }));
-      },
+    const fork = noInputWorkflow('fork', z.number(), async (ctx) => {
+      const [a, b] = await Promise.all([ctx.run(left, { again: false }), ctx.run(right, {})]);
+      return a + b + (await ctx.run(left, { again: true }));
     });
     // `main` runs the workflow and `left`; `other` runs only `right`, so its completion claims no turn.
-    const main = engine.worker({
-      workflows: [fork],
-      activities: [left],
-      pollIntervalMs: 60_000,
-      workerId: 'main',
-    });
-    const other = engine.worker({ activities: [right], pollIntervalMs: 50, workerId: 'other' });
+    const main = workerFor(engine, [fork, left], { pollIntervalMs: 60_000, workerId: 'main' });
+    const other = workerFor(engine, [right], { pollIntervalMs: 50, workerId: 'other' });
     const turns = turnLog(main);
     await main.start();
     await other.start();

@@ -11,7 +11,7 @@ import { PgDialect } from 'drizzle-orm/pg-core';
 import type { SQL } from 'drizzle-orm';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
-import { CancelledFailure, defineActivity, defineWorkflow } from '@palisade/sdk';
+import { CancelledFailure } from '@palisade/sdk';
 import type { Engine } from '@palisade/engine';
 import { setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
@@ -19,6 +19,9 @@ import { attemptsOf, deferred, stepsOf, turnLog, lastTurn } from './workflow-row
 import { add, counter } from './counter-workflow.js';
 import { cancelWhileTurnRuns } from './cancel-race.js';
 import { checkOnEvents } from '../support/wait.js';
+import { workerFor } from '../support/worker.js';
+import { noInputActivity, noInputWorkflow } from '../fixtures/no-input.js';
+import { pureActivity } from '../fixtures/pure-activity.js';
 
 const dialect = new PgDialect();
 
@@ -46,49 +49,26 @@ function countStatements(engine: Engine): Map<string, number> {
 const FUSED = { fuseSteps: true } as const;
 
 /** An output whose keys JavaScript and jsonb order differently. */
-const shuffled = defineActivity({
-  name: 'shuffled',
-  input: z.object({}),
-  output: z.record(z.string(), z.number()),
-  run: () => Promise.resolve({ zeta: 1, b: 2, '10': 3, alpha: 4, a: 5, é: 6 }),
-});
-const echo = defineActivity({
-  name: 'echo',
-  input: z.object({ keys: z.string() }),
-  output: z.string(),
-  run: ({ keys }) => Promise.resolve(keys),
-});
+const shuffled = noInputActivity('shuffled', z.record(z.string(), z.number()), () =>
+  Promise.resolve({ zeta: 1, b: 2, '10': 3, alpha: 4, a: 5, é: 6 }),
+);
+const echo = pureActivity('echo', z.object({ keys: z.string() }), z.string(), ({ keys }) => keys);
 /** Schedules a step whose input is the key order the code saw. */
-const keyOrder = defineWorkflow({
-  name: 'key-order',
-  input: z.object({}),
-  output: z.string(),
-  async run(_input, ctx) {
-    const out = await ctx.run(shuffled, {});
-    return ctx.run(echo, { keys: Object.keys(out).join(',') });
-  },
+const keyOrder = noInputWorkflow('key-order', z.string(), async (ctx) => {
+  const out = await ctx.run(shuffled, {});
+  return ctx.run(echo, { keys: Object.keys(out).join(',') });
 });
 
 /** Released by the test that holds `held` (one per test). */
 let gate = deferred();
-const held = defineActivity({
-  name: 'held',
-  input: z.object({}),
-  output: z.number(),
-  run: async () => {
-    await gate.promise;
-    return 1;
-  },
+const held = noInputActivity('held', z.number(), async () => {
+  await gate.promise;
+  return 1;
 });
-const cancellable = defineWorkflow({
-  name: 'cancellable',
-  input: z.object({}),
-  output: z.number(),
-  async run(_input, ctx) {
-    const first = await ctx.run(add, { n: 0 });
-    const second = await ctx.run(held, {});
-    return first.n + second + (await ctx.run(add, { n: 0 })).n;
-  },
+const cancellable = noInputWorkflow('cancellable', z.number(), async (ctx) => {
+  const first = await ctx.run(add, { n: 0 });
+  const second = await ctx.run(held, {});
+  return first.n + second + (await ctx.run(add, { n: 0 })).n;
 });
 
 for (const driver of ['postgres', 'pglite'] as const) {
@@ -105,12 +85,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
     it('records each step of a sequential workflow and its next turn in one statement, each turn a fenced grant', async () => {
       const engine = await target.engine();
       const counts = countStatements(engine);
-      const worker = engine.worker({
-        workflows: [counter],
-        activities: [add],
-        pollIntervalMs: 60_000,
-        ...FUSED,
-      });
+      const worker = workerFor(engine, [counter, add], { pollIntervalMs: 60_000, ...FUSED });
       const turns = turnLog(worker);
       await worker.start();
       const handle = await engine.client.start(counter, { steps: 12 });
@@ -153,9 +128,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
     it('hands the code an output as the database stores it, so a full replay sees the same', async () => {
       const run = async (workflowCacheSize: number) => {
         const engine = await target.engine();
-        const worker = engine.worker({
-          workflows: [keyOrder],
-          activities: [shuffled, echo],
+        const worker = workerFor(engine, [keyOrder, shuffled, echo], {
           workflowCacheSize,
           pollIntervalMs: 60_000,
           ...FUSED,
@@ -181,12 +154,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       gate = deferred();
       const engine = await target.engine();
       const counts = countStatements(engine);
-      const worker = engine.worker({
-        workflows: [cancellable],
-        activities: [add, held],
-        pollIntervalMs: 60_000,
-        ...FUSED,
-      });
+      const worker = workerFor(engine, [cancellable, add, held], { pollIntervalMs: 60_000, ...FUSED });
       const turns = turnLog(worker);
       const started = deferred();
       const heldEnded = deferred();

@@ -11,6 +11,7 @@ import { advanceClock } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
 import { attemptsOf, runOf, stepsReach } from './workflow-rows.js';
 import { checkOnEvents } from '../support/wait.js';
+import { startWorker, workerFor } from '../support/worker.js';
 
 function fixture() {
   const executedBy: string[] = [];
@@ -39,8 +40,7 @@ function fixture() {
 /** Start a `trip` run, let its timer fire by time travel, and return its output. */
 async function runTrip(engine: Engine, workerId: string, tag: string): Promise<string> {
   const { where, trip } = fixture();
-  const worker = engine.worker({ workflows: [trip], activities: [where], workerId, pollIntervalMs: 50 });
-  await worker.start();
+  const worker = await startWorker(engine, [trip, where], { workerId, pollIntervalMs: 50 });
   const handle = await engine.client.start(trip, { tag }, { key: 'same-key' });
   await stepsReach([worker], engine, handle.runId, (steps) => steps[1]?.kind === 'timer', 'asleep');
   await advanceClock(engine, 60_000);
@@ -87,18 +87,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const [a, b] = [await target.engine(), await target.engine()];
       expect(a.schema).not.toBe(b.schema);
       const { executedBy, where, trip } = fixture();
-      const wa = a.worker({
-        workflows: [trip],
-        activities: [where],
-        workerId: 'worker-a',
-        pollIntervalMs: 50,
-      });
-      const wb = b.worker({
-        workflows: [trip],
-        activities: [where],
-        workerId: 'worker-b',
-        pollIntervalMs: 50,
-      });
+      const wa = workerFor(a, [trip, where], { workerId: 'worker-a', pollIntervalMs: 50 });
+      const wb = workerFor(b, [trip, where], { workerId: 'worker-b', pollIntervalMs: 50 });
       await Promise.all([wa.start(), wb.start()]);
       // The same workflow name and idempotency key in each schema: two independent runs.
       const ha = await a.client.start(trip, { tag: 'A' }, { key: 'k' });
@@ -176,8 +166,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         // A second worker, running and asleep on a timer when the engine closes, is stopped by close(); so is a
         // result() still waiting for that run.
         const { where, trip } = fixture();
-        const running = engine.worker({ workflows: [trip], activities: [where], pollIntervalMs: 50 });
-        await running.start();
+        const running = await startWorker(engine, [trip, where], { pollIntervalMs: 50 });
         const parked = await engine.client.start(trip, { tag: 'parked' }, { key: 'parked' });
         await stepsReach([running], engine, parked.runId, (steps) => steps[1]?.kind === 'timer', 'asleep');
         waiting = parked.result({ pollIntervalMs: 60_000 }).catch((e: unknown) => e);

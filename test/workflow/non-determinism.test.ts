@@ -14,7 +14,7 @@ import {
 } from '@palisade/sdk';
 import { advanceClock, setClockOffset } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
-import { runOf, stepsOf, stepsReach } from './workflow-rows.js';
+import { runOf, stepOfKindReached, stepsOf, stepsReach } from './workflow-rows.js';
 import { checkOnEvents } from '../support/wait.js';
 
 const RUNS = 10;
@@ -221,13 +221,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         expect(new Set(ledger).size).toBe(ledger.length);
 
         const fresh = await engine.client.start(fixture().version2(variant), { user: 'new' });
-        await stepsReach(
-          [w2],
-          engine,
-          fresh.runId,
-          (steps) => steps.some((s) => s.kind === 'timer'),
-          'the new run asleep',
-        );
+        await stepOfKindReached([w2], engine, fresh.runId, 'timer', 'the new run asleep');
         await advanceClock(engine, 10_000);
         const output = await fresh.result({ timeoutMs: 20_000 });
         expect(output).toEqual(['createUser(new)', `${newOutput}(new)`, 'sendFollowup(new)']);

@@ -2,8 +2,10 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { defineActivity, defineWorkflow, RunFailedError } from '@palisade/sdk';
+import { defineActivity, RunFailedError } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
+import { startWorker } from '../support/worker.js';
+import { noInputWorkflow } from '../fixtures/no-input.js';
 import { runOf, stepsOf } from './workflow-rows.js';
 
 // Every response closes its connection: a fetch that reused a pooled one (left by the test before) would start a
@@ -33,34 +35,19 @@ const step = defineActivity({
   },
 });
 
-const napsOnATimer = defineWorkflow({
-  name: 'naps-on-a-timer',
-  input: z.object({}),
-  output: z.string(),
-  async run(_input, ctx) {
-    await ctx.run(step, 'before');
-    await new Promise((resolve) => setTimeout(resolve, 10));
-    return ctx.run(step, 'after');
-  },
+const napsOnATimer = noInputWorkflow('naps-on-a-timer', z.string(), async (ctx) => {
+  await ctx.run(step, 'before');
+  await new Promise((resolve) => setTimeout(resolve, 10));
+  return ctx.run(step, 'after');
 });
 
-const fetchesInline = defineWorkflow({
-  name: 'fetches-inline',
-  input: z.object({}),
-  output: z.string(),
-  async run(_input, ctx) {
-    await ctx.run(step, 'before');
-    const res = await fetch(`${baseUrl}/ping`);
-    return ctx.run(step, await res.text());
-  },
+const fetchesInline = noInputWorkflow('fetches-inline', z.string(), async (ctx) => {
+  await ctx.run(step, 'before');
+  const res = await fetch(`${baseUrl}/ping`);
+  return ctx.run(step, await res.text());
 });
 
-const wellBehaved = defineWorkflow({
-  name: 'well-behaved',
-  input: z.object({}),
-  output: z.string(),
-  run: async (_input, ctx) => ctx.run(step, 'fine'),
-});
+const wellBehaved = noInputWorkflow('well-behaved', z.string(), async (ctx) => ctx.run(step, 'fine'));
 
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`non-durable awaits in workflow code on ${driver}`, () => {
@@ -72,12 +59,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
     ])('fails $workflow.name with NON_DURABLE_AWAIT naming the workflow', async ({ workflow, resource }) => {
       executions.length = 0;
       const engine = await target.engine();
-      const worker = engine.worker({
-        workflows: [workflow, wellBehaved],
-        activities: [step],
-        pollIntervalMs: 50,
-      });
-      await worker.start();
+      await startWorker(engine, [workflow, wellBehaved, step], { pollIntervalMs: 50 });
       const handle = await engine.client.start(workflow, {});
       const good = await engine.client.start(wellBehaved, {});
       const error = await handle.result({ timeoutMs: 15_000 }).catch((e: unknown) => e);

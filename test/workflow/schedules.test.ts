@@ -16,6 +16,8 @@ import { claimTimesMs, maxInWindow } from '../support/flow-audit.js';
 import { workerEvent } from '../worker/helpers.js';
 import { dbNowMs, deferred, stepsOf } from './workflow-rows.js';
 import { checkOnEvents } from '../support/wait.js';
+import { startWorker, workerFor } from '../support/worker.js';
+import { pureActivity } from '../fixtures/pure-activity.js';
 
 const MINUTE_MS = 60_000;
 const HOUR_MS = 60 * MINUTE_MS;
@@ -29,12 +31,7 @@ const report = defineWorkflow({
 });
 
 /** A standalone job nobody serves in these tests: its runs stay pending (live) until cancelled. */
-const sync = defineActivity({
-  name: 'sync',
-  input: z.object({ table: z.string() }),
-  output: z.null(),
-  run: () => Promise.resolve(null),
-});
+const sync = pureActivity('sync', z.object({ table: z.string() }), z.null(), () => null);
 
 interface TickRun {
   id: string;
@@ -537,12 +534,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it("a schedule's activity runs keep the activity's rate limit, fired by an evaluation, a trigger or a backfill", async () => {
       const engine = await target.engine();
-      const limited = defineActivity({
-        name: 'limited',
-        input: z.object({ n: z.number() }),
-        output: z.number(),
+      const limited = pureActivity('limited', z.object({ n: z.number() }), z.number(), ({ n }) => n, {
         rateLimit: { limit: 1, periodMs: '1h' },
-        run: ({ n }) => Promise.resolve(n),
       });
       const s = await engine.schedules.create({
         id: 'limited',
@@ -559,8 +552,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await engine.schedules.trigger('limited'); // a third
       const runs = await scheduleRuns(engine, 'limited');
       expect(runs).toHaveLength(3);
-      const worker = engine.worker({ activities: [limited], concurrency: 5, pollIntervalMs: 50 });
-      await worker.start();
+      const worker = await startWorker(engine, [limited], { concurrency: 5, pollIntervalMs: 50 });
       const completed = async () =>
         (await scheduleRuns(engine, 'limited')).filter((r) => r.status === 'completed').length;
       // One start per hour of database time: each hour moved forward lets exactly one more run start.
@@ -604,8 +596,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
       // A worker that serves the activity fires with its own definition, whatever the schedule stored.
       const current = version(7, 45_000);
-      const worker = engine.worker({ activities: [current], pollIntervalMs: 50 });
-      await worker.start();
+      const worker = await startWorker(engine, [current], { pollIntervalMs: 50 });
       const s = await engine.schedules.resume('export');
       await moveClockTo(engine, s.nextTickAt.getTime(), 1_000);
       await checkOnEvents(
@@ -757,8 +748,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('workers fire due ticks by themselves, and the runs complete', async () => {
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [report], pollIntervalMs: 100 });
-      await worker.start();
+      const worker = await startWorker(engine, [report], { pollIntervalMs: 100 });
       const s = await engine.schedules.create({
         id: 'fast',
         everyMs: '1m',
@@ -788,7 +778,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         input: { region: 'eu' },
       });
       await moveClockTo(engine, s.nextTickAt.getTime(), 1_000);
-      const off = engine.worker({ workflows: [report], schedules: false });
+      const off = workerFor(engine, [report], { schedules: false });
       const evaluations: unknown[] = [];
       off.events.on('schedules:evaluated', (e) => evaluations.push(e));
       await off.start();
@@ -798,7 +788,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(evaluations).toEqual([]);
       expect(await scheduleRuns(engine, 'due')).toEqual([]);
 
-      const on = engine.worker({ workflows: [report] });
+      const on = workerFor(engine, [report]);
       const evaluated = workerEvent(on, 'schedules:evaluated');
       await on.start();
       expect(await evaluated).toMatchObject({ evaluated: 1, runsCreated: 1 });

@@ -8,10 +8,13 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
 import { defineActivity, defineSignal, defineWorkflow, isPalisadeError } from '@palisade/sdk';
 import { advanceClock, setFaultHook } from '@palisade/engine/testing';
-import type { Engine } from '@palisade/engine';
+import type { Engine, Worker } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
 import { attemptsOf, deferred, runOf, stepsOf, stepsReach, type StoredStep } from './workflow-rows.js';
 import { checkOnEvents } from '../support/wait.js';
+import { startWorker, workerFor } from '../support/worker.js';
+import { noInputWorkflow } from '../fixtures/no-input.js';
+import { echoActivity } from '../fixtures/pure-activity.js';
 
 const HOUR_MS = 3_600_000;
 /** Longer than any test: a run that makes progress was woken by a NOTIFY, not by a poll. */
@@ -37,33 +40,18 @@ const review = defineWorkflow({
 });
 
 /** Waits an hour at most for an approval; on a timeout it escalates. */
-const patient = defineWorkflow({
-  name: 'patient',
-  input: z.object({}),
-  output: z.string(),
-  async run(_input, ctx) {
-    const wait = await ctx.waitForSignal(approval, { timeoutMs: '1h' });
-    return wait.timedOut ? 'escalated' : `approved by ${wait.payload.by}`;
-  },
+const patient = noInputWorkflow('patient', z.string(), async (ctx) => {
+  const wait = await ctx.waitForSignal(approval, { timeoutMs: '1h' });
+  return wait.timedOut ? 'escalated' : `approved by ${wait.payload.by}`;
 });
 
-const echo = defineActivity({
-  name: 'echo',
-  input: z.string(),
-  output: z.string(),
-  run: (s) => Promise.resolve(s),
-});
+const echo = echoActivity('echo', z.string());
 
 /** An activity, then a note, then an activity with the note: a signal between steps. */
-const between = defineWorkflow({
-  name: 'between',
-  input: z.object({}),
-  output: z.string(),
-  async run(_input, ctx) {
-    const first = await ctx.run(echo, 'first');
-    const got = await ctx.waitForSignal(note);
-    return `${first}+${await ctx.run(echo, got)}`;
-  },
+const between = noInputWorkflow('between', z.string(), async (ctx) => {
+  const first = await ctx.run(echo, 'first');
+  const got = await ctx.waitForSignal(note);
+  return `${first}+${await ctx.run(echo, got)}`;
 });
 
 /** The signal waits of a run: position, status and stored outcome. */
@@ -77,6 +65,16 @@ async function waitsOf(engine: Engine, runId: string) {
   return waitsIn(await stepsOf(engine, runId));
 }
 
+/** Resolve once run `runId` has a signal wait at position `seq` (checked after each event of `worker`). */
+function waitAt(worker: Worker, engine: Engine, runId: string, seq: number, what: string): Promise<void> {
+  return stepsReach([worker], engine, runId, (steps) => waitsIn(steps).some((w) => w.seq === seq), what);
+}
+
+/** Resolve once run `runId` has made its first signal wait. */
+function firstWait(worker: Worker, engine: Engine, runId: string, what = 'the wait'): Promise<void> {
+  return stepsReach([worker], engine, runId, (steps) => waitsIn(steps).length === 1, what);
+}
+
 for (const driver of ['postgres', 'pglite'] as const) {
   describe(`signals on ${driver}`, () => {
     const target = useEngineTarget(driver, { warm: true });
@@ -87,8 +85,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       // Before the run has had a turn: kept, then taken by the first waits in the order they were sent.
       await handle.signal(note, 'one');
       await engine.client.signal(handle.runId, note, 'two');
-      const worker = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });
-      await worker.start();
+      const worker = await startWorker(engine, [review], { pollIntervalMs: POLL_MS });
       await stepsReach(
         [worker],
         engine,
@@ -98,13 +95,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       );
       // During a wait: it wakes the run at once.
       await handle.signal(note, 'three');
-      await stepsReach(
-        [worker],
-        engine,
-        handle.runId,
-        (steps) => waitsIn(steps).some((w) => w.seq === 3),
-        'the approval wait',
-      );
+      await waitAt(worker, engine, handle.runId, 3, 'the approval wait');
       await handle.signal(approval, { approved: true, by: 'ada' });
       // After the run took what it waited for: kept, pending, shown.
       await expect(handle.result({ timeoutMs: 15_000 })).resolves.toEqual({
@@ -138,8 +129,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('keeps a signal the code never waits for, and shows it undelivered once the run ends', async () => {
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });
-      await worker.start();
+      await startWorker(engine, [review], { pollIntervalMs: POLL_MS });
       const handle = await engine.client.start(review, { notes: 0 });
       await handle.signal(note, 'unread');
       await handle.signal(approval, { approved: false, by: 'bo' });
@@ -157,10 +147,9 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('times out by the database clock, holding no lease meanwhile; a later signal is kept', async () => {
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [patient], pollIntervalMs: 50 });
-      await worker.start();
+      const worker = await startWorker(engine, [patient], { pollIntervalMs: 50 });
       const handle = await engine.client.start(patient, {});
-      await stepsReach([worker], engine, handle.runId, (steps) => waitsIn(steps).length === 1, 'the wait');
+      await firstWait(worker, engine, handle.runId);
       const run = await runOf(engine, handle.runId);
       expect(run.turn_lease_expires_at).toBeNull();
       const [wait] = await stepsOf(engine, handle.runId);
@@ -176,10 +165,9 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('takes a signal that comes before the timeout', async () => {
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [patient], pollIntervalMs: POLL_MS });
-      await worker.start();
+      const worker = await startWorker(engine, [patient], { pollIntervalMs: POLL_MS });
       const handle = await engine.client.start(patient, {});
-      await stepsReach([worker], engine, handle.runId, (steps) => waitsIn(steps).length === 1, 'the wait');
+      await firstWait(worker, engine, handle.runId);
       await handle.signal(approval, { approved: true, by: 'cy' });
       await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe('approved by cy');
     });
@@ -187,15 +175,12 @@ for (const driver of ['postgres', 'pglite'] as const) {
     it('delivers a signal between activities, on kept instances and on full replays alike', async () => {
       const engine = await target.engine();
       for (const workflowCacheSize of [undefined, 0]) {
-        const worker = engine.worker({
-          workflows: [between],
-          activities: [echo],
+        const worker = await startWorker(engine, [between, echo], {
           pollIntervalMs: POLL_MS,
           ...(workflowCacheSize === undefined ? {} : { workflowCacheSize }),
         });
-        await worker.start();
         const handle = await engine.client.start(between, {});
-        await stepsReach([worker], engine, handle.runId, (steps) => waitsIn(steps).length === 1, 'the wait');
+        await firstWait(worker, engine, handle.runId);
         await handle.signal(note, `n${workflowCacheSize ?? 'kept'}`);
         await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe(
           `first+n${workflowCacheSize ?? 'kept'}`,
@@ -206,21 +191,13 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('replays a finished wait with the payload it took, in a new worker', async () => {
       const engine = await target.engine();
-      const first = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });
-      await first.start();
+      const first = await startWorker(engine, [review], { pollIntervalMs: POLL_MS });
       const handle = await engine.client.start(review, { notes: 2 });
       await handle.signal(note, 'kept-1');
-      await stepsReach(
-        [first],
-        engine,
-        handle.runId,
-        (steps) => waitsIn(steps).some((w) => w.seq === 1),
-        'the second wait',
-      );
+      await waitAt(first, engine, handle.runId, 1, 'the second wait');
       await first.stop();
       // A new worker replays the first wait from its recorded outcome (no kept instance), then takes the rest.
-      const second = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS, workflowCacheSize: 0 });
-      await second.start();
+      await startWorker(engine, [review], { pollIntervalMs: POLL_MS, workflowCacheSize: 0 });
       await handle.signal(note, 'kept-2');
       await handle.signal(approval, { approved: true, by: 'dee' });
       await expect(handle.result({ timeoutMs: 15_000 })).resolves.toEqual({
@@ -255,8 +232,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       ).rejects.toMatchObject({ code: 'INVALID_OPTIONS' });
 
       await handle.cancel('test');
-      const worker = engine.worker({ workflows: [review], pollIntervalMs: 50 });
-      await worker.start();
+      await startWorker(engine, [review], { pollIntervalMs: 50 });
       await handle.result({ timeoutMs: 15_000 }).catch(() => undefined);
       const ended = await handle.signal(note, 'x').catch((e: unknown) => e);
       expect(isPalisadeError(ended, 'RUN_ENDED')).toBe(true);
@@ -265,8 +241,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('signalWithStart starts the run once for its key and signals it every time', async () => {
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });
-      await worker.start();
+      await startWorker(engine, [review], { pollIntervalMs: POLL_MS });
       const a = await engine.client.signalWithStart(review, { notes: 1 }, note, 'first', { key: 'order-7' });
       const b = await engine.client.signalWithStart(
         review,
@@ -311,7 +286,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('wakes the run again for a signal sent while the turn that makes the wait is running', async () => {
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });
+      const worker = workerFor(engine, [review], { pollIntervalMs: POLL_MS });
       const handle = await engine.client.start(review, { notes: 1 });
       // Between the first turn's run and its commit (it has made the wait and not seen the signal): send it.
       let sent = false;
@@ -323,13 +298,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       onTestFinished(() => setFaultHook('turn:before-commit', undefined));
       await worker.start();
       await checkOnEvents([worker], () => sent, 'the signal sent mid-turn');
-      await stepsReach(
-        [worker],
-        engine,
-        handle.runId,
-        (steps) => waitsIn(steps).some((w) => w.seq === 1),
-        'the approval wait',
-      );
+      await waitAt(worker, engine, handle.runId, 1, 'the approval wait');
       await handle.signal(approval, { approved: true, by: 'fi' });
       await expect(handle.result({ timeoutMs: 15_000 })).resolves.toEqual({
         notes: ['mid-turn'],
@@ -340,7 +309,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it("marks undelivered, at the run's end, a signal sent while its final turn computed; refuses one sent after", async () => {
       const engine = await target.engine();
-      const worker = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });
+      const worker = workerFor(engine, [review], { pollIntervalMs: POLL_MS });
       const handle = await engine.client.start(review, { notes: 0 });
       // The approval is there before the first turn: that turn takes it and returns — the run's final turn.
       await handle.signal(approval, { approved: true, by: 'ju' });
@@ -382,7 +351,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         const schema = `t_${Math.random().toString(16).slice(2, 12)}`;
         const engine = await target.engine({ schema });
         const sql = target.sql();
-        const worker = engine.worker({ workflows: [review], pollIntervalMs: POLL_MS });
+        const worker = workerFor(engine, [review], { pollIntervalMs: POLL_MS });
         const handle = await engine.client.start(review, { notes: 0 });
         await handle.signal(approval, { approved: true, by: 'ka' });
         // A sender that holds the run row (as sendSignal does) while the final turn's commit statement starts: the
@@ -442,22 +411,11 @@ for (const driver of ['postgres', 'pglite'] as const) {
           return s;
         },
       });
-      const afterHeld = defineWorkflow({
-        name: 'after-held',
-        input: z.object({}),
-        output: z.string(),
-        async run(_input, ctx) {
-          const first = await ctx.run(held, 'held');
-          return `${first}+${await ctx.waitForSignal(note)}`;
-        },
+      const afterHeld = noInputWorkflow('after-held', z.string(), async (ctx) => {
+        const first = await ctx.run(held, 'held');
+        return `${first}+${await ctx.waitForSignal(note)}`;
       });
-      const worker = engine.worker({
-        workflows: [afterHeld],
-        activities: [held],
-        pollIntervalMs: POLL_MS,
-        fuseSteps: true,
-      });
-      await worker.start();
+      await startWorker(engine, [afterHeld, held], { pollIntervalMs: POLL_MS, fuseSteps: true });
       const handle = await engine.client.start(afterHeld, {});
       await started.promise;
       await handle.signal(note, 'early');
@@ -470,28 +428,20 @@ for (const driver of ['postgres', 'pglite'] as const) {
       // The same signal name without the schema: what `palisade runs signal` sends (it has no module loaded).
       const unchecked = defineSignal({ name: 'approval', payload: z.unknown() });
       const length = defineSignal({ name: 'length', payload: z.string().transform((s) => s.length) });
-      const strict = defineWorkflow({
-        name: 'strict',
-        input: z.object({}),
-        output: z.object({ by: z.string(), length: z.number() }),
-        async run(_input, ctx) {
+      const strict = noInputWorkflow(
+        'strict',
+        z.object({ by: z.string(), length: z.number() }),
+        async (ctx) => {
           const { by } = await ctx.waitForSignal(approval);
           return { by, length: await ctx.waitForSignal(length) };
         },
-      });
+      );
       for (const workflowCacheSize of [0, 10]) {
-        const worker = engine.worker({ workflows: [strict], pollIntervalMs: POLL_MS, workflowCacheSize });
-        await worker.start();
+        const worker = await startWorker(engine, [strict], { pollIntervalMs: POLL_MS, workflowCacheSize });
         const handle = await engine.client.start(strict, {});
         // One before the wait exists, one while it waits: each is refused there, and the run goes on waiting.
         await handle.signal(unchecked, { approved: 'yes', by: 'x' });
-        await stepsReach(
-          [worker],
-          engine,
-          handle.runId,
-          (steps) => waitsIn(steps).length === 1,
-          'the approval wait',
-        );
+        await firstWait(worker, engine, handle.runId, 'the approval wait');
         await handle.signal(unchecked, 'approve!');
         await checkOnEvents(
           [worker],
@@ -535,23 +485,17 @@ for (const driver of ['postgres', 'pglite'] as const) {
     it('cancels a waiting run: the wait rejects with CancelledFailure', async () => {
       const engine = await target.engine();
       const seen: string[] = [];
-      const cancellable = defineWorkflow({
-        name: 'cancellable',
-        input: z.object({}),
-        output: z.string(),
-        async run(_input, ctx) {
-          try {
-            return await ctx.waitForSignal(note);
-          } catch (error) {
-            seen.push((error as { code?: string }).code ?? 'none');
-            throw error;
-          }
-        },
+      const cancellable = noInputWorkflow('cancellable', z.string(), async (ctx) => {
+        try {
+          return await ctx.waitForSignal(note);
+        } catch (error) {
+          seen.push((error as { code?: string }).code ?? 'none');
+          throw error;
+        }
       });
-      const worker = engine.worker({ workflows: [cancellable], pollIntervalMs: POLL_MS });
-      await worker.start();
+      const worker = await startWorker(engine, [cancellable], { pollIntervalMs: POLL_MS });
       const handle = await engine.client.start(cancellable, {});
-      await stepsReach([worker], engine, handle.runId, (steps) => waitsIn(steps).length === 1, 'the wait');
+      await firstWait(worker, engine, handle.runId);
       await handle.cancel('no longer needed');
       await expect(handle.result({ timeoutMs: 15_000 })).rejects.toMatchObject({ code: 'CANCELLED' });
       expect(seen).toContain('CANCELLED');

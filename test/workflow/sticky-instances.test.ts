@@ -13,6 +13,9 @@ import { useEngineTarget } from '../support/engine.js';
 import { attemptsOf, stepsOf, turnLog, lastTurn } from './workflow-rows.js';
 import { aborted } from '../worker/helpers.js';
 import { checkOnEvents } from '../support/wait.js';
+import { workerFor, type Definition } from '../support/worker.js';
+import { noInputWorkflow } from '../fixtures/no-input.js';
+import { add } from './counter-workflow.js';
 
 type TurnEvent = WorkerEventMap['turn:committed'][0];
 
@@ -40,13 +43,6 @@ function watchHistoryReads(engine: Engine): { statements: Map<string, number>; r
   return { statements, rows };
 }
 
-const add = defineActivity({
-  name: 'add',
-  input: z.object({ n: z.number() }),
-  output: z.object({ n: z.number() }),
-  run: ({ n }) => Promise.resolve({ n: n + 1 }),
-});
-
 /** `steps` sequential additions, then a sleep of 0 ms and two more in parallel. */
 const counter = defineWorkflow({
   name: 'counter',
@@ -64,11 +60,17 @@ const counter = defineWorkflow({
 describe('sticky workflow instances on postgres', () => {
   const target = useEngineTarget('postgres');
 
-  it('completes a 200-step workflow reading its history once, continuing the kept instance on every later turn', async () => {
+  /** A new engine with its history reads watched, and a worker of `workflow` and `add`, its turns logged. */
+  async function watchedWorker(workflow: Definition) {
     const engine = await target.engine();
     const reads = watchHistoryReads(engine);
-    const worker = engine.worker({ workflows: [counter], activities: [add], pollIntervalMs: 50 });
+    const worker = workerFor(engine, [workflow, add], { pollIntervalMs: 50 });
     const turns = turnLog(worker);
+    return { engine, reads, worker, turns };
+  }
+
+  it('completes a 200-step workflow reading its history once, continuing the kept instance on every later turn', async () => {
+    const { engine, reads, worker, turns } = await watchedWorker(counter);
     await worker.start();
     const handle = await engine.client.start(counter, { steps: 200 });
     await expect(handle.result({ timeoutMs: 120_000 })).resolves.toEqual({ n: 200, pair: [201, 401] });
@@ -109,10 +111,7 @@ describe('sticky workflow instances on postgres', () => {
         return n;
       },
     });
-    const engine = await target.engine();
-    const reads = watchHistoryReads(engine);
-    const worker = engine.worker({ workflows: [rounds], activities: [add], pollIntervalMs: 50 });
-    const turns = turnLog(worker);
+    const { engine, reads, worker, turns } = await watchedWorker(rounds);
     await worker.start();
     const handle = await engine.client.start(rounds, { rounds: 30 });
     let expected = 0;
@@ -133,20 +132,12 @@ describe('sticky workflow instances on postgres', () => {
     // before the commit's reply does: under load the worker's claim loop can claim the run's next turn while the
     // committing turn still holds the instance (held here after its commit until the next turn is about to run).
     // The next turn waits for the instance instead of replaying the whole history.
-    const timed = defineWorkflow({
-      name: 'timed',
-      input: z.object({}),
-      output: z.number(),
-      async run(_input, ctx) {
-        const a = await ctx.run(add, { n: 0 });
-        await ctx.sleep(0);
-        return (await ctx.run(add, a)).n;
-      },
+    const timed = noInputWorkflow('timed', z.number(), async (ctx) => {
+      const a = await ctx.run(add, { n: 0 });
+      await ctx.sleep(0);
+      return (await ctx.run(add, a)).n;
     });
-    const engine = await target.engine();
-    const reads = watchHistoryReads(engine);
-    const worker = engine.worker({ workflows: [timed], activities: [add], pollIntervalMs: 50 });
-    const turns = turnLog(worker);
+    const { engine, reads, worker, turns } = await watchedWorker(timed);
     let nextTurnGranted!: () => void;
     const granted = new Promise<void>((resolve) => (nextTurnGranted = resolve));
     let held = 0;
@@ -194,28 +185,23 @@ describe('sticky workflow instances on postgres', () => {
       },
       retry: { maximumAttempts: 1 },
     });
-    const mixed = defineWorkflow({
-      name: 'mixed',
-      input: z.object({}),
-      output: z.unknown(),
-      async run(_input, ctx) {
-        const at = ctx.now().getTime() > 0;
-        const all = await Promise.allSettled(
-          [1, 2, 3, 4].map((n) => ctx.run(fan, { n }, { priority: 10 - n })),
-        );
-        await ctx.sleep(0);
-        const winner = await Promise.race([
-          ctx.run(fan, { n: 5 }, { priority: 5 }).then((v) => `five:${v}`),
-          ctx.run(fan, { n: 6 }, { priority: 1 }).then((v) => `six:${v}`),
-        ]);
-        let caught = 'none';
-        try {
-          await ctx.run(fan, { n: 3 });
-        } catch {
-          caught = (await ctx.run(fan, { n: 7 })).toString();
-        }
-        return { at, all: all.map((r) => r.status), winner, caught };
-      },
+    const mixed = noInputWorkflow('mixed', z.unknown(), async (ctx) => {
+      const at = ctx.now().getTime() > 0;
+      const all = await Promise.allSettled(
+        [1, 2, 3, 4].map((n) => ctx.run(fan, { n }, { priority: 10 - n })),
+      );
+      await ctx.sleep(0);
+      const winner = await Promise.race([
+        ctx.run(fan, { n: 5 }, { priority: 5 }).then((v) => `five:${v}`),
+        ctx.run(fan, { n: 6 }, { priority: 1 }).then((v) => `six:${v}`),
+      ]);
+      let caught = 'none';
+      try {
+        await ctx.run(fan, { n: 3 });
+      } catch {
+        caught = (await ctx.run(fan, { n: 7 })).toString();
+      }
+      return { at, all: all.map((r) => r.status), winner, caught };
     });
     /**
      * Run `mixed` on one worker with two slots (one stays held by the race's loser until the run ends, which
@@ -223,9 +209,7 @@ describe('sticky workflow instances on postgres', () => {
      */
     const runOnce = async (workflowCacheSize: number) => {
       const engine = await target.engine();
-      const worker = engine.worker({
-        workflows: [mixed],
-        activities: [fan],
+      const worker = workerFor(engine, [mixed, fan], {
         concurrency: 2,
         heartbeatIntervalMs: 200,
         pollIntervalMs: 50,
@@ -272,9 +256,9 @@ describe('sticky workflow instances on postgres', () => {
     // Turns on a and b, activities on c: a completion on c grants no turn (no eager turn), so every turn goes to
     // whichever of a and b claims it first, and a run's turns change workers often.
     const workers = ['a', 'b'].map((workerId) =>
-      engine.worker({ workerId, workflows: [counter], pollIntervalMs: 50 }),
+      workerFor(engine, [counter], { workerId, pollIntervalMs: 50 }),
     ) as [Worker, Worker];
-    const stepWorker = engine.worker({ workerId: 'c', activities: [add], pollIntervalMs: 50 });
+    const stepWorker = workerFor(engine, [add], { workerId: 'c', pollIntervalMs: 50 });
     const logs = new Map<string, TurnEvent[]>(workers.map((w) => [w.workerId, turnLog(w)]));
     await Promise.all([...workers, stepWorker].map((w) => w.start()));
 

@@ -12,7 +12,7 @@ import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js';
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { PGlite } from '@electric-sql/pglite';
-import { defineActivity, defineWorkflow, isPalisadeError } from '@palisade/sdk';
+import { isPalisadeError } from '@palisade/sdk';
 import { createEngine, type Engine, type Worker } from '@palisade/engine';
 import postgres from '@palisade/engine/postgres';
 import { advanceClock } from '@palisade/engine/testing';
@@ -20,20 +20,18 @@ import { useEngineTarget, type EngineTarget } from '../support/engine.js';
 import { createTestDatabase } from '../support/postgres.js';
 import { attemptsOf, dbNowMs, deferred, runOf, stepsOf } from './workflow-rows.js';
 import { checkOnEvents } from '../support/wait.js';
+import { startWorker, workerFor } from '../support/worker.js';
+import { pureActivity } from '../fixtures/pure-activity.js';
+import { oneStepWorkflow } from '../fixtures/one-step-workflow.js';
 
-const pack = defineActivity({
-  name: 'pack',
-  input: z.object({ orderId: z.string() }),
-  output: z.string(),
-  run: ({ orderId }) => Promise.resolve(`packed ${orderId}`),
-});
+const pack = pureActivity(
+  'pack',
+  z.object({ orderId: z.string() }),
+  z.string(),
+  ({ orderId }) => `packed ${orderId}`,
+);
 
-const fulfil = defineWorkflow({
-  name: 'fulfil',
-  input: z.object({ orderId: z.string() }),
-  output: z.string(),
-  run: ({ orderId }, ctx) => ctx.run(pack, { orderId }),
-});
+const fulfil = oneStepWorkflow('fulfil', pack);
 
 /** The application's own table, in the engine's schema of the test. */
 function ordersTable(engine: Engine) {
@@ -103,10 +101,15 @@ function callerDrizzle(target: EngineTarget) {
 
 class Rollback extends Error {}
 
-async function startedWorker(engine: Engine, options: { concurrency?: number } = {}): Promise<Worker> {
-  const worker = engine.worker({ workflows: [fulfil], activities: [pack], pollIntervalMs: 50, ...options });
-  await worker.start();
-  return worker;
+function startedWorker(engine: Engine, options: { concurrency?: number } = {}): Promise<Worker> {
+  return startWorker(engine, [fulfil, pack], { pollIntervalMs: 50, ...options });
+}
+
+/** A fresh engine with the orders table, and a started worker of `fulfil`. */
+async function ordersEngine(target: EngineTarget): Promise<{ engine: Engine; worker: Worker }> {
+  const engine = await target.engine();
+  await createOrders(engine);
+  return { engine, worker: await startedWorker(engine) };
 }
 
 for (const driver of ['postgres', 'pglite'] as const) {
@@ -114,9 +117,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
     const target = useEngineTarget(driver, { warm: true });
 
     it('commits the run with the caller’s write, and a worker runs it after the commit', async () => {
-      const engine = await target.engine();
-      await createOrders(engine);
-      const worker = await startedWorker(engine);
+      const { engine, worker } = await ordersEngine(target);
       const orders = ordersTable(engine);
       const db = callerDrizzle(target);
       // The worker has a turn slot free, so a start outside a transaction would be granted its first turn by the
@@ -154,9 +155,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
     });
 
     it('leaves no run, no event and no wake-up when the transaction rolls back, and the key free', async () => {
-      const engine = await target.engine();
-      await createOrders(engine);
-      const worker = await startedWorker(engine);
+      const { engine, worker } = await ordersEngine(target);
       const committed: string[] = [];
       worker.events.on('turn:committed', (e) => committed.push(e.runId));
       const notes = await listenTo(target, engine);
@@ -186,9 +185,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
     });
 
     it('starts and enqueues many in the transaction; a refused key undoes only its own statement', async () => {
-      const engine = await target.engine();
-      await createOrders(engine);
-      const worker = await startedWorker(engine);
+      const { engine, worker } = await ordersEngine(target);
       const orders = ordersTable(engine);
       const db = callerDrizzle(target);
       const { runs, jobs } = await db.transaction(async (tx) => {
@@ -227,9 +224,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
     });
 
     it('enqueues a job with the caller’s write', async () => {
-      const engine = await target.engine();
-      await createOrders(engine);
-      const worker = await startedWorker(engine);
+      const { engine, worker } = await ordersEngine(target);
       const db = callerDrizzle(target);
       const job = await db.transaction(async (tx) => {
         await tx.insert(ordersTable(engine)).values({ id: 'j-1' });
@@ -313,9 +308,7 @@ describe('transactional start with a postgres.js transaction (sql.begin)', () =>
   const target = useEngineTarget('postgres');
 
   it('commits the run with the caller’s write, never waking a worker before the commit', async () => {
-    const engine = await target.engine();
-    await createOrders(engine);
-    const worker = await startedWorker(engine);
+    const { engine, worker } = await ordersEngine(target);
     const notes = await listenTo(target, engine);
     const caller = target.sql();
     const started = deferred<string>();
@@ -565,9 +558,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const engine = await target.engine();
       const low = await engine.client.start(fulfil, { orderId: 'low' }, { priority: -5 });
       const high = await engine.client.start(fulfil, { orderId: 'high' }, { priority: 7 });
-      const worker = engine.worker({
-        workflows: [fulfil],
-        activities: [pack],
+      const worker = workerFor(engine, [fulfil, pack], {
         pollIntervalMs: 50,
         concurrency: 1,
         // One turn at a time: with more slots one claim takes both turns, and their commits race.

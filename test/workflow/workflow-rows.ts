@@ -93,6 +93,17 @@ export function stepsReach(
   return checkOnEvents(workers, async () => check(await stepsOf(engine, runId)), what);
 }
 
+/** Resolve once run `runId` has a step of `kind` (a `'timer'`, a `'signal'` wait, …); as {@link stepsReach}. */
+export function stepOfKindReached(
+  workers: readonly (Worker | EventSource)[],
+  engine: Engine,
+  runId: string,
+  kind: string,
+  what: string,
+): Promise<void> {
+  return stepsReach(workers, engine, runId, (steps) => steps.some((s) => s.kind === kind), what);
+}
+
 /** Every `turn:committed` event `worker` emits from now on, in order. */
 export function turnLog(worker: Worker): WorkerEventMap['turn:committed'][0][] {
   const log: WorkerEventMap['turn:committed'][0][] = [];
