@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
 import {
   ActivityFailure,
   ECHOED_CHARS,
@@ -168,14 +169,39 @@ describe('formatIssues', () => {
   });
 
   it('answers an old duration option name with the new one, and leaves other unknown keys as zod names them', () => {
+    const schedule = { schema: z.object({ everyMs: z.number().optional() }).strict(), input: {} };
     expect(
-      formatIssues([{ code: 'unrecognized_keys', keys: ['every', 'color'], path: [], message: 'x' }]),
+      formatIssues(
+        [{ code: 'unrecognized_keys', keys: ['every', 'color'], path: [], message: 'x' }],
+        schedule,
+      ),
     ).toEqual([
       { path: '', message: 'Unrecognized keys: "every", "color" (renamed: "every" is now "everyMs")' },
     ]);
-    expect(formatIssues([{ code: 'unrecognized_keys', keys: ['color'], path: [], message: 'x' }])).toEqual([
-      { path: '', message: 'Unrecognized key: "color"' },
+    expect(
+      formatIssues([{ code: 'unrecognized_keys', keys: ['color'], path: [], message: 'x' }], schedule),
+    ).toEqual([{ path: '', message: 'Unrecognized key: "color"' }]);
+  });
+
+  it('names a new option only where the schema takes it, through optional, pipes and nested objects', () => {
+    const rateLimit = z
+      .object({ limit: z.number(), periodMs: z.number() })
+      .strict()
+      .transform((r) => r);
+    const enqueue = z.object({ delayMs: z.number().optional(), rateLimit: rateLimit.optional() }).strict();
+    const keys = (path: string[], k: string[]) => [
+      { code: 'unrecognized_keys', keys: k, path, message: 'x' },
+    ];
+    const input = { rateLimit: { limit: 1, period: 5 } };
+    expect(formatIssues(keys(['rateLimit'], ['period']), { schema: enqueue, input })).toEqual([
+      { path: 'rateLimit', message: 'Unrecognized key: "period" (renamed: "period" is now "periodMs")' },
     ]);
+    // `timeout` is an old name, but enqueue has no `timeoutMs`; `period` is one, but not of the root object.
+    expect(formatIssues(keys([], ['timeout', 'period']), { schema: enqueue, input })).toEqual([
+      { path: '', message: 'Unrecognized keys: "timeout", "period"' },
+    ]);
+    // A payload checked against a user's schema: no options were parsed, no hint.
+    expect(formatIssues(keys([], ['delay']))).toEqual([{ path: '', message: 'Unrecognized key: "delay"' }]);
   });
 });
 

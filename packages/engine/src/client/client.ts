@@ -7,7 +7,7 @@ import {
   type SignalDefinition,
   type WorkflowDefinition,
 } from '@palisade/sdk';
-import { echoed, formatIssues } from '@palisade/sdk/internal';
+import { echoed, parseOptions } from '@palisade/sdk/internal';
 import type { Logger } from 'pino';
 import type { Database } from '../db/database.js';
 import { callerTransaction, type CallerTransaction } from '../db/caller-transaction.js';
@@ -28,14 +28,7 @@ import type { RunDescription } from './descriptions.js';
 import { describeRun } from './describe-run.js';
 import { insertRuns, type RunInserter } from './insert-runs.js';
 import { RunHandle } from './run-handle.js';
-import {
-  assertDefinition,
-  enqueueParams,
-  manyItems,
-  parseOptions,
-  runItems,
-  startParams,
-} from './run-items.js';
+import { assertDefinition, enqueueParams, manyItems, runItems, startParams } from './run-items.js';
 import { signalPayload, signalRun, signalRunIn } from './signal-run.js';
 import {
   enqueueManySchema,
@@ -369,12 +362,9 @@ export class Client {
   list(filter: ListRunsFilter = {}): Promise<RunDescription[]> {
     try {
       assertUsableOutsideTransaction(this.db, 'client.list');
+      parseOptions(listSchema, filter, 'list filter');
     } catch (error) {
       return Promise.reject(error instanceof Error ? error : new Error(String(error)));
-    }
-    const parsed = listSchema.safeParse(filter);
-    if (!parsed.success) {
-      return Promise.reject(new InvalidOptionsError('list filter', formatIssues(parsed.error.issues)));
     }
     return listRuns(this.db, this.names, filter).then((rows) => rows.map(describeRun));
   }

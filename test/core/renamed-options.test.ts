@@ -1,0 +1,93 @@
+/**
+ * The duration options renamed to carry their unit (README, "What changed"): an old name is refused with
+ * INVALID_OPTIONS whose message names the new one and the call it belongs to, in one form everywhere — and only
+ * where that call takes the new name (never a hint at an option the call does not have, nor in a payload checked
+ * against the user's own schema).
+ */
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { createEngine, type Engine } from '@palisade/engine';
+import { defineActivity, defineWorkflow } from '@palisade/sdk';
+import { useEngineTarget } from '../support/engine.js';
+import { settle } from '../worker/helpers.js';
+
+const anything = z.object({ v: z.unknown() });
+const echo = defineActivity({
+  name: 'echo',
+  input: anything,
+  output: anything,
+  run: (i) => Promise.resolve(i),
+});
+const strict = defineActivity({
+  name: 'strict',
+  input: z.object({ v: z.number() }).strict(),
+  output: z.object({}),
+  run: () => Promise.resolve({}),
+});
+const flow = defineWorkflow({
+  name: 'flow',
+  input: anything,
+  output: anything,
+  run: (i) => Promise.resolve(i),
+});
+const NO_RUN = '00000000-0000-4000-8000-000000000000';
+
+/** Each call's message, or that it was accepted. */
+async function messages(calls: readonly (readonly [string, () => unknown])[]): Promise<[string, string][]> {
+  const out: [string, string][] = [];
+  for (const [name, call] of calls) {
+    const outcome = await settle(Promise.resolve().then(call));
+    out.push([name, outcome.ok ? 'accepted' : String((outcome.error as Error).message)]);
+  }
+  return out;
+}
+
+const renamed = (where: string, old: string, now: string, path = '') =>
+  `[INVALID_OPTIONS] invalid ${where}: ${path ? `${path}: ` : ''}Unrecognized key: "${old}" (renamed: "${old}" is now "${now}")`;
+
+describe('old option names', () => {
+  const target = useEngineTarget('postgres');
+
+  it('are answered with the new name and the call, where that call takes the new name, and only there', async () => {
+    const engine: Engine = await target.engine();
+    expect(
+      await messages([
+        ['enqueue delay', () => engine.client.enqueue(echo, { v: 1 }, { delay: 5 } as never)],
+        ['enqueueMany delay', () => engine.client.enqueueMany(echo, [{ v: 1 }], { delay: 5 } as never)],
+        ['start delay', () => engine.client.start(flow, { v: 1 }, { delay: 5 } as never)],
+        ['startMany delay', () => engine.client.startMany(flow, [{ v: 1 }], { delay: 5 } as never)],
+        ['result timeout', () => engine.client.getHandle(NO_RUN).result({ timeout: 5 } as never)],
+        // Old names, but of options these calls never had: no hint at a name they do not take either.
+        ['enqueue timeout', () => engine.client.enqueue(echo, { v: 1 }, { timeout: 5 } as never)],
+        ['worker delay', () => engine.worker({ activities: [echo], delay: 5 } as never)],
+        ['createEngine every', () => createEngine({ every: '5m' } as never)],
+        [
+          'concurrency period',
+          () =>
+            engine.client.enqueue(echo, { v: 1 }, {
+              concurrency: { key: 'k', limit: 1, period: 5 },
+            } as never),
+        ],
+        // The user's own schema: a field of that name is theirs, not a renamed option.
+        ['payload timeout', () => engine.client.enqueue(strict, { v: 1, timeout: 5 } as never)],
+      ]),
+    ).toEqual([
+      ['enqueue delay', renamed('enqueue options of echo', 'delay', 'delayMs')],
+      ['enqueueMany delay', renamed('enqueueMany options of echo', 'delay', 'delayMs')],
+      ['start delay', renamed('start options of flow', 'delay', 'delayMs')],
+      ['startMany delay', renamed('startMany options of flow', 'delay', 'delayMs')],
+      ['result timeout', renamed('result options', 'timeout', 'timeoutMs')],
+      ['enqueue timeout', '[INVALID_OPTIONS] invalid enqueue options of echo: Unrecognized key: "timeout"'],
+      ['worker delay', '[INVALID_OPTIONS] invalid worker options: Unrecognized key: "delay"'],
+      ['createEngine every', '[INVALID_OPTIONS] invalid engine options: Unrecognized key: "every"'],
+      [
+        'concurrency period',
+        '[INVALID_OPTIONS] invalid enqueue options of echo: concurrency: Unrecognized key: "period"',
+      ],
+      [
+        'payload timeout',
+        '[VALIDATION_FAILED] input of activity strict is invalid: (root): Unrecognized key: "timeout"',
+      ],
+    ]);
+  });
+});
