@@ -12,12 +12,13 @@ import { useEngineTarget } from '../support/engine.js';
 import { settle } from '../worker/helpers.js';
 
 const anything = z.object({ v: z.unknown() });
-const echo = defineActivity({
+const echoOptions = {
   name: 'echo',
   input: anything,
   output: anything,
-  run: (i) => Promise.resolve(i),
-});
+  run: (i: { v: unknown }) => Promise.resolve(i),
+};
+const echo = defineActivity(echoOptions);
 const strict = defineActivity({
   name: 'strict',
   input: z.object({ v: z.number() }).strict(),
@@ -31,6 +32,8 @@ const flow = defineWorkflow({
   run: (i) => Promise.resolve(i),
 });
 const NO_RUN = '00000000-0000-4000-8000-000000000000';
+const period = { limit: 10, period: '1s' };
+const schedule = { id: 'nightly', workflow: flow, input: { v: 1 } };
 
 /** Each call's message, or that it was accepted. */
 async function messages(calls: readonly (readonly [string, () => unknown])[]): Promise<[string, string][]> {
@@ -57,6 +60,18 @@ describe('old option names', () => {
         ['start delay', () => engine.client.start(flow, { v: 1 }, { delay: 5 } as never)],
         ['startMany delay', () => engine.client.startMany(flow, [{ v: 1 }], { delay: 5 } as never)],
         ['result timeout', () => engine.client.getHandle(NO_RUN).result({ timeout: 5 } as never)],
+        // A required new name left out: the hint alone, not also a complaint that the new name is missing.
+        [
+          'enqueue rateLimit.period',
+          () => engine.client.enqueue(echo, { v: 1 }, { rateLimit: period } as never),
+        ],
+        [
+          'defineActivity rateLimit.period',
+          () => defineActivity({ ...echoOptions, name: 'limited', rateLimit: period } as never),
+        ],
+        ['pruneRuns olderThan', () => engine.pruneRuns({ olderThan: '30d' } as never)],
+        ['createEngine retention', () => createEngine({ retention: '30d' } as never)],
+        ['schedules.create every', () => engine.schedules.create({ ...schedule, every: '5m' } as never)],
         // Old names, but of options these calls never had: no hint at a name they do not take either.
         ['enqueue timeout', () => engine.client.enqueue(echo, { v: 1 }, { timeout: 5 } as never)],
         ['worker delay', () => engine.worker({ activities: [echo], delay: 5 } as never)],
@@ -77,6 +92,11 @@ describe('old option names', () => {
       ['start delay', renamed('start options of flow', 'delay', 'delayMs')],
       ['startMany delay', renamed('startMany options of flow', 'delay', 'delayMs')],
       ['result timeout', renamed('result options', 'timeout', 'timeoutMs')],
+      ['enqueue rateLimit.period', renamed('enqueue options of echo', 'period', 'periodMs', 'rateLimit')],
+      ['defineActivity rateLimit.period', renamed('activity limited', 'period', 'periodMs', 'rateLimit')],
+      ['pruneRuns olderThan', renamed('prune options', 'olderThan', 'olderThanMs')],
+      ['createEngine retention', renamed('engine options', 'retention', 'retentionMs')],
+      ['schedules.create every', renamed('schedule options of nightly', 'every', 'everyMs')],
       ['enqueue timeout', '[INVALID_OPTIONS] invalid enqueue options of echo: Unrecognized key: "timeout"'],
       ['worker delay', '[INVALID_OPTIONS] invalid worker options: Unrecognized key: "delay"'],
       ['createEngine every', '[INVALID_OPTIONS] invalid engine options: Unrecognized key: "every"'],

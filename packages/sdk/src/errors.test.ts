@@ -200,6 +200,19 @@ describe('formatIssues', () => {
     expect(formatIssues(keys([], ['timeout', 'period']), { schema: enqueue, input })).toEqual([
       { path: '', message: 'Unrecognized keys: "timeout", "period"' },
     ]);
+    // The schema's complaint that the new name is missing is the hint's to answer, when the value left it out.
+    const missing = { path: ['rateLimit', 'periodMs'], message: 'undefined is not a duration' };
+    expect(formatIssues([missing, ...keys(['rateLimit'], ['period'])], { schema: enqueue, input })).toEqual([
+      { path: 'rateLimit', message: 'Unrecognized key: "period" (renamed: "period" is now "periodMs")' },
+    ]);
+    const both = { rateLimit: { limit: 1, period: 5, periodMs: 'soon' } };
+    const bad = { path: ['rateLimit', 'periodMs'], message: '"soon" is not a duration' };
+    expect(formatIssues([bad, ...keys(['rateLimit'], ['period'])], { schema: enqueue, input: both })).toEqual(
+      [
+        { path: 'rateLimit.periodMs', message: '"soon" is not a duration' },
+        { path: 'rateLimit', message: 'Unrecognized key: "period" (renamed: "period" is now "periodMs")' },
+      ],
+    );
     // A payload checked against a user's schema: no options were parsed, no hint.
     expect(formatIssues(keys([], ['delay']))).toEqual([{ path: '', message: 'Unrecognized key: "delay"' }]);
   });

@@ -521,7 +521,8 @@ export class NonDeterminismError extends PalisadeError {
  *
  * With `parsed` (the options schema and the value it refused), an unknown key that is an old option name is
  * answered with the new one where that schema takes it (`Unrecognized key: "every" (renamed: "every" is now
- * "everyMs")`). Without it (a payload checked against a user's schema), unknown keys get no hint.
+ * "everyMs")`), and the schema's complaint that the new name is missing is left out: the hint says it. Without it
+ * (a payload checked against a user's schema), unknown keys get no hint.
  * @internal Engine-only; import it from `@palisade/sdk/internal`.
  */
 export function formatIssues(
@@ -533,14 +534,23 @@ export function formatIssues(
   }[],
   parsed?: ParsedOptions,
 ): { path: string; message: string }[] {
-  return issues.map((i) => ({
-    path: i.path.map((p) => echoed(String(p))).join('.'),
-    message:
-      unrecognizedKeys(
-        i,
-        parsed && Array.isArray(i.keys) ? renamesAt(parsed, i.path, i.keys as unknown[]) : [],
-      ) ?? i.message,
-  }));
+  const renamed = new Map<(typeof issues)[number], readonly { from: string; to: string }[]>();
+  // The paths of new names the value left out, whose old name it gave: the rename hint answers for them.
+  const answered: (readonly PropertyKey[])[] = [];
+  for (const i of issues) {
+    if (!parsed || i.code !== 'unrecognized_keys' || !Array.isArray(i.keys)) continue;
+    const renames = renamesAt(parsed, i.path, i.keys as unknown[]);
+    renamed.set(i, renames);
+    for (const r of renames) if (r.missing) answered.push([...i.path, r.to]);
+  }
+  const isAnswered = (path: readonly PropertyKey[]) =>
+    answered.some((a) => a.length <= path.length && a.every((key, k) => path[k] === key));
+  return issues
+    .filter((i) => i.code === 'unrecognized_keys' || !isAnswered(i.path))
+    .map((i) => ({
+      path: i.path.map((p) => echoed(String(p))).join('.'),
+      message: unrecognizedKeys(i, renamed.get(i) ?? []) ?? i.message,
+    }));
 }
 
 /**

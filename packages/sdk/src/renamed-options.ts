@@ -67,18 +67,31 @@ function shapesAt(schema: unknown, path: readonly PropertyKey[], depth = 0): Rec
   }
 }
 
+/** The value at `path` of `input`, when every step is an object. */
+function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
+  let value = input;
+  for (const key of path) {
+    if (value === null || typeof value !== 'object') return undefined;
+    value = (value as Record<PropertyKey, unknown>)[key];
+  }
+  return value;
+}
+
 /**
  * For an unknown key of an options object at `path` (a zod `unrecognized_keys` issue): the old names among
- * `keys` whose new name that object's schema takes, each with its new name.
+ * `keys` whose new name that object's schema takes, each with its new name, and whether the new name was left out
+ * of the value — then the schema's complaint that the new name is missing says nothing the hint does not.
  */
 export function renamesAt(
   parsed: ParsedOptions,
   path: readonly PropertyKey[],
   keys: readonly unknown[],
-): { readonly from: string; readonly to: string }[] {
+): { readonly from: string; readonly to: string; readonly missing: boolean }[] {
   const shapes = shapesAt(parsed.schema, path);
+  const given = valueAt(parsed.input, path);
   return keys
     .filter((k): k is string => typeof k === 'string' && Object.hasOwn(RENAMED_OPTIONS, k))
     .map((from) => ({ from, to: RENAMED_OPTIONS[from] as string }))
-    .filter(({ to }) => shapes.some((shape) => Object.hasOwn(shape, to)));
+    .filter(({ to }) => shapes.some((shape) => Object.hasOwn(shape, to)))
+    .map(({ from, to }) => ({ from, to, missing: valueAt(given, [to]) === undefined }));
 }
