@@ -331,6 +331,25 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect((await engine.client.list({ name: 'review' })).length).toBe(1);
     });
 
+    it("signalWithStart refuses a bad option or definition naming signalWithStart's options, and starts nothing", async () => {
+      const engine = await target.engine();
+      const refusals: string[] = [];
+      for (const call of [
+        () => engine.client.signalWithStart(review, { notes: 1 }, note, 'x', { key: 'k', delay: 5 } as never),
+        () => engine.client.signalWithStart(review, { notes: 1 }, note, 'x', { key: 'k', priority: 1e9 }),
+        () => engine.client.signalWithStart({} as typeof review, { notes: 1 }, note, 'x', { key: 'k' }),
+      ]) {
+        refusals.push(String(((await call().catch((e: unknown) => e)) as Error).message));
+      }
+      expect(refusals).toEqual([
+        '[INVALID_OPTIONS] invalid signalWithStart options of review: ' +
+          'Unrecognized key: "delay" (renamed: "delay" is now "delayMs")',
+        '[INVALID_OPTIONS] invalid signalWithStart options of review: priority: Too big: expected number to be <=1000',
+        '[INVALID_OPTIONS] invalid signalWithStart: workflow: must be a workflow from defineWorkflow()',
+      ]);
+      expect(await engine.client.list()).toEqual([]);
+    });
+
     it('signalWithStart is one transaction: a failure before the signal is stored leaves no run', async () => {
       const engine = await target.engine();
       setFaultHook('client:signal-with-start:before-signal', () =>
