@@ -227,6 +227,39 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(events.at(-1)).toBe('run:completed');
     });
 
+    for (const fuseSteps of [false, true]) {
+      it(`records the turn whose code failed the run as failed, the turns before it completed (fuseSteps: ${fuseSteps})`, async () => {
+        const step = defineActivity({
+          name: 'step',
+          input: z.object({}),
+          output: z.object({}),
+          run: () => Promise.resolve({}),
+        });
+        const broken = defineWorkflow({
+          name: 'broken',
+          input: z.object({}),
+          output: z.string(),
+          async run(_input, ctx) {
+            await ctx.run(step, {});
+            throw new Error('the code threw');
+          },
+        });
+        const engine = await target.engine();
+        const worker = engine.worker({
+          workflows: [broken],
+          activities: [step],
+          fuseSteps,
+          pollIntervalMs: 50,
+        });
+        await worker.start();
+        const handle = await engine.client.start(broken, {});
+        await expect(handle.result({ timeoutMs: 15_000 })).rejects.toBeInstanceOf(RunFailedError);
+        const { turns } = await handle.describe();
+        expect(turns.map((t) => t.outcome)).toEqual([...turns.slice(1).map(() => 'completed'), 'failed']);
+        expect(turns.length).toBeGreaterThanOrEqual(2);
+      });
+    }
+
     it('retries a run that compensated: the steps scheduled after the failure are retired, not replayed', async () => {
       const executions: string[] = [];
       let healthy = false;

@@ -262,7 +262,7 @@
                 r.cancel_reason, r.turn_token, r.turn_nonce, r.turn_epoch, r.turn_attempt,
                 r.parent_step_id, r.concurrency_key),
     turn_attempt AS (
-      UPDATE "palisade"."attempts" SET outcome = 'completed', ended_at = (SELECT t FROM clock)
+      UPDATE "palisade"."attempts" SET outcome = 'failed', ended_at = (SELECT t FROM clock)
        WHERE fencing_token = $49::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
       RETURNING 1),
     -- Every live step ends with the run, running ones included (invariant 12: the holder's next write is
