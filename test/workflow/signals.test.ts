@@ -6,13 +6,7 @@
  */
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
-import {
-  defineActivity,
-  defineSignal,
-  defineWorkflow,
-  isPalisadeError,
-  type RunFailedError,
-} from '@palisade/sdk';
+import { defineActivity, defineSignal, defineWorkflow, isPalisadeError } from '@palisade/sdk';
 import { advanceClock, setFaultHook } from '@palisade/engine/testing';
 import type { Engine } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
@@ -49,17 +43,6 @@ const patient = defineWorkflow({
   output: z.string(),
   async run(_input, ctx) {
     const wait = await ctx.waitForSignal(approval, { timeoutMs: '1h' });
-    return wait.timedOut ? 'escalated' : `approved by ${wait.payload.by}`;
-  },
-});
-
-/** `patient` as it was written before `timeout` was renamed `timeoutMs`. */
-const patientWithOldOption = defineWorkflow({
-  name: 'patient',
-  input: z.object({}),
-  output: z.string(),
-  async run(_input, ctx) {
-    const wait = await ctx.waitForSignal(approval, { timeout: '1h' } as unknown as { timeoutMs: string });
     return wait.timedOut ? 'escalated' : `approved by ${wait.payload.by}`;
   },
 });
@@ -202,17 +185,31 @@ for (const driver of ['postgres', 'pglite'] as const) {
     });
 
     it('fails the run at a wait given the old name `timeout`, naming the new one; fixed and retried, it waits', async () => {
+      // `patient` as it was written before `timeout` was renamed `timeoutMs`.
+      const patientWithOldOption = defineWorkflow({
+        name: 'patient',
+        input: z.object({}),
+        output: z.string(),
+        async run(_input, ctx) {
+          const wait = await ctx.waitForSignal(approval, { timeout: '1h' } as unknown as {
+            timeoutMs: string;
+          });
+          return wait.timedOut ? 'escalated' : `approved by ${wait.payload.by}`;
+        },
+      });
       const engine = await target.engine();
       const first = engine.worker({ workflows: [patientWithOldOption], pollIntervalMs: POLL_MS });
       await first.start();
       const handle = await engine.client.start(patientWithOldOption, {});
       const failed = await handle.result({ timeoutMs: 15_000 }).catch((e: unknown) => e);
       expect(isPalisadeError(failed, 'RUN_FAILED'), String(failed)).toBe(true);
-      expect((failed as RunFailedError).failure).toMatchObject({
-        type: 'InvalidOptionsError',
-        message:
-          '[INVALID_OPTIONS] invalid ctx.waitForSignal(approval) in workflow patient: ' +
-          'Unrecognized key: "timeout" (renamed: "timeout" is now "timeoutMs")',
+      expect(failed).toMatchObject({
+        failure: {
+          type: 'InvalidOptionsError',
+          message:
+            '[INVALID_OPTIONS] invalid ctx.waitForSignal(approval) in workflow patient: ' +
+            'Unrecognized key: "timeout" (renamed: "timeout" is now "timeoutMs")',
+        },
       });
       expect(await waitsOf(engine, handle.runId)).toEqual([]); // refused at the call: no wait was recorded
       await first.stop();
