@@ -10,30 +10,16 @@ import { createEngine, type Engine } from '@palisade/engine';
 import { defineActivity, defineWorkflow } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
 import { settle } from '../worker/helpers.js';
+import { emptyActivity } from '../fixtures/empty-activity.js';
 
-const anything = z.object({ v: z.unknown() });
-const echoOptions = {
-  name: 'echo',
-  input: anything,
-  output: anything,
-  run: (i: { v: unknown }) => Promise.resolve(i),
-};
-const echo = defineActivity(echoOptions);
-const strict = defineActivity({
-  name: 'strict',
-  input: z.object({ v: z.number() }).strict(),
-  output: z.object({}),
-  run: () => Promise.resolve({}),
-});
-const flow = defineWorkflow({
-  name: 'flow',
-  input: anything,
-  output: anything,
-  run: (i) => Promise.resolve(i),
-});
+const echo = emptyActivity('echo');
+const done = () => Promise.resolve({});
+const strictInput = z.object({ v: z.number() }).strict();
+const strict = defineActivity({ name: 'strict', input: strictInput, output: z.object({}), run: done });
+const flow = defineWorkflow({ name: 'flow', input: z.object({}), output: z.object({}), run: done });
 const NO_RUN = '00000000-0000-4000-8000-000000000000';
 const period = { limit: 10, period: '1s' };
-const schedule = { id: 'nightly', workflow: flow, input: { v: 1 } };
+const schedule = { id: 'nightly', workflow: flow, input: {} };
 
 /** Each call's message, or that it was accepted. */
 async function messages(calls: readonly (readonly [string, () => unknown])[]): Promise<[string, string][]> {
@@ -55,31 +41,25 @@ describe('old option names', () => {
     const engine: Engine = await target.engine();
     expect(
       await messages([
-        ['enqueue delay', () => engine.client.enqueue(echo, { v: 1 }, { delay: 5 } as never)],
-        ['enqueueMany delay', () => engine.client.enqueueMany(echo, [{ v: 1 }], { delay: 5 } as never)],
-        ['start delay', () => engine.client.start(flow, { v: 1 }, { delay: 5 } as never)],
-        ['startMany delay', () => engine.client.startMany(flow, [{ v: 1 }], { delay: 5 } as never)],
+        ['enqueue delay', () => engine.client.enqueue(echo, {}, { delay: 5 } as never)],
+        ['enqueueMany delay', () => engine.client.enqueueMany(echo, [{}], { delay: 5 } as never)],
+        ['start delay', () => engine.client.start(flow, {}, { delay: 5 } as never)],
+        ['startMany delay', () => engine.client.startMany(flow, [{}], { delay: 5 } as never)],
         ['result timeout', () => engine.client.getHandle(NO_RUN).result({ timeout: 5 } as never)],
         // A required new name left out: the hint alone, not also a complaint that the new name is missing.
-        [
-          'enqueue rateLimit.period',
-          () => engine.client.enqueue(echo, { v: 1 }, { rateLimit: period } as never),
-        ],
-        [
-          'defineActivity rateLimit.period',
-          () => defineActivity({ ...echoOptions, name: 'limited', rateLimit: period } as never),
-        ],
+        ['enqueue rateLimit.period', () => engine.client.enqueue(echo, {}, { rateLimit: period } as never)],
+        ['defineActivity rateLimit.period', () => emptyActivity('limited', { rateLimit: period } as never)],
         ['pruneRuns olderThan', () => engine.pruneRuns({ olderThan: '30d' } as never)],
         ['createEngine retention', () => createEngine({ retention: '30d' } as never)],
         ['schedules.create every', () => engine.schedules.create({ ...schedule, every: '5m' } as never)],
         // Old names, but of options these calls never had: no hint at a name they do not take either.
-        ['enqueue timeout', () => engine.client.enqueue(echo, { v: 1 }, { timeout: 5 } as never)],
+        ['enqueue timeout', () => engine.client.enqueue(echo, {}, { timeout: 5 } as never)],
         ['worker delay', () => engine.worker({ activities: [echo], delay: 5 } as never)],
         ['createEngine every', () => createEngine({ every: '5m' } as never)],
         [
           'concurrency period',
           () =>
-            engine.client.enqueue(echo, { v: 1 }, {
+            engine.client.enqueue(echo, {}, {
               concurrency: { key: 'k', limit: 1, period: 5 },
             } as never),
         ],

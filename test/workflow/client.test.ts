@@ -1,6 +1,7 @@
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { emptyActivity } from '../fixtures/empty-activity.js';
 import { defineActivity, defineWorkflow, PalisadeError, RunFailedError } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
 import { attemptsOf, stepsOf } from './workflow-rows.js';
@@ -229,12 +230,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     for (const fuseSteps of [false, true]) {
       it(`records the turn whose code failed the run as failed, the turns before it completed (fuseSteps: ${fuseSteps})`, async () => {
-        const step = defineActivity({
-          name: 'step',
-          input: z.object({}),
-          output: z.object({}),
-          run: () => Promise.resolve({}),
-        });
+        const step = emptyActivity('step');
         const broken = defineWorkflow({
           name: 'broken',
           input: z.object({}),
