@@ -165,7 +165,9 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
     expect(out[2]).toMatch(
       new RegExp(`^${chargeRunId}\\s+completed\\s+act\\s+charge\\s+\\S+\\s+\\d{4}-\\d\\d-\\d\\d `),
     );
-    expect(out).toHaveLength(3);
+    // Its key does not fit its column beside the full id and time: it is printed whole under its run.
+    expect(out[3]).toBe('    key invoice-inv-1');
+    expect(out).toHaveLength(4);
     expectTerminalFriendly(text.stdout);
 
     expect(json.code).toBe(0);
@@ -483,6 +485,61 @@ describe('palisade runs', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
         events.slice(2).map((e) => e.id),
       );
     } finally {
+      await worker.stop({ graceMs: 1_000 });
+    }
+  });
+
+  it('shows when a step was due and, under its own label, until when its lease holds', async () => {
+    let release: () => void = () => undefined;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const slow = defineActivity({
+      name: 'slow',
+      input: z.object({}),
+      output: z.object({}),
+      leaseMs: 30_000,
+      run: () => held.then(() => ({})),
+    });
+    const holds = defineWorkflow({
+      name: 'holds',
+      input: z.object({}),
+      output: z.object({}),
+      run: (_input, ctx) => ctx.run(slow, {}),
+    });
+    // The worker that runs the workflow also serves the activity: the turn's commit grants it the step at once.
+    const worker = engine.worker({ workflows: [holds], activities: [slow], pollIntervalMs: 50 });
+    await worker.start();
+    try {
+      const handle = await engine.client.start(holds, {});
+      await checkOnEvents(
+        [worker],
+        async () => (await handle.describe()).steps[0]?.status === 'running',
+        'the step running',
+      );
+      const { steps, events } = await handle.describe();
+      const scheduled = events.find((e) => e.type === 'step:scheduled');
+      const claimed = events.find((e) => e.type === 'attempt:claimed');
+      const dueAt = new Date((scheduled?.data as { dueAt: string }).dueAt);
+      const leaseUntil = new Date((claimed?.data as { leaseExpiresAt: string }).leaseExpiresAt);
+      // Due when it was scheduled (and granted); the lease is another time, under its own name.
+      expect(dueAt.getTime()).toBe(scheduled?.at.getTime());
+      expect(leaseUntil.getTime()).toBeGreaterThanOrEqual(dueAt.getTime() + 29_000);
+      expect([steps[0]?.nextRunAt, steps[0]?.leaseExpiresAt?.getTime()]).toEqual([
+        null,
+        leaseUntil.getTime(),
+      ]);
+
+      const shown = await runCli(['runs', 'show', handle.runId, ...target(schema)]);
+      const clock = (d: Date) => `(?:\\d{4}-\\d\\d-\\d\\d )?${d.toISOString().slice(11, 23)}`;
+      expect(shown.stdout).toMatch(new RegExp(`step:scheduled +slow#0 +due at ${clock(dueAt)}$`, 'm'));
+      expect(shown.stdout).toMatch(
+        new RegExp(
+          `attempt:claimed +slow#0 +epoch 1 · token \\d+ · lease until ${clock(leaseUntil)} · `,
+          'm',
+        ),
+      );
+      expectTerminalFriendly(shown.stdout);
+    } finally {
+      release();
       await worker.stop({ graceMs: 1_000 });
     }
   });

@@ -1,13 +1,18 @@
 /**
  * `pnpm demo` never touches a schema it did not create: on PostgreSQL it runs in a fresh `palisade_demo_<random>`
  * schema (the examples move that schema's database clock two days forward) and drops its own schemas, and only
- * those, at the end or on Ctrl-C; without DATABASE_URL it runs in memory.
+ * those, at the end or on Ctrl-C; without DATABASE_URL it runs in memory. Its files (the transcoding example's)
+ * go to a temporary directory of its own, which it removes.
  */
+import { existsSync } from 'node:fs';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { basename, dirname, join, resolve } from 'node:path';
 import postgres from '@palisade/engine/postgres';
 import { afterEach, expect, it } from 'vitest';
 import { createEngine, type Engine } from '@palisade/engine';
 import { advanceClock } from '@palisade/engine/testing';
-import { demoTarget, dropDemoSchemas } from '@palisade/examples';
+import { demoTarget, dropDemoSchemas, makeDemoWorkDir, removeDemoWorkDir } from '@palisade/examples';
 import { useTestDatabase } from '../support/postgres.js';
 
 const url = useTestDatabase();
@@ -37,6 +42,25 @@ it('runs the demo in a fresh schema of its own on DATABASE_URL, in memory withou
   const embedded = demoTarget({});
   expect(embedded.databaseUrl).toBeUndefined();
   expect(Object.keys(embedded)).not.toContain('dataDir');
+  expect([embedded.keepSchema, embedded.keepFiles]).toEqual([false, false]);
+  expect(demoTarget({ PALISADE_DEMO_KEEP: '1' }).keepFiles).toBe(true);
+});
+
+it('writes its files in a temporary directory of its own, which it removes, and refuses to remove any other', async () => {
+  const dir = await makeDemoWorkDir();
+  expect(dirname(dir)).toBe(resolve(tmpdir()));
+  expect(basename(dir)).toMatch(/^palisade-demo-/);
+  await writeFile(join(dir, 'clip.mp4'), 'x');
+  await removeDemoWorkDir(dir);
+  expect(existsSync(dir)).toBe(false);
+  const other = await mkdtemp(join(tmpdir(), 'not-the-demo-'));
+  try {
+    await expect(removeDemoWorkDir(other)).rejects.toThrow(/removes only the directory it made/);
+    await expect(removeDemoWorkDir(process.cwd())).rejects.toThrow(/removes only the directory it made/);
+    expect(existsSync(other)).toBe(true);
+  } finally {
+    await rm(other, { recursive: true, force: true });
+  }
 });
 
 it('leaves the application’s schema and clock alone, and drops only its own schemas', async () => {

@@ -1,4 +1,4 @@
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -78,6 +78,8 @@ describe('transcoding example', () => {
   describe('on the embedded database', () => {
     it("reclaims the stalled transcode, refuses the zombie's late upload and assembles playable outputs", async () => {
       await expectEveryCheckToPass({});
+      // In memory, as the other examples and `pnpm demo` promise: only the media files are on disk.
+      expect((await readdir(workDir)).sort()).toEqual(['input', 'runs']);
     }, 300_000);
   });
 

@@ -1,6 +1,7 @@
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { emptyActivity } from '../fixtures/empty-activity.js';
 import { defineActivity, defineWorkflow, PalisadeError, RunFailedError } from '@palisade/sdk';
 import { useEngineTarget } from '../support/engine.js';
 import { attemptsOf, stepsOf } from './workflow-rows.js';
@@ -199,6 +200,34 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(events.filter((t) => t === 'run:failed')).toHaveLength(1);
       expect(events.at(-1)).toBe('run:completed');
     });
+
+    for (const fuseSteps of [false, true]) {
+      it(`records the turn whose code failed the run as failed, the turns before it completed (fuseSteps: ${fuseSteps})`, async () => {
+        const step = emptyActivity('step');
+        const broken = defineWorkflow({
+          name: 'broken',
+          input: z.object({}),
+          output: z.string(),
+          async run(_input, ctx) {
+            await ctx.run(step, {});
+            throw new Error('the code threw');
+          },
+        });
+        const engine = await target.engine();
+        const worker = engine.worker({
+          workflows: [broken],
+          activities: [step],
+          fuseSteps,
+          pollIntervalMs: 50,
+        });
+        await worker.start();
+        const handle = await engine.client.start(broken, {});
+        await expect(handle.result({ timeoutMs: 15_000 })).rejects.toBeInstanceOf(RunFailedError);
+        const { turns } = await handle.describe();
+        expect(turns.map((t) => t.outcome)).toEqual([...turns.slice(1).map(() => 'completed'), 'failed']);
+        expect(turns.length).toBeGreaterThanOrEqual(2);
+      });
+    }
 
     it('retries a run that compensated: the steps scheduled after the failure are retired, not replayed', async () => {
       const executions: string[] = [];

@@ -172,6 +172,44 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe('approved by cy');
     });
 
+    it('fails the run at a wait given the old name `timeout`, naming the new one; fixed and retried, it waits', async () => {
+      // `patient` as it was written before `timeout` was renamed `timeoutMs`.
+      const patientWithOldOption = defineWorkflow({
+        name: 'patient',
+        input: z.object({}),
+        output: z.string(),
+        async run(_input, ctx) {
+          const wait = await ctx.waitForSignal(approval, { timeout: '1h' } as unknown as {
+            timeoutMs: string;
+          });
+          return wait.timedOut ? 'escalated' : `approved by ${wait.payload.by}`;
+        },
+      });
+      const engine = await target.engine();
+      const first = engine.worker({ workflows: [patientWithOldOption], pollIntervalMs: POLL_MS });
+      await first.start();
+      const handle = await engine.client.start(patientWithOldOption, {});
+      const failed = await handle.result({ timeoutMs: 15_000 }).catch((e: unknown) => e);
+      expect(isPalisadeError(failed, 'RUN_FAILED'), String(failed)).toBe(true);
+      expect(failed).toMatchObject({
+        failure: {
+          type: 'InvalidOptionsError',
+          message:
+            '[INVALID_OPTIONS] invalid ctx.waitForSignal(approval) in workflow patient: ' +
+            'Unrecognized key: "timeout" (renamed: "timeout" is now "timeoutMs")',
+        },
+      });
+      expect(await waitsOf(engine, handle.runId)).toEqual([]); // refused at the call: no wait was recorded
+      await first.stop();
+      // The code fixed (the same workflow, `timeoutMs`): a retry replays the run, and it waits as meant.
+      const second = engine.worker({ workflows: [patient], pollIntervalMs: POLL_MS });
+      await second.start();
+      await engine.client.retry(handle.runId);
+      await stepsReach([second], engine, handle.runId, (steps) => waitsIn(steps).length === 1, 'the wait');
+      await handle.signal(approval, { approved: true, by: 'di' });
+      await expect(handle.result({ timeoutMs: 15_000 })).resolves.toBe('approved by di');
+    });
+
     it('delivers a signal between activities, on kept instances and on full replays alike', async () => {
       const engine = await target.engine();
       for (const workflowCacheSize of [undefined, 0]) {
@@ -263,6 +301,25 @@ for (const driver of ['postgres', 'pglite'] as const) {
         engine.client.signalWithStart(review, { notes: 1 }, note, 7 as unknown as string, { key: 'order-8' }),
       ).rejects.toMatchObject({ code: 'VALIDATION_FAILED' });
       expect((await engine.client.list({ name: 'review' })).length).toBe(1);
+    });
+
+    it("signalWithStart refuses a bad option or definition naming signalWithStart's options, and starts nothing", async () => {
+      const engine = await target.engine();
+      const refusals: string[] = [];
+      for (const call of [
+        () => engine.client.signalWithStart(review, { notes: 1 }, note, 'x', { key: 'k', delay: 5 } as never),
+        () => engine.client.signalWithStart(review, { notes: 1 }, note, 'x', { key: 'k', priority: 1e9 }),
+        () => engine.client.signalWithStart({} as typeof review, { notes: 1 }, note, 'x', { key: 'k' }),
+      ]) {
+        refusals.push(String(((await call().catch((e: unknown) => e)) as Error).message));
+      }
+      expect(refusals).toEqual([
+        '[INVALID_OPTIONS] invalid signalWithStart options of review: ' +
+          'Unrecognized key: "delay" (renamed: "delay" is now "delayMs")',
+        '[INVALID_OPTIONS] invalid signalWithStart options of review: priority: Too big: expected number to be <=1000',
+        '[INVALID_OPTIONS] invalid signalWithStart: workflow: must be a workflow from defineWorkflow()',
+      ]);
+      expect(await engine.client.list()).toEqual([]);
     });
 
     it('signalWithStart is one transaction: a failure before the signal is stored leaves no run', async () => {

@@ -3,10 +3,11 @@
  * Runs on the PostgreSQL server of DATABASE_URL if it is set, in a schema of its own (`palisade_demo_<random>`,
  * dropped at the end and on Ctrl-C; kept with PALISADE_DEMO_KEEP=1, and then the summary prints the
  * `palisade runs show` commands that open the zombies' runs); otherwise on an in-memory embedded database. It never
- * touches a schema it did not create: the examples move their schema's database clock (see ./demo-target.ts).
- * Exits 1 if any check of any example failed (or an example could not run).
+ * touches a schema it did not create: the examples move their schema's database clock (see ./demo-target.ts). The
+ * transcoding example's files go to a temporary directory, removed at the end and on Ctrl-C (kept with
+ * PALISADE_DEMO_KEEP=1). Exits 1 if any check of any example failed (or an example could not run).
  */
-import { demoTarget, dropDemoSchemas } from './demo-target.js';
+import { demoTarget, dropDemoSchemas, makeDemoWorkDir, removeDemoWorkDir } from './demo-target.js';
 import { runInvoiceSettlementDemo } from './invoice-settlement/index.js';
 import { runSupportAgentDemo } from './support-agent/index.js';
 import { runTranscodingDemo } from './transcoding/index.js';
@@ -15,6 +16,8 @@ import { runTranscodingDemo } from './transcoding/index.js';
 interface DemoOptions {
   readonly databaseUrl?: string;
   readonly dataDir?: string;
+  /** Where an example that works on files (transcoding) writes them. */
+  readonly workDir?: string;
   readonly schema?: string;
   readonly keepSchema?: boolean;
   readonly log?: (line: string) => void;
@@ -81,21 +84,30 @@ const demos: readonly Demo[] = [
 
 const target = demoTarget();
 const { databaseUrl } = target;
+const workDir = await makeDemoWorkDir();
 const where: DemoOptions = {
   ...(databaseUrl ? { databaseUrl } : {}),
+  workDir,
   schema: target.schema,
   keepSchema: target.keepSchema,
 };
 
-/** Drop the demo's schemas (PostgreSQL, unless kept); on Ctrl-C or SIGTERM too, then exit. */
-async function dropSchemas(): Promise<void> {
+/** What the demo made and does not keep: its schemas (PostgreSQL) and its files. */
+const removed = [
+  ...(databaseUrl && !target.keepSchema ? [`schema ${target.schema}`] : []),
+  ...(target.keepFiles ? [] : [workDir]),
+];
+
+/** Remove what the demo made, unless kept (PALISADE_DEMO_KEEP=1); on Ctrl-C or SIGTERM too, then exit. */
+async function cleanUp(): Promise<void> {
+  if (!target.keepFiles) await removeDemoWorkDir(workDir);
   if (databaseUrl && !target.keepSchema) await dropDemoSchemas(databaseUrl, target.schema);
 }
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
-    console.log(`\n${signal}: dropping the demo's schema ${target.schema}`);
-    void dropSchemas()
-      .catch((error: unknown) => console.error(`could not drop ${target.schema}: ${String(error)}`))
+    console.log(`\n${signal}: removing ${removed.join(' and ') || 'nothing (kept)'}`);
+    void cleanUp()
+      .catch((error: unknown) => console.error(`could not remove what the demo made: ${String(error)}`))
       .finally(() => process.exit(130));
   });
 }
@@ -162,5 +174,6 @@ if (zombieRuns.length > 0 && databaseUrl && target.keepSchema) {
       : "(in memory: run with DATABASE_URL and PALISADE_DEMO_KEEP=1 to keep the zombies' runs to open with palisade runs show)",
   );
 }
-await dropSchemas().catch((error: unknown) => log(`could not drop ${target.schema}: ${String(error)}`));
+if (target.keepFiles) log(`(the transcoding example's files are kept in ${workDir}; remove it after)`);
+await cleanUp().catch((error: unknown) => log(`could not remove what the demo made: ${String(error)}`));
 process.exitCode = summary.every((s) => s.failed.length === 0) ? 0 : 1;

@@ -1,4 +1,12 @@
-export { DEMO_SCHEMA_PREFIX, demoTarget, dropDemoSchemas, type DemoTarget } from './demo-target.js';
+export {
+  DEMO_DIR_PREFIX,
+  DEMO_SCHEMA_PREFIX,
+  demoTarget,
+  dropDemoSchemas,
+  makeDemoWorkDir,
+  removeDemoWorkDir,
+  type DemoTarget,
+} from './demo-target.js';
 export {
   FFMPEG_PATH,
   ObjectStore,

@@ -1,7 +1,8 @@
 import { z } from 'zod';
 import { rateLimitSchema, type RateLimit, type ResolvedRateLimit } from './flow-control.js';
 import { durationMs, type Duration } from './duration.js';
-import { InvalidOptionsError, echoed, formatIssues } from './errors.js';
+import { InvalidOptionsError, echoed } from './errors.js';
+import { parseOptions } from './validate.js';
 import { resolveRetryPolicy, type ResolvedRetryPolicy, type RetryPolicy } from './retry-policy.js';
 
 /**
@@ -182,10 +183,7 @@ const activityOptionsSchema = z
 export function defineActivity<I extends z.ZodType, O extends z.ZodType>(
   options: ActivityOptions<I, O>,
 ): ActivityDefinition<I, O> {
-  const parsed = activityOptionsSchema.safeParse(options);
-  if (!parsed.success) {
-    throw new InvalidOptionsError(`activity ${echoed(options.name)}`, formatIssues(parsed.error.issues));
-  }
+  const o = parseOptions(activityOptionsSchema, options, `activity ${echoed(options.name)}`);
   if (typeof options.run !== 'function') {
     throw new InvalidOptionsError(`activity ${echoed(options.name)}`, [
       { path: 'run', message: 'must be a function' },
@@ -204,10 +202,10 @@ export function defineActivity<I extends z.ZodType, O extends z.ZodType>(
     input: options.input,
     output: options.output,
     retry: resolveRetryPolicy(options.retry, `activity ${options.name} retry`),
-    startToCloseTimeoutMs: parsed.data.startToCloseTimeoutMs ?? ACTIVITY_DEFAULTS.startToCloseTimeoutMs,
-    leaseMs: parsed.data.leaseMs ?? ACTIVITY_DEFAULTS.leaseMs,
-    queue: parsed.data.queue ?? ACTIVITY_DEFAULTS.queue,
-    rateLimit: parsed.data.rateLimit,
+    startToCloseTimeoutMs: o.startToCloseTimeoutMs ?? ACTIVITY_DEFAULTS.startToCloseTimeoutMs,
+    leaseMs: o.leaseMs ?? ACTIVITY_DEFAULTS.leaseMs,
+    queue: o.queue ?? ACTIVITY_DEFAULTS.queue,
+    rateLimit: o.rateLimit,
     run: (input: z.output<I>, ctx: ActivityContext) => options.run(input, ctx),
   });
 }

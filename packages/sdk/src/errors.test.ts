@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
 import {
   ActivityFailure,
   ECHOED_CHARS,
@@ -168,14 +169,52 @@ describe('formatIssues', () => {
   });
 
   it('answers an old duration option name with the new one, and leaves other unknown keys as zod names them', () => {
+    const schedule = { schema: z.object({ everyMs: z.number().optional() }).strict(), input: {} };
     expect(
-      formatIssues([{ code: 'unrecognized_keys', keys: ['every', 'color'], path: [], message: 'x' }]),
+      formatIssues(
+        [{ code: 'unrecognized_keys', keys: ['every', 'color'], path: [], message: 'x' }],
+        schedule,
+      ),
     ).toEqual([
       { path: '', message: 'Unrecognized keys: "every", "color" (renamed: "every" is now "everyMs")' },
     ]);
-    expect(formatIssues([{ code: 'unrecognized_keys', keys: ['color'], path: [], message: 'x' }])).toEqual([
-      { path: '', message: 'Unrecognized key: "color"' },
+    expect(
+      formatIssues([{ code: 'unrecognized_keys', keys: ['color'], path: [], message: 'x' }], schedule),
+    ).toEqual([{ path: '', message: 'Unrecognized key: "color"' }]);
+  });
+
+  it('names a new option only where the schema takes it, through optional, pipes and nested objects', () => {
+    const rateLimit = z
+      .object({ limit: z.number(), periodMs: z.number() })
+      .strict()
+      .transform((r) => r);
+    const enqueue = z.object({ delayMs: z.number().optional(), rateLimit: rateLimit.optional() }).strict();
+    const keys = (path: string[], k: string[]) => [
+      { code: 'unrecognized_keys', keys: k, path, message: 'x' },
+    ];
+    const input = { rateLimit: { limit: 1, period: 5 } };
+    expect(formatIssues(keys(['rateLimit'], ['period']), { schema: enqueue, input })).toEqual([
+      { path: 'rateLimit', message: 'Unrecognized key: "period" (renamed: "period" is now "periodMs")' },
     ]);
+    // `timeout` is an old name, but enqueue has no `timeoutMs`; `period` is one, but not of the root object.
+    expect(formatIssues(keys([], ['timeout', 'period']), { schema: enqueue, input })).toEqual([
+      { path: '', message: 'Unrecognized keys: "timeout", "period"' },
+    ]);
+    // The schema's complaint that the new name is missing is the hint's to answer, when the value left it out.
+    const missing = { path: ['rateLimit', 'periodMs'], message: 'undefined is not a duration' };
+    expect(formatIssues([missing, ...keys(['rateLimit'], ['period'])], { schema: enqueue, input })).toEqual([
+      { path: 'rateLimit', message: 'Unrecognized key: "period" (renamed: "period" is now "periodMs")' },
+    ]);
+    const both = { rateLimit: { limit: 1, period: 5, periodMs: 'soon' } };
+    const bad = { path: ['rateLimit', 'periodMs'], message: '"soon" is not a duration' };
+    expect(formatIssues([bad, ...keys(['rateLimit'], ['period'])], { schema: enqueue, input: both })).toEqual(
+      [
+        { path: 'rateLimit.periodMs', message: '"soon" is not a duration' },
+        { path: 'rateLimit', message: 'Unrecognized key: "period" (renamed: "period" is now "periodMs")' },
+      ],
+    );
+    // A payload checked against a user's schema: no options were parsed, no hint.
+    expect(formatIssues(keys([], ['delay']))).toEqual([{ path: '', message: 'Unrecognized key: "delay"' }]);
   });
 });
 

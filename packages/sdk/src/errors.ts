@@ -10,6 +10,7 @@
  */
 
 import { jsonProblems, storableText, utf8Bytes } from './json-value.js';
+import { renamesAt, type ParsedOptions } from './renamed-options.js';
 
 /** Stable machine-readable error codes. */
 export type PalisadeErrorCode =
@@ -517,6 +518,11 @@ export class NonDeterminismError extends PalisadeError {
 
 /**
  * Convert zod issues to `{ path, message }` pairs with dotted paths (`items.3.amount`).
+ *
+ * With `parsed` (the options schema and the value it refused), an unknown key that is an old option name is
+ * answered with the new one where that schema takes it (`Unrecognized key: "every" (renamed: "every" is now
+ * "everyMs")`), and the schema's complaint that the new name is missing is left out: the hint says it. Without it
+ * (a payload checked against a user's schema), unknown keys get no hint.
  * @internal Engine-only; import it from `@palisade/sdk/internal`.
  */
 export function formatIssues(
@@ -526,38 +532,39 @@ export function formatIssues(
     readonly code?: unknown;
     readonly keys?: unknown;
   }[],
+  parsed?: ParsedOptions,
 ): { path: string; message: string }[] {
-  return issues.map((i) => ({
-    path: i.path.map((p) => echoed(String(p))).join('.'),
-    message: unrecognizedKeys(i) ?? i.message,
-  }));
+  const renamed = new Map<(typeof issues)[number], readonly { from: string; to: string }[]>();
+  // The paths of new names the value left out, whose old name it gave: the rename hint answers for them.
+  const answered: (readonly PropertyKey[])[] = [];
+  for (const i of issues) {
+    if (!parsed || i.code !== 'unrecognized_keys' || !Array.isArray(i.keys)) continue;
+    const renames = renamesAt(parsed, i.path, i.keys as unknown[]);
+    renamed.set(i, renames);
+    for (const r of renames) if (r.missing) answered.push([...i.path, r.to]);
+  }
+  const isAnswered = (path: readonly PropertyKey[]) =>
+    answered.some((a) => a.length <= path.length && a.every((key, k) => path[k] === key));
+  return issues
+    .filter((i) => i.code === 'unrecognized_keys' || !isAnswered(i.path))
+    .map((i) => ({
+      path: i.path.map((p) => echoed(String(p))).join('.'),
+      message: unrecognizedKeys(i, renamed.get(i) ?? []) ?? i.message,
+    }));
 }
 
 /**
- * Duration options renamed to carry their unit (README, "What changed"): an old name, refused as unknown by the
- * strict schemas, is answered with the name to use. Only ever a hint: the option stays refused.
- */
-const RENAMED_OPTIONS: Readonly<Record<string, string>> = Object.freeze({
-  delay: 'delayMs',
-  retention: 'retentionMs',
-  olderThan: 'olderThanMs',
-  every: 'everyMs',
-  period: 'periodMs',
-  timeout: 'timeoutMs',
-});
-
-/**
  * zod's message for unknown keys, with each key capped by {@link echoed} (zod repeats them whole) and, for an old
- * option name, the new one: `Unrecognized key: "every" (renamed: use "everyMs")`.
+ * option name, the new one: `Unrecognized key: "every" (renamed: "every" is now "everyMs")`.
  */
-function unrecognizedKeys(issue: { readonly code?: unknown; readonly keys?: unknown }): string | undefined {
+function unrecognizedKeys(
+  issue: { readonly code?: unknown; readonly keys?: unknown },
+  renames: readonly { from: string; to: string }[],
+): string | undefined {
   if (issue.code !== 'unrecognized_keys' || !Array.isArray(issue.keys)) return undefined;
-  const given = issue.keys as unknown[];
-  const keys = given.map((k) => JSON.stringify(echoed(k)));
-  const renames = given
-    .filter((k): k is string => typeof k === 'string' && Object.hasOwn(RENAMED_OPTIONS, k))
-    .map((k) => `"${k}" is now "${RENAMED_OPTIONS[k]}"`);
-  const hint = renames.length > 0 ? ` (renamed: ${renames.join(', ')})` : '';
+  const keys = (issue.keys as unknown[]).map((k) => JSON.stringify(echoed(k)));
+  const listed = renames.map((r) => `"${r.from}" is now "${r.to}"`);
+  const hint = listed.length > 0 ? ` (renamed: ${listed.join(', ')})` : '';
   return `Unrecognized key${keys.length === 1 ? '' : 's'}: ${keys.slice(0, LISTED_ISSUES).join(', ')}${keys.length > LISTED_ISSUES ? `, …and ${keys.length - LISTED_ISSUES} more` : ''}${hint}`;
 }
 

@@ -11,11 +11,12 @@ export { instantProblem, instantSchema } from './instant.js';
 export { MAX_PAYLOAD_DEPTH, jsonProblems, textProblem, type JsonProblem } from './json-value.js';
 export { checkPayload, checkText } from './payload.js';
 export { ECHOED_CHARS, echoed, formatIssues, storableFailure } from './errors.js';
+export type { ParsedOptions } from './renamed-options.js';
 export {
   mergeRetryPolicy,
   resolveRetryPolicy,
   retryDecision,
   type ResolvedRetryPolicy,
 } from './retry-policy.js';
-export { validate } from './validate.js';
+export { parseOptions, validate } from './validate.js';
 export { DEFINITION_NAME, definitionProblem } from './definition-check.js';

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { MAX_DURATION_MS, durationMs, type Duration } from './duration.js';
-import { InvalidOptionsError, formatIssues, type SerializedFailure } from './errors.js';
+import { type SerializedFailure } from './errors.js';
+import { parseOptions } from './validate.js';
 import { textProblem } from './json-value.js';
 
 /**
@@ -113,9 +114,7 @@ export function resolveRetryPolicy(
   policy: RetryPolicy | undefined,
   where = 'retry policy',
 ): ResolvedRetryPolicy {
-  const parsed = retryPolicySchema.safeParse(policy ?? {});
-  if (!parsed.success) throw new InvalidOptionsError(where, formatIssues(parsed.error.issues));
-  return parsed.data;
+  return parseOptions(retryPolicySchema, policy ?? {}, where);
 }
 
 /**

@@ -1,5 +1,6 @@
 import { z } from 'zod';
-import { InvalidOptionsError, echoed, formatIssues } from './errors.js';
+import { echoed } from './errors.js';
+import { parseOptions } from './validate.js';
 
 /**
  * A message a workflow run can receive from outside once it has started (Temporal's signal): a name and a zod
@@ -38,12 +39,10 @@ const signalOptionsSchema = z
  * @throws InvalidOptionsError naming each bad option.
  */
 export function defineSignal<P extends z.ZodType>(options: SignalOptions<P>): SignalDefinition<P> {
-  const parsed = signalOptionsSchema.safeParse(options);
-  if (!parsed.success) {
-    throw new InvalidOptionsError(
-      `signal ${echoed((options as { name?: unknown } | undefined)?.name)}`,
-      formatIssues(parsed.error.issues),
-    );
-  }
+  parseOptions(
+    signalOptionsSchema,
+    options,
+    `signal ${echoed((options as { name?: unknown } | undefined)?.name)}`,
+  );
   return Object.freeze({ kind: 'signal' as const, name: options.name, payload: options.payload });
 }

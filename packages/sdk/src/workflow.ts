@@ -2,7 +2,8 @@ import { z } from 'zod';
 import type { ActivityDefinition } from './activity.js';
 import type { Duration } from './duration.js';
 import type { ConcurrencyLimit, RateLimit } from './flow-control.js';
-import { InvalidOptionsError, echoed, formatIssues } from './errors.js';
+import { echoed } from './errors.js';
+import { parseOptions } from './validate.js';
 import type { RetryPolicy } from './retry-policy.js';
 import type { SignalDefinition, SignalWait } from './signal.js';
 
@@ -194,10 +195,7 @@ const workflowOptionsSchema = z
 export function defineWorkflow<I extends z.ZodType, O extends z.ZodType>(
   options: WorkflowOptions<I, O>,
 ): WorkflowDefinition<I, O> {
-  const parsed = workflowOptionsSchema.safeParse(options);
-  if (!parsed.success) {
-    throw new InvalidOptionsError(`workflow ${echoed(options.name)}`, formatIssues(parsed.error.issues));
-  }
+  parseOptions(workflowOptionsSchema, options, `workflow ${echoed(options.name)}`);
   return Object.freeze({
     kind: 'workflow' as const,
     name: options.name,

@@ -229,6 +229,25 @@ describe('runs list table', () => {
     const long = formatRunsTable(plain, [run], '2025-06-01T13:00:00.000Z');
     expect(long[1]).toMatch(/ settle-invoices-for-a-very-long-customer-name {2}bat…42 {2}2025-/);
   });
+
+  it('prints a key that its column cut whole on the line under its run, wrapped, and a key that fits once', () => {
+    const key = `order-${'7'.repeat(100)}-end`;
+    const cut: RunDescription = { ...run, name: 'settle', idempotencyKey: key };
+    const fits: RunDescription = {
+      ...cut,
+      id: '7d1c2b9e-0c1f-4d53-9a55-2f7d0e7b6a11',
+      idempotencyKey: 'inv-1',
+    };
+    const lines = formatRunsTable(plain, [cut, { ...cut, idempotencyKey: 'charge-INV-2026-00005' }], 'x');
+    expect(lines.slice(2)).toEqual([
+      `    key ${key.slice(0, 92)}`,
+      `        ${key.slice(92)}`,
+      expect.stringMatching(/ settle {2}cha…05 {2}2025-/) as string,
+      '    key charge-INV-2026-00005',
+    ]);
+    for (const line of lines) expect(widthOf(line)).toBeLessThanOrEqual(100);
+    expect(formatRunsTable(plain, [fits], 'x')).toHaveLength(2);
+  });
 });
 
 describe('runs show of a long run', () => {

@@ -135,6 +135,11 @@ export interface Column {
   readonly shrink?: 'end' | 'middle' | false;
   /** Narrowest a shrinkable column gets. @defaultValue 8 */
   readonly minWidth?: number;
+  /**
+   * When a cell of this column is cut, also print it whole on a line of its own under its row, after this label
+   * (wrapped, never cut): for a value that is read, not only scanned. @defaultValue none
+   */
+  readonly wholeBelow?: string;
 }
 
 /** One cell: text and an optional style (applied after padding, so colours never change the layout). */
@@ -147,8 +152,8 @@ const GAP = '  ';
 
 /**
  * Lay out `rows` under `columns`: each column as wide as its widest cell; when the lines would exceed
- * `term.width`, the widest shrinkable column is narrowed first (never below its `minWidth`). Trailing blanks
- * are trimmed. Returns the lines, header first.
+ * `term.width`, the widest shrinkable column is narrowed first (never below its `minWidth`), and a cut cell of a
+ * `wholeBelow` column is printed whole under its row. Trailing blanks are trimmed. Returns the lines, header first.
  */
 export function table(
   term: Terminal,
@@ -195,12 +200,25 @@ export function table(
       true,
     ),
   ];
+  const noteWidth = Math.max(MIN_WIDTH, term.width) - indent.length - 4;
   for (const row of rows) {
     if ('note' in row) {
       // Notes are failures: wrapped, never cut.
-      const width = Math.max(MIN_WIDTH, term.width) - indent.length - 4;
-      for (const part of wrap(row.note, width)) lines.push(indent + '    ' + paint(term, row.style, part));
-    } else lines.push(line(row, false));
+      for (const part of wrap(row.note, noteWidth))
+        lines.push(indent + '    ' + paint(term, row.style, part));
+      continue;
+    }
+    lines.push(line(row, false));
+    for (const [i, col] of columns.entries()) {
+      const text = cellText(row[i]);
+      if (col.wholeBelow === undefined || visibleLength(text) <= (widths[i] ?? 0)) continue;
+      const label = col.wholeBelow;
+      wrap(text, noteWidth - label.length - 1).forEach((part, k) =>
+        lines.push(
+          indent + '    ' + (k === 0 ? paint(term, 'dim', label) : ' '.repeat(label.length)) + ' ' + part,
+        ),
+      );
+    }
   }
   return lines;
 }

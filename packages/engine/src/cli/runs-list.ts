@@ -15,9 +15,10 @@ import {
 
 /**
  * The runs table: id (full, to paste into `runs show`), status, name (full: names are at most 128 characters, and
- * a cut one could name another workflow), idempotency key (`—` for none; cut in the middle when the line would be
- * wider than the terminal, `runs show` and `--json` have it whole), creation time, duration. A line that cannot
- * fit the width even so stays long rather than cut a name.
+ * a cut one could name another workflow), idempotency key (`—` for none), creation time, duration. Beside a full
+ * run id and creation time a 100-column line has room for little else, so a key that does not fit its column is
+ * cut in the middle there and printed whole on the line under its run (`key <key>`), to read and to copy. A line
+ * that cannot fit the width even so stays long rather than cut a name.
  */
 export function formatRunsTable(term: Terminal, runs: readonly RunDescription[], nowIso: string): string[] {
   return table(
@@ -27,7 +28,7 @@ export function formatRunsTable(term: Terminal, runs: readonly RunDescription[],
       { header: 'STATUS' },
       { header: 'KIND' },
       { header: 'NAME' },
-      { header: 'KEY', shrink: 'middle', minWidth: 6 },
+      { header: 'KEY', shrink: 'middle', minWidth: 6, wholeBelow: 'key' },
       { header: 'CREATED (UTC)' },
       { header: 'DURATION', align: 'right' },
     ],

@@ -97,6 +97,9 @@ function eventDetails(e: EventDescription, reference: Date): string {
   const parts: string[] = [];
   if (e.epoch !== null) parts.push(`epoch ${e.epoch}`);
   if (e.token !== null) parts.push(`token ${e.token}`);
+  // A claim's lease, under its own name (not a due time), before the worker id that a cut to the width may lose.
+  const leaseUntil = text(d.leaseExpiresAt);
+  if (leaseUntil) parts.push(`lease until ${formatClock(leaseUntil, reference)}`);
   if (e.workerId && e.type === 'attempt:claimed') parts.push(e.workerId);
   const failure = formatFailure(d.error);
   if (failure) parts.push(failure);

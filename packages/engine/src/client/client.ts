@@ -7,7 +7,7 @@ import {
   type SignalDefinition,
   type WorkflowDefinition,
 } from '@palisade/sdk';
-import { echoed, formatIssues } from '@palisade/sdk/internal';
+import { echoed, parseOptions } from '@palisade/sdk/internal';
 import type { Logger } from 'pino';
 import type { Database } from '../db/database.js';
 import { callerTransaction, type CallerTransaction } from '../db/caller-transaction.js';
@@ -28,14 +28,7 @@ import type { RunDescription } from './descriptions.js';
 import { describeRun } from './describe-run.js';
 import { insertRuns, type RunInserter } from './insert-runs.js';
 import { RunHandle } from './run-handle.js';
-import {
-  assertDefinition,
-  enqueueParams,
-  manyItems,
-  parseOptions,
-  runItems,
-  startParams,
-} from './run-items.js';
+import { assertDefinition, enqueueParams, manyItems, runItems, startParams } from './run-items.js';
 import { signalPayload, signalRun, signalRunIn } from './signal-run.js';
 import {
   enqueueManySchema,
@@ -167,7 +160,16 @@ export class Client {
     options: StartOptions = {},
   ): Promise<RunHandle<z.output<O>>> {
     assertDefinition(workflow, 'workflow', 'start');
-    const where = `start options of ${workflow.name}`;
+    return this.startRun(workflow, input, options, `start options of ${workflow.name}`);
+  }
+
+  /** {@link Client.start} of a checked definition; `where` names the call's options in errors. */
+  private async startRun<I extends z.ZodType, O extends z.ZodType>(
+    workflow: WorkflowDefinition<I, O>,
+    input: z.input<I>,
+    options: StartOptions,
+    where: string,
+  ): Promise<RunHandle<z.output<O>>> {
     const o = parseOptions(startSchema, options, where);
     const tx = this.transactionOf(o.tx, where, 'client.start');
     const items = runItems([input], [o.key], workflow.input, () => `input of workflow ${workflow.name}`);
@@ -314,34 +316,43 @@ export class Client {
     options: Omit<StartOptions, 'tx'> & { readonly key: string },
   ): Promise<RunHandle<z.output<O>>> {
     assertUsableOutsideTransaction(this.db, 'client.signalWithStart');
+    assertDefinition(workflow, 'workflow', 'signalWithStart');
+    const where = `signalWithStart options of ${workflow.name}`;
     const stored = signalPayload(signal, payload, 'client.signalWithStart');
     if (typeof options?.key !== 'string') {
-      throw new InvalidOptionsError(`signalWithStart options of ${String(workflow?.name)}`, [
+      throw new InvalidOptionsError(where, [
         { path: 'key', message: 'is required: it names the run to signal or start' },
       ]);
     }
     // The signal goes on the engine's connection: a start in the caller's transaction beside it would leave a
     // signal whose run may never commit.
     if ((options as StartOptions).tx !== undefined) {
-      throw new InvalidOptionsError(`signalWithStart options of ${workflow.name}`, [
+      throw new InvalidOptionsError(where, [
         {
           path: 'tx',
           message: 'is not supported by signalWithStart: call start with { tx }, and signal after the commit',
         },
       ]);
     }
+    // Checked before the transaction opens (and again by the start in it), under this call's name.
+    parseOptions(startSchema, options, where);
     // One transaction: the run is started (or found by its key) and signalled, or neither — a run started without
     // the signal it was started for would wait for it for ever. Retried whole on a transient error: the key finds
     // the run a lost reply created, and the request id stores the signal once.
     const requestId = randomUUID();
     return withInfraRetry(() =>
       this.db.transaction(async (tx) => {
-        const handle = await this.start(workflow, input, {
-          onConflict: 'use-existing',
-          ...options,
-          // The engine's own drizzle transaction: a PgTransaction at run time, typed as its database.
-          tx: tx.drizzle as unknown as CallerTransactionLike,
-        });
+        const handle = await this.startRun(
+          workflow,
+          input,
+          {
+            onConflict: 'use-existing',
+            ...options,
+            // The engine's own drizzle transaction: a PgTransaction at run time, typed as its database.
+            tx: tx.drizzle as unknown as CallerTransactionLike,
+          },
+          where,
+        );
         await faultHooks['client:signal-with-start:before-signal']?.(handle.runId);
         await signalRunIn(tx, this.names, {
           runId: handle.runId,
@@ -369,12 +380,9 @@ export class Client {
   list(filter: ListRunsFilter = {}): Promise<RunDescription[]> {
     try {
       assertUsableOutsideTransaction(this.db, 'client.list');
+      parseOptions(listSchema, filter, 'list filter');
     } catch (error) {
       return Promise.reject(error instanceof Error ? error : new Error(String(error)));
-    }
-    const parsed = listSchema.safeParse(filter);
-    if (!parsed.success) {
-      return Promise.reject(new InvalidOptionsError('list filter', formatIssues(parsed.error.issues)));
     }
     return listRuns(this.db, this.names, filter).then((rows) => rows.map(describeRun));
   }

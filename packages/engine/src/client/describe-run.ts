@@ -82,7 +82,8 @@ export function describeStep(row: StepRow, attempts: readonly AttemptDescription
     token: row.token,
     output: row.output,
     error: row.error,
-    nextRunAt: dateOrNull(row.next_run_at),
+    // A running step is not due: its row's next_run_at is when its lease lets it be reclaimed (leaseExpiresAt).
+    nextRunAt: row.status === 'running' ? null : dateOrNull(row.next_run_at),
     leaseExpiresAt: dateOrNull(row.lease_expires_at),
     heartbeatDetails: row.heartbeat_details,
     retiredAt: dateOrNull(row.retired_at),

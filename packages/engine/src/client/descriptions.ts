@@ -138,7 +138,7 @@ export interface StepDescription {
   readonly output: unknown;
   /** The stored failure of its last failed attempt, or null. */
   readonly error: unknown;
-  /** When it is next due (a retry's backoff, a timer), or null. */
+  /** When it is next due (a retry's backoff, a timer), or null; null while it runs (see `leaseExpiresAt`). */
   readonly nextRunAt: Date | null;
   /** When the current holder's lease expires, by the database clock, or null. */
   readonly leaseExpiresAt: Date | null;

@@ -2,7 +2,6 @@ import { z } from 'zod';
 import { isTerminalRunStatus } from '../turn/state-machine.js';
 import {
   CancelledFailure,
-  InvalidOptionsError,
   PalisadeError,
   RunFailedError,
   RunNotFoundError,
@@ -10,7 +9,7 @@ import {
   type SerializedFailure,
   type SignalDefinition,
 } from '@palisade/sdk';
-import { echoed, checkText, durationMs, formatIssues } from '@palisade/sdk/internal';
+import { echoed, checkText, durationMs, parseOptions } from '@palisade/sdk/internal';
 import type { Database } from '../db/database.js';
 import type { EndedRun, NotificationHub } from '../db/notification-hub.js';
 import { readRun, readRunHistory, readChildRuns, type RunRow } from '../queries/read-run.js';
@@ -111,10 +110,9 @@ export class RunHandle<O = unknown> {
    */
   async result(options: ResultOptions = {}): Promise<O> {
     assertUsableOutsideTransaction(this.db, 'handle.result');
-    const parsed = resultSchema.safeParse(options);
-    if (!parsed.success) throw new InvalidOptionsError('result options', formatIssues(parsed.error.issues));
-    const timeoutMs = parsed.data.timeoutMs;
-    const pollIntervalMs = parsed.data.pollIntervalMs ?? RESULT_DEFAULTS.pollIntervalMs;
+    const o = parseOptions(resultSchema, options, 'result options');
+    const timeoutMs = o.timeoutMs;
+    const pollIntervalMs = o.pollIntervalMs ?? RESULT_DEFAULTS.pollIntervalMs;
     const started = performance.now();
     let warnedUnclaimed = false;
     let wake: (() => void) | undefined;
@@ -215,20 +213,14 @@ export class RunHandle<O = unknown> {
    */
   async describe(options: DescribeOptions = {}): Promise<RunDetails> {
     assertUsableOutsideTransaction(this.db, 'handle.describe');
-    const parsed = describeSchema.safeParse(options);
-    if (!parsed.success) throw new InvalidOptionsError('describe options', formatIssues(parsed.error.issues));
+    const o = parseOptions(describeSchema, options, 'describe options');
     // Plain reads: one that meets a lost connection is tried again.
     const run = await withInfraRetry(() => readRun(this.db, this.names, this.runId));
     if (!run) throw new RunNotFoundError(`run ${echoed(this.runId)}`);
     const [history, unclaimed, signals, children] = await Promise.all([
       withInfraRetry(() => readRunHistory(this.db, this.names, this.runId)),
       withInfraRetry(() =>
-        readUnclaimedWork(
-          this.db,
-          this.names,
-          this.runId,
-          parsed.data.unclaimedAfterMs ?? UNCLAIMED_AFTER_MS,
-        ),
+        readUnclaimedWork(this.db, this.names, this.runId, o.unclaimedAfterMs ?? UNCLAIMED_AFTER_MS),
       ),
       withInfraRetry(() => readSignals(this.db, this.names, this.runId)),
       withInfraRetry(() => readChildRuns(this.db, this.names, this.runId)),
@@ -250,11 +242,10 @@ export class RunHandle<O = unknown> {
    */
   async *watch(options: WatchOptions = {}): AsyncGenerator<WatchedEvent, void, undefined> {
     assertUsableOutsideTransaction(this.db, 'handle.watch');
-    const parsed = watchSchema.safeParse(options);
-    if (!parsed.success) throw new InvalidOptionsError('watch options', formatIssues(parsed.error.issues));
-    const from = parsed.data.after === undefined ? undefined : decodeCursor(this.runId, parsed.data.after);
+    const o = parseOptions(watchSchema, options, 'watch options');
+    const from = o.after === undefined ? undefined : decodeCursor(this.runId, o.after);
     let after = from;
-    const pollIntervalMs = parsed.data.pollIntervalMs ?? 1_000;
+    const pollIntervalMs = o.pollIntervalMs ?? 1_000;
     let wake: (() => void) | undefined;
     let notified = false;
     const onNotify = () => {

@@ -14,14 +14,7 @@ import {
   type RetryPolicy,
   type WorkflowDefinition,
 } from '@palisade/sdk';
-import {
-  echoed,
-  checkPayload,
-  definitionProblem,
-  formatIssues,
-  mergeRetryPolicy,
-  validate,
-} from '@palisade/sdk/internal';
+import { echoed, checkPayload, definitionProblem, mergeRetryPolicy, validate } from '@palisade/sdk/internal';
 import { shorterLeaseMessage } from '../turn/context/lease-override.js';
 import type { InsertStandaloneRunsParams } from '../queries/insert-standalone-run.js';
 import type { InsertWorkflowRunsParams } from '../queries/insert-workflow-run.js';
@@ -35,13 +28,6 @@ export function assertDefinition(definition: unknown, kind: 'activity' | 'workfl
   throw new InvalidOptionsError(call, [
     { path: problem.path === '' ? kind : `${kind}.${problem.path}`, message: problem.message },
   ]);
-}
-
-/** Parse `options` with `schema`. @throws InvalidOptionsError naming each bad option, `where` naming the call. */
-export function parseOptions<S extends z.ZodType>(schema: S, options: unknown, where: string): z.output<S> {
-  const parsed = schema.safeParse(options);
-  if (!parsed.success) throw new InvalidOptionsError(where, formatIssues(parsed.error.issues));
-  return parsed.data;
 }
 
 /** @throws InvalidOptionsError when the inputs of a bulk call are not an array. */

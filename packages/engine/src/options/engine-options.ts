@@ -1,7 +1,7 @@
 import type { PGlite } from '@electric-sql/pglite';
 import { z } from 'zod';
 import { InvalidOptionsError, type Duration } from '@palisade/sdk';
-import { durationMs, durationSchema, formatIssues } from '@palisade/sdk/internal';
+import { durationMs, durationSchema, parseOptions } from '@palisade/sdk/internal';
 import type { AnyPgDatabase } from '../db/database.js';
 import {
   drizzleProblem,
@@ -188,9 +188,7 @@ export function resolveEngineOptions(
   options: EngineOptions & { readonly logger?: unknown } = {},
   env: EngineEnvironment = process.env,
 ): ResolvedEngineOptions {
-  const parsed = engineSchema.safeParse(options);
-  if (!parsed.success) throw new InvalidOptionsError('engine options', formatIssues(parsed.error.issues));
-  const o = parsed.data;
+  const o = parseOptions(engineSchema, options, 'engine options');
   const explicit = (['databaseUrl', 'sql', 'pglite', 'db', 'dataDir'] as const).some(
     (k) => options[k] !== undefined,
   );

@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { InvalidOptionsError, type Duration } from '@palisade/sdk';
-import { durationSchema, formatIssues } from '@palisade/sdk/internal';
+import { type Duration } from '@palisade/sdk';
+import { durationSchema, parseOptions } from '@palisade/sdk/internal';
 import { MAX_RETENTION_MS } from './engine-options.js';
 
 /** Options of `engine.pruneRuns(...)` and `palisade runs prune`. */
@@ -33,7 +33,6 @@ const pruneSchema = z
  * or is longer than 100 years, a `dryRun` that is not a boolean.
  */
 export function resolvePruneOptions(options: PruneOptions): ResolvedPruneOptions {
-  const parsed = pruneSchema.safeParse(options);
-  if (!parsed.success) throw new InvalidOptionsError('prune options', formatIssues(parsed.error.issues));
-  return Object.freeze({ olderThanMs: parsed.data.olderThanMs, dryRun: parsed.data.dryRun ?? false });
+  const o = parseOptions(pruneSchema, options, 'prune options');
+  return Object.freeze({ olderThanMs: o.olderThanMs, dryRun: o.dryRun ?? false });
 }

@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { InvalidOptionsError, type Duration } from '@palisade/sdk';
-import { durationMs, formatIssues } from '@palisade/sdk/internal';
+import { type Duration } from '@palisade/sdk';
+import { durationMs, parseOptions } from '@palisade/sdk/internal';
 
 /** Options of `worker.stop()` and `engine.close()`. */
 export interface StopOptions {
@@ -19,7 +19,5 @@ const stopSchema = z.object({ graceMs: durationMs.optional() }).strict();
  * @throws InvalidOptionsError naming the bad option.
  */
 export function resolveStopOptions(options: StopOptions = {}): { readonly graceMs: number | undefined } {
-  const parsed = stopSchema.safeParse(options);
-  if (!parsed.success) throw new InvalidOptionsError('stop options', formatIssues(parsed.error.issues));
-  return { graceMs: parsed.data.graceMs };
+  return { graceMs: parseOptions(stopSchema, options, 'stop options').graceMs };
 }

@@ -5,7 +5,7 @@ import {
   type Duration,
   type WorkflowDefinition,
 } from '@palisade/sdk';
-import { textProblem, durationMs, formatIssues, definitionProblem } from '@palisade/sdk/internal';
+import { textProblem, durationMs, parseOptions, definitionProblem } from '@palisade/sdk/internal';
 import { MIN_LEASE_MS, MIN_TEST_LEASE_MS, allowsUnsafeTimings } from '../internal/unsafe-timings.js';
 
 /** Options of `engine.worker(...)`. */
@@ -276,9 +276,7 @@ function activityTimings(
  * @throws InvalidOptionsError naming every violated rule with the values involved.
  */
 export function resolveWorkerOptions(options: WorkerOptions, defaultWorkerId: string): ResolvedWorkerOptions {
-  const parsed = workerSchema.safeParse(options);
-  if (!parsed.success) throw new InvalidOptionsError('worker options', formatIssues(parsed.error.issues));
-  const o = parsed.data;
+  const o = parseOptions(workerSchema, options, 'worker options');
   const unsafe = allowsUnsafeTimings(options);
   const minLeaseMs = unsafe ? MIN_TEST_LEASE_MS : MIN_LEASE_MS;
   const issues: Issue[] = [];

@@ -9,7 +9,7 @@ import {
   checkPayload,
   durationMs,
   echoed,
-  formatIssues,
+  parseOptions,
   instantProblem,
   textProblem,
   validate,
@@ -70,9 +70,7 @@ export type Issue = { path: string; message: string };
 
 /** Parse with `schema`. @throws InvalidOptionsError naming each bad option, `where` naming the call. */
 export function parse<S extends z.ZodType>(schema: S, value: unknown, where: string): z.output<S> {
-  const parsed = schema.safeParse(value);
-  if (!parsed.success) throw new InvalidOptionsError(where, formatIssues(parsed.error.issues));
-  return parsed.data;
+  return parseOptions(schema, value, where);
 }
 
 /** The tick spec from `cron`/`everyMs`/`timezone`, with an issue for each problem. */

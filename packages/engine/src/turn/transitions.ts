@@ -253,13 +253,26 @@ export const ATTEMPT_MACHINE: StateMachine<AttemptStatus, AttemptKind> = {
       statements: ['commit-turn'],
     },
     {
+      from: INSERTED,
+      to: 'failed',
+      event: 'fused turn failed the run',
+      kinds: [TURN],
+      statements: ['commit-turn'],
+    },
+    {
       from: 'open',
       to: 'completed',
       event: 'complete or turn committed',
       kinds: [ACTIVITY_ATTEMPT, TURN],
       statements: ['complete-step', 'commit-turn'],
     },
-    { from: 'open', to: 'failed', event: 'fail', kinds: [ACTIVITY_ATTEMPT], statements: ['fail-step'] },
+    {
+      from: 'open',
+      to: 'failed',
+      event: 'fail, or turn failed the run',
+      kinds: [ACTIVITY_ATTEMPT, TURN],
+      statements: ['fail-step', 'commit-turn'],
+    },
     {
       from: 'open',
       to: 'lease_expired',

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { join, resolve } from 'node:path';
+import { PGlite } from '@electric-sql/pglite';
 import { pino } from 'pino';
 import {
   createEngine,
@@ -28,21 +29,21 @@ import { createTranscodeWorkflow } from './workflow.js';
 
 /** Options of {@link runTranscodingDemo}. */
 export interface TranscodingDemoOptions {
-  /** A PostgreSQL server to run on. @defaultValue the embedded database (PGlite, file-backed under `workDir/db`) */
+  /** A PostgreSQL server to run on. @defaultValue the embedded database (an in-memory PGlite, or `dataDir`) */
   readonly databaseUrl?: string;
   /** Where each line of the live timeline goes. @defaultValue `console.log` */
   readonly log?: (line: string) => void;
   /**
-   * Holds the generated input clip (`input/`) and the embedded database (`db/`), both reused across runs, and each
-   * run's object store and worker scratch directories (`runs/<jobId>/`). One demo at a time per directory: the
-   * embedded database is single-process. @defaultValue `.palisade/transcoding` under the working directory
+   * Holds the generated input clip (`input/`, reused across runs) and each run's object store, outputs and worker
+   * scratch directories (`runs/<jobId>/`): ffmpeg works on files. `pnpm demo` gives a temporary directory it
+   * removes. @defaultValue `.palisade/transcoding` under the working directory
    */
   readonly workDir?: string;
   /** Schema of the engine's tables; the store's are in `<schema>_store`. @defaultValue `transcoding_<random>` */
   readonly schema?: string;
   /**
-   * Without `databaseUrl`: the embedded database directory (locked to this process).
-   * @defaultValue `<workDir>/db`
+   * Without `databaseUrl`: a directory for a file-backed embedded database (locked to this process), e.g. to open
+   * the runs with `palisade runs show --data-dir` afterwards. @defaultValue none: in memory
    */
   readonly dataDir?: string;
   /** Keep both schemas after the run, e.g. to inspect them with `palisade runs show`. @defaultValue false */
@@ -132,7 +133,7 @@ export async function runTranscodingDemo(
       ` (ffmpeg ${FFMPEG_VERSION} from @ffmpeg-installer/ffmpeg)`,
   );
 
-  const dataDir = resolve(options.dataDir ?? join(workDir, 'db'));
+  const dataDir = options.dataDir === undefined ? undefined : resolve(options.dataDir);
   const resources = await openResources(databaseUrl ?? { dataDir }, schema);
   const stallKey = `jobs/${jobId}/${demo.stalled.rendition}/seg-${String(demo.stalled.segment).padStart(3, '0')}.mp4`;
   let result: TranscodeResult | undefined;
@@ -185,7 +186,8 @@ export async function runTranscodingDemo(
     await Promise.all([orchestrator.start(), ...workers.map((w) => w.start())]);
     timeline.line(
       'setup',
-      `${database === 'postgres' ? 'PostgreSQL' : `embedded PGlite in ${dataDir}`}, schema ${schema}; ` +
+      `${database === 'postgres' ? 'PostgreSQL' : dataDir ? `embedded PGlite in ${dataDir}` : 'in-memory embedded PGlite'}, ` +
+        `schema ${schema}; ` +
         `${workers.length} workers × 1 slot, lease ${demo.leaseMs} ms (heartbeat every ${Math.floor(demo.leaseMs / 3)} ms); ` +
         `the first upload of ${shortKey(stallKey)} will stall`,
     );
@@ -258,7 +260,10 @@ export async function runTranscodingDemo(
   }
 }
 
-async function openResources(database: string | { dataDir: string }, schema: string): Promise<Resources> {
+async function openResources(
+  database: string | { dataDir: string | undefined },
+  schema: string,
+): Promise<Resources> {
   const logger = pino({ level: 'silent' });
   const storeSchema = `${schema}_store`;
   const links = new Map(TRANSCODING_DEMO.workers.map((id) => [id, new NetworkLink(id)] as const));
@@ -281,11 +286,11 @@ async function openResources(database: string | { dataDir: string }, schema: str
       }
       return { main, workers, links, storeDatabase, close };
     }
-    // File-backed and reused: creating a PGlite database (initdb in WebAssembly) takes seconds, opening one does not.
-    // Under the engine's one-process lock: a worker or another demo on the same directory is refused.
-    const embedded = await openEmbeddedDatabase(database.dataDir);
-    const pglite = embedded.pglite;
-    close.push(() => embedded.close());
+    // In memory, or file-backed in dataDir under the engine's one-process lock (another demo on it is refused).
+    const embedded =
+      database.dataDir === undefined ? undefined : await openEmbeddedDatabase(database.dataDir);
+    const pglite = embedded?.pglite ?? new PGlite();
+    close.push(() => embedded?.close() ?? pglite.close());
     const main = await createEngine({ ...base, pglite });
     close.push(() => main.close({ graceMs: 0 }));
     const storeDatabase = pgliteStoreDatabase(pglite, storeSchema);

@@ -29,13 +29,12 @@ import {
   AttemptAbortedError,
   InvalidOptionsError,
   LeaseLostError,
-  formatIssues,
   type AbortReason,
   type FencedOperation,
   type PalisadeErrorContext,
 } from '../errors.js';
 import { PAYLOAD_LIMITS, checkPayload } from '../payload.js';
-import { validate } from '../validate.js';
+import { parseOptions, validate } from '../validate.js';
 
 /**
  * The `ctx.info` fields a test may set; every field is optional and `fencing` may be given in part.
@@ -159,10 +158,7 @@ export class MockActivityContext implements ActivityContext {
    * @throws InvalidOptionsError naming each bad option (e.g. `info.attempt: must be ≥ 1`, unknown keys).
    */
   constructor(options: MockActivityContextOptions = {}) {
-    const parsed = optionsSchema.safeParse(options);
-    if (!parsed.success) {
-      throw new InvalidOptionsError('mock activity context', formatIssues(parsed.error.issues));
-    }
+    parseOptions(optionsSchema, options, 'mock activity context');
     // A copy, so a test that later mutates its options object does not change this attempt's info.
     const info = options.info ?? {};
     this.#given = info.fencing ? { ...info, fencing: { ...info.fencing } } : { ...info };

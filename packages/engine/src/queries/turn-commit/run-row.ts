@@ -5,7 +5,8 @@ import type { TurnCommitPlan } from './plan.js';
 /**
  * The one write of the run row (`run_row`, already locked by `runLockCtes`): its end, or its next turn (now if
  * anything woke it since the claim, else its earliest timer: `waiting`, `next_timer`, `signal_due`), and, for a fused
- * step, the turn's grant; then the turn's attempt row ends (`turn_attempt`; a fused step inserts it).
+ * step, the turn's grant; then the turn's attempt row ends (`turn_attempt`; a fused step inserts it), `failed` when
+ * the turn failed the run.
  */
 export function runRowCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
   const {
@@ -23,6 +24,10 @@ export function runRowCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
     childKeys,
     signalsTaken,
   } = plan;
+  // How the turn's attempt ended: `failed` when its code failed the run (it threw, or replay found
+  // non-determinism), else `completed` — a turn that ends the run cancelled has done what it was for. A literal of
+  // the statement's text, one of two.
+  const turnOutcome = sql.raw(status === 'failed' ? `'failed'` : `'completed'`);
   return sql`
     -- The run's earliest timer: those it had (less the ones this turn fires) and those this turn starts (a
     -- statement does not see its own inserts).
@@ -80,13 +85,13 @@ export function runRowCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
     turn_attempt AS (${
       grant.kind === 'claimed'
         ? sql`
-      UPDATE ${n.attempts} SET outcome = 'completed', ended_at = (SELECT t FROM clock)
+      UPDATE ${n.attempts} SET outcome = ${turnOutcome}, ended_at = (SELECT t FROM clock)
        WHERE fencing_token = ${grant.ref.token.toString()}::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)`
         : sql`
       INSERT INTO ${n.attempts} (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at, outcome,
                                  ended_at)
       SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, ${grant.fused.workerId}, (SELECT t FROM clock),
-             'completed', (SELECT t FROM clock)
+             ${turnOutcome}, (SELECT t FROM clock)
         FROM run_row`
     }
       RETURNING 1),`;

@@ -10,7 +10,7 @@ import {
 import {
   checkPayload,
   concurrencyLimitSchema,
-  formatIssues,
+  parseOptions,
   mergeRetryPolicy,
   rateLimitSchema,
   toMs,
@@ -67,13 +67,11 @@ export function runActivity<O>(
     );
     return never<O>();
   }
-  const parsedOptions = runActivityOptionsSchema.safeParse(options);
-  if (!parsedOptions.success) {
-    throw new InvalidOptionsError(
-      `ctx.run options of ${activity.name} in workflow ${workflowName}`,
-      formatIssues(parsedOptions.error.issues),
-    );
-  }
+  const o = parseOptions(
+    runActivityOptionsSchema,
+    options,
+    `ctx.run options of ${activity.name} in workflow ${workflowName}`,
+  );
   const inputOf = (seq: number): unknown => {
     const what = `input of activity ${activity.name} (step ${seq} of ${workflowName})`;
     const checked: unknown = validate(activity.input, input, what);
@@ -93,7 +91,7 @@ export function runActivity<O>(
       options.startToCloseTimeoutMs !== undefined
         ? toMs(options.startToCloseTimeoutMs, `startToCloseTimeoutMs of ctx.run(${activity.name})`)
         : activity.startToCloseTimeoutMs,
-    concurrency: parsedOptions.data.concurrency,
-    rateLimit: parsedOptions.data.rateLimit ?? activity.rateLimit,
+    concurrency: o.concurrency,
+    rateLimit: o.rateLimit ?? activity.rateLimit,
   }));
 }

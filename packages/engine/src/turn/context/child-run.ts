@@ -5,7 +5,7 @@ import {
   type RunChildOptions,
   type WorkflowDefinition,
 } from '@palisade/sdk';
-import { checkPayload, formatIssues, textProblem, validate } from '@palisade/sdk/internal';
+import { checkPayload, parseOptions, textProblem, validate } from '@palisade/sdk/internal';
 import { z } from 'zod';
 import type { ReplayState } from '../replay-state.js';
 
@@ -45,8 +45,7 @@ export function runChild<O>(
     ]);
   }
   const where = `ctx.runChild(${workflow.name}) in workflow ${workflowName}`;
-  const parsedOptions = runChildOptionsSchema.safeParse(options);
-  if (!parsedOptions.success) throw new InvalidOptionsError(where, formatIssues(parsedOptions.error.issues));
+  const o = parseOptions(runChildOptionsSchema, options, where);
   const inputOf = (seq: number): unknown => {
     const what = `input of child workflow ${workflow.name} (step ${seq} of ${workflowName})`;
     const checked: unknown = validate(workflow.input, input, what);
@@ -66,10 +65,10 @@ export function runChild<O>(
       name: workflow.name,
       childRunId: state.host.randomUUID(),
       input: inputOf(seq),
-      key: parsedOptions.data.key ?? null,
-      queue: parsedOptions.data.queue ?? workflow.queue,
+      key: o.key ?? null,
+      queue: o.queue ?? workflow.queue,
       priority: state.current.priority,
-      cancellation: parsedOptions.data.cancellation ?? 'cascade',
+      cancellation: o.cancellation ?? 'cascade',
     }),
     map,
   );

@@ -1,8 +1,12 @@
 /** `ctx.waitForSignal(signal, options)`: a durable wait for a signal sent to the run, with an optional timeout. */
 import { InvalidOptionsError, MAX_SLEEP_MS, type Duration, type SignalDefinition } from '@palisade/sdk';
-import { formatIssues, toMs, validate } from '@palisade/sdk/internal';
+import { formatIssues, parseOptions, toMs, validate } from '@palisade/sdk/internal';
+import { z } from 'zod';
 import type { PendingSignal } from '../contract.js';
 import type { ReplayState } from '../replay-state.js';
+
+/** The options of `ctx.waitForSignal`: only `timeoutMs`, a duration checked where it is used ({@link toMs}). */
+const waitOptionsSchema = z.object({ timeoutMs: z.unknown().optional() }).strict();
 
 /**
  * `ctx.waitForSignal`: the payload of the next signal named `signal.name` that the run takes (with a timeout:
@@ -24,17 +28,8 @@ export function waitForSignal<T>(
   if (options !== undefined && (typeof options !== 'object' || options === null)) {
     throw new InvalidOptionsError(where, [{ path: 'options', message: 'must be { timeoutMs }' }]);
   }
-  const extra = Object.keys(options ?? {}).filter((k) => k !== 'timeoutMs');
-  if (extra.length > 0) {
-    throw new InvalidOptionsError(where, [
-      {
-        path: extra[0] as string,
-        // `timeout` is this option's old name: say what it is now.
-        message:
-          extra[0] === 'timeout' ? 'is not an option: use timeoutMs' : 'is not an option (only timeoutMs)',
-      },
-    ]);
-  }
+  // Checked as every other options object is, so an old name (`timeout`) gets the same rename hint.
+  parseOptions(waitOptionsSchema, options ?? {}, where);
   const withTimeout = options?.timeoutMs !== undefined;
   const timeoutMs = withTimeout
     ? toMs(options.timeoutMs as Duration, `timeoutMs of ${where}`, MAX_SLEEP_MS)

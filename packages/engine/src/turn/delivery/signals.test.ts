@@ -81,4 +81,20 @@ describe('runTurn: signals', () => {
       /waitForSignal\(undefined\).*defineSignal|signal: must be a signal from defineSignal/s,
     );
   });
+
+  it('refuses the old name `timeout` at the call with the rename hint of every renamed option', async () => {
+    const wf = workflow('old-timeout', (ctx) =>
+      ctx.waitForSignal(note, { timeout: '2d' } as unknown as { timeoutMs: string }),
+    );
+    const error = failure(await turn(wf, []));
+    expect([error.type, error.message]).toEqual([
+      'InvalidOptionsError',
+      '[INVALID_OPTIONS] invalid ctx.waitForSignal(note) in workflow old-timeout: ' +
+        'Unrecognized key: "timeout" (renamed: "timeout" is now "timeoutMs")',
+    ]);
+    const other = workflow('other-key', (ctx) => ctx.waitForSignal(note, { wait: 1 } as never));
+    expect(failure(await turn(other, [])).message).toBe(
+      '[INVALID_OPTIONS] invalid ctx.waitForSignal(note) in workflow other-key: Unrecognized key: "wait"',
+    );
+  });
 });

@@ -178,7 +178,10 @@
              CASE kind WHEN 'timer' THEN 'timer:started' WHEN 'signal' THEN 'signal:waiting'
                        WHEN 'child' THEN 'child:started' ELSE 'step:scheduled' END,
              CASE WHEN kind = 'child' THEN jsonb_build_object('name', name, 'seq', seq, 'childRunId', input->>'runId')
-                  ELSE jsonb_build_object('name', name, 'seq', seq, 'dueAt', next_run_at) END,
+                  -- When it is due: a step granted at once is due now (its next_run_at is when the grant's lease
+                  -- lets it be reclaimed: that is its attempt:claimed event's leaseExpiresAt, not a due time).
+                  ELSE jsonb_build_object('name', name, 'seq', seq,
+                                          'dueAt', CASE WHEN status = 'running' THEN started_at ELSE next_run_at END) END,
              (SELECT t FROM clock)
         FROM inserted WHERE kind IN ('activity', 'timer', 'signal') OR (kind = 'child' AND status = 'running')
       RETURNING 1),
