@@ -30,8 +30,9 @@ export interface ProfileSnapshot {
 /** Statement kinds, first match wins; the patterns are distinctive fragments of each engine query. */
 const KINDS: readonly (readonly [string, RegExp])[] = [
   ['enqueue', /SELECT run_id, 'activity', \$, 'pending'/],
-  // Before start-workflow: the statement that fires schedule ticks starts runs too.
-  ['fire-schedule-ticks', /FOR NO KEY UPDATE OF s SKIP LOCKED/],
+  // Before start-workflow: the statement that fires schedule ticks starts runs too. (Its compare-and-set on the
+  // schedule version, not its SKIP LOCKED, which the step claim shares.)
+  ['fire-schedule-ticks', /s\.version = d\.v/],
   ['read-due-schedules', /s\.buffered_tick_at IS NOT NULL AND NOT s\.paused/],
   ['start-workflow', /'run:started'/],
   ['claim-steps', /prev_deadline_at/],
