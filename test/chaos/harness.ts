@@ -99,6 +99,20 @@ export const DEFAULT_TIMINGS: ChaosTimings = Object.freeze({
 /** Scheduling slack on a loaded 2-core machine (IPC, polling, timer lateness), for latency bounds. */
 export const SCHEDULING_SLACK_MS = 1_500;
 
+/**
+ * λ: the largest event-loop lag (ms) any of `workers` reported (`chaos:lag`, every 250 ms) from `fromMs` to `toMs`
+ * (wall clock), each end widened by 500 ms; 0 when none did. A latency bound adds it: on a loaded machine a
+ * worker's timer (a poll, a lease deadline) fires late by as much, and so does what it triggers.
+ */
+export function measuredLagMs(workers: Iterable<WorkerProcess>, fromMs: number, toMs: number): number {
+  return Math.max(
+    0,
+    ...[...workers].flatMap((w) =>
+      w.all('chaos:lag', (m) => m.wallMs >= fromMs - 500 && m.wallMs <= toMs + 500).map((m) => m.maxLagMs),
+    ),
+  );
+}
+
 /** Metrics printed in the figures table (ms). */
 export type MetricName =
   /** From losing a lease (SIGCONT, unblock, revoke commit) to `ctx.signal` firing in the zombie. */
