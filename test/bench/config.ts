@@ -16,7 +16,8 @@ export type ScenarioName =
   | 'long-workflow'
   | 'history'
   | 'memory'
-  | 'schedules';
+  | 'schedules'
+  | 'held-horizon';
 export const SCENARIOS: readonly ScenarioName[] = [
   'baseline',
   'activities',
@@ -28,6 +29,7 @@ export const SCENARIOS: readonly ScenarioName[] = [
   'history',
   'memory',
   'schedules',
+  'held-horizon',
 ];
 
 export interface BenchConfig {
@@ -74,6 +76,14 @@ export interface BenchConfig {
   readonly memoryConcurrency: number;
   /** 9. schedules all due at once, evaluated in one tick. */
   readonly schedules: number;
+  /** 10. jobs offered per second while the horizon is held (and before and after). */
+  readonly horizonRatePerSec: number;
+  /** 10. how long jobs are offered, in s; the xid is held from duration/10 for 4/5 of it. */
+  readonly horizonSeconds: number;
+  /** 10. worker concurrency of that run. */
+  readonly horizonConcurrency: number;
+  /** 10. how long to wait, after the offering ends, for every offered job to complete (ms). */
+  readonly horizonDrainTimeoutMs: number;
   /** Engine pool size (ENGINE_DEFAULTS.poolSize unless overridden). */
   readonly poolSize: number;
   /** Worker poll interval (WORKER_DEFAULTS.pollIntervalMs unless overridden). */
@@ -121,6 +131,12 @@ export const ENV: Readonly<Record<string, string>> = {
   BENCH_MEMORY_SAMPLE_EVERY: 'RSS sample after a full GC every this many steps (steps / 20)',
   BENCH_MEMORY_CONCURRENCY: 'worker concurrency of that run (50)',
   BENCH_SCHEDULES: 'schedules due at once, evaluated in one tick by one and then by three evaluators (10000)',
+  BENCH_HORIZON_RATE: 'held-horizon: no-op jobs offered per second, sent every 20 ms by enqueueMany (500)',
+  BENCH_HORIZON_SECONDS:
+    'held-horizon: seconds of offering; an assigned xid is held from 1/10 of it for 4/5 of it (300: 30 s to 270 s)',
+  BENCH_HORIZON_CONCURRENCY: 'held-horizon: worker concurrency (50)',
+  BENCH_HORIZON_DRAIN_TIMEOUT_MS:
+    'held-horizon: after the offering ends, wait this long for the backlog to complete (120000)',
   BENCH_POOL_SIZE: 'engine pool size (10, the engine default)',
   BENCH_POLL_INTERVAL_MS: 'worker poll interval (1000, the engine default)',
   BENCH_LEASE_MS: 'activity lease; heartbeat = lease / 3 (30000, the activity default)',
@@ -214,6 +230,10 @@ export function loadConfig(): BenchConfig {
     memorySampleEvery: int('BENCH_MEMORY_SAMPLE_EVERY', Math.max(1, Math.floor(memorySteps / 20)), 1),
     memoryConcurrency: int('BENCH_MEMORY_CONCURRENCY', 50, 1),
     schedules: int('BENCH_SCHEDULES', 10_000, 1),
+    horizonRatePerSec: int('BENCH_HORIZON_RATE', 500, 1),
+    horizonSeconds: int('BENCH_HORIZON_SECONDS', 300, 10),
+    horizonConcurrency: int('BENCH_HORIZON_CONCURRENCY', 50, 1),
+    horizonDrainTimeoutMs: int('BENCH_HORIZON_DRAIN_TIMEOUT_MS', 120_000, 1_000),
     poolSize: int('BENCH_POOL_SIZE', 10, 2),
     pollIntervalMs: int('BENCH_POLL_INTERVAL_MS', 1_000, 10),
     leaseMs,

@@ -25,7 +25,13 @@ export interface BenchServer {
   newSchema(prefix: string): string;
   /** Drop a schema made by `newSchema` (idempotent). */
   dropSchema(schema: string): Promise<void>;
-  /** Drop any schema still registered, end the admin client, stop an embedded server. */
+  /**
+   * Run `cleanup` at `close()`, before the schemas are dropped (also when the run is interrupted: run.ts closes
+   * the server on SIGINT/SIGTERM). @returns a function that unregisters it (call it once the scenario cleaned up
+   * itself).
+   */
+  defer(cleanup: () => Promise<void>): () => void;
+  /** Run the deferred cleanups, drop any schema still registered, end the admin client, stop an embedded server. */
   close(): Promise<void>;
 }
 
@@ -63,6 +69,7 @@ export async function openBenchServer(config: BenchConfig): Promise<BenchServer>
   }
   const admin = postgres(url, { max: 2, onnotice: () => undefined });
   const live = new Set<string>();
+  const cleanups = new Set<() => Promise<void>>();
   const dropSchema = async (schema: string): Promise<void> => {
     await admin.unsafe(`drop schema if exists "${schema}" cascade`);
     live.delete(schema);
@@ -79,8 +86,18 @@ export async function openBenchServer(config: BenchConfig): Promise<BenchServer>
       return schema;
     },
     dropSchema,
+    defer(cleanup) {
+      cleanups.add(cleanup);
+      return () => cleanups.delete(cleanup);
+    },
     async close() {
       try {
+        for (const cleanup of [...cleanups]) {
+          cleanups.delete(cleanup);
+          await cleanup().catch((error: unknown) =>
+            process.stderr.write(`bench: cleanup failed: ${(error as Error).message}\n`),
+          );
+        }
         for (const schema of [...live]) await dropSchema(schema).catch(() => undefined);
         await admin.end({ timeout: 5 });
       } finally {

@@ -44,6 +44,7 @@ const SETTINGS = [
   'shared_buffers',
   'max_connections',
   'jit',
+  'autovacuum',
 ] as const;
 
 export async function postgresInfo(admin: postgres.Sql): Promise<PostgresInfo> {

@@ -83,11 +83,16 @@ export function statementKind(query: SQL): string {
   return kind;
 }
 
+/** Called with every statement's kind and client-observed time, once recorded. */
+export type StatementListener = (kind: string, ms: number) => void;
+
 class Recorder {
   statements = new Map<string, StatementStat>();
   transactions = { count: 0, totalMs: 0 };
+  listeners = new Set<StatementListener>();
 
   record(kind: string, ms: number, rows: number, failed: boolean): void {
+    for (const listener of this.listeners) listener(kind, ms);
     let stat = this.statements.get(kind);
     if (!stat) this.statements.set(kind, (stat = { count: 0, totalMs: 0, maxMs: 0, rows: 0, errors: 0 }));
     stat.count++;
@@ -150,6 +155,15 @@ export function installStatementProfiler(database: Database): void {
       recorder.transactions.totalMs += performance.now() - started;
     }
   };
+}
+
+/**
+ * Call `listener` for every statement the profiled engines send from now on (only once
+ * {@link installStatementProfiler} ran, i.e. with BENCH_PROFILE on). @returns the function that removes it.
+ */
+export function onStatement(listener: StatementListener): () => void {
+  recorder.listeners.add(listener);
+  return () => recorder.listeners.delete(listener);
 }
 
 /** Counters so far; `resetMaxima` also starts new per-statement maxima (call it at the start of a phase). */

@@ -7,6 +7,7 @@ import type { ActivityThroughputResult } from './scenarios/activities.js';
 import type { ConcurrencyKeysResult } from './scenarios/concurrency-keys.js';
 import type { BaselineResult } from './scenarios/baseline.js';
 import type { WorkerSettings } from './scenarios/context.js';
+import { HORIZON_TARGETS, type HeldHorizonResult } from './scenarios/held-horizon.js';
 import type { HistorySizeResult } from './scenarios/history-size.js';
 import type { LongWorkflowResult } from './scenarios/long-workflow.js';
 import type { StartLatencyResult } from './scenarios/start-latency.js';
@@ -46,6 +47,7 @@ export interface BenchResults {
   readonly history?: HistorySizeResult;
   readonly workerMemory?: WorkerMemoryResult;
   readonly schedules?: ScheduleEvaluationResult;
+  readonly heldHorizon?: HeldHorizonResult;
   readonly memory: {
     readonly before: MemorySnapshot;
     readonly after: MemorySnapshot;
@@ -273,7 +275,79 @@ function results(r: BenchResults): string {
         `${int(sc.duplicateTicks)} duplicate ticks`,
     ]);
   }
+  if (r.heldHorizon) {
+    const h = r.heldHorizon;
+    const v = h.verdict;
+    rows.push([
+      '10',
+      `${int(h.ratePerSec)} jobs/s, xid held ${int(h.holdForS)} of ${int(h.durationS)} s: worst window`,
+      pct(v.worstRatio, 1),
+      `completed / offered (target ≥ ${pct(HORIZON_TARGETS.minRatio, 1)}); claim p99 worst` +
+        ` ${secs(v.claimP99WorstMs)}; drained ${v.drainMs === null ? 'never' : secs(v.drainMs)} after the rollback;` +
+        ` ${v.passed ? 'targets met' : 'MISSED'} (see "Held horizon")`,
+    ]);
+  }
   return table(['#', 'benchmark', 'result', 'detail'], rows, 'llrl');
+}
+
+/** The held-horizon scenario's per-window table and its verdict line against the issue's targets. */
+export function heldHorizonSection(h: HeldHorizonResult): string {
+  const v = h.verdict;
+  const rows = h.windows.map((w) => [
+    `${int(w.fromS)}${w.held ? ' H' : ''}`,
+    int(w.offered),
+    int(w.enqueued),
+    int(w.completed),
+    Number.isFinite(w.ratio) ? pct(w.ratio, 1) : '–',
+    w.claimSamples > 0 ? ms(w.claimP50Ms) : '–',
+    w.claimSamples > 0 ? ms(w.claimP99Ms) : '–',
+    w.claimStatements > 0 ? ms(w.claimStatementP99Ms) : '–',
+    int(w.backlog),
+    ...(['runs', 'steps', 'attempts'] as const).map(
+      (t) => `${int(w.tables[t].deadTuples)} / ${pct(w.tables[t].hotUpdates, w.tables[t].updates)}`,
+    ),
+  ]);
+  const miss = (ok: boolean) => (ok ? 'met' : 'MISSED');
+  const verdict =
+    `verdict: ${v.passed ? 'PASS' : 'FAIL'} — worst window ${pct(v.worstRatio, 1)} of offered at` +
+    ` ${int(v.worstRatioFromS)} s (≥ ${pct(HORIZON_TARGETS.minRatio, 1)}: ${miss(v.worstRatio >= HORIZON_TARGETS.minRatio)});` +
+    ` claim p99 worst ${ms(v.claimP99WorstMs)} at ${int(v.claimP99WorstFromS)} s, whole run ${ms(v.claimP99AllMs)}` +
+    ` (< ${secs(HORIZON_TARGETS.maxClaimP99Ms)}: ${miss(v.claimP99WorstMs < HORIZON_TARGETS.maxClaimP99Ms)});` +
+    ` drained ${v.drainMs === null ? 'not within the wait' : secs(v.drainMs)} after the rollback` +
+    ` (≤ ${secs(HORIZON_TARGETS.maxDrainMs)}: ${miss(v.drainMs !== null && v.drainMs <= HORIZON_TARGETS.maxDrainMs)})`;
+  return [
+    `${int(h.offered)} no-op jobs offered at ${int(h.ratePerSec)}/s for ${int(h.durationS)} s (an enqueueMany call every 20 ms),` +
+      ` worker concurrency ${h.concurrency}; xid ${h.holderXid} held (BEGIN; SELECT txid_current(); idle) from` +
+      ` ${int(h.holdFromS)} s for ${int(h.holdForS)} s (windows marked H); ${int(h.completed)} completed,` +
+      ` ${int(h.enqueueErrors)} enqueue errors`,
+    `claim = enqueue call → start of run, by the window it started in; claim stmt = the claim statement's own` +
+      ` client-observed time (pool wait included)${h.claimStatementTimed ? '' : ', not measured (BENCH_PROFILE=0)'};` +
+      ` backlog = offered − completed at the window's end; dead / HOT = n_dead_tup at the window's end / HOT share of` +
+      ` the window's updates (pg_stat_user_tables)`,
+    '',
+    table(
+      [
+        'from s',
+        'offered',
+        'enqueued',
+        'completed',
+        'compl/off',
+        'claim p50',
+        'claim p99',
+        'claim stmt p99',
+        'backlog',
+        'runs dead / HOT',
+        'steps dead / HOT',
+        'attempts dead / HOT',
+      ],
+      rows,
+      'lrrrrrrrrrrr',
+    ),
+    '',
+    `backlog at the rollback ${int(v.backlogAtReleaseJobs)} jobs, largest ${int(v.maxBacklogJobs)}; dead tuples at most` +
+      ` runs ${int(v.maxDeadTuples.runs)}, steps ${int(v.maxDeadTuples.steps)}, attempts ${int(v.maxDeadTuples.attempts)}`,
+    verdict,
+  ].join('\n');
 }
 
 function distributions(r: BenchResults): string | undefined {
@@ -460,6 +534,9 @@ function tableCounters(r: BenchResults): string {
   if (r.workerMemory) {
     runs.push({ name: 'memory run', items: r.workerMemory.steps, tables: r.workerMemory.tables });
   }
+  if (r.heldHorizon) {
+    runs.push({ name: 'held-horizon jobs', items: r.heldHorizon.offered, tables: r.heldHorizon.tables });
+  }
   // The engine's own bookkeeping (migrations) is not per-item work.
   const names = [...new Set(runs.flatMap((x) => Object.keys(x.tables)))].filter(
     (t) =>
@@ -492,6 +569,7 @@ function unitCosts(r: BenchResults): string | undefined {
     runs.push({ name: `${r.longWorkflow.steps}-step workflow`, costs: r.longWorkflow.costs });
   }
   if (r.workerMemory) runs.push({ name: 'memory run', costs: r.workerMemory.costs });
+  if (r.heldHorizon) runs.push({ name: 'held-horizon jobs', costs: r.heldHorizon.costs });
   if (runs.length === 0) return undefined;
   const rows = runs.flatMap(({ name, costs }) =>
     costs.per.map((u, i) => [
@@ -559,12 +637,13 @@ export function renderReport(r: BenchResults): string {
         indent(perUnit),
     );
   }
-  if (anyPhase) {
+  if (anyPhase || r.heldHorizon) {
     sections.push(
       'Rows per item by table (+inserted ~updated; HOT = updates that wrote no index entries; pg_stat_user_tables)\n' +
         indent(tableCounters(r)),
     );
   }
+  if (r.heldHorizon) sections.push('Held horizon\n' + indent(heldHorizonSection(r.heldHorizon)));
   const checks = verification(r);
   if (checks !== '') sections.push('Checks\n' + indent(checks));
   return sections.join('\n\n') + '\n';

@@ -12,6 +12,8 @@
  *   7. single-job claim and completion latency with 10^6 finished jobs in the tables / with none
  *   8. worker RSS (after GC) sampled over many steps: last sample vs first
  *   9. evaluating 10,000 due schedules in one tick: time per schedule, by one evaluator and by three racing
+ *  10. held-horizon: 500 no-op jobs/s offered for 5 min while another session holds an assigned xid for 4 of them:
+ *      per 5 s window completed / offered, claim p50/p99, backlog, dead tuples and HOT share; a verdict line
  * and, for every engine run, rows written, WAL bytes and round trips per job, workflow run, step and turn.
  *
  * Every run gets a fresh schema that is dropped after it. Sizes and settings come from BENCH_* environment
@@ -29,6 +31,7 @@ import { renderReport, type BenchResults, type MemorySnapshot } from './report.j
 import { activityThroughput, type ActivityThroughputResult } from './scenarios/activities.js';
 import { plainUpdateBaseline, type BaselineResult } from './scenarios/baseline.js';
 import { concurrencyKeys, type ConcurrencyKeysResult } from './scenarios/concurrency-keys.js';
+import { heldHorizon, type HeldHorizonResult } from './scenarios/held-horizon.js';
 import type { ScenarioContext, WorkerSettings } from './scenarios/context.js';
 import { historySize, type HistorySizeResult } from './scenarios/history-size.js';
 import { longWorkflow, type LongWorkflowResult } from './scenarios/long-workflow.js';
@@ -76,6 +79,7 @@ interface Collected {
   history?: HistorySizeResult;
   workerMemory?: WorkerMemoryResult;
   schedules?: ScheduleEvaluationResult;
+  heldHorizon?: HeldHorizonResult;
   worker?: WorkerSettings;
   failures: { scenario: string; error: string }[];
   afterEachScenario: { scenario: string; memory: MemorySnapshot }[];
@@ -149,6 +153,14 @@ async function runScenarios(config: BenchConfig, ctx: ScenarioContext): Promise<
       attempt(`evaluate ${config.schedules} due schedules`, async () => {
         out.schedules = (await scheduleEvaluation(ctx)).result;
       }),
+    'held-horizon': () =>
+      attempt(
+        `${config.horizonRatePerSec} jobs/s for ${config.horizonSeconds} s under a held xid`,
+        async () => {
+          out.heldHorizon = await heldHorizon(ctx, progress);
+          out.worker ??= out.heldHorizon.worker;
+        },
+      ),
   };
   for (const scenario of config.scenarios) await run[scenario]();
   return out;
@@ -212,6 +224,7 @@ async function main(): Promise<number> {
       ...(collected.history ? { history: collected.history } : {}),
       ...(collected.workerMemory ? { workerMemory: collected.workerMemory } : {}),
       ...(collected.schedules ? { schedules: collected.schedules } : {}),
+      ...(collected.heldHorizon ? { heldHorizon: collected.heldHorizon } : {}),
       memory: {
         before,
         after,
