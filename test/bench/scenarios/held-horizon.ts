@@ -203,7 +203,6 @@ export async function heldHorizon(
   const total = Math.floor((rate * durationMs) / 1000);
 
   const runSeq = new Map<string, number>();
-  const startedAt: number[] = [];
   let tally: Tally | undefined;
   const probe = defineActivity({
     name: 'bench.horizon-probe',
@@ -214,7 +213,6 @@ export async function heldHorizon(
       const now = probeNowMs();
       runSeq.set(actx.info.runId, input.seq);
       tally?.push(tally.claims, now - input.enqueuedAtMs);
-      startedAt[input.seq] ??= now;
       return Promise.resolve({});
     },
   });
