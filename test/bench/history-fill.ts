@@ -9,7 +9,7 @@
  * - fencing_token / turn_token: a block of fresh tokens per copy, above every token taken so far; the token
  *   sequence is moved past them, so tokens keep growing;
  * - timestamptz columns: shifted (count + 1 − g) ms into the past, so copies are older than the template;
- * - serial ids: left to their defaults; everything else: copied as it is.
+ * - serial ids and generated columns: left to the database; everything else: copied as it is.
  */
 import type postgres from '@palisade/engine/postgres';
 
@@ -27,6 +27,7 @@ interface Column {
   readonly column_name: string;
   readonly data_type: string;
   readonly column_default: string | null;
+  readonly is_generated: string;
 }
 
 const ident = (name: string) => `"${name.replace(/"/g, '""')}"`;
@@ -69,12 +70,13 @@ export async function fillHistory(
   const statements: string[] = [];
   for (const { table, runColumn } of TABLES) {
     const columns = await admin<Column[]>`
-      select column_name, data_type, column_default from information_schema.columns
+      select column_name, data_type, column_default, is_generated from information_schema.columns
        where table_schema = ${schema} and table_name = ${table} order by ordinal_position`;
     const names: string[] = [];
     const values: string[] = [];
     for (const c of columns) {
-      if (c.column_default?.startsWith('nextval(')) continue;
+      // Serial ids take their defaults; generated columns (runs.live_concurrency_key) compute themselves.
+      if (c.column_default?.startsWith('nextval(') || c.is_generated === 'ALWAYS') continue;
       const col = `t.${ident(c.column_name)}`;
       let value = col;
       if (c.data_type === 'uuid') value = `md5(${col}::text || ':' || g)::uuid`;
