@@ -3,13 +3,16 @@
  * attempts and events rows), written with INSERT … SELECT over generate_series, so the filled rows look exactly
  * like the engine's own. Each copy g gets, column by column (read from information_schema, so new columns are
  * copied too):
- * - uuid columns: md5(value || ':' || g)::uuid — fresh ids, and equal values stay equal across columns and tables
- *   (a step's run_id still names its run, ended_nonce its nonce);
- * - text columns: the template's run and step ids replaced by the copy's (fencing_scope `run:<id>`);
+ * - uuid columns: fresh ids from md5(value || ':' || g), and equal values stay equal across columns and tables
+ *   (a step's run_id still names its run, ended_nonce its nonce); a time-ordered id (UUIDv7: the engine's run and
+ *   step ids since migration 0022) stays one, its time shifted as the timestamps are, so the copies' keys sit in
+ *   the indexes where the engine's own older keys would; any other uuid (nonces, keys of older engines) is the
+ *   md5 itself;
+ * - text columns: the template's run and step ids replaced by the copy's (fencing_scope `run:<id>`), as above;
  * - fencing_token / turn_token: a block of fresh tokens per copy, above every token taken so far; the token
  *   sequence is moved past them, so tokens keep growing;
  * - timestamptz columns: shifted (count + 1 − g) ms into the past, so copies are older than the template;
- * - serial ids: left to their defaults; everything else: copied as it is.
+ * - serial ids and generated columns: left to the database; everything else: copied as it is.
  */
 import type postgres from '@palisade/engine/postgres';
 
@@ -27,6 +30,21 @@ interface Column {
   readonly column_name: string;
   readonly data_type: string;
   readonly column_default: string | null;
+  readonly is_generated: string;
+}
+
+/**
+ * The copy g of the uuid `expr` (SQL): a UUIDv7 keeps its version, its milliseconds moved ($3 + 1 − g) into the
+ * past and the rest of its bits (variant kept) from md5(expr || ':' || g); any other uuid is that md5.
+ */
+function uuidCopy(expr: string): string {
+  const t = `(${expr})::text`;
+  const h = `md5(${t} || ':' || g)`;
+  const ms = `('x' || substr(${t}, 1, 8) || substr(${t}, 10, 4))::bit(48)::bigint - ($3::int + 1 - g)`;
+  return `(CASE WHEN substr(${t}, 15, 1) = '7'
+     THEN (lpad(to_hex(${ms}), 12, '0') || '7' || substr(${h}, 13, 3)
+           || translate(substr(${h}, 16, 1), '0123456789abcdef', '89ab89ab89ab89ab') || substr(${h}, 17, 15))::uuid
+     ELSE ${h}::uuid END)`;
 }
 
 const ident = (name: string) => `"${name.replace(/"/g, '""')}"`;
@@ -69,22 +87,23 @@ export async function fillHistory(
   const statements: string[] = [];
   for (const { table, runColumn } of TABLES) {
     const columns = await admin<Column[]>`
-      select column_name, data_type, column_default from information_schema.columns
+      select column_name, data_type, column_default, is_generated from information_schema.columns
        where table_schema = ${schema} and table_name = ${table} order by ordinal_position`;
     const names: string[] = [];
     const values: string[] = [];
     for (const c of columns) {
-      if (c.column_default?.startsWith('nextval(')) continue;
+      // Serial ids take their defaults; generated columns (runs.live_concurrency_key) compute themselves.
+      if (c.column_default?.startsWith('nextval(') || c.is_generated === 'ALWAYS') continue;
       const col = `t.${ident(c.column_name)}`;
       let value = col;
-      if (c.data_type === 'uuid') value = `md5(${col}::text || ':' || g)::uuid`;
+      if (c.data_type === 'uuid') value = uuidCopy(col);
       else if (c.data_type === 'timestamp with time zone')
         value = `${col} - ($3::int + 1 - g) * interval '1 millisecond'`;
       else if (TOKEN_COLUMNS.has(c.column_name))
         value = `${col} - ${lo} + ${tokenBase} + (g - 1)::bigint * ${span}`;
       else if (c.data_type === 'text') {
         for (const id of ids)
-          value = `replace(${value}, ${literal(id)}, md5(${literal(id)} || ':' || g)::uuid::text)`;
+          value = `replace(${value}, ${literal(id)}, ${uuidCopy(`${literal(id)}::uuid`)}::text)`;
       }
       names.push(ident(c.column_name));
       values.push(value);

@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import type { z } from 'zod';
 import {
   InvalidOptionsError,
@@ -42,6 +41,7 @@ import {
   type StartManyOptions,
   type StartOptions,
 } from './start-options.js';
+import { uuid7 } from '../turn/uuid7.js';
 
 /**
  * Eager start: a worker of this engine that runs turns of workflow `workflowName` on `queue` and has a turn slot
@@ -339,7 +339,7 @@ export class Client {
     // One transaction: the run is started (or found by its key) and signalled, or neither — a run started without
     // the signal it was started for would wait for it for ever. Retried whole on a transient error: the key finds
     // the run a lost reply created, and the request id stores the signal once.
-    const requestId = randomUUID();
+    const requestId = uuid7();
     return withInfraRetry(() =>
       this.db.transaction(async (tx) => {
         const handle = await this.startRun(

@@ -4,7 +4,6 @@
  * key conflict.
  * @module
  */
-import { randomUUID } from 'node:crypto';
 import type { z } from 'zod';
 import {
   InvalidOptionsError,
@@ -20,6 +19,7 @@ import type { InsertStandaloneRunsParams } from '../queries/insert-standalone-ru
 import type { InsertWorkflowRunsParams } from '../queries/insert-workflow-run.js';
 import type { RunInsertOutcome, RunItem } from '../queries/run-by-key.js';
 import { BULK_START_LIMITS, type enqueueManySchema, type startManySchema } from './start-options.js';
+import { uuid7 } from '../turn/uuid7.js';
 
 /** Refuse anything but a definition from defineActivity()/defineWorkflow() before reading its fields. */
 export function assertDefinition(definition: unknown, kind: 'activity' | 'workflow', call: string): void {
@@ -83,7 +83,7 @@ export function runItems(
   return Array.from(inputs, (input, k) => {
     const value = validate(schema, input, what(k));
     return {
-      runId: randomUUID(),
+      runId: uuid7(),
       idempotencyKey: keys?.[k] ?? null,
       inputJson: checkPayload(value, what(k), PAYLOAD_LIMITS.inputBytes),
     };

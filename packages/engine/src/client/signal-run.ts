@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import {
   InvalidOptionsError,
   PAYLOAD_LIMITS,
@@ -11,6 +10,7 @@ import type { Database } from '../db/database.js';
 import { withInfraRetry } from '../infra-retry.js';
 import { sendSignal, storeSignal, type SentSignal } from '../queries/send-signal.js';
 import type { SchemaNames } from '../queries/schema-names.js';
+import { uuid7 } from '../turn/uuid7.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -46,7 +46,7 @@ export async function signalRun(
   p: { runId: string; name: string; payload: unknown },
 ): Promise<string> {
   if (!UUID.test(String(p.runId))) throw new RunNotFoundError(`run ${echoed(p.runId)}`);
-  const requestId = randomUUID();
+  const requestId = uuid7();
   const sent = await withInfraRetry(() =>
     sendSignal(db, names, { runId: p.runId, name: p.name, payload: p.payload, requestId }),
   );

@@ -1,15 +1,15 @@
-import { randomUUID } from 'node:crypto';
 import type { Database } from '../db/database.js';
 import { withInfraRetry } from '../infra-retry.js';
 import { WATCHER_TTL_MS, deleteWatcher, upsertWatcher } from '../queries/run-watchers.js';
 import type { SchemaNames } from '../queries/schema-names.js';
+import { uuid7 } from '../turn/uuid7.js';
 
 /**
  * A `run_watchers` row of one result()/watch() call: inserted by its first read, pushed forward while it waits,
  * deleted when it returns (a call that dies lets it lapse: see run-watchers.ts).
  */
 export class WatcherRow {
-  private readonly id = randomUUID();
+  private readonly id = uuid7();
   private held = false;
   private refreshedAt = -Infinity;
 

@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import type { Database } from '../db/database.js';
 import { faultHooks } from '../internal/fault-points.js';
 import type { ActivityDefinition } from '@palisade/sdk';
@@ -12,6 +11,7 @@ import { cancelInTransaction } from '../queries/request-cancel.js';
 import { readDueSchedules, type DueScheduleRow } from '../queries/schedule-rows.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import { dueTicks, type TickSpec } from './schedule-ticks.js';
+import { uuid7 } from '../turn/uuid7.js';
 
 /** Schedules read and fired per statement by an evaluation. */
 export const SCHEDULE_BATCH_SIZE = 500;
@@ -75,7 +75,7 @@ function decide(row: DueScheduleRow, nowMs: number): ScheduleFiring {
   return {
     id: row.id,
     version: Number(row.version),
-    ticks: [...buffered, ...due.ticks].map((tickMs) => ({ tickMs, runId: randomUUID() })),
+    ticks: [...buffered, ...due.ticks].map((tickMs) => ({ tickMs, runId: uuid7() })),
     ...(due.nextTickMs === undefined ? {} : { nextTickMs: due.nextTickMs }),
     manual: false,
   };

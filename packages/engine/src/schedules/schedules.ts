@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import { InvalidOptionsError, PalisadeError } from '@palisade/sdk';
 import { echoed } from '@palisade/sdk/internal';
@@ -54,6 +53,7 @@ export type {
   ScheduleOverlap,
   SchedulePatch,
 } from './schedule-types.js';
+import { uuid7 } from '../turn/uuid7.js';
 
 function notFound(id: string): PalisadeError {
   return new PalisadeError(
@@ -212,7 +212,7 @@ export class Schedules {
     for (let i = 0; i < CAS_TRIES; i++) {
       const { row, nowMs } = await withInfraRetry(() => readSchedule(this.db, this.names, id));
       if (!row) throw notFound(id);
-      const runId = randomUUID();
+      const runId = uuid7();
       const fired = await this.fire(row, [nowMs], [runId]);
       if (fired.runs.length === 1) return runId;
     }
@@ -261,7 +261,7 @@ export class Schedules {
       const fired = await this.fire(
         row,
         ticks,
-        ticks.map(() => randomUUID()),
+        ticks.map(() => uuid7()),
       );
       if (fired.applied.length === 1) {
         const runIds = fired.runs.map((x) => x.runId);

@@ -1,25 +1,15 @@
-import {
-  bigint,
-  index,
-  integer,
-  jsonb,
-  type PgSchema,
-  text,
-  unique,
-  uniqueIndex,
-  uuid,
-} from 'drizzle-orm/pg-core';
+import { bigint, index, integer, jsonb, type PgSchema, text, uniqueIndex, uuid } from 'drizzle-orm/pg-core';
 import { sql } from 'drizzle-orm';
 
 import { LIVE_RUN_STATUSES, RUN_KINDS, RUN_STATUSES, sqlList } from '../turn/state-machine.js';
-import { oneOf, ts } from './columns.js';
+import { oneOf, ts, uuid7Id } from './columns.js';
 
 /** One execution of a workflow, or the envelope of a standalone activity (`kind = 'activity'`). */
 export function runsTable(schema: PgSchema) {
   return schema.table(
     'runs',
     {
-      id: uuid('id').primaryKey().defaultRandom(),
+      id: uuid7Id(schema),
       kind: text('kind').notNull(), // RunKind: 'workflow' | 'activity'
       name: text('name').notNull(),
       status: text('status').notNull(), // RunStatus: 'pending' | 'running' | 'completed' | 'failed' | 'cancelled'
@@ -76,7 +66,12 @@ export function runsTable(schema: PgSchema) {
         .on(t.scheduleId, t.scheduleTickAt)
         .where(sql`${t.scheduleId} IS NOT NULL`),
       // A key is scoped to the workflow or activity it starts (kind + name): the same key may start one run of each.
-      unique('runs_kind_name_idempotency_key_unique').on(t.kind, t.name, t.idempotencyKey),
+      // Only keyed runs are indexed (migration 0022): an unkeyed job costs no entry here. Every reader names the key
+      // with `=` (which implies IS NOT NULL), and the inserts' ON CONFLICT DO NOTHING names no target (it checks
+      // every unique index): an ON CONFLICT that named these columns would have to repeat this predicate.
+      uniqueIndex('runs_kind_name_idempotency_key_unique')
+        .on(t.kind, t.name, t.idempotencyKey)
+        .where(sql`${t.idempotencyKey} IS NOT NULL`),
       // Not (status, created_at): a run's status changes on its hot path, and an indexed column would make those
       // updates write every index of the table (migration 0008).
       index('runs_created_at_idx').on(t.createdAt),
@@ -88,7 +83,10 @@ export function runsTable(schema: PgSchema) {
       index('runs_turn_claim_order_idx')
         .on(t.queue, t.priority.desc().nullsFirst(), t.turnNextRunAt)
         .where(sql`${t.turnNextRunAt} IS NOT NULL`),
-      index('runs_parent_run_id_idx').on(t.parentRunId),
+      // Only child runs are indexed (migration 0022); every reader names the parent with `=`.
+      index('runs_parent_run_id_idx')
+        .on(t.parentRunId)
+        .where(sql`${t.parentRunId} IS NOT NULL`),
       // The live runs of one concurrency key, for the turn claim's count of those running. Not status in the
       // predicate: a run's status changes on its hot path, and a column in an index predicate would end the HOT
       // updates of every run; the generated column changes only for keyed runs.

@@ -9,7 +9,7 @@ import {
   sqlList,
   sqlLiteral,
 } from '../turn/state-machine.js';
-import { oneOf, ts } from './columns.js';
+import { oneOf, ts, uuid7Id } from './columns.js';
 
 /** The live statuses and `running`, for the partial indexes' predicates. */
 const liveSteps = sql.raw(sqlList(LIVE_STEP_STATUSES));
@@ -24,7 +24,7 @@ export function stepsTable(schema: PgSchema) {
   return schema.table(
     'steps',
     {
-      id: uuid('id').primaryKey().defaultRandom(),
+      id: uuid7Id(schema),
       runId: uuid('run_id').notNull(),
       seq: integer('seq').notNull(),
       kind: text('kind').notNull(), // StepKind: 'activity' | 'timer' | 'signal' | 'child' | 'value'

@@ -36,6 +36,8 @@ export interface TurnHost {
   macrotask(): Promise<void>;
   /** A fresh random number in [0, 1) from the process's own generator (`ctx.random()` records it). */
   random(): number;
-  /** A fresh random UUID, RFC 4122 version 4 (`ctx.uuid()` records it; a child run's id). */
+  /** A fresh random UUID, RFC 4122 version 4 (`ctx.uuid()` records it). */
   randomUUID(): string;
+  /** A new time-ordered UUIDv7, greater than the host's earlier ones (a child run's id: a key; see `uuid7.ts`). */
+  uuid7(): string;
 }

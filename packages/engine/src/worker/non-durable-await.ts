@@ -6,6 +6,7 @@ import { AsyncLocalStorage, createHook, type AsyncHook } from 'node:async_hooks'
 import { randomUUID } from 'node:crypto';
 import { promiseHooks } from 'node:v8';
 import type { TurnHost, TurnSink } from '../turn/host.js';
+import { uuid7 } from '../turn/uuid7.js';
 
 /**
  * Detects workflow code that starts timers or I/O — anything it could await that is not a durable primitive
@@ -183,4 +184,5 @@ export const nodeTurnHost: TurnHost = Object.freeze({
   macrotask: () => new Promise<void>((resolve) => setImmediate(resolve)),
   random: () => originalRandom(),
   randomUUID: () => randomUUID(),
+  uuid7,
 });

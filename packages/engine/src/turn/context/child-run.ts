@@ -28,7 +28,7 @@ const runChildOptionsSchema = z
 
 /**
  * `ctx.runChild`: the child run's output once it ends (checked against the child's output schema as the parent
- * takes it), or a `ChildWorkflowFailure`. The child's id is chosen here (`TurnHost.randomUUID`) so that the step
+ * takes it), or a `ChildWorkflowFailure`. The child's id is chosen here (`TurnHost.uuid7`, time-ordered like every run id) so that the step
  * records it; the turn's commit creates the run. Something that is not a workflow, or bad options, throw
  * {@link InvalidOptionsError} at the call.
  */
@@ -63,7 +63,7 @@ export function runChild<O>(
       seq,
       kind: 'child',
       name: workflow.name,
-      childRunId: state.host.randomUUID(),
+      childRunId: state.host.uuid7(),
       input: inputOf(seq),
       key: o.key ?? null,
       queue: o.queue ?? workflow.queue,
