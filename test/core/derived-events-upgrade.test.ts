@@ -114,7 +114,7 @@ describe('migration 0023: events the view now derives, stored before it', () => 
     ]);
     expect(described[2]?.events[0]?.data).toMatchObject({
       workflow: 'up-flow',
-      start_at: expect.any(String),
+      start_at: expect.any(String) as string,
     });
 
     const result = await migrate(before.database, schema, all);
