@@ -148,9 +148,9 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(
         [...runs.values()].filter((r) => r.kind === 'workflow' && r.status === 'completed'),
       ).toHaveLength(count);
-      // One run:started per run.
+      // One run:started per run in their histories (read off the run rows: none is stored).
       const started = await engine.database.rows<{ c: number }>(sql`
-        SELECT count(*)::int AS c FROM ${engine.names.events} WHERE type = 'run:started'`);
+        SELECT count(*)::int AS c FROM ${engine.names.runEvents} WHERE type = 'run:started'`);
       expect(Number(started[0]?.c)).toBe(count);
     });
 

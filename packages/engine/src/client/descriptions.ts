@@ -156,7 +156,10 @@ export interface StepDescription {
 
 /** One event of a run's append-only history (`attempt:claimed`, `attempt:stale-rejected`, `run:completed`, …). */
 export interface EventDescription {
-  /** The event's id (a decimal string). */
+  /**
+   * The event's id, unique within the run: a decimal string for a stored event; for one read off a row, the kind
+   * and the row (`started:<run id>`, `scheduled:<step id>`, `claim:<n>`, `completed:<step id>`, `end:<run id>`).
+   */
   readonly id: string;
   /** The step it is about, or null for the run's own events (`run:*`) and its turns'. */
   readonly stepId: string | null;

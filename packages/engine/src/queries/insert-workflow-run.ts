@@ -40,7 +40,8 @@ export interface WorkflowRunsInserted {
 
 /**
  * Create workflow runs, `pending` with their first turn due now by the DB clock (or after `delayMs`, or at
- * `startAtMs`: a delayed start), append `run:started` to each, and NOTIFY workers of the queue once (not once per
+ * `startAtMs`: a delayed start), append `run:started` to each delayed one (a run due now has its event read off
+ * its row by the `run_events` view), and NOTIFY workers of the queue once (not once per
  * run; not for a delayed start, which a worker finds by its next-due read, `msUntilNextDueTurn`) — one statement
  * for the whole batch, whose items are one jsonb parameter. Only the first item of each key is inserted. `ON CONFLICT DO NOTHING` on the id and on
  * (kind, name, key): the same key returns the existing run. Takes no locks beyond the inserted rows (and waits on
@@ -91,15 +92,16 @@ export async function insertWorkflowRuns(
       ON CONFLICT DO NOTHING
       RETURNING id, name, queue, priority, input, turn_attempt, turn_epoch, turn_token, turn_nonce, wake_count,
                 turn_lease_expires_at, cancel_requested_at, cancel_reason, started_at),
+    -- A run due now has its run:started read off its row (the run_events view); a delayed start stores its own,
+    -- which says when it is due (no row keeps that once the run has started).
     e AS (
       INSERT INTO ${n.events} (run_id, type, data, at)
       SELECT id, 'run:started',
-             jsonb_build_object('workflow', ${p.workflowName}::text, 'queue', ${p.queue}::text)
-               || CASE WHEN (SELECT now FROM due) THEN '{}'::jsonb
-                       ELSE jsonb_build_object('start_at', to_char((SELECT t FROM due) AT TIME ZONE 'UTC',
-                                                                   'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')) END,
+             jsonb_build_object('workflow', ${p.workflowName}::text, 'queue', ${p.queue}::text,
+                                'start_at', to_char((SELECT t FROM due) AT TIME ZONE 'UTC',
+                                                    'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')),
              ${now}
-        FROM r
+        FROM r WHERE NOT (SELECT now FROM due)
       RETURNING 1),
     turn_attempts AS (
       INSERT INTO ${n.attempts} (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at)

@@ -15,8 +15,6 @@ import { sql } from 'drizzle-orm';
 import { ATTEMPT_KINDS, ATTEMPT_OUTCOMES } from '../turn/state-machine.js';
 import { oneOf, ts } from './columns.js';
 
-import type { RunsTable } from './runs-table.js';
-
 /**
  * One row per claim of a step or turn: who held which token, and how it ended. No foreign keys (migration
  * 0011): every row is inserted by the statement that has just locked and updated the step or run it names, and
@@ -55,15 +53,19 @@ export function attemptsTable(schema: PgSchema) {
   );
 }
 
-/** Append-only history of each run, the source of `palisade runs show`. */
-export function eventsTable(schema: PgSchema, runs: RunsTable) {
+/**
+ * Append-only history of each run: what no row holds (a stale write refused, a signal received, a cancel
+ * requested, a failure with its data, a timer's due time, …). The `run_events` view (`palisade runs show`,
+ * `describe()`, `watch()`) adds the events read off `runs`, `steps` and `attempts` (migrations 0008, 0010, 0023).
+ * No foreign key (migration 0023): every row is inserted by a statement that has just inserted or locked its run,
+ * and pruning deletes a run's events itself.
+ */
+export function eventsTable(schema: PgSchema) {
   return schema.table(
     'events',
     {
       id: bigserial('id', { mode: 'bigint' }).primaryKey(),
-      runId: uuid('run_id')
-        .notNull()
-        .references(() => runs.id, { onDelete: 'cascade' }),
+      runId: uuid('run_id').notNull(),
       stepId: uuid('step_id'),
       type: text('type').notNull(), // colon-namespaced: 'attempt:claimed', 'attempt:stale-rejected', …
       attempt: integer('attempt'),

@@ -87,7 +87,7 @@ export function defineTables(schemaName: string) {
     runs,
     steps: stepsTable(schema),
     attempts: attemptsTable(schema),
-    events: eventsTable(schema, runs),
+    events: eventsTable(schema),
     fences: fencesTable(schema),
     signals: signalsTable(schema),
     flowKeys: flowKeysTable(schema),

@@ -47,7 +47,9 @@ export function childKeyCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
 /**
  * The child runs the turn starts: the parent's own earlier children at those positions let go of their key or
  * are adopted (`own_children`, rows locked by `childKeyCtes` already), the new runs inserted pending with their
- * first turn due now (`children`), and their events. Locks only the rows it inserts (and those already locked).
+ * first turn due now (`children`; each child's `run:started` is read off its row by the `run_events` view), and the
+ * events of the children not started (`child_refused_events`). Locks only the rows it inserts (and those already
+ * locked).
  */
 export function childRunCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
   const { runId, startsChildren, childKeys } = plan;
@@ -84,12 +86,6 @@ ${
             : sql``
         }
       RETURNING id, name, queue),
-    child_started_events AS (
-      INSERT INTO ${n.events} (run_id, type, data, at)
-      SELECT id, 'run:started', jsonb_build_object('workflow', name, 'queue', queue, 'parentRunId', ${runId}::text),
-             (SELECT t FROM clock)
-        FROM children
-      RETURNING 1),
     child_refused_events AS (
       INSERT INTO ${n.events} (run_id, step_id, type, data, terminal, at)
       SELECT ${runId}::uuid, id, 'step:' || status,

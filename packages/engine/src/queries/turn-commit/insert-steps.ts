@@ -83,7 +83,7 @@ export function insertedStepCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
  * What follows the insert of the new steps: the attempts rows of the eagerly granted ones (`eager_attempts`),
  * the flow-control keys they name (`flow_keys_kept`, `flow_keys_made`: the existing keys `FOR KEY SHARE` in key
  * order, after the run's rows, so a retention sweep cannot delete a key a step is inserted under; flow-control.ts),
- * and their `*:started` / `step:scheduled` events.
+ * and their `*:started` / `step:scheduled` events, those the `run_events` view cannot read off the row.
  */
 export function scheduledStepCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
   const { runId, flowKeyed, dispatch } = plan;
@@ -115,7 +115,13 @@ export function scheduledStepCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
                   ELSE jsonb_build_object('name', name, 'seq', seq,
                                           'dueAt', CASE WHEN status = 'running' THEN started_at ELSE next_run_at END) END,
              (SELECT t FROM clock)
-        FROM inserted WHERE kind IN ('activity', 'timer', 'signal') OR (kind = 'child' AND status = 'running')
+        FROM inserted
+       -- An activity due at once (granted now, or due at its insert) has its step:scheduled read off its row by the
+       -- run_events view; one due later, or inserted ended, stores it.
+       WHERE kind IN ('timer', 'signal') OR (kind = 'child' AND status = 'running')
+          OR (kind = 'activity'
+              AND CASE WHEN status = 'running' THEN started_at ELSE next_run_at END
+                  IS DISTINCT FROM (SELECT t FROM clock))
       RETURNING 1),`;
 }
 

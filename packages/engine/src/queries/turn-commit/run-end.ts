@@ -99,7 +99,8 @@ ${
 }
 
 /**
- * The run's terminal event when it ends (`run_event`). Takes no lock.
+ * The run's terminal event when it ends failed or cancelled (`run_event`; a completed run's `run:completed` is read
+ * off its row by the `run_events` view). Takes no lock.
  */
 export function runEndEventCte(n: SchemaNames, plan: TurnCommitPlan): SQL {
   const { ending, status, error } = plan;
@@ -109,6 +110,6 @@ export function runEndEventCte(n: SchemaNames, plan: TurnCommitPlan): SQL {
       SELECT id, 'run:' || ${status}::text,
              CASE WHEN ${error}::jsonb IS NOT NULL THEN jsonb_build_object('error', ${error}::jsonb) END,
              true, (SELECT t FROM clock)
-        FROM run_row WHERE ${ending}
+        FROM run_row WHERE ${ending} AND ${status}::text <> 'completed'
       RETURNING 1),`;
 }

@@ -196,7 +196,13 @@
                   ELSE jsonb_build_object('name', name, 'seq', seq,
                                           'dueAt', CASE WHEN status = 'running' THEN started_at ELSE next_run_at END) END,
              (SELECT t FROM clock)
-        FROM inserted WHERE kind IN ('activity', 'timer', 'signal') OR (kind = 'child' AND status = 'running')
+        FROM inserted
+       -- An activity due at once (granted now, or due at its insert) has its step:scheduled read off its row by the
+       -- run_events view; one due later, or inserted ended, stores it.
+       WHERE kind IN ('timer', 'signal') OR (kind = 'child' AND status = 'running')
+          OR (kind = 'activity'
+              AND CASE WHEN status = 'running' THEN started_at ELSE next_run_at END
+                  IS DISTINCT FROM (SELECT t FROM clock))
       RETURNING 1),
     -- The child runs this turn starts, pending with their first turn due now, their parent recorded; a child whose
     -- key was taken fails its step instead.
@@ -220,15 +226,9 @@
          AND NOT EXISTS (SELECT 1 FROM own_children o
                           WHERE o.id = (i.input->>'runId')::uuid AND o.status NOT IN ('failed', 'cancelled'))
       RETURNING id, name, queue),
-    child_started_events AS (
-      INSERT INTO "palisade"."events" (run_id, type, data, at)
-      SELECT id, 'run:started', jsonb_build_object('workflow', name, 'queue', queue, 'parentRunId', $26::text),
-             (SELECT t FROM clock)
-        FROM children
-      RETURNING 1),
     child_refused_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $27::uuid, id, 'step:' || status,
+      SELECT $26::uuid, id, 'step:' || status,
              CASE WHEN status = 'failed' THEN jsonb_build_object('error', error)
                   ELSE jsonb_build_object('childRunId', input->>'runId') END,
              true, (SELECT t FROM clock)
@@ -236,7 +236,7 @@
       RETURNING 1),
     cancelled_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $28::uuid, id, 'step:cancelled',
+      SELECT $27::uuid, id, 'step:cancelled',
              CASE WHEN ended_with_run THEN jsonb_build_object('reason', 'the run ended', 'whileRunning', false)
                   ELSE jsonb_build_object('reason', 'the run was cancelled before this step could start') END,
              true, (SELECT t FROM clock)
@@ -245,22 +245,22 @@
     marked AS (
       UPDATE "palisade"."steps" s
          SET delivered_seq = dl.delivered_seq,
-             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $29::uuid THEN 'completed'
+             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $28::uuid THEN 'completed'
                            ELSE s.status END,
-             finished_at = CASE WHEN s.id = $30::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
-                                THEN ('epoch'::timestamptz + (($31::bigint) * interval '1 millisecond'))
+             finished_at = CASE WHEN s.id = $29::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
+                                THEN ('epoch'::timestamptz + (($30::bigint) * interval '1 millisecond'))
                                 ELSE s.finished_at END,
-             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $32::uuid THEN NULL
+             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $31::uuid THEN NULL
                                 ELSE s.next_run_at END,
              -- A signal wait's outcome: the signal it took, or its timeout; a fused step's, its completion's.
              output = CASE WHEN dl.fires_timer AND s.kind = 'signal' THEN '{"timedOut": true}'::jsonb
                            ELSE s.output END
         FROM dl
-       WHERE s.id = dl.id AND s.run_id = $33::uuid AND EXISTS (SELECT 1 FROM go)
+       WHERE s.id = dl.id AND s.run_id = $32::uuid AND EXISTS (SELECT 1 FROM go)
       RETURNING s.id, s.seq, s.kind, dl.fires_timer, dl.signal_id, s.fencing_token),
     fired_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $34::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
+      SELECT $33::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
              jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
         FROM marked WHERE fires_timer
       RETURNING 1),
@@ -270,7 +270,7 @@
     -- statement does not see its own inserts).
     waiting AS (
       SELECT s.kind, s.name, s.next_run_at AS due FROM "palisade"."steps" s
-       WHERE s.run_id = $35::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
+       WHERE s.run_id = $34::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
          AND s.retired_at IS NULL
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = s.id AND (dl.fires_timer OR dl.signal_id IS NOT NULL))
       UNION ALL
@@ -282,19 +282,19 @@
     signal_due AS (
       SELECT EXISTS (
         SELECT 1 FROM "palisade"."signals" g
-         WHERE g.run_id = $36::uuid AND g.consumed_at IS NULL
+         WHERE g.run_id = $35::uuid AND g.consumed_at IS NULL
            AND EXISTS (SELECT 1 FROM waiting w WHERE w.kind = 'signal' AND w.name = g.name)) AS due),
     -- The one write of the run row: its end, or its next turn (now if anything woke it since the claim).
     run_row AS (
       UPDATE "palisade"."runs" r
          SET turn_lease_expires_at = NULL,
-             status = coalesce($37::text, r.status),
-             output = CASE WHEN $38 THEN $39::jsonb ELSE r.output END,
-             error = CASE WHEN $40 THEN $41::jsonb ELSE r.error END,
-             finished_at = CASE WHEN $42 THEN (SELECT t FROM clock) ELSE r.finished_at END,
-             progress = CASE WHEN $43 THEN $44::jsonb ELSE r.progress END,
-             turn_next_run_at = CASE WHEN $45 THEN NULL
-                                     WHEN r.wake_count <> $46 THEN (SELECT t FROM clock)
+             status = coalesce($36::text, r.status),
+             output = CASE WHEN $37 THEN $38::jsonb ELSE r.output END,
+             error = CASE WHEN $39 THEN $40::jsonb ELSE r.error END,
+             finished_at = CASE WHEN $41 THEN (SELECT t FROM clock) ELSE r.finished_at END,
+             progress = CASE WHEN $42 THEN $43::jsonb ELSE r.progress END,
+             turn_next_run_at = CASE WHEN $44 THEN NULL
+                                     WHEN r.wake_count <> $45 THEN (SELECT t FROM clock)
                                      WHEN (SELECT due FROM signal_due) THEN (SELECT t FROM clock)
                                      WHEN EXISTS (SELECT 1 FROM inserted
                                                    WHERE kind = 'child' AND status IN ('failed', 'completed'))
@@ -306,7 +306,7 @@
                 r.parent_step_id, r.concurrency_key),
     turn_attempt AS (
       UPDATE "palisade"."attempts" SET outcome = 'completed', ended_at = (SELECT t FROM clock)
-       WHERE fencing_token = $47::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
+       WHERE fencing_token = $46::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
       RETURNING 1),
     -- Every live step ends with the run, running ones included (invariant 12: the holder's next write is
     -- refused as "cancelled" and its signal fires), each from its newest version (locked above).
@@ -314,7 +314,7 @@
       UPDATE "palisade"."steps" s SET status = 'cancelled', finished_at = (SELECT t FROM clock), next_run_at = NULL,
                               cancel_requested_at = coalesce(s.cancel_requested_at, (SELECT t FROM clock))
         FROM locked l
-       WHERE $48 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
+       WHERE $47 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = l.id)
       RETURNING s.id, s.attempt, s.epoch, s.fencing_token, l.status AS prev_status, s.kind,
                 s.input->>'runId' AS child_run_id, s.input->>'cancellation' AS cancellation),
@@ -324,7 +324,7 @@
       RETURNING 1),
     leftover_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
-      SELECT $49::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
+      SELECT $48::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
              jsonb_build_object('reason', 'the run ended', 'whileRunning', prev_status = 'running'), true,
              (SELECT t FROM clock)
         FROM leftover
@@ -332,10 +332,10 @@
 
     run_event AS (
       INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
-      SELECT id, 'run:' || $50::text,
-             CASE WHEN $51::jsonb IS NOT NULL THEN jsonb_build_object('error', $52::jsonb) END,
+      SELECT id, 'run:' || $49::text,
+             CASE WHEN $50::jsonb IS NOT NULL THEN jsonb_build_object('error', $51::jsonb) END,
              true, (SELECT t FROM clock)
-        FROM run_row WHERE $53
+        FROM run_row WHERE $52 AND $53::text <> 'completed'
       RETURNING 1),
     
     -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
@@ -397,32 +397,32 @@
 -- $25 = "00000000-0000-4000-8000-000000000001"
 -- $26 = "00000000-0000-4000-8000-000000000001"
 -- $27 = "00000000-0000-4000-8000-000000000001"
--- $28 = "00000000-0000-4000-8000-000000000001"
+-- $28 = null
 -- $29 = null
--- $30 = null
--- $31 = 1780000000000
--- $32 = null
+-- $30 = 1780000000000
+-- $31 = null
+-- $32 = "00000000-0000-4000-8000-000000000001"
 -- $33 = "00000000-0000-4000-8000-000000000001"
 -- $34 = "00000000-0000-4000-8000-000000000001"
 -- $35 = "00000000-0000-4000-8000-000000000001"
--- $36 = "00000000-0000-4000-8000-000000000001"
--- $37 = null
--- $38 = false
--- $39 = null
--- $40 = false
--- $41 = null
+-- $36 = null
+-- $37 = false
+-- $38 = null
+-- $39 = false
+-- $40 = null
+-- $41 = false
 -- $42 = false
--- $43 = false
--- $44 = null
--- $45 = false
--- $46 = 3
--- $47 = "41"
--- $48 = false
--- $49 = "00000000-0000-4000-8000-000000000001"
+-- $43 = null
+-- $44 = false
+-- $45 = 3
+-- $46 = "41"
+-- $47 = false
+-- $48 = "00000000-0000-4000-8000-000000000001"
+-- $49 = null
 -- $50 = null
 -- $51 = null
--- $52 = null
--- $53 = false
+-- $52 = false
+-- $53 = null
 -- $54 = "palisade_palisade"
 -- $55 = 7900
 -- $56 = false

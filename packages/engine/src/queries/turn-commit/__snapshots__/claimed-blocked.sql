@@ -169,7 +169,13 @@
                   ELSE jsonb_build_object('name', name, 'seq', seq,
                                           'dueAt', CASE WHEN status = 'running' THEN started_at ELSE next_run_at END) END,
              (SELECT t FROM clock)
-        FROM inserted WHERE kind IN ('activity', 'timer', 'signal') OR (kind = 'child' AND status = 'running')
+        FROM inserted
+       -- An activity due at once (granted now, or due at its insert) has its step:scheduled read off its row by the
+       -- run_events view; one due later, or inserted ended, stores it.
+       WHERE kind IN ('timer', 'signal') OR (kind = 'child' AND status = 'running')
+          OR (kind = 'activity'
+              AND CASE WHEN status = 'running' THEN started_at ELSE next_run_at END
+                  IS DISTINCT FROM (SELECT t FROM clock))
       RETURNING 1),
     cancelled_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
@@ -269,33 +275,33 @@
       SELECT id, 'run:' || $45::text,
              CASE WHEN $46::jsonb IS NOT NULL THEN jsonb_build_object('error', $47::jsonb) END,
              true, (SELECT t FROM clock)
-        FROM run_row WHERE $48
+        FROM run_row WHERE $48 AND $49::text <> 'completed'
       RETURNING 1),
     
     -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
     -- next turn is due now, the run's waiters when it ended and a handle.result() waits on it, and, when it goes
     -- on, its watchers (a handle.watch() waits on it now: one NOTIFY item per turn, for watched runs only).
     notified AS (
-    SELECT pg_notify($49,
-             CASE WHEN length(p.all_items) <= $50 THEN p.all_items
+    SELECT pg_notify($50,
+             CASE WHEN length(p.all_items) <= $51 THEN p.all_items
                   ELSE concat_ws(E'\n', 'run:*', p.other_items) END)
       FROM (SELECT string_agg(item, E'\n') AS all_items,
                    string_agg(item, E'\n') FILTER (WHERE item NOT LIKE 'run:%') AS other_items
               FROM (SELECT DISTINCT item FROM (SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
-          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $51) x WHERE "palisade"."run_watched"(id, false)
+          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $52) x WHERE "palisade"."run_watched"(id, false)
           -- A run under a concurrency key that ends gives its place to a pending run of its key (flow-control.ts).
-          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $52 AND concurrency_key IS NOT NULL
-          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $53 AND "palisade"."run_watched"(id, true)) x(item) WHERE item IS NOT NULL) d) p
+          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $53 AND concurrency_key IS NOT NULL
+          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $54 AND "palisade"."run_watched"(id, true)) x(item) WHERE item IS NOT NULL) d) p
      WHERE p.all_items IS NOT NULL)
     SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
            (SELECT conflict FROM gate) AS conflict,
            
            (SELECT count(*) FROM notified) AS notified,
            (SELECT jsonb_build_object('status', status, 'output', output, 'error', error, 'cancel_reason', cancel_reason)
-              FROM run_row WHERE $54) AS ended,
+              FROM run_row WHERE $55) AS ended,
            (SELECT jsonb_agg(jsonb_build_object(
-              'id', e.id::text, 'run_id', $55::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
+              'id', e.id::text, 'run_id', $56::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
               'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
               'nonce', e.nonce::text, 'lease_ms', e.lease_ms, 'start_to_close_timeout_ms', e.start_to_close_timeout_ms,
               'retry_policy', e.retry_policy, 'heartbeat_details', NULL,
@@ -352,10 +358,11 @@
 -- $46 = null
 -- $47 = null
 -- $48 = false
--- $49 = "palisade_palisade"
--- $50 = 7900
--- $51 = false
+-- $49 = null
+-- $50 = "palisade_palisade"
+-- $51 = 7900
 -- $52 = false
 -- $53 = false
 -- $54 = false
--- $55 = "00000000-0000-4000-8000-000000000001"
+-- $55 = false
+-- $56 = "00000000-0000-4000-8000-000000000001"

@@ -205,7 +205,13 @@
                   ELSE jsonb_build_object('name', name, 'seq', seq,
                                           'dueAt', CASE WHEN status = 'running' THEN started_at ELSE next_run_at END) END,
              (SELECT t FROM clock)
-        FROM inserted WHERE kind IN ('activity', 'timer', 'signal') OR (kind = 'child' AND status = 'running')
+        FROM inserted
+       -- An activity due at once (granted now, or due at its insert) has its step:scheduled read off its row by the
+       -- run_events view; one due later, or inserted ended, stores it.
+       WHERE kind IN ('timer', 'signal') OR (kind = 'child' AND status = 'running')
+          OR (kind = 'activity'
+              AND CASE WHEN status = 'running' THEN started_at ELSE next_run_at END
+                  IS DISTINCT FROM (SELECT t FROM clock))
       RETURNING 1),
     -- The child runs this turn starts, pending with their first turn due now, their parent recorded; a child whose
     -- key was taken fails its step instead.
@@ -229,15 +235,9 @@
          AND NOT EXISTS (SELECT 1 FROM own_children o
                           WHERE o.id = (i.input->>'runId')::uuid AND o.status NOT IN ('failed', 'cancelled'))
       RETURNING id, name, queue),
-    child_started_events AS (
-      INSERT INTO "palisade"."events" (run_id, type, data, at)
-      SELECT id, 'run:started', jsonb_build_object('workflow', name, 'queue', queue, 'parentRunId', $28::text),
-             (SELECT t FROM clock)
-        FROM children
-      RETURNING 1),
     child_refused_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $29::uuid, id, 'step:' || status,
+      SELECT $28::uuid, id, 'step:' || status,
              CASE WHEN status = 'failed' THEN jsonb_build_object('error', error)
                   ELSE jsonb_build_object('childRunId', input->>'runId') END,
              true, (SELECT t FROM clock)
@@ -245,7 +245,7 @@
       RETURNING 1),
     cancelled_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $30::uuid, id, 'step:cancelled',
+      SELECT $29::uuid, id, 'step:cancelled',
              CASE WHEN ended_with_run THEN jsonb_build_object('reason', 'the run ended', 'whileRunning', false)
                   ELSE jsonb_build_object('reason', 'the run was cancelled before this step could start') END,
              true, (SELECT t FROM clock)
@@ -254,22 +254,22 @@
     marked AS (
       UPDATE "palisade"."steps" s
          SET delivered_seq = dl.delivered_seq,
-             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $31::uuid THEN 'completed'
+             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $30::uuid THEN 'completed'
                            ELSE s.status END,
-             finished_at = CASE WHEN s.id = $32::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
-                                THEN ('epoch'::timestamptz + (($33::bigint) * interval '1 millisecond'))
+             finished_at = CASE WHEN s.id = $31::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
+                                THEN ('epoch'::timestamptz + (($32::bigint) * interval '1 millisecond'))
                                 ELSE s.finished_at END,
-             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $34::uuid THEN NULL
+             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $33::uuid THEN NULL
                                 ELSE s.next_run_at END,
              -- A signal wait's outcome: the signal it took, or its timeout; a fused step's, its completion's.
              output = CASE WHEN dl.fires_timer AND s.kind = 'signal' THEN '{"timedOut": true}'::jsonb
                            ELSE s.output END
         FROM dl
-       WHERE s.id = dl.id AND s.run_id = $35::uuid AND EXISTS (SELECT 1 FROM go)
+       WHERE s.id = dl.id AND s.run_id = $34::uuid AND EXISTS (SELECT 1 FROM go)
       RETURNING s.id, s.seq, s.kind, dl.fires_timer, dl.signal_id, s.fencing_token),
     fired_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $36::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
+      SELECT $35::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
              jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
         FROM marked WHERE fires_timer
       RETURNING 1),
@@ -281,14 +281,14 @@
     unseen AS (
       UPDATE "palisade"."signals" g
          SET consumed_at = (SELECT t FROM clock),
-             undelivered = jsonb_build_object('reason', 'run-ended', 'status', $37::text)
-       WHERE g.run_id = $38::uuid AND g.consumed_at IS NULL AND EXISTS (SELECT 1 FROM go)
-         AND g.id <> ALL($39::bigint[])
+             undelivered = jsonb_build_object('reason', 'run-ended', 'status', $36::text)
+       WHERE g.run_id = $37::uuid AND g.consumed_at IS NULL AND EXISTS (SELECT 1 FROM go)
+         AND g.id <> ALL($38::bigint[])
       RETURNING g.id, g.name),
     unseen_events AS (
       INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
-      SELECT $40::uuid, 'signal:undelivered',
-             jsonb_build_object('name', name, 'signalId', id::text, 'reason', 'run-ended', 'status', $41::text),
+      SELECT $39::uuid, 'signal:undelivered',
+             jsonb_build_object('name', name, 'signalId', id::text, 'reason', 'run-ended', 'status', $40::text),
              false, (SELECT t FROM clock)
         FROM unseen
       RETURNING 1),
@@ -296,7 +296,7 @@
     -- statement does not see its own inserts).
     waiting AS (
       SELECT s.kind, s.name, s.next_run_at AS due FROM "palisade"."steps" s
-       WHERE s.run_id = $42::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
+       WHERE s.run_id = $41::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
          AND s.retired_at IS NULL
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = s.id AND (dl.fires_timer OR dl.signal_id IS NOT NULL))
       UNION ALL
@@ -308,19 +308,19 @@
     signal_due AS (
       SELECT EXISTS (
         SELECT 1 FROM "palisade"."signals" g
-         WHERE g.run_id = $43::uuid AND g.consumed_at IS NULL
+         WHERE g.run_id = $42::uuid AND g.consumed_at IS NULL
            AND EXISTS (SELECT 1 FROM waiting w WHERE w.kind = 'signal' AND w.name = g.name)) AS due),
     -- The one write of the run row: its end, or its next turn (now if anything woke it since the claim).
     run_row AS (
       UPDATE "palisade"."runs" r
          SET turn_lease_expires_at = NULL,
-             status = coalesce($44::text, r.status),
-             output = CASE WHEN $45 THEN $46::jsonb ELSE r.output END,
-             error = CASE WHEN $47 THEN $48::jsonb ELSE r.error END,
-             finished_at = CASE WHEN $49 THEN (SELECT t FROM clock) ELSE r.finished_at END,
-             progress = CASE WHEN $50 THEN $51::jsonb ELSE r.progress END,
-             turn_next_run_at = CASE WHEN $52 THEN NULL
-                                     WHEN r.wake_count <> $53 THEN (SELECT t FROM clock)
+             status = coalesce($43::text, r.status),
+             output = CASE WHEN $44 THEN $45::jsonb ELSE r.output END,
+             error = CASE WHEN $46 THEN $47::jsonb ELSE r.error END,
+             finished_at = CASE WHEN $48 THEN (SELECT t FROM clock) ELSE r.finished_at END,
+             progress = CASE WHEN $49 THEN $50::jsonb ELSE r.progress END,
+             turn_next_run_at = CASE WHEN $51 THEN NULL
+                                     WHEN r.wake_count <> $52 THEN (SELECT t FROM clock)
                                      WHEN (SELECT due FROM signal_due) THEN (SELECT t FROM clock)
                                      WHEN EXISTS (SELECT 1 FROM inserted
                                                    WHERE kind = 'child' AND status IN ('failed', 'completed'))
@@ -332,7 +332,7 @@
                 r.parent_step_id, r.concurrency_key),
     turn_attempt AS (
       UPDATE "palisade"."attempts" SET outcome = 'completed', ended_at = (SELECT t FROM clock)
-       WHERE fencing_token = $54::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
+       WHERE fencing_token = $53::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
       RETURNING 1),
     -- Every live step ends with the run, running ones included (invariant 12: the holder's next write is
     -- refused as "cancelled" and its signal fires), each from its newest version (locked above).
@@ -340,7 +340,7 @@
       UPDATE "palisade"."steps" s SET status = 'cancelled', finished_at = (SELECT t FROM clock), next_run_at = NULL,
                               cancel_requested_at = coalesce(s.cancel_requested_at, (SELECT t FROM clock))
         FROM locked l
-       WHERE $55 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
+       WHERE $54 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = l.id)
       RETURNING s.id, s.attempt, s.epoch, s.fencing_token, l.status AS prev_status, s.kind,
                 s.input->>'runId' AS child_run_id, s.input->>'cancellation' AS cancellation),
@@ -350,7 +350,7 @@
       RETURNING 1),
     leftover_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
-      SELECT $56::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
+      SELECT $55::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
              jsonb_build_object('reason', 'the run ended', 'whileRunning', prev_status = 'running'), true,
              (SELECT t FROM clock)
         FROM leftover
@@ -360,13 +360,13 @@
     -- with its output, or fails it with a ChildWorkflowFailure carrying its failure, and wakes the parent.
     parent_step AS (
       UPDATE "palisade"."steps" s
-         SET status = CASE WHEN $57::text = 'completed' THEN 'completed' ELSE 'failed' END,
-             output = CASE WHEN $58::text = 'completed' THEN $59::jsonb END,
-             error = CASE WHEN $60::text = 'completed' THEN NULL
+         SET status = CASE WHEN $56::text = 'completed' THEN 'completed' ELSE 'failed' END,
+             output = CASE WHEN $57::text = 'completed' THEN $58::jsonb END,
+             error = CASE WHEN $59::text = 'completed' THEN NULL
                           ELSE jsonb_build_object(
-                                 'type', 'ChildWorkflowFailure', 'nonRetryable', true, 'childRunId', $61::text,
-                                 'message', 'child workflow run ' || $62::text || ' ' || $63::text,
-                                 'cause', $64::jsonb) END,
+                                 'type', 'ChildWorkflowFailure', 'nonRetryable', true, 'childRunId', $60::text,
+                                 'message', 'child workflow run ' || $61::text || ' ' || $62::text,
+                                 'cause', $63::jsonb) END,
              finished_at = (SELECT t FROM clock)
         FROM run_row r
        WHERE s.id = r.parent_step_id AND s.kind = 'child' AND s.status = 'running' AND s.retired_at IS NULL
@@ -374,7 +374,7 @@
     parent_step_event AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
       SELECT run_id, id, 'step:' || status,
-             jsonb_build_object('childRunId', $65::text) || CASE WHEN error IS NOT NULL
+             jsonb_build_object('childRunId', $64::text) || CASE WHEN error IS NOT NULL
                                                                     THEN jsonb_build_object('error', error)
                                                                     ELSE '{}'::jsonb END,
              true, (SELECT t FROM clock)
@@ -407,10 +407,10 @@
       RETURNING p.queue),
     run_event AS (
       INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
-      SELECT id, 'run:' || $66::text,
-             CASE WHEN $67::jsonb IS NOT NULL THEN jsonb_build_object('error', $68::jsonb) END,
+      SELECT id, 'run:' || $65::text,
+             CASE WHEN $66::jsonb IS NOT NULL THEN jsonb_build_object('error', $67::jsonb) END,
              true, (SELECT t FROM clock)
-        FROM run_row WHERE $69
+        FROM run_row WHERE $68 AND $69::text <> 'completed'
       RETURNING 1),
     
     -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
@@ -475,46 +475,46 @@
 -- $27 = "00000000-0000-4000-8000-000000000001"
 -- $28 = "00000000-0000-4000-8000-000000000001"
 -- $29 = "00000000-0000-4000-8000-000000000001"
--- $30 = "00000000-0000-4000-8000-000000000001"
+-- $30 = null
 -- $31 = null
--- $32 = null
--- $33 = 1780000000000
--- $34 = null
+-- $32 = 1780000000000
+-- $33 = null
+-- $34 = "00000000-0000-4000-8000-000000000001"
 -- $35 = "00000000-0000-4000-8000-000000000001"
--- $36 = "00000000-0000-4000-8000-000000000001"
--- $37 = "completed"
--- $38 = "00000000-0000-4000-8000-000000000001"
--- $39 = "{}"
--- $40 = "00000000-0000-4000-8000-000000000001"
--- $41 = "completed"
+-- $36 = "completed"
+-- $37 = "00000000-0000-4000-8000-000000000001"
+-- $38 = "{}"
+-- $39 = "00000000-0000-4000-8000-000000000001"
+-- $40 = "completed"
+-- $41 = "00000000-0000-4000-8000-000000000001"
 -- $42 = "00000000-0000-4000-8000-000000000001"
--- $43 = "00000000-0000-4000-8000-000000000001"
--- $44 = "completed"
--- $45 = true
--- $46 = "{\"orderId\":\"o-1\"}"
--- $47 = true
--- $48 = null
--- $49 = true
--- $50 = false
--- $51 = null
--- $52 = true
--- $53 = 3
--- $54 = "41"
--- $55 = true
--- $56 = "00000000-0000-4000-8000-000000000001"
+-- $43 = "completed"
+-- $44 = true
+-- $45 = "{\"orderId\":\"o-1\"}"
+-- $46 = true
+-- $47 = null
+-- $48 = true
+-- $49 = false
+-- $50 = null
+-- $51 = true
+-- $52 = 3
+-- $53 = "41"
+-- $54 = true
+-- $55 = "00000000-0000-4000-8000-000000000001"
+-- $56 = "completed"
 -- $57 = "completed"
--- $58 = "completed"
--- $59 = "{\"orderId\":\"o-1\"}"
--- $60 = "completed"
+-- $58 = "{\"orderId\":\"o-1\"}"
+-- $59 = "completed"
+-- $60 = "00000000-0000-4000-8000-000000000001"
 -- $61 = "00000000-0000-4000-8000-000000000001"
--- $62 = "00000000-0000-4000-8000-000000000001"
--- $63 = "completed"
--- $64 = null
--- $65 = "00000000-0000-4000-8000-000000000001"
--- $66 = "completed"
+-- $62 = "completed"
+-- $63 = null
+-- $64 = "00000000-0000-4000-8000-000000000001"
+-- $65 = "completed"
+-- $66 = null
 -- $67 = null
--- $68 = null
--- $69 = true
+-- $68 = true
+-- $69 = "completed"
 -- $70 = "palisade_palisade"
 -- $71 = 7900
 -- $72 = true

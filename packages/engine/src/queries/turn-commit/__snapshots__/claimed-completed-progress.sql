@@ -178,7 +178,13 @@
                   ELSE jsonb_build_object('name', name, 'seq', seq,
                                           'dueAt', CASE WHEN status = 'running' THEN started_at ELSE next_run_at END) END,
              (SELECT t FROM clock)
-        FROM inserted WHERE kind IN ('activity', 'timer', 'signal') OR (kind = 'child' AND status = 'running')
+        FROM inserted
+       -- An activity due at once (granted now, or due at its insert) has its step:scheduled read off its row by the
+       -- run_events view; one due later, or inserted ended, stores it.
+       WHERE kind IN ('timer', 'signal') OR (kind = 'child' AND status = 'running')
+          OR (kind = 'activity'
+              AND CASE WHEN status = 'running' THEN started_at ELSE next_run_at END
+                  IS DISTINCT FROM (SELECT t FROM clock))
       RETURNING 1),
     cancelled_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
@@ -344,31 +350,31 @@
       SELECT id, 'run:' || $61::text,
              CASE WHEN $62::jsonb IS NOT NULL THEN jsonb_build_object('error', $63::jsonb) END,
              true, (SELECT t FROM clock)
-        FROM run_row WHERE $64
+        FROM run_row WHERE $64 AND $65::text <> 'completed'
       RETURNING 1),
     -- What the turn set with ctx.setProgress, as an event too (what handle.watch() streams) when it changed:
     -- a turn that replayed the code from its start sets again what earlier turns set. The read of runs here sees
     -- the row as the statement's snapshot has it, before run_row's write.
     progress_event AS (
       INSERT INTO "palisade"."events" (run_id, type, data, at)
-      SELECT id, 'run:progress', jsonb_build_object('value', $65::jsonb), (SELECT t FROM clock) FROM run_row
-       WHERE (SELECT p.progress FROM "palisade"."runs" p WHERE p.id = $66::uuid) IS DISTINCT FROM $67::jsonb
+      SELECT id, 'run:progress', jsonb_build_object('value', $66::jsonb), (SELECT t FROM clock) FROM run_row
+       WHERE (SELECT p.progress FROM "palisade"."runs" p WHERE p.id = $67::uuid) IS DISTINCT FROM $68::jsonb
       RETURNING 1),
     -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
     -- next turn is due now, the run's waiters when it ended and a handle.result() waits on it, and, when it goes
     -- on, its watchers (a handle.watch() waits on it now: one NOTIFY item per turn, for watched runs only).
     notified AS (
-    SELECT pg_notify($68,
-             CASE WHEN length(p.all_items) <= $69 THEN p.all_items
+    SELECT pg_notify($69,
+             CASE WHEN length(p.all_items) <= $70 THEN p.all_items
                   ELSE concat_ws(E'\n', 'run:*', p.other_items) END)
       FROM (SELECT string_agg(item, E'\n') AS all_items,
                    string_agg(item, E'\n') FILTER (WHERE item NOT LIKE 'run:%') AS other_items
               FROM (SELECT DISTINCT item FROM (SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
-          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $70) x WHERE "palisade"."run_watched"(id, false)
+          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $71) x WHERE "palisade"."run_watched"(id, false)
           -- A run under a concurrency key that ends gives its place to a pending run of its key (flow-control.ts).
-          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $71 AND concurrency_key IS NOT NULL
-          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $72 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM parent_woken UNION ALL SELECT 'turn:' || queue FROM cascaded) x(item) WHERE item IS NOT NULL) d) p
+          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $72 AND concurrency_key IS NOT NULL
+          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $73 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM parent_woken UNION ALL SELECT 'turn:' || queue FROM cascaded) x(item) WHERE item IS NOT NULL) d) p
      WHERE p.all_items IS NOT NULL)
     SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
            (SELECT conflict FROM gate) AS conflict,
@@ -376,9 +382,9 @@
            (SELECT count(*) FROM notified) AS notified,
            (SELECT jsonb_agg(id::text) FROM cascaded) AS cascade_children,
            (SELECT jsonb_build_object('status', status, 'output', output, 'error', error, 'cancel_reason', cancel_reason)
-              FROM run_row WHERE $73) AS ended,
+              FROM run_row WHERE $74) AS ended,
            (SELECT jsonb_agg(jsonb_build_object(
-              'id', e.id::text, 'run_id', $74::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
+              'id', e.id::text, 'run_id', $75::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
               'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
               'nonce', e.nonce::text, 'lease_ms', e.lease_ms, 'start_to_close_timeout_ms', e.start_to_close_timeout_ms,
               'retry_policy', e.retry_policy, 'heartbeat_details', NULL,
@@ -451,13 +457,14 @@
 -- $62 = null
 -- $63 = null
 -- $64 = true
--- $65 = "100"
--- $66 = "00000000-0000-4000-8000-000000000001"
--- $67 = "100"
--- $68 = "palisade_palisade"
--- $69 = 7900
--- $70 = true
+-- $65 = "completed"
+-- $66 = "100"
+-- $67 = "00000000-0000-4000-8000-000000000001"
+-- $68 = "100"
+-- $69 = "palisade_palisade"
+-- $70 = 7900
 -- $71 = true
 -- $72 = true
 -- $73 = true
--- $74 = "00000000-0000-4000-8000-000000000001"
+-- $74 = true
+-- $75 = "00000000-0000-4000-8000-000000000001"

@@ -178,7 +178,13 @@
                   ELSE jsonb_build_object('name', name, 'seq', seq,
                                           'dueAt', CASE WHEN status = 'running' THEN started_at ELSE next_run_at END) END,
              (SELECT t FROM clock)
-        FROM inserted WHERE kind IN ('activity', 'timer', 'signal') OR (kind = 'child' AND status = 'running')
+        FROM inserted
+       -- An activity due at once (granted now, or due at its insert) has its step:scheduled read off its row by the
+       -- run_events view; one due later, or inserted ended, stores it.
+       WHERE kind IN ('timer', 'signal') OR (kind = 'child' AND status = 'running')
+          OR (kind = 'activity'
+              AND CASE WHEN status = 'running' THEN started_at ELSE next_run_at END
+                  IS DISTINCT FROM (SELECT t FROM clock))
       RETURNING 1),
     cancelled_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
@@ -344,24 +350,24 @@
       SELECT id, 'run:' || $61::text,
              CASE WHEN $62::jsonb IS NOT NULL THEN jsonb_build_object('error', $63::jsonb) END,
              true, (SELECT t FROM clock)
-        FROM run_row WHERE $64
+        FROM run_row WHERE $64 AND $65::text <> 'completed'
       RETURNING 1),
     
     -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
     -- next turn is due now, the run's waiters when it ended and a handle.result() waits on it, and, when it goes
     -- on, its watchers (a handle.watch() waits on it now: one NOTIFY item per turn, for watched runs only).
     notified AS (
-    SELECT pg_notify($65,
-             CASE WHEN length(p.all_items) <= $66 THEN p.all_items
+    SELECT pg_notify($66,
+             CASE WHEN length(p.all_items) <= $67 THEN p.all_items
                   ELSE concat_ws(E'\n', 'run:*', p.other_items) END)
       FROM (SELECT string_agg(item, E'\n') AS all_items,
                    string_agg(item, E'\n') FILTER (WHERE item NOT LIKE 'run:%') AS other_items
               FROM (SELECT DISTINCT item FROM (SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
-          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $67) x WHERE "palisade"."run_watched"(id, false)
+          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $68) x WHERE "palisade"."run_watched"(id, false)
           -- A run under a concurrency key that ends gives its place to a pending run of its key (flow-control.ts).
-          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $68 AND concurrency_key IS NOT NULL
-          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $69 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM parent_woken UNION ALL SELECT 'turn:' || queue FROM cascaded) x(item) WHERE item IS NOT NULL) d) p
+          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $69 AND concurrency_key IS NOT NULL
+          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $70 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM parent_woken UNION ALL SELECT 'turn:' || queue FROM cascaded) x(item) WHERE item IS NOT NULL) d) p
      WHERE p.all_items IS NOT NULL)
     SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
            (SELECT conflict FROM gate) AS conflict,
@@ -369,9 +375,9 @@
            (SELECT count(*) FROM notified) AS notified,
            (SELECT jsonb_agg(id::text) FROM cascaded) AS cascade_children,
            (SELECT jsonb_build_object('status', status, 'output', output, 'error', error, 'cancel_reason', cancel_reason)
-              FROM run_row WHERE $70) AS ended,
+              FROM run_row WHERE $71) AS ended,
            (SELECT jsonb_agg(jsonb_build_object(
-              'id', e.id::text, 'run_id', $71::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
+              'id', e.id::text, 'run_id', $72::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
               'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
               'nonce', e.nonce::text, 'lease_ms', e.lease_ms, 'start_to_close_timeout_ms', e.start_to_close_timeout_ms,
               'retry_policy', e.retry_policy, 'heartbeat_details', NULL,
@@ -444,10 +450,11 @@
 -- $62 = "{\"type\":\"Error\",\"message\":\"boom\",\"nonRetryable\":true}"
 -- $63 = "{\"type\":\"Error\",\"message\":\"boom\",\"nonRetryable\":true}"
 -- $64 = true
--- $65 = "palisade_palisade"
--- $66 = 7900
--- $67 = true
+-- $65 = "failed"
+-- $66 = "palisade_palisade"
+-- $67 = 7900
 -- $68 = true
 -- $69 = true
 -- $70 = true
--- $71 = "00000000-0000-4000-8000-000000000001"
+-- $71 = true
+-- $72 = "00000000-0000-4000-8000-000000000001"

@@ -219,7 +219,13 @@
                   ELSE jsonb_build_object('name', name, 'seq', seq,
                                           'dueAt', CASE WHEN status = 'running' THEN started_at ELSE next_run_at END) END,
              (SELECT t FROM clock)
-        FROM inserted WHERE kind IN ('activity', 'timer', 'signal') OR (kind = 'child' AND status = 'running')
+        FROM inserted
+       -- An activity due at once (granted now, or due at its insert) has its step:scheduled read off its row by the
+       -- run_events view; one due later, or inserted ended, stores it.
+       WHERE kind IN ('timer', 'signal') OR (kind = 'child' AND status = 'running')
+          OR (kind = 'activity'
+              AND CASE WHEN status = 'running' THEN started_at ELSE next_run_at END
+                  IS DISTINCT FROM (SELECT t FROM clock))
       RETURNING 1),
     -- The child runs this turn starts, pending with their first turn due now, their parent recorded; a child whose
     -- key was taken fails its step instead.
@@ -243,15 +249,9 @@
          AND NOT EXISTS (SELECT 1 FROM own_children o
                           WHERE o.id = (i.input->>'runId')::uuid AND o.status NOT IN ('failed', 'cancelled'))
       RETURNING id, name, queue),
-    child_started_events AS (
-      INSERT INTO "palisade"."events" (run_id, type, data, at)
-      SELECT id, 'run:started', jsonb_build_object('workflow', name, 'queue', queue, 'parentRunId', $32::text),
-             (SELECT t FROM clock)
-        FROM children
-      RETURNING 1),
     child_refused_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $33::uuid, id, 'step:' || status,
+      SELECT $32::uuid, id, 'step:' || status,
              CASE WHEN status = 'failed' THEN jsonb_build_object('error', error)
                   ELSE jsonb_build_object('childRunId', input->>'runId') END,
              true, (SELECT t FROM clock)
@@ -259,7 +259,7 @@
       RETURNING 1),
     cancelled_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $34::uuid, id, 'step:cancelled',
+      SELECT $33::uuid, id, 'step:cancelled',
              CASE WHEN ended_with_run THEN jsonb_build_object('reason', 'the run ended', 'whileRunning', false)
                   ELSE jsonb_build_object('reason', 'the run was cancelled before this step could start') END,
              true, (SELECT t FROM clock)
@@ -268,32 +268,32 @@
     marked AS (
       UPDATE "palisade"."steps" s
          SET delivered_seq = dl.delivered_seq,
-             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $35::uuid THEN 'completed'
+             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $34::uuid THEN 'completed'
                            ELSE s.status END,
-             finished_at = CASE WHEN s.id = $36::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
-                                THEN ('epoch'::timestamptz + (($37::bigint) * interval '1 millisecond'))
+             finished_at = CASE WHEN s.id = $35::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
+                                THEN ('epoch'::timestamptz + (($36::bigint) * interval '1 millisecond'))
                                 ELSE s.finished_at END,
-             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $38::uuid THEN NULL
+             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $37::uuid THEN NULL
                                 ELSE s.next_run_at END,
              -- A signal wait's outcome: the signal it took, or its timeout; a fused step's, its completion's.
-             output = CASE WHEN s.id = $39::uuid
-                             THEN $40::jsonb
+             output = CASE WHEN s.id = $38::uuid
+                             THEN $39::jsonb
                            WHEN dl.fires_timer AND s.kind = 'signal' THEN '{"timedOut": true}'::jsonb
                            ELSE s.output END,
              -- The rest of a fused step's completion (the fence checked it holds the step), as completeSteps
              -- writes it.
-             error = CASE WHEN s.id = $41::uuid THEN NULL ELSE s.error END,
-             ended_nonce = CASE WHEN s.id = $42::uuid THEN s.nonce ELSE s.ended_nonce END
+             error = CASE WHEN s.id = $40::uuid THEN NULL ELSE s.error END,
+             ended_nonce = CASE WHEN s.id = $41::uuid THEN s.nonce ELSE s.ended_nonce END
         FROM dl
-       WHERE s.id = dl.id AND s.run_id = $43::uuid AND EXISTS (SELECT 1 FROM go)
+       WHERE s.id = dl.id AND s.run_id = $42::uuid AND EXISTS (SELECT 1 FROM go)
       RETURNING s.id, s.seq, s.kind, dl.fires_timer, dl.signal_id, s.fencing_token),
     completed_attempt AS (
       UPDATE "palisade"."attempts" a SET outcome = 'completed', ended_at = (SELECT t FROM step_clock)
-        FROM marked m WHERE m.id = $44::uuid AND a.fencing_token = m.fencing_token
+        FROM marked m WHERE m.id = $43::uuid AND a.fencing_token = m.fencing_token
       RETURNING 1),
     fired_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $45::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
+      SELECT $44::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
              jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
         FROM marked WHERE fires_timer
       RETURNING 1),
@@ -303,7 +303,7 @@
     -- statement does not see its own inserts).
     waiting AS (
       SELECT s.kind, s.name, s.next_run_at AS due FROM "palisade"."steps" s
-       WHERE s.run_id = $46::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
+       WHERE s.run_id = $45::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
          AND s.retired_at IS NULL
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = s.id AND (dl.fires_timer OR dl.signal_id IS NOT NULL))
       UNION ALL
@@ -315,19 +315,19 @@
     signal_due AS (
       SELECT EXISTS (
         SELECT 1 FROM "palisade"."signals" g
-         WHERE g.run_id = $47::uuid AND g.consumed_at IS NULL
+         WHERE g.run_id = $46::uuid AND g.consumed_at IS NULL
            AND EXISTS (SELECT 1 FROM waiting w WHERE w.kind = 'signal' AND w.name = g.name)) AS due),
     -- The one write of the run row: its end, or its next turn (now if anything woke it since the claim).
     run_row AS (
       UPDATE "palisade"."runs" r
          SET turn_lease_expires_at = NULL,
-             status = coalesce($48::text, 'running'),
-             output = CASE WHEN $49 THEN $50::jsonb ELSE r.output END,
-             error = CASE WHEN $51 THEN $52::jsonb ELSE r.error END,
-             finished_at = CASE WHEN $53 THEN (SELECT t FROM clock) ELSE r.finished_at END,
-             progress = CASE WHEN $54 THEN $55::jsonb ELSE r.progress END,
-             turn_next_run_at = CASE WHEN $56 THEN NULL
-                                     WHEN r.wake_count <> $57 THEN (SELECT t FROM clock)
+             status = coalesce($47::text, 'running'),
+             output = CASE WHEN $48 THEN $49::jsonb ELSE r.output END,
+             error = CASE WHEN $50 THEN $51::jsonb ELSE r.error END,
+             finished_at = CASE WHEN $52 THEN (SELECT t FROM clock) ELSE r.finished_at END,
+             progress = CASE WHEN $53 THEN $54::jsonb ELSE r.progress END,
+             turn_next_run_at = CASE WHEN $55 THEN NULL
+                                     WHEN r.wake_count <> $56 THEN (SELECT t FROM clock)
                                      WHEN (SELECT due FROM signal_due) THEN (SELECT t FROM clock)
                                      WHEN EXISTS (SELECT 1 FROM inserted
                                                    WHERE kind = 'child' AND status IN ('failed', 'completed'))
@@ -336,7 +336,7 @@
              -- A fused step grants its turn here, as claimTurns grants one (see commitFusedTurn).
              turn_token = (SELECT token FROM turn_grant), turn_nonce = (SELECT nonce FROM turn_grant),
              turn_epoch = r.turn_epoch + 1,
-             turn_attempt = r.turn_attempt + 1, turn_worker_id = $58,
+             turn_attempt = r.turn_attempt + 1, turn_worker_id = $57,
              started_at = coalesce(r.started_at, (SELECT t FROM clock))
        WHERE r.id = (SELECT id FROM go)
       RETURNING r.id, r.queue, r.turn_next_run_at <= (SELECT t FROM clock) AS due_now, r.status, r.output, r.error,
@@ -345,7 +345,7 @@
     turn_attempt AS (
       INSERT INTO "palisade"."attempts" (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at, outcome,
                                  ended_at)
-      SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, $59, (SELECT t FROM clock),
+      SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, $58, (SELECT t FROM clock),
              'completed', (SELECT t FROM clock)
         FROM run_row
       RETURNING 1),
@@ -355,7 +355,7 @@
       UPDATE "palisade"."steps" s SET status = 'cancelled', finished_at = (SELECT t FROM clock), next_run_at = NULL,
                               cancel_requested_at = coalesce(s.cancel_requested_at, (SELECT t FROM clock))
         FROM locked l
-       WHERE $60 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
+       WHERE $59 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = l.id)
       RETURNING s.id, s.attempt, s.epoch, s.fencing_token, l.status AS prev_status, s.kind,
                 s.input->>'runId' AS child_run_id, s.input->>'cancellation' AS cancellation),
@@ -365,7 +365,7 @@
       RETURNING 1),
     leftover_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
-      SELECT $61::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
+      SELECT $60::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
              jsonb_build_object('reason', 'the run ended', 'whileRunning', prev_status = 'running'), true,
              (SELECT t FROM clock)
         FROM leftover
@@ -373,10 +373,10 @@
 
     run_event AS (
       INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
-      SELECT id, 'run:' || $62::text,
-             CASE WHEN $63::jsonb IS NOT NULL THEN jsonb_build_object('error', $64::jsonb) END,
+      SELECT id, 'run:' || $61::text,
+             CASE WHEN $62::jsonb IS NOT NULL THEN jsonb_build_object('error', $63::jsonb) END,
              true, (SELECT t FROM clock)
-        FROM run_row WHERE $65
+        FROM run_row WHERE $64 AND $65::text <> 'completed'
       RETURNING 1),
     
     -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
@@ -446,38 +446,38 @@
 -- $31 = "00000000-0000-4000-8000-000000000001"
 -- $32 = "00000000-0000-4000-8000-000000000001"
 -- $33 = "00000000-0000-4000-8000-000000000001"
--- $34 = "00000000-0000-4000-8000-000000000001"
+-- $34 = "00000000-0000-4000-8000-00000000000a"
 -- $35 = "00000000-0000-4000-8000-00000000000a"
--- $36 = "00000000-0000-4000-8000-00000000000a"
--- $37 = 1780000000000
+-- $36 = 1780000000000
+-- $37 = "00000000-0000-4000-8000-00000000000a"
 -- $38 = "00000000-0000-4000-8000-00000000000a"
--- $39 = "00000000-0000-4000-8000-00000000000a"
--- $40 = "{\"charged\":true}"
+-- $39 = "{\"charged\":true}"
+-- $40 = "00000000-0000-4000-8000-00000000000a"
 -- $41 = "00000000-0000-4000-8000-00000000000a"
--- $42 = "00000000-0000-4000-8000-00000000000a"
--- $43 = "00000000-0000-4000-8000-000000000001"
--- $44 = "00000000-0000-4000-8000-00000000000a"
+-- $42 = "00000000-0000-4000-8000-000000000001"
+-- $43 = "00000000-0000-4000-8000-00000000000a"
+-- $44 = "00000000-0000-4000-8000-000000000001"
 -- $45 = "00000000-0000-4000-8000-000000000001"
 -- $46 = "00000000-0000-4000-8000-000000000001"
--- $47 = "00000000-0000-4000-8000-000000000001"
--- $48 = null
--- $49 = false
--- $50 = null
--- $51 = false
--- $52 = null
+-- $47 = null
+-- $48 = false
+-- $49 = null
+-- $50 = false
+-- $51 = null
+-- $52 = false
 -- $53 = false
--- $54 = false
--- $55 = null
--- $56 = false
--- $57 = 3
+-- $54 = null
+-- $55 = false
+-- $56 = 3
+-- $57 = "worker-1"
 -- $58 = "worker-1"
--- $59 = "worker-1"
--- $60 = false
--- $61 = "00000000-0000-4000-8000-000000000001"
+-- $59 = false
+-- $60 = "00000000-0000-4000-8000-000000000001"
+-- $61 = null
 -- $62 = null
 -- $63 = null
--- $64 = null
--- $65 = false
+-- $64 = false
+-- $65 = null
 -- $66 = "palisade_palisade"
 -- $67 = 7900
 -- $68 = false

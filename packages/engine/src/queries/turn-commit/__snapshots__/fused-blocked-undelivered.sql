@@ -178,7 +178,13 @@
                   ELSE jsonb_build_object('name', name, 'seq', seq,
                                           'dueAt', CASE WHEN status = 'running' THEN started_at ELSE next_run_at END) END,
              (SELECT t FROM clock)
-        FROM inserted WHERE kind IN ('activity', 'timer', 'signal') OR (kind = 'child' AND status = 'running')
+        FROM inserted
+       -- An activity due at once (granted now, or due at its insert) has its step:scheduled read off its row by the
+       -- run_events view; one due later, or inserted ended, stores it.
+       WHERE kind IN ('timer', 'signal') OR (kind = 'child' AND status = 'running')
+          OR (kind = 'activity'
+              AND CASE WHEN status = 'running' THEN started_at ELSE next_run_at END
+                  IS DISTINCT FROM (SELECT t FROM clock))
       RETURNING 1),
     cancelled_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
@@ -296,24 +302,24 @@
       SELECT id, 'run:' || $57::text,
              CASE WHEN $58::jsonb IS NOT NULL THEN jsonb_build_object('error', $59::jsonb) END,
              true, (SELECT t FROM clock)
-        FROM run_row WHERE $60
+        FROM run_row WHERE $60 AND $61::text <> 'completed'
       RETURNING 1),
     
     -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
     -- next turn is due now, the run's waiters when it ended and a handle.result() waits on it, and, when it goes
     -- on, its watchers (a handle.watch() waits on it now: one NOTIFY item per turn, for watched runs only).
     notified AS (
-    SELECT pg_notify($61,
-             CASE WHEN length(p.all_items) <= $62 THEN p.all_items
+    SELECT pg_notify($62,
+             CASE WHEN length(p.all_items) <= $63 THEN p.all_items
                   ELSE concat_ws(E'\n', 'run:*', p.other_items) END)
       FROM (SELECT string_agg(item, E'\n') AS all_items,
                    string_agg(item, E'\n') FILTER (WHERE item NOT LIKE 'run:%') AS other_items
               FROM (SELECT DISTINCT item FROM (SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
-          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $63) x WHERE "palisade"."run_watched"(id, false)
+          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $64) x WHERE "palisade"."run_watched"(id, false)
           -- A run under a concurrency key that ends gives its place to a pending run of its key (flow-control.ts).
-          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $64 AND concurrency_key IS NOT NULL
-          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $65 AND "palisade"."run_watched"(id, true)) x(item) WHERE item IS NOT NULL) d) p
+          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $65 AND concurrency_key IS NOT NULL
+          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $66 AND "palisade"."run_watched"(id, true)) x(item) WHERE item IS NOT NULL) d) p
      WHERE p.all_items IS NOT NULL)
     SELECT EXISTS (SELECT 1 FROM go) AS fenced,
            (SELECT conflict FROM gate) AS conflict,
@@ -322,9 +328,9 @@
               FROM run_row) AS turn,
            (SELECT count(*) FROM notified) AS notified,
            (SELECT jsonb_build_object('status', status, 'output', output, 'error', error, 'cancel_reason', cancel_reason)
-              FROM run_row WHERE $66) AS ended,
+              FROM run_row WHERE $67) AS ended,
            (SELECT jsonb_agg(jsonb_build_object(
-              'id', e.id::text, 'run_id', $67::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
+              'id', e.id::text, 'run_id', $68::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
               'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
               'nonce', e.nonce::text, 'lease_ms', e.lease_ms, 'start_to_close_timeout_ms', e.start_to_close_timeout_ms,
               'retry_policy', e.retry_policy, 'heartbeat_details', NULL,
@@ -393,10 +399,11 @@
 -- $58 = null
 -- $59 = null
 -- $60 = false
--- $61 = "palisade_palisade"
--- $62 = 7900
--- $63 = false
+-- $61 = null
+-- $62 = "palisade_palisade"
+-- $63 = 7900
 -- $64 = false
 -- $65 = false
 -- $66 = false
--- $67 = "00000000-0000-4000-8000-000000000001"
+-- $67 = false
+-- $68 = "00000000-0000-4000-8000-000000000001"

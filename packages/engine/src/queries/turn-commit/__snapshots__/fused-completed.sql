@@ -187,7 +187,13 @@
                   ELSE jsonb_build_object('name', name, 'seq', seq,
                                           'dueAt', CASE WHEN status = 'running' THEN started_at ELSE next_run_at END) END,
              (SELECT t FROM clock)
-        FROM inserted WHERE kind IN ('activity', 'timer', 'signal') OR (kind = 'child' AND status = 'running')
+        FROM inserted
+       -- An activity due at once (granted now, or due at its insert) has its step:scheduled read off its row by the
+       -- run_events view; one due later, or inserted ended, stores it.
+       WHERE kind IN ('timer', 'signal') OR (kind = 'child' AND status = 'running')
+          OR (kind = 'activity'
+              AND CASE WHEN status = 'running' THEN started_at ELSE next_run_at END
+                  IS DISTINCT FROM (SELECT t FROM clock))
       RETURNING 1),
     cancelled_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
@@ -371,31 +377,31 @@
       SELECT id, 'run:' || $73::text,
              CASE WHEN $74::jsonb IS NOT NULL THEN jsonb_build_object('error', $75::jsonb) END,
              true, (SELECT t FROM clock)
-        FROM run_row WHERE $76
+        FROM run_row WHERE $76 AND $77::text <> 'completed'
       RETURNING 1),
     -- What the turn set with ctx.setProgress, as an event too (what handle.watch() streams) when it changed:
     -- a turn that replayed the code from its start sets again what earlier turns set. The read of runs here sees
     -- the row as the statement's snapshot has it, before run_row's write.
     progress_event AS (
       INSERT INTO "palisade"."events" (run_id, type, data, at)
-      SELECT id, 'run:progress', jsonb_build_object('value', $77::jsonb), (SELECT t FROM clock) FROM run_row
-       WHERE (SELECT p.progress FROM "palisade"."runs" p WHERE p.id = $78::uuid) IS DISTINCT FROM $79::jsonb
+      SELECT id, 'run:progress', jsonb_build_object('value', $78::jsonb), (SELECT t FROM clock) FROM run_row
+       WHERE (SELECT p.progress FROM "palisade"."runs" p WHERE p.id = $79::uuid) IS DISTINCT FROM $80::jsonb
       RETURNING 1),
     -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
     -- next turn is due now, the run's waiters when it ended and a handle.result() waits on it, and, when it goes
     -- on, its watchers (a handle.watch() waits on it now: one NOTIFY item per turn, for watched runs only).
     notified AS (
-    SELECT pg_notify($80,
-             CASE WHEN length(p.all_items) <= $81 THEN p.all_items
+    SELECT pg_notify($81,
+             CASE WHEN length(p.all_items) <= $82 THEN p.all_items
                   ELSE concat_ws(E'\n', 'run:*', p.other_items) END)
       FROM (SELECT string_agg(item, E'\n') AS all_items,
                    string_agg(item, E'\n') FILTER (WHERE item NOT LIKE 'run:%') AS other_items
               FROM (SELECT DISTINCT item FROM (SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
-          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $82) x WHERE "palisade"."run_watched"(id, false)
+          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $83) x WHERE "palisade"."run_watched"(id, false)
           -- A run under a concurrency key that ends gives its place to a pending run of its key (flow-control.ts).
-          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $83 AND concurrency_key IS NOT NULL
-          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $84 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM parent_woken UNION ALL SELECT 'turn:' || queue FROM cascaded) x(item) WHERE item IS NOT NULL) d) p
+          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $84 AND concurrency_key IS NOT NULL
+          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $85 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM parent_woken UNION ALL SELECT 'turn:' || queue FROM cascaded) x(item) WHERE item IS NOT NULL) d) p
      WHERE p.all_items IS NOT NULL)
     SELECT EXISTS (SELECT 1 FROM go) AS fenced,
            (SELECT conflict FROM gate) AS conflict,
@@ -405,9 +411,9 @@
            (SELECT count(*) FROM notified) AS notified,
            (SELECT jsonb_agg(id::text) FROM cascaded) AS cascade_children,
            (SELECT jsonb_build_object('status', status, 'output', output, 'error', error, 'cancel_reason', cancel_reason)
-              FROM run_row WHERE $85) AS ended,
+              FROM run_row WHERE $86) AS ended,
            (SELECT jsonb_agg(jsonb_build_object(
-              'id', e.id::text, 'run_id', $86::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
+              'id', e.id::text, 'run_id', $87::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
               'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
               'nonce', e.nonce::text, 'lease_ms', e.lease_ms, 'start_to_close_timeout_ms', e.start_to_close_timeout_ms,
               'retry_policy', e.retry_policy, 'heartbeat_details', NULL,
@@ -492,13 +498,14 @@
 -- $74 = null
 -- $75 = null
 -- $76 = true
--- $77 = "\"done\""
--- $78 = "00000000-0000-4000-8000-000000000001"
--- $79 = "\"done\""
--- $80 = "palisade_palisade"
--- $81 = 7900
--- $82 = true
+-- $77 = "completed"
+-- $78 = "\"done\""
+-- $79 = "00000000-0000-4000-8000-000000000001"
+-- $80 = "\"done\""
+-- $81 = "palisade_palisade"
+-- $82 = 7900
 -- $83 = true
 -- $84 = true
 -- $85 = true
--- $86 = "00000000-0000-4000-8000-000000000001"
+-- $86 = true
+-- $87 = "00000000-0000-4000-8000-000000000001"
