@@ -108,7 +108,7 @@ describe('one lock order on postgres', () => {
     const columns = (
       await admin<{ name: string }[]>`
         SELECT column_name AS name FROM information_schema.columns
-         WHERE table_schema = ${schema} AND table_name = 'steps'
+         WHERE table_schema = ${schema} AND table_name = 'steps' AND is_generated = 'NEVER'
            AND column_name NOT IN ('id', 'seq', 'fencing_scope')`
     ).map((r) => `"${r.name}"`);
 
