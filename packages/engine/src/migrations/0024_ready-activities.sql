@@ -36,7 +36,8 @@ $$;
 --> statement-breakpoint
 -- Keeps steps row OLD/NEW's ready row in step: inserted when the step becomes claimable, moved (one UPDATE, in
 -- the one partition) when its due time or expiry changes, deleted when it ends. The row is found through
--- ready_claim_order_idx by the key OLD says it has (queue, priority, due, step id): ready.due_at always equals
+-- ready_claim_order_idx by the whole key OLD says it has (queue, priority, due, name, step id: many rows may share
+-- a due time, as a batch's grants or a bulk enqueue's rows do): ready.due_at always equals
 -- ready_due(step), so no second index and no mirror column is needed. A row that is not where OLD says (a stale
 -- set, which the claim corrects) is inserted afresh.
 CREATE FUNCTION "palisade"."steps_ready_sync"() RETURNS trigger
@@ -59,11 +60,13 @@ BEGIN
       END IF;
       UPDATE "palisade"."ready" SET due_at = new_due, expiring = new_exp, queue = NEW.queue,
                                     priority = NEW.priority, name = NEW.name
-       WHERE queue = OLD.queue AND priority = OLD.priority AND due_at = old_due AND step_id = OLD.id;
+       WHERE queue = OLD.queue AND priority = OLD.priority AND due_at = old_due AND name = OLD.name
+         AND step_id = OLD.id;
       IF FOUND THEN RETURN NULL; END IF;
     ELSE
       DELETE FROM "palisade"."ready"
-       WHERE queue = OLD.queue AND priority = OLD.priority AND due_at = old_due AND step_id = OLD.id;
+       WHERE queue = OLD.queue AND priority = OLD.priority AND due_at = old_due AND name = OLD.name
+         AND step_id = OLD.id;
       RETURN NULL;
     END IF;
   END IF;

@@ -100,7 +100,7 @@ export async function claimSteps(
     -- whose step may be claimed in this snapshot, and stale ones (the step gone, ended, or due elsewhere), which
     -- this claim corrects below instead of leaving them to be met again.
     cand AS MATERIALIZED (
-      SELECT r.step_id, r.queue, r.priority, r.due_at,
+      SELECT r.step_id, r.queue, r.priority, r.due_at, r.name,
              (x.id IS NULL OR ${n.readyDue}(x) IS DISTINCT FROM r.due_at OR ${n.readyExpiring}(x) IS DISTINCT FROM r.expiring) AS stale
         FROM ${n.ready} r LEFT JOIN ${n.steps} x ON x.id = r.step_id
        WHERE r.queue IN ${p.queues} AND r.name IN ${p.activityNames} AND r.due_at <= (SELECT t FROM clock)
@@ -210,7 +210,8 @@ function staleReadyCtes(n: SchemaNames): SQL {
     stale_gone AS (
       DELETE FROM ${n.ready} r
        USING cand c LEFT JOIN stale_steps l ON l.id = c.step_id
-       WHERE c.stale AND r.queue = c.queue AND r.priority = c.priority AND r.due_at = c.due_at AND r.step_id = c.step_id
+       WHERE c.stale AND r.queue = c.queue AND r.priority = c.priority AND r.due_at = c.due_at AND r.name = c.name
+         AND r.step_id = c.step_id
          AND (l.id IS NOT NULL OR NOT EXISTS (SELECT 1 FROM ${n.steps} g WHERE g.id = c.step_id))
          AND (l.id IS NULL OR l.due IS DISTINCT FROM c.due_at OR l.expiring IS DISTINCT FROM r.expiring)
       RETURNING r.step_id),
@@ -220,6 +221,7 @@ function staleReadyCtes(n: SchemaNames): SQL {
         FROM stale_steps l
        WHERE l.due IS NOT NULL AND l.id IN (SELECT step_id FROM stale_gone)
          AND NOT EXISTS (SELECT 1 FROM ${n.ready} r
-                          WHERE r.queue = l.queue AND r.priority = l.priority AND r.due_at = l.due AND r.step_id = l.id)
+                          WHERE r.queue = l.queue AND r.priority = l.priority AND r.due_at = l.due
+                            AND r.name = l.name AND r.step_id = l.id)
       RETURNING 1),`;
 }
