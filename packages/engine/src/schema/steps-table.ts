@@ -21,7 +21,7 @@ const running = sql.raw(sqlLiteral(StepStatus.running));
  * run's row locked, and pruning deletes a run's steps itself.
  *
  * Nothing the hot path writes (status, due time, lease) is a key or predicate of its indexes, so claims,
- * heartbeats and completions are HOT updates (`fillfactor` 40 leaves their versions room on the page). An
+ * heartbeats and completions are HOT updates (`fillfactor` 30 leaves their versions room on the page). An
  * activity's claimability lives in `ready` (ready-table.ts), kept by the `steps_ready_*` triggers of
  * migration 0024; the table's fillfactor is set there too (drizzle does not express it).
  */
