@@ -19,6 +19,7 @@ import { ApplicationFailure, LeaseLostError, defineActivity, defineWorkflow } fr
 import type { Engine, RunHandle } from '@palisade/engine';
 import { setFaultHook, unsafeTestTimings } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
+import { readyMismatches } from '../support/ready-set.js';
 import { gate, recordingLogger } from '../worker/helpers.js';
 import { rejectionOf } from '../support/rejections.js';
 import { holdActivity } from './held-activity.js';
@@ -107,7 +108,7 @@ describe('one lock order on postgres', () => {
     const columns = (
       await admin<{ name: string }[]>`
         SELECT column_name AS name FROM information_schema.columns
-         WHERE table_schema = ${schema} AND table_name = 'steps'
+         WHERE table_schema = ${schema} AND table_name = 'steps' AND is_generated = 'NEVER'
            AND column_name NOT IN ('id', 'seq', 'fencing_scope')`
     ).map((r) => `"${r.name}"`);
 
@@ -305,6 +306,9 @@ describe('one lock order on postgres', () => {
     const [rejectedRow] = await admin<{ rejected: number }[]>`
       SELECT count(*)::int AS rejected FROM ${admin(schema)}.events WHERE type = 'attempt:stale-rejected'`;
     expect(rejectedRow?.rejected).toBeGreaterThan(0);
+    // Every claim, heartbeat, completion, failure, retry, cancel and run ending above kept the claimable set in
+    // step: one ready row per claimable step, none for any other (migration 0024).
+    expect(await readyMismatches(engines[0]!)).toEqual([]);
 
     // Deadlocks are counted by the backend that found them and flushed to the statistics when it exits: close
     // every connection, wait until those backends are gone, then read the database's counter.

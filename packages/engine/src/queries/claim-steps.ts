@@ -1,4 +1,4 @@
-import { sql } from 'drizzle-orm';
+import { sql, type SQL } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { nextDueMsSql } from './next-due-step.js';
 import {
@@ -58,10 +58,18 @@ export interface ClaimedStepRow {
  *
  * Eligible: `scheduled` and due, or `running` whose lease expired (and whose reclaim backoff passed, both
  * folded into `next_run_at`) and that still has attempts left and no cancel request — expired steps with
- * neither are ended by `expireSteps`, never reclaimed. Locks: `FOR NO KEY UPDATE SKIP LOCKED` on the picked rows
- * (the lock the UPDATE takes anyway, as it changes no key; nothing is taken that a claim would skip), READ
- * COMMITTED; the UPDATE repeats the eligibility test on the locked version as defence in depth, so a claim can
- * never take an unexpired lease. Each claimed row takes a fresh token from the global sequence (taken under the
+ * neither are ended by `expireSteps`, never reclaimed.
+ *
+ * The candidates come from `ready` (migration 0024), in claim order (priority, then due time) off
+ * `ready_claim_order_idx`, locked `FOR UPDATE SKIP LOCKED`; then their step rows are locked `FOR NO KEY UPDATE SKIP
+ * LOCKED` (the lock the UPDATE takes anyway, as it changes no key) and eligibility is re-checked on the locked
+ * step row itself, READ COMMITTED: `ready` is scheduling state only and may be stale, and the UPDATE repeats the
+ * test on the locked version as defence in depth, so a claim can never take an unexpired lease. A stale `ready`
+ * row it meets (its step gone, ended, or due at another time than `<schema>.ready_due` says) is deleted, and the
+ * step's true row made if it has none. The claim's own writes to the step move its `ready` row through the
+ * `steps_ready_update` trigger (to the lease's end plus the reclaim delay). Locks: `ready`, then steps, then
+ * flow keys, all SKIP LOCKED; statements that wait lock steps before `ready` (invariant 14). Each claimed row
+ * takes a fresh token from the global sequence (taken under the
  * row lock, so grants of one step increase in commit order), a fresh nonce, attempt + 1, epoch + 1, an attempt
  * deadline (start-to-close) and a lease from the DB clock capped by that deadline. The same statement inserts
  * the `attempts` row (with the lease it granted, and the token a reclaim took over: `attempt:claimed` is read off
@@ -88,6 +96,21 @@ export async function claimSteps(
   const maxAttempts = sql`(s.retry_policy->>'maximumAttempts')::int`;
   return db.rows<ClaimedStepRow>(sql`
     WITH clock AS MATERIALIZED (SELECT ${n.now} AS t),
+    -- The due ready rows in claim order, locked SKIP LOCKED (a claim locks ready first and never waits): those
+    -- whose step may be claimed in this snapshot, and stale ones (the step gone, ended, or due elsewhere), which
+    -- this claim corrects below instead of leaving them to be met again.
+    cand AS MATERIALIZED (
+      SELECT r.step_id, r.queue, r.priority, r.due_at, r.name,
+             (x.id IS NULL OR ${n.readyDue}(x) IS DISTINCT FROM r.due_at OR ${n.readyExpiring}(x) IS DISTINCT FROM r.expiring) AS stale
+        FROM ${n.ready} r LEFT JOIN ${n.steps} x ON x.id = r.step_id
+       WHERE r.queue IN ${p.queues} AND r.name IN ${p.activityNames} AND r.due_at <= (SELECT t FROM clock)
+         AND (x.id IS NULL OR ${n.readyDue}(x) IS DISTINCT FROM r.due_at OR ${n.readyExpiring}(x) IS DISTINCT FROM r.expiring
+              OR (NOT r.expiring AND ${stepKeyHasRoom(n, sql`x`)}))
+       ORDER BY r.priority DESC, r.due_at
+       LIMIT ${p.limit}
+       FOR UPDATE OF r SKIP LOCKED),
+    -- Their steps, locked SKIP LOCKED, and eligibility re-checked on the locked (newest) version of the step row:
+    -- ready is scheduling state only.
     picked AS (
       SELECT s.id, s.status AS prev_status, s.fencing_token AS prev_token, s.lease_expires_at AS prev_lease_expires_at,
              s.attempt_deadline_at AS prev_deadline_at, s.attempt AS prev_attempt,
@@ -100,14 +123,13 @@ export async function claimSteps(
              CASE WHEN s.concurrency_key IS NOT NULL AND s.status = 'scheduled' THEN ${stepSlotKey(sql`s`)} END AS slot_key,
              CASE WHEN s.rate_key IS NOT NULL THEN ${stepRateKey(sql`s`)} END AS rate_id, s.rate_limit, s.rate_period_ms
         FROM ${n.steps} s
-       WHERE s.queue IN ${p.queues} AND s.name IN ${p.activityNames} AND s.kind = 'activity'
+       WHERE s.id IN (SELECT step_id FROM cand WHERE NOT stale) AND s.kind = 'activity'
          AND s.status IN ${liveStepStatuses}
          AND s.next_run_at <= (SELECT t FROM clock)
          AND NOT (s.status = 'running' AND (s.cancel_requested_at IS NOT NULL OR s.attempt >= ${maxAttempts}))
          AND ${stepKeyHasRoom(n, sql`s`)}
-       ORDER BY s.priority DESC, s.next_run_at
-       LIMIT ${p.limit}
        FOR NO KEY UPDATE OF s SKIP LOCKED),
+    ${staleReadyCtes(n)}
     ${flowKeyLocks(n)}
     -- The clock the grant is made at, read once the picked rows (and their flow-control keys) are locked: the
     -- lease, the attempt deadline and the attempt's claimed_at all start here, so the lease an attempt records
@@ -166,6 +188,40 @@ export async function claimSteps(
            c.prev_token::text, c.fencing_scope,
            ${nextDueMsSql(n, p, sql`(SELECT id FROM claimed)`, sql`(SELECT t FROM clock)`)} AS next_due_ms,
            (SELECT count(*) FROM new_attempts) + (SELECT count(*) FROM ended_attempts)
-             + (SELECT count(*) FROM keys_bumped) + (SELECT count(*) FROM rate_deferred) AS effects
+             + (SELECT count(*) FROM keys_bumped) + (SELECT count(*) FROM rate_deferred)
+             + (SELECT count(*) FROM stale_gone) + (SELECT count(*) FROM stale_moved) AS effects
       FROM claimed c`);
+}
+
+/**
+ * CTEs `stale_steps`, `stale_gone` and `stale_moved`, after CTE `cand` (the ready rows a claim locked, with their
+ * key and `stale`): a stale ready row is deleted, and its step's true row made when the step should have one and
+ * has none, both read off the step row locked `FOR NO KEY UPDATE SKIP LOCKED` (a step another statement holds is
+ * left for a later claim). A row whose step is gone is deleted. Ends with a comma.
+ */
+function staleReadyCtes(n: SchemaNames): SQL {
+  return sql`
+    -- A stale ready row is deleted, and the step's true row made when it has none, read off the locked step.
+    stale_steps AS MATERIALIZED (
+      SELECT s.id, s.queue, s.priority, s.name, s.run_id, ${n.readyDue}(s) AS due, ${n.readyExpiring}(s) AS expiring
+        FROM ${n.steps} s
+       WHERE s.id IN (SELECT step_id FROM cand WHERE stale)
+       FOR NO KEY UPDATE OF s SKIP LOCKED),
+    stale_gone AS (
+      DELETE FROM ${n.ready} r
+       USING cand c LEFT JOIN stale_steps l ON l.id = c.step_id
+       WHERE c.stale AND r.queue = c.queue AND r.priority = c.priority AND r.due_at = c.due_at AND r.name = c.name
+         AND r.step_id = c.step_id
+         AND (l.id IS NOT NULL OR NOT EXISTS (SELECT 1 FROM ${n.steps} g WHERE g.id = c.step_id))
+         AND (l.id IS NULL OR l.due IS DISTINCT FROM c.due_at OR l.expiring IS DISTINCT FROM r.expiring)
+      RETURNING r.step_id),
+    stale_moved AS (
+      INSERT INTO ${n.ready} (queue, priority, due_at, name, step_id, run_id, expiring)
+      SELECT l.queue, l.priority, l.due, l.name, l.id, l.run_id, l.expiring
+        FROM stale_steps l
+       WHERE l.due IS NOT NULL AND l.id IN (SELECT step_id FROM stale_gone)
+         AND NOT EXISTS (SELECT 1 FROM ${n.ready} r
+                          WHERE r.queue = l.queue AND r.priority = l.priority AND r.due_at = l.due
+                            AND r.name = l.name AND r.step_id = l.id)
+      RETURNING 1),`;
 }

@@ -17,6 +17,9 @@ export interface ExpiredStepRow {
  * cancel was requested while their owner was gone. The step ends `failed` with a reason that says the lease
  * expired (or the start-to-close timeout passed), or `cancelled`.
  *
+ * The candidates are read off `ready_expiring_idx`: a running step that is to be ended, not reclaimed, has its
+ * `ready` row marked `expiring` and due at its lease's end (migration 0024).
+ *
  * This is maintenance of running rows, so it is fenced like a claim (invariant 5; I8): `FOR NO KEY UPDATE
  * SKIP LOCKED`, the expiry re-checked on the locked version, and the token bumped from the global sequence in the
  * same statement, so the zombie owner's later writes fail. The same statement ends the attempt row, appends
@@ -32,9 +35,11 @@ export async function expireSteps(db: Database, n: SchemaNames, limit = 100): Pr
              s.lease_expires_at >= s.attempt_deadline_at AS timed_out,
              s.cancel_requested_at IS NOT NULL AS cancel_requested, ${maxAttempts} AS max_attempts
         FROM ${n.steps} s
-       WHERE s.status = 'running' AND s.lease_expires_at <= (SELECT t FROM clock)
+       WHERE s.id IN (SELECT r.step_id FROM ${n.ready} r
+                       WHERE r.expiring AND r.due_at <= (SELECT t FROM clock)
+                       ORDER BY r.due_at LIMIT ${limit})
+         AND s.status = 'running' AND s.lease_expires_at <= (SELECT t FROM clock)
          AND (s.cancel_requested_at IS NOT NULL OR s.attempt >= ${maxAttempts})
-       LIMIT ${limit}
        FOR NO KEY UPDATE OF s SKIP LOCKED),
     -- The runs it ends or wakes, locked SKIP LOCKED: the sweep never waits (invariant 14); a step whose run a
     -- cancel, retry or turn holds is left for the next sweep.

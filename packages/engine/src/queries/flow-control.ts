@@ -1,7 +1,6 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
-import { liveStepStatuses } from './status-sql.js';
 
 /*
  * Flow control in the claim statements (issue 14): per-key concurrency of activity steps and workflow runs, and
@@ -49,10 +48,13 @@ export function flowKeyOf(kind: 'step' | 'rate' | 'run', name: string, key: stri
   return sql`${key === undefined ? null : `${kind}/${name}/${key}`}::text`;
 }
 
-/** The number of running steps of the activity and concurrency key of steps row `s` (the snapshot's). */
+/**
+ * The number of running steps of the activity and concurrency key of steps row `s` (the snapshot's), read off
+ * `steps_running_concurrency_key_idx` (the generated `running_concurrency_key`: the key while the step runs).
+ */
 function runningStepsOfKey(n: SchemaNames, s: SQL): SQL {
   return sql`(SELECT count(*) FROM ${n.steps} k
-     WHERE k.name = ${s}.name AND k.concurrency_key = ${s}.concurrency_key AND k.status = 'running')`;
+     WHERE k.name = ${s}.name AND k.running_concurrency_key = ${s}.concurrency_key)`;
 }
 
 /**
@@ -67,7 +69,7 @@ function runningRunsOfKey(n: SchemaNames, r: SQL): SQL {
 
 /**
  * A predicate on steps row `s`: it takes no new place under a concurrency key (it has none, or it runs already
- * and keeps its place when reclaimed), or its key has room in this snapshot. Uses `steps_concurrency_running_idx`.
+ * and keeps its place when reclaimed), or its key has room in this snapshot. Uses `steps_running_concurrency_key_idx`.
  */
 export function stepKeyHasRoom(n: SchemaNames, s: SQL): SQL {
   return sql`(${s}.concurrency_key IS NULL OR ${s}.status = 'running'
@@ -210,19 +212,17 @@ const MAX_RATE_PERIOD_MS = 86_400_000;
 /**
  * A predicate on flow_keys row `k`: no live work holds the key — no `pending` or `running` workflow run under a
  * run key (`runs_live_concurrency_key_idx`), no `scheduled` or `running` step under a step or rate key
- * (`steps_flow_keyed_live_idx`) — and, for a rate key, no start within the longest rate period.
+ * (`steps_live_flow_name_idx`: the generated `live_flow_name`) — and, for a rate key, no start within the longest rate period.
  */
 function flowKeyIdle(n: SchemaNames): SQL {
   return sql`k.key NOT IN (
         SELECT 'run/' || r.name || '/' || r.live_concurrency_key FROM ${n.runs} r WHERE r.live_concurrency_key IS NOT NULL
         UNION ALL
         SELECT 'step/' || s.name || '/' || s.concurrency_key FROM ${n.steps} s
-         WHERE (s.concurrency_key IS NOT NULL OR s.rate_key IS NOT NULL) AND s.status IN ${liveStepStatuses}
-           AND s.concurrency_key IS NOT NULL
+         WHERE s.live_flow_name IS NOT NULL AND s.concurrency_key IS NOT NULL
         UNION ALL
         SELECT 'rate/' || s.name || '/' || s.rate_key FROM ${n.steps} s
-         WHERE (s.concurrency_key IS NOT NULL OR s.rate_key IS NOT NULL) AND s.status IN ${liveStepStatuses}
-           AND s.rate_key IS NOT NULL)
+         WHERE s.live_flow_name IS NOT NULL AND s.rate_key IS NOT NULL)
      AND NOT EXISTS (SELECT 1 FROM unnest(k.recent) x(t) WHERE x.t > ${n.now} - ${msInterval(sql`${MAX_RATE_PERIOD_MS}::float8`)})`;
 }
 

@@ -10,6 +10,8 @@ export interface SchemaNames {
   readonly schema: string;
   readonly runs: SQL;
   readonly steps: SQL;
+  /** The claimable set of activity steps (migration 0024). */
+  readonly ready: SQL;
   readonly attempts: SQL;
   readonly events: SQL;
   /** The view of a run's history: stored events plus those read off runs and attempts (migration 0008). */
@@ -29,6 +31,10 @@ export interface SchemaNames {
   readonly nextToken: SQL;
   /** The one time function: `<schema>.now()`. */
   readonly now: SQL;
+  /** `<schema>.ready_due` (call it as `${n.readyDue}(s)` with a steps row): when its ready row is due, or NULL. */
+  readonly readyDue: SQL;
+  /** `<schema>.ready_expiring` (call it as `${n.readyExpiring}(s)`): a running step to end at lease expiry. */
+  readonly readyExpiring: SQL;
   /** `<schema>.retry_delay_ms` (call it as `${n.retryDelayMs}(policy, attempt)`). */
   readonly retryDelayMs: SQL;
   /** LISTEN/NOTIFY channel of this schema. */
@@ -47,6 +53,7 @@ export function schemaNames(schema: string): SchemaNames {
     schema,
     runs: t('runs'),
     steps: t('steps'),
+    ready: t('ready'),
     attempts: t('attempts'),
     events: t('events'),
     runEvents: t('run_events'),
@@ -59,6 +66,8 @@ export function schemaNames(schema: string): SchemaNames {
     clockOffset: t('clock_offset'),
     nextToken: sql.raw(`nextval('${q}."fencing_token_seq"')`),
     now: sql.raw(`${q}."now"()`),
+    readyDue: sql.raw(`${q}."ready_due"`),
+    readyExpiring: sql.raw(`${q}."ready_expiring"`),
     retryDelayMs: sql.raw(`${q}."retry_delay_ms"`),
     channel: `palisade_${schema}`,
   };

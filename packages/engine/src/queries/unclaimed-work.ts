@@ -66,7 +66,7 @@ export interface UnservedWork {
 /**
  * The (kind, name, queue) of work due now on `queues` whose activity or workflow is not among the names given (a
  * worker's registrations): scheduled activity steps (standalone runs' too) and workflow runs with a turn due. At
- * most `limit` of each kind, read off the claim indexes (`steps_claimable_idx`, `runs_turn_due_idx`); each scan
+ * most `limit` of each kind, read off `ready` (whose key holds the name) and `runs_turn_due_idx`; each scan
  * stops at its LIMIT of unserved rows, so a worker whose own backlog is large reads it (once per check), not more.
  * Plain read, no locks.
  */
@@ -85,9 +85,9 @@ export async function readUnservedWork(
     names.length === 0 ? sql`true` : sql`${column} NOT IN ${names}`;
   return db.rows<UnservedWork>(sql`
     SELECT DISTINCT kind, name, queue FROM (
-      (SELECT 'activity' AS kind, s.name, s.queue FROM ${n.steps} s
-        WHERE s.queue IN ${p.queues} AND s.status = 'scheduled' AND s.next_run_at <= ${n.now}
-          AND s.kind = 'activity' AND s.retired_at IS NULL AND ${notIn(sql`s.name`, p.activityNames)}
+      (SELECT 'activity' AS kind, s.name, s.queue FROM ${n.ready} r JOIN ${n.steps} s ON s.id = r.step_id
+        WHERE r.queue IN ${p.queues} AND r.due_at <= ${n.now} AND ${notIn(sql`r.name`, p.activityNames)}
+          AND s.status = 'scheduled' AND s.retired_at IS NULL
         LIMIT ${p.limit})
       UNION ALL
       (SELECT 'workflow', r.name, r.queue FROM ${n.runs} r

@@ -11,7 +11,7 @@ import {
 } from '../turn/state-machine.js';
 import { oneOf, ts, uuid7Id } from './columns.js';
 
-/** The live statuses and `running`, for the partial indexes' predicates. */
+/** The live statuses and `running`, for the generated flow-control columns. */
 const liveSteps = sql.raw(sqlList(LIVE_STEP_STATUSES));
 const running = sql.raw(sqlLiteral(StepStatus.running));
 
@@ -19,6 +19,11 @@ const running = sql.raw(sqlLiteral(StepStatus.running));
  * One durable call of a run: an activity call, timer, signal wait or child run, at position `seq`. No foreign
  * key to its run (migration 0011): a step is inserted only by the statement that inserts its run or holds its
  * run's row locked, and pruning deletes a run's steps itself.
+ *
+ * Nothing the hot path writes (status, due time, lease) is a key or predicate of its indexes, so claims,
+ * heartbeats and completions are HOT updates (`fillfactor` 30 leaves their versions room on the page). An
+ * activity's claimability lives in `ready` (ready-table.ts), kept by the `steps_ready_*` triggers of
+ * migration 0024; the table's fillfactor is set there too (drizzle does not express it).
  */
 export function stepsTable(schema: PgSchema) {
   return schema.table(
@@ -41,6 +46,17 @@ export function stepsTable(schema: PgSchema) {
        */
       concurrencyKey: text('concurrency_key'),
       concurrencyLimit: integer('concurrency_limit'),
+      /**
+       * `concurrency_key` while the step is `running`, else null: what `steps_running_concurrency_key_idx` indexes
+       * (migration 0024). Generated, so no statement keeps it; an unkeyed step's stays null.
+       */
+      runningConcurrencyKey: text('running_concurrency_key').generatedAlwaysAs(
+        sql`CASE WHEN status = ${running} THEN concurrency_key END`,
+      ),
+      /** `name` while the step is live and has a concurrency or rate key, else null (`steps_live_flow_name_idx`). */
+      liveFlowName: text('live_flow_name').generatedAlwaysAs(
+        sql`CASE WHEN status IN ${liveSteps} AND (concurrency_key IS NOT NULL OR rate_key IS NOT NULL) THEN name END`,
+      ),
       /** Per-key rate limit: at most `rate_limit` claims of its activity with this key per `rate_period_ms`. */
       rateKey: text('rate_key'),
       rateLimit: integer('rate_limit'),
@@ -66,7 +82,10 @@ export function stepsTable(schema: PgSchema) {
       startToCloseTimeoutMs: integer('start_to_close_timeout_ms').notNull(),
       /** Backoff before the step may be reclaimed after this attempt's lease expires; set at claim. */
       reclaimDelayMs: integer('reclaim_delay_ms').notNull().default(0),
-      /** When the row next becomes claimable: due time when scheduled, lease expiry + reclaim delay when running. */
+      /**
+       * When the row next becomes claimable: due time when scheduled, lease expiry + reclaim delay when running. An
+       * activity's `ready` row is due at this time (at the lease's end when it is to be expired: `<schema>.ready_due`).
+       */
       nextRunAt: ts('next_run_at'),
       leaseExpiresAt: ts('lease_expires_at'),
       attemptDeadlineAt: ts('attempt_deadline_at'),
@@ -97,29 +116,16 @@ export function stepsTable(schema: PgSchema) {
       uniqueIndex('steps_run_id_seq_live_unique')
         .on(t.runId, t.seq)
         .where(sql`${t.retiredAt} IS NULL`),
-      index('steps_claimable_idx')
-        .on(t.queue, t.nextRunAt)
-        .where(sql`${t.status} IN ${liveSteps}`),
-      // The claim's order (priority, then due time): the claim reads due steps off the index and stops at its
-      // LIMIT instead of sorting the queue's whole backlog (20,000 due steps: ~50 ms → under 1 ms per claim).
-      index('steps_claim_order_idx')
-        .on(t.queue, t.priority.desc().nullsFirst(), t.nextRunAt)
-        .where(sql`${t.status} IN ${liveSteps}`),
-      index('steps_running_lease_idx')
-        .on(t.leaseExpiresAt)
-        .where(sql`${t.status} = ${running}`),
       index('steps_run_id_idx').on(t.runId),
-      // The running steps of one concurrency key, counted by every claim that would add one (status is in the
-      // predicates of the claim indexes already, so this costs the hot path no HOT update).
-      index('steps_concurrency_running_idx')
-        .on(t.name, t.concurrencyKey)
-        .where(sql`${t.concurrencyKey} IS NOT NULL AND ${t.status} = ${running}`),
+      // The running steps of one concurrency key, counted by every claim that would add one. Over a generated
+      // column, not `status` in the predicate: an unkeyed step's stays null, so its claim and completion are HOT.
+      index('steps_running_concurrency_key_idx')
+        .on(t.name, t.runningConcurrencyKey)
+        .where(sql`${t.runningConcurrencyKey} IS NOT NULL`),
       // The live steps under a flow-control key, read by the retention sweep to find the keys no work holds.
-      index('steps_flow_keyed_live_idx')
-        .on(t.name)
-        .where(
-          sql`(${t.concurrencyKey} IS NOT NULL OR ${t.rateKey} IS NOT NULL) AND ${t.status} IN ${liveSteps}`,
-        ),
+      index('steps_live_flow_name_idx')
+        .on(t.liveFlowName)
+        .where(sql`${t.liveFlowName} IS NOT NULL`),
     ],
   );
 }
