@@ -10,6 +10,8 @@ export interface SchemaNames {
   readonly schema: string;
   readonly runs: SQL;
   readonly steps: SQL;
+  /** The claimable workflow turns, kept by triggers on `runs` (migration 0025). */
+  readonly turnQueue: SQL;
   readonly attempts: SQL;
   readonly events: SQL;
   /** The view of a run's history: stored events plus those read off runs and attempts (migration 0008). */
@@ -29,6 +31,8 @@ export interface SchemaNames {
   readonly nextToken: SQL;
   /** The one time function: `<schema>.now()`. */
   readonly now: SQL;
+  /** `<schema>.turn_queue_due` (call it as `${n.turnQueueDue}(kind, status, turn_next_run_at, turn_lease_expires_at)`). */
+  readonly turnQueueDue: SQL;
   /** `<schema>.retry_delay_ms` (call it as `${n.retryDelayMs}(policy, attempt)`). */
   readonly retryDelayMs: SQL;
   /** LISTEN/NOTIFY channel of this schema. */
@@ -47,6 +51,7 @@ export function schemaNames(schema: string): SchemaNames {
     schema,
     runs: t('runs'),
     steps: t('steps'),
+    turnQueue: t('turn_queue'),
     attempts: t('attempts'),
     events: t('events'),
     runEvents: t('run_events'),
@@ -59,6 +64,7 @@ export function schemaNames(schema: string): SchemaNames {
     clockOffset: t('clock_offset'),
     nextToken: sql.raw(`nextval('${q}."fencing_token_seq"')`),
     now: sql.raw(`${q}."now"()`),
+    turnQueueDue: sql.raw(`${q}."turn_queue_due"`),
     retryDelayMs: sql.raw(`${q}."retry_delay_ms"`),
     channel: `palisade_${schema}`,
   };

@@ -5,6 +5,7 @@ import { attemptsTable, eventsTable, signalsTable } from './history-tables.js';
 import { runsTable } from './runs-table.js';
 import { schedulesTable } from './schedules-table.js';
 import { stepsTable } from './steps-table.js';
+import { turnQueueTable } from './turn-queue-table.js';
 
 /** Name of the Postgres schema the migrations are generated for; replaced by the configured name when applied. */
 export const DEFAULT_SCHEMA = 'palisade';
@@ -86,6 +87,7 @@ export function defineTables(schemaName: string) {
     fencingTokenSeq,
     runs,
     steps: stepsTable(schema),
+    turnQueue: turnQueueTable(schema),
     attempts: attemptsTable(schema),
     events: eventsTable(schema, runs),
     fences: fencesTable(schema),
