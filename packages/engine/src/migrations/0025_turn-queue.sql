@@ -68,25 +68,30 @@ CREATE FUNCTION "palisade"."sync_turn_queue"() RETURNS trigger
   $$;
 --> statement-breakpoint
 -- The WHEN clauses call the function only for rows whose queue row changes: an update that leaves the due time,
--- queue, priority and name of a run's turn as they were (a heartbeat-free turn's progress, a job's status) costs
--- nothing here.
+-- queue, priority and name of a run's turn as they were (a job's claim and completion, a turn's progress) costs
+-- nothing here. They spell `turn_queue_due` out: a SQL function in a trigger's WHEN is inlined anew for every
+-- statement, which doubled the trigger's cost per row in a micro-benchmark (STORAGE.md, step 4b).
 CREATE TRIGGER "runs_turn_queue_insert" AFTER INSERT ON "palisade"."runs"
   FOR EACH ROW
-  WHEN ("palisade"."turn_queue_due"(NEW.kind, NEW.status, NEW.turn_next_run_at, NEW.turn_lease_expires_at) IS NOT NULL)
+  WHEN ((CASE WHEN NEW.kind = 'workflow' AND NEW.status IN ('pending', 'running') AND NEW.turn_next_run_at IS NOT NULL
+             THEN greatest(NEW.turn_next_run_at, NEW.turn_lease_expires_at) END) IS NOT NULL)
   EXECUTE FUNCTION "palisade"."sync_turn_queue"();
 --> statement-breakpoint
 CREATE TRIGGER "runs_turn_queue_update"
   AFTER UPDATE OF status, queue, priority, name, turn_next_run_at, turn_lease_expires_at ON "palisade"."runs"
   FOR EACH ROW
-  WHEN ("palisade"."turn_queue_due"(OLD.kind, OLD.status, OLD.turn_next_run_at, OLD.turn_lease_expires_at)
-          IS DISTINCT FROM "palisade"."turn_queue_due"(NEW.kind, NEW.status, NEW.turn_next_run_at, NEW.turn_lease_expires_at)
-        OR ("palisade"."turn_queue_due"(NEW.kind, NEW.status, NEW.turn_next_run_at, NEW.turn_lease_expires_at) IS NOT NULL
+  WHEN ((CASE WHEN OLD.kind = 'workflow' AND OLD.status IN ('pending', 'running') AND OLD.turn_next_run_at IS NOT NULL
+             THEN greatest(OLD.turn_next_run_at, OLD.turn_lease_expires_at) END)
+          IS DISTINCT FROM (CASE WHEN NEW.kind = 'workflow' AND NEW.status IN ('pending', 'running') AND NEW.turn_next_run_at IS NOT NULL
+             THEN greatest(NEW.turn_next_run_at, NEW.turn_lease_expires_at) END)
+        OR (NEW.turn_next_run_at IS NOT NULL
             AND (OLD.queue, OLD.priority, OLD.name) IS DISTINCT FROM (NEW.queue, NEW.priority, NEW.name)))
   EXECUTE FUNCTION "palisade"."sync_turn_queue"();
 --> statement-breakpoint
 CREATE TRIGGER "runs_turn_queue_delete" AFTER DELETE ON "palisade"."runs"
   FOR EACH ROW
-  WHEN ("palisade"."turn_queue_due"(OLD.kind, OLD.status, OLD.turn_next_run_at, OLD.turn_lease_expires_at) IS NOT NULL)
+  WHEN ((CASE WHEN OLD.kind = 'workflow' AND OLD.status IN ('pending', 'running') AND OLD.turn_next_run_at IS NOT NULL
+             THEN greatest(OLD.turn_next_run_at, OLD.turn_lease_expires_at) END) IS NOT NULL)
   EXECUTE FUNCTION "palisade"."sync_turn_queue"();
 --> statement-breakpoint
 -- The turns in flight at the upgrade: due ones, sleeping timers, held leases (due at the lease's end, when a claim
