@@ -111,23 +111,42 @@ export async function claimTurns(
   if (p.queues.length === 0 || p.workflowNames.length === 0 || p.limit <= 0) return [];
   return db.rows<ClaimedTurnRow>(sql`
     WITH clock AS MATERIALIZED (SELECT ${n.now} AS t),
+    -- The due rows of the turn queue in claim order, locked and never waited for. A row is scheduling state only
+    -- (it may be stale: a run it names may have committed its turn or be held since): each is judged on its run
+    -- row below. The run is read here (unlocked) only to pass over a pending run whose concurrency key is full, so
+    -- that such runs never fill the LIMIT, as they did not when the claim read the runs' own index.
+    queued AS MATERIALIZED (
+      SELECT q.ctid AS qctid, q.run_id, q.queue, q.priority, q.due_at, q.name
+        FROM ${n.turnQueue} q LEFT JOIN ${n.runs} r ON r.id = q.run_id
+       WHERE q.queue IN ${p.queues} AND q.name IN ${p.workflowNames} AND q.due_at <= (SELECT t FROM clock)
+         AND ${runKeyHasRoom(n, sql`r`)}
+       ORDER BY q.priority DESC, q.due_at
+       LIMIT ${p.limit}
+       FOR UPDATE OF q SKIP LOCKED),
+    -- Their runs, locked in their newest versions (SKIP LOCKED: a run another statement holds is left for later).
+    locked AS MATERIALIZED (
+      SELECT r.id, r.kind, r.status, r.name, r.queue, r.priority, r.turn_next_run_at, r.turn_lease_expires_at,
+             r.turn_token, r.turn_worker_id, r.concurrency_key, r.concurrency_limit, r.xmin::text AS locked_xmin
+        FROM ${n.runs} r
+       WHERE r.id IN (SELECT run_id FROM queued)
+         FOR NO KEY UPDATE OF r SKIP LOCKED),
+    -- Eligibility is judged on the locked run row, as the claim judged it when it read the runs: a live workflow
+    -- run, its turn due by the database clock and no live turn lease (DESIGN.md invariant 1), and room under its
+    -- concurrency key for a pending run's first turn.
     picked AS (
       SELECT r.id, r.turn_token AS prev_token,
              ${p.keepsInstances}::boolean AND r.turn_worker_id IS NOT DISTINCT FROM ${p.workerId} AS ran_last_turn,
-             r.xmin::text AS locked_xmin,
+             r.locked_xmin,
              -- Flow control (flow-control.ts): a pending run with a concurrency key needs a place for its first turn.
              r.name, r.concurrency_key, r.priority, r.turn_next_run_at AS due_at, r.concurrency_limit,
              CASE WHEN r.concurrency_key IS NOT NULL AND r.status = 'pending' THEN ${runSlotKey(sql`r`)} END AS slot_key,
              NULL::text AS rate_id, NULL::int AS rate_limit, NULL::int AS rate_period_ms
-        FROM ${n.runs} r
+        FROM locked r
        WHERE r.kind = 'workflow' AND r.queue IN ${p.queues} AND r.name IN ${p.workflowNames}
          AND r.status IN ${liveRunStatuses}
          AND r.turn_next_run_at <= (SELECT t FROM clock)
          AND (r.turn_lease_expires_at IS NULL OR r.turn_lease_expires_at <= (SELECT t FROM clock))
-         AND ${runKeyHasRoom(n, sql`r`)}
-       ORDER BY r.priority DESC, r.turn_next_run_at
-       LIMIT ${p.limit}
-       FOR NO KEY UPDATE OF r SKIP LOCKED),
+         AND ${runKeyHasRoom(n, sql`r`)}),
     ${flowKeyLocks(n)}
     -- The grant's clock, read once the picked rows (and their flow-control keys) are locked (see claimSteps): the
     -- turn lease and the attempt's claimed_at start there, and the attempt it took over ends there.
@@ -154,7 +173,27 @@ export async function claimTurns(
       INSERT INTO ${n.attempts} (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at)
       SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, ${p.workerId}, (SELECT t FROM grant_clock) FROM claimed
       RETURNING 1),
-    ${flowKeysBumped(n, sql`(SELECT id FROM claimed)`)}
+    ${flowKeysBumped(n, sql`(SELECT id FROM claimed)`)},
+    -- A stale queue row (its key is not the one its locked run row calls for: the turn committed, was taken or
+    -- moved since, or the run ended or is gone) is corrected here, so no claim meets it again: deleted, and the
+    -- run's right row put in its place unless it exists. A claimed run's row is moved by the trigger on runs.
+    stale AS MATERIALIZED (
+      SELECT qd.qctid, r.id AS run_id, r.queue, r.priority, r.name,
+             ${turnQueueDue(n, sql`r`)} AS due
+        FROM queued qd LEFT JOIN locked r ON r.id = qd.run_id
+       WHERE CASE WHEN r.id IS NULL THEN NOT EXISTS (SELECT 1 FROM ${n.runs} x WHERE x.id = qd.run_id)
+                  ELSE (r.queue, r.priority, r.name, ${turnQueueDue(n, sql`r`)})
+                         IS DISTINCT FROM (qd.queue, qd.priority, qd.name, qd.due_at) END),
+    stale_dropped AS (
+      DELETE FROM ${n.turnQueue} q USING stale s WHERE q.ctid = s.qctid
+      RETURNING 1),
+    stale_replaced AS (
+      INSERT INTO ${n.turnQueue} (queue, priority, due_at, run_id, name)
+      SELECT DISTINCT s.queue, s.priority, s.due, s.run_id, s.name FROM stale s
+       WHERE s.due IS NOT NULL AND s.run_id NOT IN (SELECT id FROM claimed)
+         AND NOT EXISTS (SELECT 1 FROM ${n.turnQueue} q
+                          WHERE q.queue = s.queue AND q.priority = s.priority AND q.due_at = s.due AND q.run_id = s.run_id)
+      RETURNING 1)
     SELECT c.id::text, c.name, c.queue, c.priority, c.input, c.turn_attempt, c.turn_epoch, c.turn_token::text AS token,
            c.turn_nonce::text AS nonce, c.wake_count, c.cancel_requested_at IS NOT NULL AS cancel_requested,
            c.cancel_reason,
@@ -164,9 +203,18 @@ export async function claimTurns(
            CASE WHEN c.sticky THEN h.news END AS history_news, c.ran_last_turn,
            ${pendingSignalsJson(n, sql`c.id`)} AS signals,
            (SELECT count(*) FROM ended_turns) + (SELECT count(*) FROM new_attempts) + (SELECT count(*) FROM keys_bumped)
-             AS effects
+             + (SELECT count(*) FROM stale_dropped) + (SELECT count(*) FROM stale_replaced) AS effects
       FROM claimed c
       LEFT JOIN LATERAL (${historyNews(n, sql`c.id`, sql`(extract(epoch FROM c.t) * 1000)::float8`, sql`c.sticky`)}) h ON true`);
+}
+
+/**
+ * The due time of the `turn_queue` row that run row `r` calls for (`<schema>.turn_queue_due`, migration 0025), or
+ * NULL when it calls for none: the later of its turn's due time and its turn lease's end, for a live workflow run
+ * with a turn due or held.
+ */
+export function turnQueueDue(n: SchemaNames, r: SQL): SQL {
+  return sql`${n.turnQueueDue}(${r}.kind, ${r}.status, ${r}.turn_next_run_at, ${r}.turn_lease_expires_at)`;
 }
 
 /**
@@ -251,7 +299,8 @@ export async function loadRunHistory(db: Database, n: SchemaNames, runId: string
 
 /**
  * How long until the next turn on these queues is due (a timer, a wake-up, an expired turn lease), by the DB
- * clock. Uses `runs_turn_due_idx`; no locks. @returns ms to wait (≤ 0: due now), or null when none is pending.
+ * clock: the earliest `due_at` of `turn_queue` (a held turn's row is due at its lease's end), less the pending
+ * runs whose concurrency key is full. No locks. @returns ms to wait (≤ 0: due now), or null when none is pending.
  */
 export async function msUntilNextDueTurn(
   db: Database,
@@ -260,9 +309,8 @@ export async function msUntilNextDueTurn(
 ): Promise<number | null> {
   if (p.queues.length === 0 || p.workflowNames.length === 0) return null;
   const rows = await db.rows<{ wait_ms: number | null }>(sql`
-    SELECT (extract(epoch FROM (min(greatest(turn_next_run_at, coalesce(turn_lease_expires_at, turn_next_run_at))) - ${n.now})) * 1000)::float8 AS wait_ms
-      FROM ${n.runs} r
-     WHERE queue IN ${p.queues} AND name IN ${p.workflowNames} AND kind = 'workflow'
-       AND status IN ${liveRunStatuses} AND turn_next_run_at IS NOT NULL AND ${runKeyHasRoom(n, sql`r`)}`);
+    SELECT (extract(epoch FROM (min(q.due_at) - ${n.now})) * 1000)::float8 AS wait_ms
+      FROM ${n.turnQueue} q LEFT JOIN ${n.runs} r ON r.id = q.run_id
+     WHERE q.queue IN ${p.queues} AND q.name IN ${p.workflowNames} AND ${runKeyHasRoom(n, sql`r`)}`);
   return rows[0]?.wait_ms ?? null;
 }

@@ -12,6 +12,8 @@ export interface SchemaNames {
   readonly steps: SQL;
   /** The claimable set of activity steps (migration 0024). */
   readonly ready: SQL;
+  /** The claimable workflow turns, kept by triggers on `runs` (migration 0025). */
+  readonly turnQueue: SQL;
   readonly attempts: SQL;
   readonly events: SQL;
   /** The view of a run's history: stored events plus those read off runs and attempts (migration 0008). */
@@ -35,6 +37,8 @@ export interface SchemaNames {
   readonly readyDue: SQL;
   /** `<schema>.ready_expiring` (call it as `${n.readyExpiring}(s)`): a running step to end at lease expiry. */
   readonly readyExpiring: SQL;
+  /** `<schema>.turn_queue_due` (call it as `${n.turnQueueDue}(kind, status, turn_next_run_at, turn_lease_expires_at)`). */
+  readonly turnQueueDue: SQL;
   /** `<schema>.retry_delay_ms` (call it as `${n.retryDelayMs}(policy, attempt)`). */
   readonly retryDelayMs: SQL;
   /** LISTEN/NOTIFY channel of this schema. */
@@ -54,6 +58,7 @@ export function schemaNames(schema: string): SchemaNames {
     runs: t('runs'),
     steps: t('steps'),
     ready: t('ready'),
+    turnQueue: t('turn_queue'),
     attempts: t('attempts'),
     events: t('events'),
     runEvents: t('run_events'),
@@ -68,6 +73,7 @@ export function schemaNames(schema: string): SchemaNames {
     now: sql.raw(`${q}."now"()`),
     readyDue: sql.raw(`${q}."ready_due"`),
     readyExpiring: sql.raw(`${q}."ready_expiring"`),
+    turnQueueDue: sql.raw(`${q}."turn_queue_due"`),
     retryDelayMs: sql.raw(`${q}."retry_delay_ms"`),
     channel: `palisade_${schema}`,
   };

@@ -2,7 +2,6 @@ import { sql, type SQL } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { runKeyHasRoom, stepKeyHasRoom } from './flow-control.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
-import { liveRunStatuses } from './status-sql.js';
 
 /** Work of a run that has been due for a while and that no worker ever claimed. */
 export interface UnclaimedWork {
@@ -66,7 +65,7 @@ export interface UnservedWork {
 /**
  * The (kind, name, queue) of work due now on `queues` whose activity or workflow is not among the names given (a
  * worker's registrations): scheduled activity steps (standalone runs' too) and workflow runs with a turn due. At
- * most `limit` of each kind, read off `ready` (whose key holds the name) and `runs_turn_due_idx`; each scan
+ * most `limit` of each kind, read off `ready` (whose key holds the name) and `turn_queue_claim_order_idx`; each scan
  * stops at its LIMIT of unserved rows, so a worker whose own backlog is large reads it (once per check), not more.
  * Plain read, no locks.
  */
@@ -90,9 +89,8 @@ export async function readUnservedWork(
           AND s.status = 'scheduled' AND s.retired_at IS NULL
         LIMIT ${p.limit})
       UNION ALL
-      (SELECT 'workflow', r.name, r.queue FROM ${n.runs} r
-        WHERE r.queue IN ${p.queues} AND r.turn_next_run_at <= ${n.now} AND r.kind = 'workflow'
-          AND r.status IN ${liveRunStatuses} AND ${notIn(sql`r.name`, p.workflowNames)}
+      (SELECT 'workflow', q.name, q.queue FROM ${n.turnQueue} q
+        WHERE q.queue IN ${p.queues} AND q.due_at <= ${n.now} AND ${notIn(sql`q.name`, p.workflowNames)}
         LIMIT ${p.limit})) x
      ORDER BY kind, name, queue`);
 }

@@ -8,6 +8,7 @@ export const {
   fencingTokenSeq,
   runs,
   steps,
+  turnQueue,
   attempts,
   events,
   fences,

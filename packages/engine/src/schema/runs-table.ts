@@ -4,7 +4,11 @@ import { sql } from 'drizzle-orm';
 import { LIVE_RUN_STATUSES, RUN_KINDS, RUN_STATUSES, sqlList } from '../turn/state-machine.js';
 import { oneOf, ts, uuid7Id } from './columns.js';
 
-/** One execution of a workflow, or the envelope of a standalone activity (`kind = 'activity'`). */
+/**
+ * One execution of a workflow, or the envelope of a standalone activity (`kind = 'activity'`). Stored with
+ * `fillfactor = 40` (migration 0025; drizzle cannot declare a table's storage parameters), so that a run's hot-path
+ * versions fit on its page and its updates stay HOT.
+ */
 export function runsTable(schema: PgSchema) {
   return schema.table(
     'runs',
@@ -40,6 +44,10 @@ export function runsTable(schema: PgSchema) {
       cancelRequestedAt: ts('cancel_requested_at'),
       cancelReason: text('cancel_reason'),
       // The workflow turn's own lease: a turn is an attempt (DESIGN.md §4, last paragraph).
+      /**
+       * When the run's next turn is due (null: none is, the run waits on its steps or a signal, or it ended). In no
+       * index: `turn_queue` holds the claim's order, kept by triggers (turn-queue-table.ts).
+       */
       turnNextRunAt: ts('turn_next_run_at'),
       turnAttempt: integer('turn_attempt').notNull().default(0),
       turnEpoch: integer('turn_epoch').notNull().default(0),
@@ -75,14 +83,8 @@ export function runsTable(schema: PgSchema) {
       // Not (status, created_at): a run's status changes on its hot path, and an indexed column would make those
       // updates write every index of the table (migration 0008).
       index('runs_created_at_idx').on(t.createdAt),
-      index('runs_turn_due_idx')
-        .on(t.queue, t.turnNextRunAt)
-        .where(sql`${t.turnNextRunAt} IS NOT NULL`),
-      // The turn claim's order (priority, then due time): the claim reads due runs off the index and stops at
-      // its LIMIT instead of sorting every pending turn of the queue.
-      index('runs_turn_claim_order_idx')
-        .on(t.queue, t.priority.desc().nullsFirst(), t.turnNextRunAt)
-        .where(sql`${t.turnNextRunAt} IS NOT NULL`),
+      // No index reads `turn_next_run_at`: the claimable turns are the rows of `turn_queue` (turn-queue-table.ts),
+      // which triggers keep in step with it, so the updates that move a run's turn are HOT (migration 0025).
       // Only child runs are indexed (migration 0022); every reader names the parent with `=`.
       index('runs_parent_run_id_idx')
         .on(t.parentRunId)

@@ -6,6 +6,7 @@ import { readyTable } from './ready-table.js';
 import { runsTable } from './runs-table.js';
 import { schedulesTable } from './schedules-table.js';
 import { stepsTable } from './steps-table.js';
+import { turnQueueTable } from './turn-queue-table.js';
 
 /** Name of the Postgres schema the migrations are generated for; replaced by the configured name when applied. */
 export const DEFAULT_SCHEMA = 'palisade';
@@ -88,6 +89,7 @@ export function defineTables(schemaName: string) {
     runs,
     steps: stepsTable(schema),
     ready: readyTable(schema),
+    turnQueue: turnQueueTable(schema),
     attempts: attemptsTable(schema),
     events: eventsTable(schema),
     fences: fencesTable(schema),

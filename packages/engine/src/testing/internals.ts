@@ -11,6 +11,7 @@
  * @module
  */
 export { claimSteps, type ClaimStepsParams, type ClaimedStepRow } from '../queries/claim-steps.js';
+export { claimTurns, type ClaimTurnsParams, type ClaimedTurnRow } from '../queries/claim-turns.js';
 export {
   completeStep,
   completeSteps,
