@@ -6,9 +6,10 @@
  *
  *   cd test
  *   # Palisade in this process, on a fresh schema (dropped after): N no-op jobs drained at worker concurrency C,
- *   # or N three-step workflows (`--fuse`: with fused steps); the enqueue (start) and the drain reported apart.
+ *   # or N three-step workflows (the worker's default `fuseSteps`; `--fuse` / `--no-fuse` set it); the enqueue (start)
+ *   # and the drain reported apart.
  *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npx tsx --conditions=@palisade/source bench/wal-profile.ts jobs 2000 10
- *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npx tsx --conditions=@palisade/source bench/wal-profile.ts workflows 300 10 --fuse
+ *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npx tsx --conditions=@palisade/source bench/wal-profile.ts workflows 300 10 --no-fuse
  *   # Any command (a peer adapter of ../shared/bench-peers), counting the WAL of the non-system relations of the
  *   # database DATABASE_URL names, divided by N units:
  *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/peerbench npx tsx --conditions=@palisade/source bench/wal-profile.ts around 2000 -- <command…>
@@ -155,7 +156,8 @@ async function runPalisade(
   kind: string,
   n: number,
   c: number,
-  fuse: boolean,
+  /** The worker's `fuseSteps`; undefined: the engine's default. */
+  fuse: boolean | undefined,
 ) {
   const client = openCountedClient(url, { poolSize: 10, applicationName: schema });
   let engine: Engine | undefined;
@@ -176,7 +178,7 @@ async function runPalisade(
       workflows: kind === 'jobs' ? [] : [workflow],
       concurrency: c,
       workflowConcurrency: c,
-      fuseSteps: fuse,
+      ...(fuse === undefined ? {} : { fuseSteps: fuse }),
     });
     if (kind === 'jobs') worker.events.on('attempt:completed', () => done.tick());
     else worker.events.on('turn:committed', ({ outcome }) => outcome === 'completed' && done.tick());
@@ -184,7 +186,7 @@ async function runPalisade(
     await worker.start();
     await done.done;
     phases.push({
-      title: `drain, concurrency ${c}${fuse ? ', fused steps' : ''}`,
+      title: `drain, concurrency ${c}${fuse === undefined ? '' : fuse ? ', fuseSteps: true' : ', fuseSteps: false'}`,
       from,
       to: await flushLsn(admin),
     });
@@ -211,7 +213,9 @@ async function main() {
   const [mode, nText, cText, ...rest] = process.argv.slice(2);
   const n = Number(nText);
   if (!['jobs', 'workflows', 'around'].includes(mode ?? '') || !(n > 0)) {
-    process.stderr.write('usage: wal-profile.ts jobs|workflows N C [--fuse] | around N -- command…\n');
+    process.stderr.write(
+      'usage: wal-profile.ts jobs|workflows N C [--fuse|--no-fuse] | around N -- command…\n',
+    );
     return 2;
   }
   const admin = postgres(url, { max: 2, onnotice: () => undefined });
@@ -240,7 +244,7 @@ async function main() {
         printTables(`schema ${s}`, n, await tableCounters(admin, s));
       return code;
     }
-    const fuse = rest.includes('--fuse');
+    const fuse = rest.includes('--no-fuse') ? false : rest.includes('--fuse') ? true : undefined;
     const phases = await runPalisade(url, admin, schema, mode!, n, Number(cText ?? 10), fuse);
     const rels = await relationMap(admin, (s) => s === schema);
     for (const p of phases)

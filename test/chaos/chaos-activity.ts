@@ -63,7 +63,15 @@ export function effectsTableDdl(schema: string): string {
       scope text,
       db_time timestamptz NOT NULL DEFAULT clock_timestamp(),
       engine_time timestamptz NOT NULL DEFAULT ${q}."now"(),
-      UNIQUE (step_id, fencing_token, seq, fenced, via));`;
+      UNIQUE (step_id, fencing_token, seq, fenced, via));
+    -- One record per unit of work (a fencing scope), written by the activity's \`ledger\` option through a fenced
+    -- resource: an effect that must exist once, whatever the attempts. \`writes\` counts the writes it accepted.
+    CREATE TABLE ${q}.ledger (
+      scope text PRIMARY KEY,
+      run_id uuid NOT NULL,
+      fencing_token bigint NOT NULL,
+      worker_id text NOT NULL,
+      writes integer NOT NULL);`;
 }
 
 export const chaosInput = z.object({
@@ -123,6 +131,12 @@ export const chaosInput = z.object({
   holdCompletion: z.boolean().default(false),
   /** Returned in the output, so a scenario can recognise this step's completion on the wire. */
   tag: z.string().optional(),
+  /**
+   * After the iterations, record this unit of work in the `ledger` table (one row per fencing scope, upserted with
+   * the attempt's token) through a fenced resource keyed by `ctx.info.fencing`: an external effect that must exist
+   * once, which a superseded attempt can no longer write. @defaultValue false
+   */
+  ledger: z.boolean().default(false),
 });
 export type ChaosInput = z.input<typeof chaosInput>;
 
@@ -258,6 +272,7 @@ async function runLoop(
         });
       }
     }
+    if (input.ledger) await ledgerWrite(ctx, env, attempt);
     if (input.batch && input.batch.workerId === ctx.info.workerId) await gather(input.batch, ctx, env);
     if (input.holdCompletion && ctx.info.epoch === 1) {
       installBatchProbe(env);
@@ -402,6 +417,45 @@ async function resourceWrite(
   env.report({ type: 'chaos:op', attempt, op: 'resource-write', phase: 'ok', seq });
 }
 
+/**
+ * The `ledger` write (see {@link chaosInput}): upsert the unit of work's one row through a fenced resource keyed by
+ * `ctx.info.fencing`, reported as a `resource-write` op (seq -1). Refused (a newer attempt of the same unit wrote
+ * first), it throws.
+ */
+async function ledgerWrite(
+  ctx: ActivityContext,
+  env: FixtureEnvironment,
+  attempt: ReturnType<typeof attemptInfo>,
+): Promise<void> {
+  const { scope, token } = ctx.info.fencing;
+  env.report({ type: 'chaos:op', attempt, op: 'resource-write', phase: 'invoke', seq: -1 });
+  try {
+    await createFencedResource({ sql: env.sql, schema: env.schema, idleInTransactionTimeoutMs: 1_000 }).write(
+      ctx.info.fencing,
+      (tx) =>
+        tx.unsafe(
+          `INSERT INTO "${env.schema}".ledger (scope, run_id, fencing_token, worker_id, writes)
+           VALUES ($1, $2, $3::bigint, $4, 1)
+           ON CONFLICT (scope) DO UPDATE SET fencing_token = excluded.fencing_token, worker_id = excluded.worker_id,
+                                             writes = ledger.writes + 1`,
+          [scope, ctx.info.runId, token.toString(), ctx.info.workerId],
+        ),
+    );
+  } catch (error) {
+    const info = errorInfo(error);
+    env.report({
+      type: 'chaos:op',
+      attempt,
+      op: 'resource-write',
+      phase: info.code === 'LEASE_LOST' ? 'fail' : 'info',
+      seq: -1,
+      error: info,
+    });
+    throw error;
+  }
+  env.report({ type: 'chaos:op', attempt, op: 'resource-write', phase: 'ok', seq: -1 });
+}
+
 export const chaosFlowInput = z.object({
   /** `chaos-loop` steps run one after the other; step i is scheduled by the run's turn i + 1. */
   steps: z.number().int().positive(),
@@ -420,6 +474,8 @@ export const chaosFlowInput = z.object({
   compensate: z
     .object({ iterations: z.number().int().positive(), maximumAttempts: z.number().int().positive() })
     .optional(),
+  /** Each step records its unit of work in the `ledger` table (the loop's `ledger` option). @defaultValue false */
+  ledger: z.boolean().default(false),
   /** Step i's tag is `<label>/step-<i>` (unique on the wire when the label is), instead of `step-<i>`. */
   label: z.string().optional(),
   /**
@@ -473,6 +529,7 @@ export function chaosWorkflow(
             iterations: input.iterations,
             tag,
             ...(holdCompletion ? { holdCompletion } : {}),
+            ...(input.ledger ? { ledger: true } : {}),
           }),
         );
       }

@@ -1,5 +1,5 @@
 /**
- * Fused steps (worker option `fuseSteps`, off by default): when an activity of a workflow run completes on the worker that keeps the run's workflow instance,
+ * Fused steps (worker option `fuseSteps`, on by default): when an activity of a workflow run completes on the worker that keeps the run's workflow instance,
  * the worker runs the run's next turn on that instance at once, with the step's output as the only news, and one
  * statement records the completion, grants the turn (a fresh token from the global sequence, an attempts row) and
  * commits it, eagerly dispatching what it schedules: one statement per step of a sequential workflow. The statement
@@ -11,7 +11,7 @@ import { PgDialect } from 'drizzle-orm/pg-core';
 import type { SQL } from 'drizzle-orm';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
-import { CancelledFailure } from '@palisade/sdk';
+import { CancelledFailure, defineActivity, defineWorkflow } from '@palisade/sdk';
 import type { Engine } from '@palisade/engine';
 import { setFaultHook } from '@palisade/engine/testing';
 import { useEngineTarget } from '../support/engine.js';
@@ -45,7 +45,7 @@ function countStatements(engine: Engine): Map<string, number> {
   return counts;
 }
 
-/** Fused steps are off by default (see WorkerOptions.fuseSteps). */
+/** Fused steps, on by default (see WorkerOptions.fuseSteps), named so that each test says what it relies on. */
 const FUSED = { fuseSteps: true } as const;
 
 /** An output whose keys JavaScript and jsonb order differently. */
@@ -65,6 +65,41 @@ const held = noInputActivity('held', z.number(), async () => {
   await gate.promise;
   return 1;
 });
+/**
+ * Steps that return together: each waits until `size` of them run on this worker, then all return in one tick, so
+ * their completions reach the worker's completion path at once (the shape of parallel steps that end together).
+ */
+let together: { size: number; waiting: (() => void)[] } = { size: 3, waiting: [] };
+const joint = defineActivity({
+  name: 'joint',
+  input: z.object({ n: z.number() }),
+  output: z.number(),
+  async run({ n }) {
+    await new Promise<void>((resolve) => {
+      together.waiting.push(resolve);
+      if (together.waiting.length < together.size) return;
+      const all = together.waiting;
+      together.waiting = [];
+      for (const go of all) go();
+    });
+    return n + 1;
+  },
+});
+/** Rounds of three parallel `joint` steps, each round's input the sum of the last. */
+const rounds = defineWorkflow({
+  name: 'rounds',
+  input: z.object({ rounds: z.number() }),
+  output: z.number(),
+  async run({ rounds }, ctx) {
+    let n = 0;
+    for (let r = 0; r < rounds; r++) {
+      const three = await Promise.all([1, 2, 3].map((k) => ctx.run(joint, { n: n + k })));
+      n = three.reduce((sum, x) => sum + x, 0);
+    }
+    return n;
+  },
+});
+
 const cancellable = noInputWorkflow('cancellable', z.number(), async (ctx) => {
   const first = await ctx.run(add, { n: 0 });
   const second = await ctx.run(held, {});
@@ -125,6 +160,22 @@ for (const driver of ['postgres', 'pglite'] as const) {
       await worker.stop();
     });
 
+    it('fuses by default; fuseSteps: false records each completion on its own, granting the turn it wakes', async () => {
+      const grantsWith = async (options: { fuseSteps?: boolean }) => {
+        const engine = await target.engine();
+        const worker = workerFor(engine, [counter, add], { pollIntervalMs: 60_000, ...options });
+        const turns = turnLog(worker);
+        await worker.start();
+        const handle = await engine.client.start(counter, { steps: 3 });
+        await expect(handle.result({ timeoutMs: 60_000 })).resolves.toEqual({ n: 3 });
+        await lastTurn(worker, turns, handle.runId);
+        await worker.stop();
+        return turns.filter((t) => t.runId === handle.runId).map((t) => t.grant);
+      };
+      expect(await grantsWith({})).toEqual(['eager', 'fused', 'fused', 'fused']);
+      expect(await grantsWith({ fuseSteps: false })).toEqual(['eager', 'eager', 'eager', 'eager']);
+    });
+
     it('hands the code an output as the database stores it, so a full replay sees the same', async () => {
       const run = async (workflowCacheSize: number) => {
         const engine = await target.engine();
@@ -148,6 +199,29 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(fused.result).toBe(replayed.result);
       // jsonb's key order (shorter first, then by bytes), with JavaScript's integer-like key first.
       expect(fused.result).toBe('10,a,b,é,zeta,alpha');
+    });
+
+    it('keeps the instance when parallel steps of a run complete together: each completion is fused in turn', async () => {
+      together = { size: 3, waiting: [] };
+      const engine = await target.engine();
+      const counts = countStatements(engine);
+      const worker = workerFor(engine, [rounds, joint], { pollIntervalMs: 60_000, ...FUSED });
+      const turns = turnLog(worker);
+      await worker.start();
+      const handle = await engine.client.start(rounds, { rounds: 10 });
+      let expected = 0;
+      for (let r = 0; r < 10; r++) expected = 3 * expected + 9;
+      await expect(handle.result({ timeoutMs: 60_000 })).resolves.toBe(expected);
+      await lastTurn(worker, turns, handle.runId);
+      // The three completions of a round reach the worker in one tick. Each takes the kept instance in turn (the
+      // next waits while the one before holds it) and records its step with the turn it wakes: no completion
+      // goes the ordinary way, and no turn replays in full (a dropped instance would make the next turn do so).
+      const mine = turns.filter((t) => t.runId === handle.runId);
+      expect(mine.map((t) => t.grant)).toEqual(['eager', ...Array<string>(30).fill('fused')]);
+      expect(mine.slice(1).every((t) => t.replay === 'continued')).toBe(true);
+      expect(counts.get('completion') ?? 0).toBe(0);
+      expect(counts.get('fused')).toBe(30);
+      await worker.stop();
     });
 
     it('records the completion the ordinary way when the run changed meanwhile (a cancel), and the run ends cancelled', async () => {

@@ -25,6 +25,7 @@ import { lostEagerReply } from './t23-lost-eager-reply.js';
 import { fusedStep } from './t24-fused-step.js';
 import { signals } from './t25-signals.js';
 import { outageUnderLoad } from './t26-outage-under-load.js';
+import { fusedEffectCrash } from './t27-fused-effect-crash.js';
 
 export const SCENARIOS: readonly Scenario[] = [
   frozenZombie,
@@ -52,4 +53,5 @@ export const SCENARIOS: readonly Scenario[] = [
   fusedStep,
   signals,
   outageUnderLoad,
+  fusedEffectCrash,
 ];

@@ -46,16 +46,25 @@ export interface WorkerOptions {
    */
   readonly workflowCacheSize?: number;
   /**
-   * Fused steps: when an activity of a workflow run completes on this worker while it keeps the run's workflow
-   * instance (see `workflowCacheSize`), run the run's next turn on that instance at once and record the
-   * completion, the turn's grant and its commit in one statement — one round trip per step of a sequential
-   * workflow instead of two. The statement applies only while the completing attempt holds its step and nothing
-   * else changed the run since the instance's last turn; otherwise the completion is recorded on its own and the
-   * turn runs as usual. The cost: the step's outcome becomes durable only with its turn, so a worker that dies (or
-   * stalls past the step's lease) while that turn's code runs loses the outcome, and the step runs again on another
-   * worker — as when a worker dies before recording an outcome, but for a longer window: the turn's run time.
-   * Off (the default), the outcome is recorded first and the turn it wakes is claimed for this worker in the same
-   * statement (an eager turn); a worker dying mid-turn then costs a replay of the turn only. @defaultValue false
+   * Fused steps (on by default): when an activity of a workflow run completes on this worker while it keeps the
+   * run's workflow instance (see `workflowCacheSize`) and that instance awaits the step, run the run's next turn on
+   * that instance at once and record the completion, the turn's grant (a fresh token, nonce and attempts row) and
+   * its commit in one statement, which also grants this worker the activities the turn schedules — one statement
+   * and one commit per step of a sequential workflow instead of two.
+   *
+   * It applies only while all of these hold, else the completion is recorded on its own (and claims the turn it
+   * wakes for this worker, an eager turn), with the same history either way: the run's previous turn ran and
+   * committed blocked on this worker and its instance is still kept; a turn slot is free and the worker is not
+   * stopping; the attempt completed (a failure is recorded on its own); and, judged by the statement under the
+   * run's lock, the attempt still holds its step with an unexpired lease, no turn of the run was granted since,
+   * nothing woke the run since (another step's outcome, a signal, a child's end, a cancel request) and no timer of
+   * it is due. Parallel steps of one run completing at once on this worker are fused one after another.
+   *
+   * The trade: the step's outcome becomes durable only with its turn's commit, so a worker that dies (or stalls
+   * past the step's lease) while that turn's code runs loses the outcome, and the step runs again on another worker
+   * under a larger token — as when a worker dies before recording any outcome, with a window longer by the turn's
+   * run time. Execution stays at least once and every write stays fenced. `false` records every outcome first; a
+   * worker dying mid-turn then costs a replay of the turn only. @defaultValue true
    */
   readonly fuseSteps?: boolean;
   /** Identifies this worker in attempts, events and logs. @defaultValue `<hostname>:<pid>:<random>` */
@@ -98,7 +107,7 @@ export const WORKER_DEFAULTS = Object.freeze({
   concurrency: 10,
   workflowConcurrency: 10,
   workflowCacheSize: 1_000,
-  fuseSteps: false,
+  fuseSteps: true,
   turnLeaseMs: 30_000,
   clockRateError: 0.001,
   minGrantFreshness: 0.5,

@@ -94,42 +94,66 @@ describe('InstanceCache', () => {
   });
 });
 
-describe('InstanceCache.whenBack', () => {
-  it('answers at once when the run’s instance is not out', async () => {
+describe('InstanceCache.takeWhenBack', () => {
+  it('takes at once when the run’s instance is not out, and answers undefined when none is kept', async () => {
     const cache = new InstanceCache(4);
-    expect(await cache.whenBack('r1', 60_000)).toBe(true);
-    cache.put('r1', kept(1));
-    expect(await cache.whenBack('r1', 60_000)).toBe(true);
+    expect(await cache.takeWhenBack('r1', 60_000)).toBeUndefined();
+    const entry = kept(1);
+    cache.put('r1', entry);
+    expect(await cache.takeWhenBack('r1', 60_000)).toBe(entry);
+    expect(cache.returned('r1')).toBeDefined(); // out now, until put back or released
   });
 
   it('waits for the turn holding the instance to put it back, or to drop it', async () => {
     const cache = new InstanceCache(4);
     cache.put('r1', kept(1));
     cache.take('r1');
-    const waiting = cache.whenBack('r1', 60_000);
+    const waiting = cache.takeWhenBack('r1', 60_000);
     cache.put('r1', kept(2));
-    expect(await waiting).toBe(true);
-    expect(cache.take('r1')?.turnEpoch).toBe(2);
-    const again = cache.whenBack('r1', 60_000);
+    expect((await waiting)?.turnEpoch).toBe(2);
+    const again = cache.takeWhenBack('r1', 60_000);
     cache.release('r1');
-    expect(await again).toBe(true);
+    expect(await again).toBeUndefined();
     expect(cache.returned('r1')).toBeUndefined();
+  });
+
+  it('hands the instance to one waiter at a time: the second waits until the first puts it back', async () => {
+    // Two completions of one run waiting together (parallel steps ending at once): once the holder puts the
+    // instance back, one takes it; the other must wait for that one, not find it out and go on without it.
+    const cache = new InstanceCache(4);
+    cache.put('r1', kept(1));
+    cache.take('r1');
+    const first = cache.takeWhenBack('r1', 60_000);
+    const second = cache.takeWhenBack('r1', 60_000);
+    cache.put('r1', kept(2));
+    expect((await first)?.turnEpoch).toBe(2);
+    cache.put('r1', kept(3));
+    expect((await second)?.turnEpoch).toBe(3);
+  });
+
+  it('leaves a kept instance in place when the caller does not want it', async () => {
+    const cache = new InstanceCache(4);
+    cache.put('r1', kept(1));
+    expect(await cache.takeWhenBack('r1', 60_000, { wanted: (k) => k.turnEpoch > 1 })).toBeUndefined();
+    expect(cache.returned('r1')).toBeUndefined();
+    expect(cache.take('r1')?.turnEpoch).toBe(1);
   });
 
   it('gives up on a holder that never comes back, after at most maxWaitMs', async () => {
     const cache = new InstanceCache(4);
     cache.put('r1', kept(1));
     cache.take('r1');
-    expect(await cache.whenBack('r1', 5)).toBe(false);
-    expect(cache.take('r1')).toBeUndefined(); // the caller goes on without it: a full replay
+    expect(await cache.takeWhenBack('r1', 5)).toBeUndefined();
+    expect(cache.returned('r1')).toBeDefined(); // still out: the caller goes on without it (a full replay)
   });
 
   it('stops waiting when the caller no longer wants the instance (the worker is stopping)', async () => {
     const cache = new InstanceCache(4);
     cache.put('r1', kept(1));
     cache.take('r1');
-    const waiting = cache.whenBack('r1', 60_000, () => false);
+    const waiting = cache.takeWhenBack('r1', 60_000, { stillWanted: () => false });
     cache.put('r1', kept(2));
-    expect(await waiting).toBe(false);
+    expect(await waiting).toBeUndefined();
+    expect(cache.take('r1')?.turnEpoch).toBe(2);
   });
 });

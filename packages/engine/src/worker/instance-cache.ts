@@ -51,7 +51,7 @@ export function canContinue(
 
 /**
  * A turn waits for its run's instance to come back from another turn of this worker (see
- * {@link InstanceCache.whenBack}) at most the turn lease divided by this: the rest of the lease is the turn's own.
+ * {@link InstanceCache.takeWhenBack}) at most the turn lease divided by this: the rest of the lease is the turn's own.
  */
 export const INSTANCE_WAIT_LEASE_FRACTION = 4;
 
@@ -70,11 +70,6 @@ export class InstanceCache {
 
   get size(): number {
     return this.entries.size;
-  }
-
-  /** The run's kept instance, if any, left in place. */
-  peek(runId: string): KeptInstance | undefined {
-    return this.entries.get(runId);
   }
 
   /**
@@ -103,30 +98,36 @@ export class InstanceCache {
   }
 
   /**
-   * Wait while the run's instance is out for another turn of this worker (see {@link returned}), at most
-   * `maxWaitMs` in all: a holder that has not put it back by then (a commit stalled on the database, a turn past
-   * its lease) is left behind, and the caller goes on without the instance (a full replay, which is correct).
-   * @returns true when the instance is not out (put back, dropped or never taken); false when the wait ran out
-   *   or `stillWanted()` turned false after a wake.
+   * Wait while the run's instance is out for another turn of this worker (see {@link returned}), at most `maxWaitMs`
+   * in all: a holder that has not put it back by then (a commit stalled on the database, a turn past its lease) is
+   * left behind, and the caller goes on without the instance (a full replay, which is correct). Then, in the same
+   * tick the wait ended, take it if `wanted(kept)` — so that no other turn of this worker takes it in between. A check and a take split by an `await` lose that race whenever two turns of one run wait
+   * together (parallel steps of a run completing at once on this worker): the second would find the instance out
+   * again and go on without it, and the run's next turn would replay in full.
+   * @returns the taken instance; undefined when none is kept, `wanted` refused it (it stays kept), the wait ran
+   *   out, or `stillWanted()` turned false after a wake.
    */
-  async whenBack(
+  async takeWhenBack(
     runId: string,
     maxWaitMs: number,
-    stillWanted: () => boolean = () => true,
-  ): Promise<boolean> {
+    o: { stillWanted?: () => boolean; wanted?: (kept: KeptInstance) => boolean } = {},
+  ): Promise<KeptInstance | undefined> {
     const deadline = monotonicNow() + maxWaitMs;
     for (let back = this.returned(runId); back; back = this.returned(runId)) {
       const left = deadline - monotonicNow();
-      if (left <= 0) return false;
+      if (left <= 0) return undefined;
       let timer: ReturnType<typeof setTimeout> | undefined;
       const timedOut = new Promise<'timeout'>(
         (resolve) => (timer = setTimeout(() => resolve('timeout'), left)),
       );
       const woke = await Promise.race([back.then(() => 'back' as const), timedOut]);
       clearTimeout(timer);
-      if (woke === 'timeout' || !stillWanted()) return false;
+      if (woke === 'timeout' || !(o.stillWanted?.() ?? true)) return undefined;
     }
-    return true;
+    // No await from the loop's last check to here: the instance is not out, and nothing else ran meanwhile.
+    const kept = this.entries.get(runId);
+    if (!kept || (o.wanted && !o.wanted(kept))) return undefined;
+    return this.take(runId);
   }
 
   /** Say that the run's taken instance is gone, unless {@link put} already put it back: its waiters go on. */

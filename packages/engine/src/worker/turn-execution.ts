@@ -158,8 +158,10 @@ export async function executeTurn(
   const grantedAtMs = monotonicNow();
   // A turn of this worker that still holds the run's instance (its commit's reply not yet seen) puts it back or
   // drops it first (see InstanceCache.returned); a holder slower than a quarter of the lease is not waited for.
-  await parts.instances.whenBack(row.id, parts.options.turnLeaseMs / INSTANCE_WAIT_LEASE_FRACTION);
-  const kept = parts.instances.take(row.id);
+  const kept = await parts.instances.takeWhenBack(
+    row.id,
+    parts.options.turnLeaseMs / INSTANCE_WAIT_LEASE_FRACTION,
+  );
   try {
     return await runAndCommit(parts, row, grant, grantedAtMs, kept);
   } finally {

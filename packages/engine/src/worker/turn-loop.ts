@@ -183,17 +183,20 @@ export class TurnLoop {
   async completeFused(completion: CompleteStepParams, step: StepPosition): Promise<'applied' | undefined> {
     if (this.state !== 'running') return undefined;
     // Parallel steps of a run complete together: a fused turn of the run in progress holds its instance; wait for
-    // it (it puts the instance back, awaiting this step, or drops it) rather than decide on a missing instance.
-    const back = await this.instances.whenBack(
+    // it (it puts the instance back, awaiting this step, or drops it) rather than decide on a missing instance, and
+    // take it in the tick the wait ends, before another completion of the run can.
+    const kept = await this.instances.takeWhenBack(
       completion.runId,
       this.options.turnLeaseMs / INSTANCE_WAIT_LEASE_FRACTION,
-      () => this.state === 'running',
+      {
+        stillWanted: () => this.state === 'running',
+        wanted: (k) =>
+          k.instance.continuable &&
+          k.instance.awaits(step.seq) &&
+          this.options.concurrency - this.running.size - this.reserved > 0,
+      },
     );
-    if (!back) return undefined;
-    const kept = this.instances.peek(completion.runId);
-    if (!kept?.instance.continuable || !kept.instance.awaits(step.seq)) return undefined;
-    if (this.options.concurrency - this.running.size - this.reserved <= 0) return undefined;
-    this.instances.take(completion.runId);
+    if (!kept) return undefined;
     let done!: () => void;
     const slot = new Promise<void>((resolve) => (done = resolve));
     this.running.add(slot);
