@@ -210,8 +210,8 @@ export interface SpawnOptions {
   activityLeaseMs?: number;
   /**
    * Whether the worker's completions carry their run's next turn (fused steps, T24); otherwise the turn a
-   * completion wakes is claimed for the worker in the same statement (an eager turn; T20–T23 pin `false`).
-   * @defaultValue the engine's (true)
+   * completion wakes is claimed for the worker in the same statement (an eager turn). @defaultValue the engine's
+   * (false)
    */
   fuseSteps?: boolean;
   /** The engine's `retentionMs` (ms) in the worker process, and how often it sweeps (test-only). */

@@ -22,12 +22,6 @@ import { add, counter } from './counter-workflow.js';
 import { checkOnEvents, pollFor } from '../support/wait.js';
 import { emptyActivity } from '../fixtures/empty-activity.js';
 
-/**
- * This file tests the completion that grants the turn it wakes (an eager turn) on purpose: with fused steps (the
- * default) a worker that keeps the run's instance records the completion together with the turn instead.
- */
-const EAGER = { fuseSteps: false } as const;
-
 const double = pureActivity('double', z.object({ n: z.number() }), z.number(), ({ n }) => 2 * n);
 const twice = oneStepWorkflow('twice', double);
 const other = noInputWorkflow('other', z.null(), () => Promise.resolve(null));
@@ -38,7 +32,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('runs every turn after the first on the worker whose completion woke it, each a fenced grant', async () => {
       const engine = await target.engine();
-      const worker = workerFor(engine, [counter, add], { ...EAGER, pollIntervalMs: 60_000 });
+      const worker = workerFor(engine, [counter, add], { pollIntervalMs: 60_000 });
       const turns = turnLog(worker);
       const grants: string[] = [];
       worker.events.on('attempt:claimed', (e) => grants.push(e.grant));
@@ -73,8 +67,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('grants no turn or step to a worker that does not serve it: each goes to the one that does', async () => {
       const engine = await target.engine();
-      const activities = workerFor(engine, [add], { ...EAGER, pollIntervalMs: 60_000 });
-      const workflows = workerFor(engine, [counter], { ...EAGER, pollIntervalMs: 60_000 });
+      const activities = workerFor(engine, [add], { pollIntervalMs: 60_000 });
+      const workflows = workerFor(engine, [counter], { pollIntervalMs: 60_000 });
       const turns = turnLog(workflows);
       const grants: string[] = [];
       activities.events.on('attempt:claimed', (e) => grants.push(e.grant));
@@ -96,7 +90,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('leaves the turn to the claim when the worker has no turn slot free, and every run still completes', async () => {
       const engine = await target.engine();
-      const options = { ...EAGER, workflowConcurrency: 1, concurrency: 8, pollIntervalMs: 60_000 };
+      const options = { workflowConcurrency: 1, concurrency: 8, pollIntervalMs: 60_000 };
       const worker = workerFor(engine, [counter, add], options);
       const turns = turnLog(worker);
       await worker.start();
@@ -116,7 +110,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('grants the first turn to the local worker in the start statement; a repeated key grants nothing', async () => {
       const engine = await target.engine();
-      const worker = workerFor(engine, [twice, double], { ...EAGER, pollIntervalMs: 60_000 });
+      const worker = workerFor(engine, [twice, double], { pollIntervalMs: 60_000 });
       const turns = turnLog(worker);
       await worker.start();
       const handle = await engine.client.start(twice, { n: 21 }, { key: 'k' });
@@ -151,8 +145,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
 
     it('leaves the first turn to a claim when no worker of the engine runs the workflow', async () => {
       const engine = await target.engine();
-      const worker = workerFor(engine, [other], { ...EAGER, pollIntervalMs: 50 });
-      const runner = workerFor(engine, [twice, double], { ...EAGER, pollIntervalMs: 50 });
+      const worker = workerFor(engine, [other], { pollIntervalMs: 50 });
+      const runner = workerFor(engine, [twice, double], { pollIntervalMs: 50 });
       const turns = turnLog(runner);
       await worker.start();
       // Started before the worker that runs it: nothing to grant it to.
@@ -214,7 +208,7 @@ describe('eager turns when the worker stops, on postgres', () => {
       await ctx.run(held, {});
       return { done: true };
     });
-    const first = workerFor(engine, [once, held], { ...EAGER, pollIntervalMs: 60_000, workerId: 'first' });
+    const first = workerFor(engine, [once, held], { pollIntervalMs: 60_000, workerId: 'first' });
     const turns = turnLog(first);
     await first.start();
     const started = new Promise<void>((resolve) => first.events.once('attempt:started', () => resolve()));
@@ -240,11 +234,7 @@ describe('eager turns when the worker stops, on postgres', () => {
       ['first', 'released'],
     ]);
 
-    const second = await startWorker(engine, [once, held], {
-      ...EAGER,
-      pollIntervalMs: 60_000,
-      workerId: 'second',
-    });
+    const second = await startWorker(engine, [once, held], { pollIntervalMs: 60_000, workerId: 'second' });
     await expect(handle.result({ timeoutMs: 20_000 })).resolves.toEqual({ done: true });
     await second.stop();
   });
@@ -276,7 +266,7 @@ describe('eager turns whose grant missed a writer of the run row, on postgres', 
       const { n } = await ctx.run(step, { n: 0 });
       return ctx.run(step, { n });
     });
-    const worker = workerFor(engine, [pair, step], { ...EAGER, pollIntervalMs: 60_000 });
+    const worker = workerFor(engine, [pair, step], { pollIntervalMs: 60_000 });
     const turns = turnLog(worker);
     await worker.start();
     const handle = await engine.client.start(pair, {});
@@ -335,8 +325,8 @@ describe('eager turns whose grant missed a writer of the run row, on postgres', 
       return a + b + (await ctx.run(left, { again: true }));
     });
     // `main` runs the workflow and `left`; `other` runs only `right`, so its completion claims no turn.
-    const main = workerFor(engine, [fork, left], { ...EAGER, pollIntervalMs: 60_000, workerId: 'main' });
-    const other = workerFor(engine, [right], { ...EAGER, pollIntervalMs: 50, workerId: 'other' });
+    const main = workerFor(engine, [fork, left], { pollIntervalMs: 60_000, workerId: 'main' });
+    const other = workerFor(engine, [right], { pollIntervalMs: 50, workerId: 'other' });
     const turns = turnLog(main);
     await main.start();
     await other.start();

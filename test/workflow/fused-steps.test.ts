@@ -1,5 +1,5 @@
 /**
- * Fused steps (worker option `fuseSteps`, on by default): when an activity of a workflow run completes on the worker that keeps the run's workflow instance,
+ * Fused steps (worker option `fuseSteps`, off by default): when an activity of a workflow run completes on the worker that keeps the run's workflow instance,
  * the worker runs the run's next turn on that instance at once, with the step's output as the only news, and one
  * statement records the completion, grants the turn (a fresh token from the global sequence, an attempts row) and
  * commits it, eagerly dispatching what it schedules: one statement per step of a sequential workflow. The statement
@@ -45,7 +45,7 @@ function countStatements(engine: Engine): Map<string, number> {
   return counts;
 }
 
-/** Fused steps, on by default (see WorkerOptions.fuseSteps), named so that each test says what it relies on. */
+/** Fused steps are off by default (see WorkerOptions.fuseSteps). */
 const FUSED = { fuseSteps: true } as const;
 
 /** An output whose keys JavaScript and jsonb order differently. */
@@ -158,22 +158,6 @@ for (const driver of ['postgres', 'pglite'] as const) {
         Array.from({ length: 12 }, (_, i) => [i, 'completed', i + 1, { n: i + 1 }]),
       );
       await worker.stop();
-    });
-
-    it('fuses by default; fuseSteps: false records each completion on its own, granting the turn it wakes', async () => {
-      const grantsWith = async (options: { fuseSteps?: boolean }) => {
-        const engine = await target.engine();
-        const worker = workerFor(engine, [counter, add], { pollIntervalMs: 60_000, ...options });
-        const turns = turnLog(worker);
-        await worker.start();
-        const handle = await engine.client.start(counter, { steps: 3 });
-        await expect(handle.result({ timeoutMs: 60_000 })).resolves.toEqual({ n: 3 });
-        await lastTurn(worker, turns, handle.runId);
-        await worker.stop();
-        return turns.filter((t) => t.runId === handle.runId).map((t) => t.grant);
-      };
-      expect(await grantsWith({})).toEqual(['eager', 'fused', 'fused', 'fused']);
-      expect(await grantsWith({ fuseSteps: false })).toEqual(['eager', 'eager', 'eager', 'eager']);
     });
 
     it('hands the code an output as the database stores it, so a full replay sees the same', async () => {

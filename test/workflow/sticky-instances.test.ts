@@ -61,10 +61,10 @@ describe('sticky workflow instances on postgres', () => {
   const target = useEngineTarget('postgres');
 
   /** A new engine with its history reads watched, and a worker of `workflow` and `add`, its turns logged. */
-  async function watchedWorker(workflow: Definition, options: { fuseSteps?: boolean } = {}) {
+  async function watchedWorker(workflow: Definition) {
     const engine = await target.engine();
     const reads = watchHistoryReads(engine);
-    const worker = workerFor(engine, [workflow, add], { pollIntervalMs: 50, ...options });
+    const worker = workerFor(engine, [workflow, add], { pollIntervalMs: 50 });
     const turns = turnLog(worker);
     return { engine, reads, worker, turns };
   }
@@ -137,9 +137,7 @@ describe('sticky workflow instances on postgres', () => {
       await ctx.sleep(0);
       return (await ctx.run(add, a)).n;
     });
-    // The turn that commits the timer must be a turn of its own (its fault points are a claimed or eager turn's):
-    // fused with the completion before it, the timer's turn would come after a commit the worker already saw.
-    const { engine, reads, worker, turns } = await watchedWorker(timed, { fuseSteps: false });
+    const { engine, reads, worker, turns } = await watchedWorker(timed);
     let nextTurnGranted!: () => void;
     const granted = new Promise<void>((resolve) => (nextTurnGranted = resolve));
     let held = 0;

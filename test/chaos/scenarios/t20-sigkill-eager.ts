@@ -33,8 +33,7 @@ export const sigkillEager = defineScenario('T20 SIGKILL in an eager grant', {
     'SIGKILL a worker holding an eager turn (before it runs) / an eagerly dispatched step (before it starts); re-granted, run once',
   iterations: { full: 6, ci: 2, variants: ['eager-turn', 'eager-dispatch'] as const },
   async iteration(ctx, { i, variant }) {
-    // The eager path on purpose: with fused steps the completion would carry the turn instead of granting it.
-    const a = await ctx.spawnWorker({ workerId: `a${i}`, fuseSteps: false });
+    const a = await ctx.spawnWorker({ workerId: `a${i}` });
     const k = ctx.rng.int(1, FLOW_STEPS - 1);
     const point = KILL_POINT[variant];
     const { flow, held } = await startHeldTurn(ctx, a, `t20-${i}`, point, k);

@@ -33,8 +33,7 @@ export const sigstopEager = defineScenario('T21 SIGSTOP in an eager grant', {
   description:
     'freeze a worker holding an eager turn before its commit / an eagerly dispatched step before its completion, past the lease; the late write is refused',
   iterations: { full: 6, ci: 2, variants: ['turn-commit', 'step-completion'] as const },
-  // The eager path on purpose: with fused steps the completion would carry the turn instead of granting it.
-  setup: (ctx) => ctx.spawnWorker({ workerId: 'a', fuseSteps: false }),
+  setup: (ctx) => ctx.spawnWorker({ workerId: 'a' }),
   async iteration(ctx, { i, variant }, a) {
     const L = ctx.timings.leaseMs;
     const k = ctx.rng.int(1, FLOW_STEPS - 1);

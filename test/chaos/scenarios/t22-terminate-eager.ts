@@ -46,8 +46,6 @@ export const terminateEager = defineScenario('T22 backend termination in an eage
     ctx.spawnWorker({
       databaseUrl: withApplicationName(ctx.databaseUrl, APPLICATION_NAME),
       workerId: 'a',
-      // The eager path on purpose: with fused steps the completion would carry the turn instead of granting it.
-      fuseSteps: false,
     }),
   async iteration(ctx, { i, variant }, a) {
     const k = ctx.rng.int(1, FLOW_STEPS - 1);

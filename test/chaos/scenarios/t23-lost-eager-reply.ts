@@ -39,8 +39,7 @@ export const lostEagerReply = defineScenario('T23 lost reply of an eager grant',
   description:
     'drop the server’s reply to a completion that eagerly claimed a turn / a turn commit that eagerly dispatched a step; the lost grant expires and is re-granted',
   iterations: { full: 6, ci: 2, variants: VARIANTS },
-  // The eager path on purpose: with fused steps the completion would carry the turn instead of granting it.
-  setup: (ctx) => spawnBehindProxy(ctx, { workerId: 'a', unprepared: true, fuseSteps: false }),
+  setup: (ctx) => spawnBehindProxy(ctx, { workerId: 'a', unprepared: true }),
   async iteration(ctx, { i, variant }, { proxy, worker: a }) {
     const k = ctx.rng.int(1, FLOW_STEPS - 1);
     if (variant === 'completion-claiming-turn') {
