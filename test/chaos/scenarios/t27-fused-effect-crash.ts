@@ -21,7 +21,7 @@ export const fusedEffectCrash = defineScenario('T27 crash between a fused stepâ€
     'SIGKILL a worker after a fused stepâ€™s activity wrote a fenced external effect, before the fused statement; the step re-runs elsewhere under a larger token, the effect is recorded once',
   iterations: { full: 6, ci: 2 },
   async iteration(ctx, { i }) {
-    const a = await ctx.spawnWorker({ workerId: `a${i}` });
+    const a = await ctx.spawnWorker({ workerId: `a${i}`, fuseSteps: true });
     const k = ctx.rng.int(1, FLOW_STEPS - 1);
     const label = `t27-${i}-${ctx.rng.seed}-${ctx.rng.int(0, 1e9)}`;
     const { runId } = await ctx.startWorkflow({

@@ -46,7 +46,7 @@ export interface WorkerOptions {
    */
   readonly workflowCacheSize?: number;
   /**
-   * Fused steps (on by default): when an activity of a workflow run completes on this worker while it keeps the
+   * Fused steps (off by default): when an activity of a workflow run completes on this worker while it keeps the
    * run's workflow instance (see `workflowCacheSize`) and that instance awaits the step, run the run's next turn on
    * that instance at once and record the completion, the turn's grant (a fresh token, nonce and attempts row) and
    * its commit in one statement, which also grants this worker the activities the turn schedules — one statement
@@ -63,8 +63,9 @@ export interface WorkerOptions {
    * The trade: the step's outcome becomes durable only with its turn's commit, so a worker that dies (or stalls
    * past the step's lease) while that turn's code runs loses the outcome, and the step runs again on another worker
    * under a larger token — as when a worker dies before recording any outcome, with a window longer by the turn's
-   * run time. Execution stays at least once and every write stays fenced. `false` records every outcome first; a
-   * worker dying mid-turn then costs a replay of the turn only. @defaultValue true
+   * run time. Execution stays at least once and every write stays fenced. Off (the default) records every outcome
+   * first; a worker dying mid-turn then costs a replay of the turn only, and no completed step runs again — why it
+   * is not the default (test/cases/kill-mid-run.test.ts, case b). @defaultValue false
    */
   readonly fuseSteps?: boolean;
   /** Identifies this worker in attempts, events and logs. @defaultValue `<hostname>:<pid>:<random>` */
@@ -107,7 +108,7 @@ export const WORKER_DEFAULTS = Object.freeze({
   concurrency: 10,
   workflowConcurrency: 10,
   workflowCacheSize: 1_000,
-  fuseSteps: true,
+  fuseSteps: false,
   turnLeaseMs: 30_000,
   clockRateError: 0.001,
   minGrantFreshness: 0.5,
