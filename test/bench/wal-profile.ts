@@ -213,7 +213,9 @@ async function main() {
   const [mode, nText, cText, ...rest] = process.argv.slice(2);
   const n = Number(nText);
   if (!['jobs', 'workflows', 'around'].includes(mode ?? '') || !(n > 0)) {
-    process.stderr.write('usage: wal-profile.ts jobs|workflows N C [--fuse|--no-fuse] | around N -- command…\n');
+    process.stderr.write(
+      'usage: wal-profile.ts jobs|workflows N C [--fuse|--no-fuse] | around N -- command…\n',
+    );
     return 2;
   }
   const admin = postgres(url, { max: 2, onnotice: () => undefined });
