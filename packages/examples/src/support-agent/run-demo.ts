@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { eq, inArray } from 'drizzle-orm';
 import type { RunDetails, RunHandle } from '@palisade/engine';
+import { PalisadeError } from '@palisade/sdk';
 import { advanceClock, resetClock } from '@palisade/engine/testing';
 import type { InvoiceActivityEvent } from '../invoice-settlement/activities.js';
 import type { AppDatabase } from '../invoice-settlement/app-database.js';
@@ -113,7 +114,11 @@ export const SUPPORT_AGENT_DEMO = Object.freeze({
   leaseMs: 6_000,
   heartbeatTimeoutMs: 2_000,
   pollIntervalMs: 250,
-  /** Give up waiting for the inbox after this long (ms). */
+  /**
+   * Give up waiting for the inbox once nothing moved for this long (ms): no email settled and no decision was sent.
+   * Counted from the last progress, not from the start, so a loaded machine that takes longer over the whole inbox
+   * is not mistaken for a stuck one (the approvals are sent only once every other run has ended).
+   */
   runTimeoutMs: 150_000,
 });
 
@@ -256,22 +261,22 @@ export async function runSupportAgentDemo(
     const watched = streamProgress(runOf.get(demo.killed.emailId), demo.killed.emailId, timeline);
     const outcomes = new Map<string, EmailOutcome>();
     const settled = new Set<string>();
+    const progress = new ProgressClock(demo.runTimeoutMs);
     const finished = data.emails.map(async (email) => {
       try {
-        const outcome = await runOf
-          .get(email.id)
-          ?.result({ timeoutMs: demo.runTimeoutMs, pollIntervalMs: 1_000 });
+        const outcome = await resultUnlessStalled(runOf.get(email.id), progress);
         if (outcome) outcomes.set(email.id, outcome);
       } catch (error) {
         timeline.line('client', `${email.id}: run did not complete: ${describeError(error)}`);
       } finally {
         settled.add(email.id);
+        progress.moved();
         timeline.emailDone();
       }
     });
 
     // The approval desk: wait until every run has either ended or is waiting for a person.
-    const pending = await waitForApprovalQueue(app, tables, settled, data.emails.length, demo.runTimeoutMs);
+    const pending = await waitForApprovalQueue(app, tables, settled, data.emails.length, progress);
     timeline.line(
       'approvals',
       `${pending.length} refunds above $${(demo.approvalThresholdCents / 100).toFixed(2)} wait for a person: ` +
@@ -315,6 +320,7 @@ export async function runSupportAgentDemo(
             ...(cli ? { cli } : {}),
           });
           decisions.push({ ...sent, emailId: p.emailId, approved });
+          progress.moved();
           decided.set(p.emailId, approved ? 'approved' : 'rejected');
           timeline.line('approvals', `${approved ? 'approve' : 'REJECT '} ${p.emailId}: ${sent.command}`);
           if (sent.output) timeline.line('palisade', sent.output);
@@ -323,7 +329,7 @@ export async function runSupportAgentDemo(
     timeline.line('approvals', `${demo.timedOutEmail}: nobody answers`);
 
     // Everything but the unanswered approval finishes; then two days pass, by the database clock.
-    await waitUntil(() => settled.size >= data.emails.length - 1, demo.runTimeoutMs);
+    await waitUntil(() => settled.size >= data.emails.length - 1, progress);
     const timedOutHandle = runOf.get(demo.timedOutEmail);
     let advancedMs = 0;
     if (timedOutHandle && !settled.has(demo.timedOutEmail)) {
@@ -530,7 +536,7 @@ async function waitForApprovalQueue(
   tables: SupportTables,
   settled: ReadonlySet<string>,
   total: number,
-  timeoutMs: number,
+  progress: ProgressClock,
 ): Promise<{ emailId: string; amountCents: number }[]> {
   const read = () =>
     app.db
@@ -542,7 +548,7 @@ async function waitForApprovalQueue(
   await waitUntil(async () => {
     pending = await read();
     return settled.size + pending.length >= total;
-  }, timeoutMs);
+  }, progress);
   return pending;
 }
 
@@ -576,10 +582,47 @@ async function snapshotWait(handle: RunHandle | undefined, emailId: string): Pro
   };
 }
 
-async function waitUntil(condition: () => boolean | Promise<boolean>, timeoutMs: number): Promise<void> {
-  const deadline = performance.now() + timeoutMs;
+/** When the demo counts as stalled: `quietMs` after the last progress (an email settled, a decision sent). */
+class ProgressClock {
+  private lastMs = performance.now();
+  constructor(private readonly quietMs: number) {}
+  moved(): void {
+    this.lastMs = performance.now();
+  }
+  /** ms until the demo counts as stalled (≤ 0: it does). */
+  leftMs(): number {
+    return this.lastMs + this.quietMs - performance.now();
+  }
+}
+
+/**
+ * The run's result, waiting while the demo makes progress: a `RESULT_TIMEOUT` only ends the wait once nothing
+ * moved for the clock's `quietMs` (a run waiting for its approval ends only after every other run has). Other
+ * errors (the run failed or was cancelled) are thrown.
+ */
+async function resultUnlessStalled<T>(
+  handle: RunHandle<T> | undefined,
+  progress: ProgressClock,
+): Promise<T | undefined> {
+  if (!handle) return undefined;
+  for (;;) {
+    try {
+      return await handle.result({ timeoutMs: Math.max(1_000, progress.leftMs()), pollIntervalMs: 1_000 });
+    } catch (error) {
+      if (!(error instanceof PalisadeError && error.code === 'RESULT_TIMEOUT') || progress.leftMs() <= 0)
+        throw error;
+    }
+  }
+}
+
+async function waitUntil(
+  condition: () => boolean | Promise<boolean>,
+  limit: number | ProgressClock,
+): Promise<void> {
+  const deadline = typeof limit === 'number' ? performance.now() + limit : undefined;
   while (!(await condition())) {
-    if (performance.now() > deadline) return;
+    if ((deadline ?? Infinity) < performance.now() || (typeof limit !== 'number' && limit.leftMs() <= 0))
+      return;
     await delay(100);
   }
 }
