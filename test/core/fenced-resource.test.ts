@@ -11,6 +11,7 @@ import { createFencedResource, type FencedResource } from '@palisade/engine';
 import { useEngineTarget } from '../support/engine.js';
 import { rejectionOf } from '../support/rejections.js';
 import { shuffled } from '../support/shuffled.js';
+import { testPglite } from '../support/pglite.js';
 
 const WRITERS = 24;
 
@@ -185,8 +186,7 @@ describe('fenced resources on PGlite', () => {
   async function onFreshPglite(
     check: (resource: FencedResource<PgliteTransaction>, pglite: PGlite) => Promise<void>,
   ): Promise<void> {
-    const { PGlite } = await import('@electric-sql/pglite');
-    const pglite = new PGlite();
+    const pglite = testPglite();
     try {
       const resource = createFencedResource({ pglite, schema: 'store' });
       await resource.install();

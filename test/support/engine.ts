@@ -9,9 +9,10 @@
  */
 import { randomBytes } from 'node:crypto';
 import postgres from '@palisade/engine/postgres';
-import { PGlite } from '@electric-sql/pglite';
+import type { PGlite } from '@electric-sql/pglite';
 import { afterAll, afterEach, beforeAll } from 'vitest';
 import { createEngine, type CreateEngineOptions, type Engine } from '@palisade/engine';
+import { testPglite } from './pglite.js';
 import { useTestDatabase } from './postgres.js';
 
 export type Driver = 'postgres' | 'pglite';
@@ -56,7 +57,7 @@ export function useEngineTarget(driver: Driver, { warm = false }: { warm?: boole
       const engine =
         driver === 'postgres'
           ? await createEngine({ ...options, schema, databaseUrl: url() })
-          : await createEngine({ ...options, schema, pglite: (pglite ??= new PGlite()) });
+          : await createEngine({ ...options, schema, pglite: (pglite ??= testPglite()) });
       open.push(engine);
       return engine;
     },

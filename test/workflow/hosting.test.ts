@@ -1,7 +1,7 @@
 import { sql } from 'drizzle-orm';
 import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
 import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js';
-import { PGlite } from '@electric-sql/pglite';
+import type { PGlite } from '@electric-sql/pglite';
 import postgres from '@palisade/engine/postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -12,6 +12,7 @@ import { useEngineTarget } from '../support/engine.js';
 import { attemptsOf, runOf, stepsReach } from './workflow-rows.js';
 import { checkOnEvents } from '../support/wait.js';
 import { startWorker, workerFor } from '../support/worker.js';
+import { testPglite } from '../support/pglite.js';
 
 function fixture() {
   const executedBy: string[] = [];
@@ -75,7 +76,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
     const target = useEngineTarget(driver, { warm: true });
     // The host application's own PGlite (starting one takes seconds: one per file).
     let hostPglite: PGlite | undefined;
-    const hostPg = () => (hostPglite ??= new PGlite());
+    const hostPg = () => (hostPglite ??= testPglite());
     beforeAll(async () => {
       if (driver === 'pglite') await hostPg().waitReady;
     });

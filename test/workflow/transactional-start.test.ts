@@ -11,7 +11,6 @@ import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
 import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js';
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { PGlite } from '@electric-sql/pglite';
 import { isPalisadeError } from '@palisade/sdk';
 import { createEngine, type Engine, type Worker } from '@palisade/engine';
 import postgres from '@palisade/engine/postgres';
@@ -23,6 +22,7 @@ import { checkOnEvents } from '../support/wait.js';
 import { startWorker, workerFor } from '../support/worker.js';
 import { pureActivity } from '../fixtures/pure-activity.js';
 import { oneStepWorkflow } from '../fixtures/one-step-workflow.js';
+import { testPglite } from '../support/pglite.js';
 
 const pack = pureActivity(
   'pack',
@@ -276,7 +276,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         begin = (fn) => client.begin((tx) => fn(tx)) as never;
         closeOther = () => client.end({ timeout: 1 });
       } else {
-        const pglite = new PGlite();
+        const pglite = testPglite();
         otherEngine = await createEngine({ pglite, schema: engine.schema });
         begin = (fn) => pglite.transaction((tx) => fn(tx));
         closeOther = () => pglite.close();
@@ -411,7 +411,7 @@ describe('transactional start with a postgres.js transaction (sql.begin)', () =>
 
   it('refuses the client itself and a PGlite transaction, naming tx', async () => {
     const engine = await target.engine();
-    const pglite = new PGlite();
+    const pglite = testPglite();
     try {
       await pglite.transaction(async (tx) => {
         const error = await engine.client.start(fulfil, { orderId: 'x' }, { tx }).catch((e: unknown) => e);
