@@ -25,6 +25,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { sql as drizzleSql } from 'drizzle-orm';
 import { z } from 'zod';
 import { createFencedResource } from '@palisade/engine';
+import type postgres from '@palisade/engine/postgres';
 import { setFaultHook, type CompletionAnswer, type TurnFault } from '@palisade/engine/testing';
 import { ApplicationFailure, defineActivity, defineWorkflow, type ActivityContext } from '@palisade/sdk';
 import {
@@ -383,24 +384,61 @@ function installBatchProbe(env: FixtureEnvironment): void {
  * the token), reported as `resource-write` ops. Refused (a newer attempt of the same unit of work wrote first),
  * it throws, which ends the loop.
  */
-async function resourceWrite(
+function resourceWrite(
   ctx: ActivityContext,
   env: FixtureEnvironment,
   attempt: ReturnType<typeof attemptInfo>,
   seq: number,
 ): Promise<void> {
   const { scope, token } = ctx.info.fencing;
+  return reportedFencedWrite(ctx, env, attempt, seq, (tx) =>
+    tx.unsafe(
+      `INSERT INTO "${env.schema}".effects (run_id, step_id, fencing_token, worker_id, seq, fenced, via, step_seq, scope)
+         VALUES ($1, $2, $3::bigint, $4, $5, true, 'resource', $6, $7)`,
+      [ctx.info.runId, ctx.info.stepId, token.toString(), ctx.info.workerId, seq, ctx.info.seq, scope],
+    ),
+  );
+}
+
+/**
+ * The `ledger` write (see {@link chaosInput}): upsert the unit of work's one row through a fenced resource keyed by
+ * `ctx.info.fencing`, reported as a `resource-write` op (seq -1). Refused (a newer attempt of the same unit wrote
+ * first), it throws.
+ */
+function ledgerWrite(
+  ctx: ActivityContext,
+  env: FixtureEnvironment,
+  attempt: ReturnType<typeof attemptInfo>,
+): Promise<void> {
+  const { scope, token } = ctx.info.fencing;
+  return reportedFencedWrite(ctx, env, attempt, -1, (tx) =>
+    tx.unsafe(
+      `INSERT INTO "${env.schema}".ledger (scope, run_id, fencing_token, worker_id, writes)
+           VALUES ($1, $2, $3::bigint, $4, 1)
+           ON CONFLICT (scope) DO UPDATE SET fencing_token = excluded.fencing_token, worker_id = excluded.worker_id,
+                                             writes = ledger.writes + 1`,
+      [scope, ctx.info.runId, token.toString(), ctx.info.workerId],
+    ),
+  );
+}
+
+/**
+ * `write` through a fenced resource keyed by `ctx.info.fencing`, reported as `resource-write` ops numbered `seq`:
+ * `invoke`, then `ok`, or — refused or failed — `fail` (LEASE_LOST) or `info`, and the error rethrown. A writer
+ * frozen inside its write must not hold the scope's row past half a lease (the suite's L is 2 s).
+ */
+async function reportedFencedWrite(
+  ctx: ActivityContext,
+  env: FixtureEnvironment,
+  attempt: ReturnType<typeof attemptInfo>,
+  seq: number,
+  write: (tx: postgres.TransactionSql) => Promise<unknown>,
+): Promise<void> {
   env.report({ type: 'chaos:op', attempt, op: 'resource-write', phase: 'invoke', seq });
   try {
-    // A writer frozen inside its write must not hold the scope's row past half a lease (the suite's L is 2 s).
     await createFencedResource({ sql: env.sql, schema: env.schema, idleInTransactionTimeoutMs: 1_000 }).write(
       ctx.info.fencing,
-      (tx) =>
-        tx.unsafe(
-          `INSERT INTO "${env.schema}".effects (run_id, step_id, fencing_token, worker_id, seq, fenced, via, step_seq, scope)
-         VALUES ($1, $2, $3::bigint, $4, $5, true, 'resource', $6, $7)`,
-          [ctx.info.runId, ctx.info.stepId, token.toString(), ctx.info.workerId, seq, ctx.info.seq, scope],
-        ),
+      write,
     );
   } catch (error) {
     const info = errorInfo(error);
@@ -415,45 +453,6 @@ async function resourceWrite(
     throw error;
   }
   env.report({ type: 'chaos:op', attempt, op: 'resource-write', phase: 'ok', seq });
-}
-
-/**
- * The `ledger` write (see {@link chaosInput}): upsert the unit of work's one row through a fenced resource keyed by
- * `ctx.info.fencing`, reported as a `resource-write` op (seq -1). Refused (a newer attempt of the same unit wrote
- * first), it throws.
- */
-async function ledgerWrite(
-  ctx: ActivityContext,
-  env: FixtureEnvironment,
-  attempt: ReturnType<typeof attemptInfo>,
-): Promise<void> {
-  const { scope, token } = ctx.info.fencing;
-  env.report({ type: 'chaos:op', attempt, op: 'resource-write', phase: 'invoke', seq: -1 });
-  try {
-    await createFencedResource({ sql: env.sql, schema: env.schema, idleInTransactionTimeoutMs: 1_000 }).write(
-      ctx.info.fencing,
-      (tx) =>
-        tx.unsafe(
-          `INSERT INTO "${env.schema}".ledger (scope, run_id, fencing_token, worker_id, writes)
-           VALUES ($1, $2, $3::bigint, $4, 1)
-           ON CONFLICT (scope) DO UPDATE SET fencing_token = excluded.fencing_token, worker_id = excluded.worker_id,
-                                             writes = ledger.writes + 1`,
-          [scope, ctx.info.runId, token.toString(), ctx.info.workerId],
-        ),
-    );
-  } catch (error) {
-    const info = errorInfo(error);
-    env.report({
-      type: 'chaos:op',
-      attempt,
-      op: 'resource-write',
-      phase: info.code === 'LEASE_LOST' ? 'fail' : 'info',
-      seq: -1,
-      error: info,
-    });
-    throw error;
-  }
-  env.report({ type: 'chaos:op', attempt, op: 'resource-write', phase: 'ok', seq: -1 });
 }
 
 export const chaosFlowInput = z.object({
