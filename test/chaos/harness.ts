@@ -113,6 +113,29 @@ export function measuredLagMs(workers: Iterable<WorkerProcess>, fromMs: number, 
   );
 }
 
+/**
+ * The first wall time from `fromMs` on at which one of `workers` (at the harness's default concurrency, 1) had a free slot: a worker
+ * whose activity was running at `fromMs` frees it when that activity's code ends (`fixture:ended`); one spawned
+ * after `fromMs` has it once ready; any other had it at `fromMs`. `Infinity` while none has.
+ */
+export function firstFreeSlotMs(workers: Iterable<WorkerProcess>, fromMs: number): number {
+  let first = Infinity;
+  for (const w of workers) {
+    const ready = w.all('process:ready')[0]?.wallMs ?? Infinity;
+    if (ready > fromMs) {
+      first = Math.min(first, ready);
+      continue;
+    }
+    const endedBy = (token: string, byMs: number): number | undefined =>
+      w.all('fixture:ended', (m) => m.attempt.token === token && m.wallMs <= byMs)[0]?.wallMs;
+    const running = w
+      .all('fixture:started', (m) => m.wallMs <= fromMs)
+      .find((m) => endedBy(m.attempt.token, fromMs) === undefined);
+    first = Math.min(first, running ? (endedBy(running.attempt.token, Infinity) ?? Infinity) : fromMs);
+  }
+  return first;
+}
+
 /** Metrics printed in the figures table (ms). */
 export type MetricName =
   /** From losing a lease (SIGCONT, unblock, revoke commit) to `ctx.signal` firing in the zombie. */

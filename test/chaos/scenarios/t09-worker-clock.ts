@@ -15,7 +15,13 @@
 import type { WorkerClockSkew, WorkerProcess } from '../../support/worker-process.js';
 import { readGrants } from '../checker.js';
 import { defineScenario } from '../define-scenario.js';
-import { SCHEDULING_SLACK_MS, measuredLagMs, type EnqueuedRun, type ScenarioContext } from '../harness.js';
+import {
+  SCHEDULING_SLACK_MS,
+  firstFreeSlotMs,
+  measuredLagMs,
+  type EnqueuedRun,
+  type ScenarioContext,
+} from '../harness.js';
 
 const HOUR_MS = 3_600_000;
 const SKEWS = [
@@ -29,29 +35,6 @@ type Skew = (typeof SKEWS)[number];
 
 const spawn = (ctx: ScenarioContext, skew: Skew, n: number): Promise<WorkerProcess> =>
   ctx.spawnWorker({ workerId: `t9 ${skew.id} #${n}`, clock: skew.clock });
-
-/**
- * The first wall time from `fromMs` on at which one of `workers` (each at concurrency 1) had a free slot: a worker
- * whose activity was running at `fromMs` frees it when that activity's code ends (`fixture:ended`); one spawned
- * after `fromMs` has it once ready; any other had it at `fromMs`. `Infinity` while none has.
- */
-function firstFreeSlotMs(workers: Iterable<WorkerProcess>, fromMs: number): number {
-  let first = Infinity;
-  for (const w of workers) {
-    const ready = w.all('process:ready')[0]?.wallMs ?? Infinity;
-    if (ready > fromMs) {
-      first = Math.min(first, ready);
-      continue;
-    }
-    const endedBy = (token: string, byMs: number): number | undefined =>
-      w.all('fixture:ended', (m) => m.attempt.token === token && m.wallMs <= byMs)[0]?.wallMs;
-    const running = w
-      .all('fixture:started', (m) => m.wallMs <= fromMs)
-      .find((m) => endedBy(m.attempt.token, fromMs) === undefined);
-    first = Math.min(first, running ? (endedBy(running.attempt.token, Infinity) ?? Infinity) : fromMs);
-  }
-  return first;
-}
 
 export const workerClock = defineScenario('T9 worker clock skew', {
   description: 'workers at +1h/1.01, −1h/0.99 and exact, with SIGSTOP/SIGKILL mixed in: as if no skew',
