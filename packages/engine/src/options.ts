@@ -23,6 +23,8 @@ export { resolveStopOptions, type StopOptions } from './options/stop-options.js'
 export {
   WORKER_DEFAULTS,
   RETENTION_SWEEP_INTERVAL_MS,
+  READY_ROTATION_INTERVAL_MS,
+  READY_ROTATION_MIN_BYTES,
   resolveWorkerOptions,
   type ActivityTiming,
   type ResolvedWorkerOptions,

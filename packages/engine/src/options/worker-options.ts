@@ -103,6 +103,19 @@ export interface WorkerOptions {
 /** How often a worker sweeps finished runs past the engine's retention (the first sweep is at start), in ms. */
 export const RETENTION_SWEEP_INTERVAL_MS = 60_000;
 
+/**
+ * The rotation of `ready` (STORAGE.md §3.6): every this many ms a worker asks for one (`<schema>.ready_rotate`),
+ * which happens when the current slot has been current at least this long and holds at least
+ * {@link READY_ROTATION_MIN_BYTES} of heap; with any number of workers the ring turns at most once per interval.
+ */
+export const READY_ROTATION_INTERVAL_MS = 1_000;
+
+/**
+ * The heap the current `ready` slot must hold before the ring turns (bytes): about 1,000 jobs' inserts and claim
+ * moves. An idle engine, or one holding only delayed rows, never rotates (its rows would be moved for nothing).
+ */
+export const READY_ROTATION_MIN_BYTES = 256 * 1024;
+
 export const WORKER_DEFAULTS = Object.freeze({
   queues: ['default'] as readonly string[],
   concurrency: 10,

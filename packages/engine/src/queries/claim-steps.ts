@@ -78,8 +78,9 @@ export interface ClaimedStepRow {
  * so after its insert a job's run row is written once, by the statement that ends it; its input is read off the
  * run ({@link stepInputSql}). The grant's clock is read once the picked rows are locked; the lease, the attempt
  * deadline and `claimed_at` all start there, so a recorded claim never precedes the end recorded for the attempt
- * it took over, and an attempt records exactly the lease it was granted. It never waits for a lock (SKIP LOCKED),
- * so it can take part in no deadlock (invariant 14).
+ * it took over, and an attempt records exactly the lease it was granted. It never waits for a row lock (SKIP
+ * LOCKED), so it can take part in no deadlock (invariant 14); `ready` has four partitions (migration 0026) and a
+ * rotation truncating one may hold the claim for at most its 50 ms `lock_timeout` (rotate-ready.ts).
  *
  * Flow control (flow-control.ts): the scan skips scheduled steps whose concurrency key is full in its snapshot;
  * of the picked steps that need a place under a key or a start under a rate limit, only those the claim may admit

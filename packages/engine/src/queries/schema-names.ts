@@ -37,6 +37,8 @@ export interface SchemaNames {
   readonly readyDue: SQL;
   /** `<schema>.ready_expiring` (call it as `${n.readyExpiring}(s)`): a running step to end at lease expiry. */
   readonly readyExpiring: SQL;
+  /** `<schema>.ready_rotate` (call it as `${n.readyRotate}(min_interval_ms, min_bytes)`): one turn of the ring. */
+  readonly readyRotate: SQL;
   /** `<schema>.turn_queue_due` (call it as `${n.turnQueueDue}(kind, status, turn_next_run_at, turn_lease_expires_at)`). */
   readonly turnQueueDue: SQL;
   /** `<schema>.retry_delay_ms` (call it as `${n.retryDelayMs}(policy, attempt)`). */
@@ -73,6 +75,7 @@ export function schemaNames(schema: string): SchemaNames {
     now: sql.raw(`${q}."now"()`),
     readyDue: sql.raw(`${q}."ready_due"`),
     readyExpiring: sql.raw(`${q}."ready_expiring"`),
+    readyRotate: sql.raw(`${q}."ready_rotate"`),
     turnQueueDue: sql.raw(`${q}."turn_queue_due"`),
     retryDelayMs: sql.raw(`${q}."retry_delay_ms"`),
     channel: `palisade_${schema}`,

@@ -1,4 +1,14 @@
-import { boolean, index, integer, type PgSchema, smallint, text, uuid } from 'drizzle-orm/pg-core';
+import {
+  boolean,
+  check,
+  index,
+  integer,
+  type PgSchema,
+  primaryKey,
+  smallint,
+  text,
+  uuid,
+} from 'drizzle-orm/pg-core';
 import { sql } from 'drizzle-orm';
 import { ts } from './columns.js';
 
@@ -11,14 +21,18 @@ import { ts } from './columns.js';
  * Kept by the `steps_ready_insert` / `_update` / `_delete` triggers on `steps` (migration 0024), so no statement
  * that writes a step can forget it: `due_at` is always `<schema>.ready_due(step)` — `next_run_at`, or for a running
  * step that is to be expired rather than reclaimed (`expiring`: cancel requested, no attempts left) the earlier
- * of that and its lease end. No foreign key. `PARTITION BY LIST (slot)` with one partition, `ready_0`, in the
- * migration (drizzle does not express partitioning; slots are for the rotation of STORAGE.md §3.6).
+ * of that and its lease end. No foreign key. `PARTITION BY LIST (slot)`, partitions `ready_0` … `ready_3` (migrations
+ * 0024 and 0026; drizzle does not express partitioning): the rotation of STORAGE.md §3.6 (`<schema>.ready_rotate`)
+ * empties the oldest slot into the current one, truncates it and makes it current.
  */
 export function readyTable(schema: PgSchema) {
   return schema.table(
     'ready',
     {
-      slot: smallint('slot').notNull().default(0),
+      /** The partition; an insert names none and lands in the current slot (`<schema>.ready_slot()`, the ring's). */
+      slot: smallint('slot')
+        .notNull()
+        .default(sql.raw(`"${schema.schemaName}"."ready_slot"()`)),
       queue: text('queue').notNull(),
       priority: integer('priority').notNull(),
       dueAt: ts('due_at').notNull(),
@@ -35,6 +49,26 @@ export function readyTable(schema: PgSchema) {
       index('ready_expiring_idx')
         .on(t.dueAt)
         .where(sql`${t.expiring}`),
+    ],
+  );
+}
+
+/**
+ * The ring of `ready`'s slots (migration 0026, STORAGE.md §3.6): one row, the slot new `ready` rows go to and when it
+ * became current (the server's `clock_timestamp()`, not the engine's clock). Written only by `<schema>.ready_rotate`.
+ */
+export function readyRingTable(schema: PgSchema) {
+  return schema.table(
+    'ready_ring',
+    {
+      id: boolean('id').notNull().default(true),
+      currentSlot: smallint('current_slot').notNull(),
+      rotatedAt: ts('rotated_at').notNull(),
+    },
+    (t) => [
+      primaryKey({ columns: [t.id] }),
+      check('ready_ring_id_check', sql`${t.id}`),
+      check('ready_ring_current_slot_check', sql`${t.currentSlot} BETWEEN 0 AND 3`),
     ],
   );
 }

@@ -21,6 +21,7 @@ export {
 export { expireSteps, type ExpiredStepRow } from '../queries/expire-steps.js';
 export { failStep, failSteps, type FailStepParams } from '../queries/fail-step.js';
 export { fenceStep } from '../queries/fence-step.js';
+export { rotateReady, type ReadyRotation, type RotateReadyParams } from '../queries/rotate-ready.js';
 export type { AttemptRef } from '../queries/fenced-outcome.js';
 export { heartbeatSteps, type HeartbeatEntry, type HeartbeatResultRow } from '../queries/heartbeat-steps.js';
 export { CompletionBatcher, MAX_COMPLETION_BATCH } from '../worker/completion-batcher.js';

@@ -3,6 +3,7 @@ import type { Database } from '../db/database.js';
 import type { ResolvedWorkerOptions } from '../options.js';
 import type { SchemaNames } from '../queries/schema-names.js';
 import { activityRunParams } from '../schedules/evaluate-schedules.js';
+import { ReadyRotator } from './ready-rotator.js';
 import { RetentionSweeper } from './retention-sweeper.js';
 import { ScheduleEvaluator } from './schedule-evaluator.js';
 import { UnservedWorkMonitor } from './unserved-work-monitor.js';
@@ -21,12 +22,14 @@ export interface BackgroundTasksOptions {
 
 /**
  * A worker's tasks apart from its claim loop, each on its own timer: the retention sweep (with the engine's
- * `retentionMs`), the schedule evaluation (unless `schedules: false`) and the unserved-work check. Started at once.
+ * `retentionMs`), the schedule evaluation (unless `schedules: false`), the unserved-work check and the rotation of
+ * `ready`. Started at once.
  */
 export class BackgroundTasks {
   private readonly retention: RetentionSweeper | undefined;
   private readonly schedules: ScheduleEvaluator | undefined;
   private readonly unserved: UnservedWorkMonitor;
+  private readonly rotator: ReadyRotator;
 
   constructor(o: BackgroundTasksOptions) {
     const { db, names, logger, events, options } = o;
@@ -64,6 +67,8 @@ export class BackgroundTasks {
       logger,
     });
     this.unserved.start();
+    this.rotator = new ReadyRotator({ db, names, events, logger });
+    this.rotator.start();
   }
 
   /** Stop them all, one after another; resolves when none runs and no timer is left. */
@@ -71,5 +76,6 @@ export class BackgroundTasks {
     await this.retention?.stop();
     await this.unserved.stop();
     await this.schedules?.stop();
+    await this.rotator.stop();
   }
 }

@@ -1,0 +1,44 @@
+import type { Logger } from 'pino';
+import type { Database } from '../db/database.js';
+import { classifyDatabaseError } from '../infra-retry.js';
+import { READY_ROTATION_INTERVAL_MS, READY_ROTATION_MIN_BYTES } from '../options.js';
+import { rotateReady } from '../queries/rotate-ready.js';
+import type { SchemaNames } from '../queries/schema-names.js';
+import { PeriodicTask } from './periodic-task.js';
+import type { WorkerEvents } from './worker-events.js';
+
+/**
+ * A worker's turn of the ring of `ready` (STORAGE.md §3.6): every `READY_ROTATION_INTERVAL_MS` it asks
+ * `<schema>.ready_rotate` for one rotation, which happens only when the current slot is at least that old and holds
+ * `READY_ROTATION_MIN_BYTES` of heap; another worker rotating, or a partition a long transaction holds, makes it
+ * skip until the next interval. Apart from the claim loop, like the retention sweep: a claim never waits for it
+ * longer than the rotation's 50 ms `lock_timeout`. A failed call is logged and retried at the next interval.
+ */
+export class ReadyRotator extends PeriodicTask {
+  constructor(
+    private readonly p: {
+      readonly db: Database;
+      readonly names: SchemaNames;
+      readonly events: WorkerEvents;
+      readonly logger: Logger;
+    },
+  ) {
+    super();
+  }
+
+  /** One request; resolves with the wait before the next. */
+  protected async runOnce(): Promise<number> {
+    const { db, names, events, logger } = this.p;
+    try {
+      const outcome = await rotateReady(db, names, {
+        minIntervalMs: READY_ROTATION_INTERVAL_MS,
+        minBytes: READY_ROTATION_MIN_BYTES,
+      });
+      if (outcome === 'rotated' || outcome === 'locked') logger.debug({ outcome }, 'ready:rotation');
+    } catch (error) {
+      logger.warn({ err: error, class: classifyDatabaseError(error) }, 'ready:rotation-failed');
+      events.emit('worker:error', { error });
+    }
+    return READY_ROTATION_INTERVAL_MS;
+  }
+}
