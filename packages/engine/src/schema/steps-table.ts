@@ -77,9 +77,18 @@ export function stepsTable(schema: PgSchema) {
       nonce: uuid('nonce'),
       claimRequestId: uuid('claim_request_id'),
       workerId: text('worker_id'),
-      retryPolicy: jsonb('retry_policy').notNull(),
-      leaseMs: integer('lease_ms').notNull(),
-      startToCloseTimeoutMs: integer('start_to_close_timeout_ms').notNull(),
+      /**
+       * The step's options — retry policy, lease, start-to-close timeout — as a row of `policies` (migration 0027),
+       * keyed by their content: a step's row carries a 16-byte key instead of a copy of them. No foreign key (a
+       * policy row is never deleted).
+       */
+      policyId: uuid('policy_id').notNull(),
+      /**
+       * Its policy's `maximumAttempts`, null when it has none: copied onto the row because `ready_expiring` (the
+       * ready triggers, the claim's stale-row test) and the claim's and expiry's eligibility read it as a function
+       * of the row alone, without a join.
+       */
+      maxAttempts: integer('max_attempts'),
       /** Backoff before the step may be reclaimed after this attempt's lease expires; set at claim. */
       reclaimDelayMs: integer('reclaim_delay_ms').notNull().default(0),
       /**
