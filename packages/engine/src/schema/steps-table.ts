@@ -21,9 +21,10 @@ const running = sql.raw(sqlLiteral(StepStatus.running));
  * run's row locked, and pruning deletes a run's steps itself.
  *
  * Nothing the hot path writes (status, due time, lease) is a key or predicate of its indexes, so claims,
- * heartbeats and completions are HOT updates (`fillfactor` 30 leaves their versions room on the page). An
+ * heartbeats and completions are HOT updates (`fillfactor` 50 leaves their versions room on the page: migration
+ * 0027; 30 from 0024, while the rows carried their options). An
  * activity's claimability lives in `ready` (ready-table.ts), kept by the `steps_ready_*` triggers of
- * migration 0024; the table's fillfactor is set there too (drizzle does not express it).
+ * migration 0024; the table's fillfactor is set in migrations 0024 and 0027 (drizzle does not express it).
  */
 export function stepsTable(schema: PgSchema) {
   return schema.table(
