@@ -72,10 +72,10 @@ export interface ClaimedStepRow {
  * takes a fresh token from the global sequence (taken under the
  * row lock, so grants of one step increase in commit order), a fresh nonce, attempt + 1, epoch + 1, an attempt
  * deadline (start-to-close) and a lease from the DB clock capped by that deadline, both read off the step's
- * `policies` row (a primary-key read, no lock; its attempts budget is the step's own `max_attempts`). The same statement inserts
- * the `attempts` row (with the lease it granted, and the token a reclaim took over: `attempt:claimed` is read off
- * this row, not stored — see the `run_events` view) and ends a reclaimed attempt's row as `lease_expired` or
- * `timed_out`. A standalone run's row is not written: it reads as `running` off its step (see job-run.ts),
+ * `policies` row (a primary-key read, no lock; its attempts budget is the step's own `max_attempts`). The same
+ * statement inserts the `attempts` row (with the lease it granted, and the token a reclaim took over:
+ * `attempt:claimed` is read off this row, not stored — see the `run_events` view) and ends a reclaimed attempt's
+ * row as `lease_expired` or `timed_out`. A standalone run's row is not written: it reads as `running` off its step (see job-run.ts),
  * so after its insert a job's run row is written once, by the statement that ends it; its input is read off the
  * run ({@link stepInputSql}). The grant's clock is read once the picked rows are locked; the lease, the attempt
  * deadline and `claimed_at` all start there, so a recorded claim never precedes the end recorded for the attempt

@@ -30,8 +30,8 @@ export interface HeartbeatResultRow {
  *
  * Predicate per entry: the fence (id, token, nonce, `running`, `lease_expires_at > now()`) — so a heartbeat
  * never revives an expired lease, even one nobody reclaimed yet. The new lease is `now + lease_ms` (of the step's
- * `policies` row, read with the lock: a primary-key read that takes no lock), capped by
- * the attempt deadline (invariant 11), and the reclaim time moves with it.
+ * `policies` row, read with the step's lock by primary key; it takes no lock), capped by the attempt deadline
+ * (invariant 11), and the reclaim time moves with it.
  *
  * Locks: first every entry's step row, in id order (`FOR NO KEY UPDATE`; invariant 14 — the heartbeat locks no
  * run row, and steps are always locked by id, so it cannot close a cycle with a cancel or a turn that holds a
