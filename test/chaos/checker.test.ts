@@ -243,11 +243,10 @@ describe('chaos checker', () => {
       stepId,
     ]);
     const [next] = await sql.unsafe<{ id: string; token: string }[]>(
-      `INSERT INTO ${s}.steps (run_id, seq, kind, name, fencing_scope, status, queue, retry_policy, lease_ms,
-                               start_to_close_timeout_ms, fencing_token, nonce, worker_id, attempt, epoch,
-                               lease_expires_at)
-       SELECT run_id, seq, kind, name, fencing_scope, 'running', queue, retry_policy, lease_ms,
-              start_to_close_timeout_ms, nextval('${s}.fencing_token_seq'), gen_random_uuid(), 'w2', 1, 2,
+      `INSERT INTO ${s}.steps (run_id, seq, kind, name, fencing_scope, status, queue, policy_id, max_attempts,
+                               fencing_token, nonce, worker_id, attempt, epoch, lease_expires_at)
+       SELECT run_id, seq, kind, name, fencing_scope, 'running', queue, policy_id, max_attempts,
+              nextval('${s}.fencing_token_seq'), gen_random_uuid(), 'w2', 1, 2,
               ${s}.now() + interval '2 s'
          FROM ${s}.steps WHERE id = $1
        RETURNING id::text, fencing_token::text AS token`,

@@ -23,6 +23,7 @@ import {
 } from '@palisade/sdk';
 import { OVERFLOWING_RETRY_POLICY } from '../fixtures/poison-cases.js';
 import { useEngineTarget } from '../support/engine.js';
+import { setStepRetryPolicy } from '../support/step-policy.js';
 import { attemptsOf, gate, settle, stepOf, workerEvent } from '../worker/helpers.js';
 import { emptyActivity } from '../fixtures/empty-activity.js';
 import { startWorker, workerFor } from '../support/worker.js';
@@ -608,9 +609,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
     it('claims a step whose stored retry policy overflows the delay (a row from before the check) with its neighbours', async () => {
       const engine = await target.engine();
       const poisoned = await engine.client.enqueue(echo, { v: 'poisoned policy' });
-      await engine.database.rows(sql`
-        UPDATE ${engine.names.steps} SET retry_policy = ${JSON.stringify(OVERFLOWING_RETRY_POLICY)}::jsonb
-         WHERE run_id = ${poisoned.runId}::uuid`);
+      await setStepRetryPolicy(engine, poisoned.runId, OVERFLOWING_RETRY_POLICY);
       const neighbour = await engine.client.enqueue(healthy, { n: 1 });
       const worker = workerFor(engine, [echo, healthy]);
       const claimFailures: unknown[] = [];

@@ -136,10 +136,15 @@ async function insertRuns(
              ${n.now} - (${p.agoMs} + 1000) * interval '1 millisecond'
         FROM generate_series(1, ${p.count})
       RETURNING id),
+    policy AS (
+      INSERT INTO ${n.policies} (id, retry_policy, lease_ms, start_to_close_timeout_ms)
+      VALUES (${n.policyId}('{}'::jsonb, 30000, 60000), '{}'::jsonb, 30000, 60000)
+      ON CONFLICT DO NOTHING
+      RETURNING 1),
     steps AS (
-      INSERT INTO ${n.steps} (run_id, seq, kind, name, status, queue, fencing_scope, retry_policy, lease_ms,
-                              start_to_close_timeout_ms)
-      SELECT id, 1, 'activity', 'bulk', 'completed', 'default', 'run:' || id, '{}'::jsonb, 30000, 60000 FROM runs
+      INSERT INTO ${n.steps} (run_id, seq, kind, name, status, queue, fencing_scope, policy_id)
+      SELECT id, 1, 'activity', 'bulk', 'completed', 'default', 'run:' || id,
+             ${n.policyId}('{}'::jsonb, 30000, 60000) FROM runs
       RETURNING id, run_id),
     attempts AS (
       INSERT INTO ${n.attempts} (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at)

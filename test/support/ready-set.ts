@@ -22,7 +22,7 @@ export interface ReadyMismatch {
 export async function readyMismatches(engine: Engine): Promise<ReadyMismatch[]> {
   const n = engine.names;
   const expiring = sql`(s.status = 'running' AND (s.cancel_requested_at IS NOT NULL
-      OR s.attempt >= coalesce((s.retry_policy->>'maximumAttempts')::int, 2147483647)))`;
+      OR s.attempt >= coalesce(s.max_attempts, 2147483647)))`;
   const due = sql`(CASE WHEN ${expiring} THEN least(s.next_run_at, s.lease_expires_at) ELSE s.next_run_at END)`;
   const claimable = sql`(s.kind = 'activity' AND s.status IN ('scheduled', 'running') AND s.next_run_at IS NOT NULL)`;
   const matches = sql`(r.step_id = s.id AND r.run_id = s.run_id AND r.queue = s.queue AND r.priority = s.priority

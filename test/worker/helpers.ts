@@ -62,6 +62,7 @@ export interface StepState {
   output: unknown;
   error: { type: string; message: string; nonRetryable: boolean; details?: unknown } | null;
   heartbeat_details: unknown;
+  /** Its policy's lease (the `policies` row the step names). */
   lease_ms: number;
   /** DB-clock epoch ms. */
   next_run_at_ms: number | null;
@@ -77,11 +78,11 @@ export async function stepOf(engine: Engine, runId: string): Promise<StepState> 
   const n = engine.names;
   const rows = await engine.database.rows<StepState>(sql`
     SELECT s.id::text, s.status, s.attempt, s.epoch, s.fencing_token::text AS token, s.error, s.heartbeat_details,
-           s.lease_ms, ${storedOutput} AS output,
+           pol.lease_ms, ${storedOutput} AS output,
            (extract(epoch FROM s.next_run_at) * 1000)::float8 AS next_run_at_ms,
            (extract(epoch FROM s.lease_expires_at) * 1000)::float8 AS lease_expires_at_ms,
            (extract(epoch FROM s.last_heartbeat_at) * 1000)::float8 AS last_heartbeat_at_ms
-      FROM ${n.steps} s JOIN ${n.runs} r ON r.id = s.run_id
+      FROM ${n.steps} s JOIN ${n.runs} r ON r.id = s.run_id JOIN ${n.policies} pol ON pol.id = s.policy_id
      WHERE s.run_id = ${runId}::uuid ORDER BY s.seq LIMIT 1`);
   const row = rows[0];
   if (!row) throw new Error(`run ${runId} has no step`);

@@ -67,7 +67,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(await engine.client.list()).toEqual([]);
       const longer = await engine.client.enqueue(bill, { invoiceId: 'inv-4', lines: [] }, { leaseMs: '60s' });
       const [step] = await engine.database.rows<{ lease_ms: number }>(
-        sql`SELECT lease_ms FROM ${engine.names.steps} WHERE run_id = ${longer.runId}::uuid`,
+        sql`SELECT p.lease_ms FROM ${engine.names.steps} s JOIN ${engine.names.policies} p ON p.id = s.policy_id
+             WHERE s.run_id = ${longer.runId}::uuid`,
       );
       expect(step?.lease_ms).toBe(60_000);
     });

@@ -35,6 +35,7 @@ export interface StoredStep {
   attempt: number;
   epoch: number;
   token: string | null;
+  /** The options of the `policies` row the step names. */
   lease_ms: number;
   start_to_close_timeout_ms: number;
   retry_policy: Record<string, unknown>;
@@ -49,11 +50,12 @@ export interface StoredStep {
 /** A run's steps in position order. */
 export async function stepsOf(engine: Engine, runId: string): Promise<StoredStep[]> {
   return engine.database.rows<StoredStep>(sql`
-    SELECT id::text, seq, kind, name, status, queue, attempt, epoch, fencing_token::text AS token, lease_ms,
-           start_to_close_timeout_ms, retry_policy, output, error, lease_expires_at::text, delivered_seq,
-           (extract(epoch FROM next_run_at) * 1000)::float8 AS next_run_at_ms,
-           (extract(epoch FROM created_at) * 1000)::float8 AS created_at_ms
-      FROM ${engine.names.steps} WHERE run_id = ${runId}::uuid ORDER BY seq`);
+    SELECT s.id::text, s.seq, s.kind, s.name, s.status, s.queue, s.attempt, s.epoch, s.fencing_token::text AS token,
+           p.lease_ms, p.start_to_close_timeout_ms, p.retry_policy, s.output, s.error, s.lease_expires_at::text,
+           s.delivered_seq, (extract(epoch FROM s.next_run_at) * 1000)::float8 AS next_run_at_ms,
+           (extract(epoch FROM s.created_at) * 1000)::float8 AS created_at_ms
+      FROM ${engine.names.steps} s JOIN ${engine.names.policies} p ON p.id = s.policy_id
+     WHERE s.run_id = ${runId}::uuid ORDER BY s.seq`);
 }
 
 /** One claim of a run as stored (its end time left out). */

@@ -71,10 +71,11 @@ export interface ClaimedStepRow {
  * flow keys, all SKIP LOCKED; statements that wait lock steps before `ready` (invariant 14). Each claimed row
  * takes a fresh token from the global sequence (taken under the
  * row lock, so grants of one step increase in commit order), a fresh nonce, attempt + 1, epoch + 1, an attempt
- * deadline (start-to-close) and a lease from the DB clock capped by that deadline. The same statement inserts
- * the `attempts` row (with the lease it granted, and the token a reclaim took over: `attempt:claimed` is read off
- * this row, not stored — see the `run_events` view) and ends a reclaimed attempt's row as `lease_expired` or
- * `timed_out`. A standalone run's row is not written: it reads as `running` off its step (see job-run.ts),
+ * deadline (start-to-close) and a lease from the DB clock capped by that deadline, both read off the step's
+ * `policies` row (a primary-key read, no lock; its attempts budget is the step's own `max_attempts`). The same
+ * statement inserts the `attempts` row (with the lease it granted, and the token a reclaim took over:
+ * `attempt:claimed` is read off this row, not stored — see the `run_events` view) and ends a reclaimed attempt's
+ * row as `lease_expired` or `timed_out`. A standalone run's row is not written: it reads as `running` off its step (see job-run.ts),
  * so after its insert a job's run row is written once, by the statement that ends it; its input is read off the
  * run ({@link stepInputSql}). The grant's clock is read once the picked rows are locked; the lease, the attempt
  * deadline and `claimed_at` all start there, so a recorded claim never precedes the end recorded for the attempt
@@ -94,7 +95,7 @@ export async function claimSteps(
   p: ClaimStepsParams,
 ): Promise<ClaimedStepRow[]> {
   if (p.queues.length === 0 || p.activityNames.length === 0 || p.limit <= 0) return [];
-  const maxAttempts = sql`(s.retry_policy->>'maximumAttempts')::int`;
+  const maxAttempts = sql`s.max_attempts`;
   return db.rows<ClaimedStepRow>(sql`
     WITH clock AS MATERIALIZED (SELECT ${n.now} AS t),
     -- The due ready rows in claim order, locked SKIP LOCKED (a claim locks ready first and never waits): those
@@ -117,13 +118,14 @@ export async function claimSteps(
              s.attempt_deadline_at AS prev_deadline_at, s.attempt AS prev_attempt,
              s.run_id,
              CASE WHEN s.attempt + 1 >= ${maxAttempts} THEN 0
-                  ELSE ${n.retryDelayMs}(s.retry_policy, s.attempt + 1) END AS reclaim_delay_ms,
+                  ELSE ${n.retryDelayMs}(pol.retry_policy, s.attempt + 1) END AS reclaim_delay_ms,
+             pol.lease_ms, pol.start_to_close_timeout_ms, pol.retry_policy,
              -- Flow control (flow-control.ts): a scheduled step with a concurrency key needs a place under it; a
              -- reclaimed one keeps its own. Every start of a rate-limited step counts.
              s.name, s.concurrency_key, s.priority, s.next_run_at AS due_at, s.concurrency_limit,
              CASE WHEN s.concurrency_key IS NOT NULL AND s.status = 'scheduled' THEN ${stepSlotKey(sql`s`)} END AS slot_key,
              CASE WHEN s.rate_key IS NOT NULL THEN ${stepRateKey(sql`s`)} END AS rate_id, s.rate_limit, s.rate_period_ms
-        FROM ${n.steps} s
+        FROM ${n.steps} s JOIN ${n.policies} pol ON pol.id = s.policy_id
        WHERE s.id IN (SELECT step_id FROM cand WHERE NOT stale) AND s.kind = 'activity'
          AND s.status IN ${liveStepStatuses}
          AND s.next_run_at <= (SELECT t FROM clock)
@@ -148,17 +150,17 @@ export async function claimSteps(
              nonce = gen_random_uuid(),
              claim_request_id = ${p.claimRequestId}::uuid,
              worker_id = ${p.workerId},
-             attempt_deadline_at = (SELECT t FROM grant_clock) + ${msInterval(sql`s.start_to_close_timeout_ms`)},
-             lease_expires_at = (SELECT t FROM grant_clock) + ${msInterval(sql`least(s.lease_ms, s.start_to_close_timeout_ms)`)},
+             attempt_deadline_at = (SELECT t FROM grant_clock) + ${msInterval(sql`p.start_to_close_timeout_ms`)},
+             lease_expires_at = (SELECT t FROM grant_clock) + ${msInterval(sql`least(p.lease_ms, p.start_to_close_timeout_ms)`)},
              reclaim_delay_ms = p.reclaim_delay_ms,
-             next_run_at = (SELECT t FROM grant_clock) + ${msInterval(sql`least(s.lease_ms, s.start_to_close_timeout_ms) + p.reclaim_delay_ms`)},
+             next_run_at = (SELECT t FROM grant_clock) + ${msInterval(sql`least(p.lease_ms, p.start_to_close_timeout_ms) + p.reclaim_delay_ms`)},
              started_at = coalesce(s.started_at, (SELECT t FROM grant_clock)),
              last_heartbeat_at = NULL
         FROM picked p
        WHERE s.id = p.id AND ${admitted(sql`p`)}
          AND (s.status = 'scheduled' OR (s.status = 'running' AND s.lease_expires_at <= (SELECT t FROM grant_clock)))
       RETURNING s.id, s.run_id, s.seq, s.name, s.queue, s.input, s.attempt, s.epoch, s.fencing_token, s.nonce,
-                s.lease_ms, s.start_to_close_timeout_ms, s.retry_policy, s.heartbeat_details, s.lease_expires_at,
+                p.lease_ms, p.start_to_close_timeout_ms, p.retry_policy, s.heartbeat_details, s.lease_expires_at,
                 s.fencing_scope, p.prev_status, p.prev_token, p.prev_lease_expires_at, p.prev_deadline_at),
     new_attempts AS (
       INSERT INTO ${n.attempts} (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,

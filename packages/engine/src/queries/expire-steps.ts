@@ -27,7 +27,7 @@ export interface ExpiredStepRow {
  * waits for a lock (SKIP LOCKED on the steps and on their runs), so it takes part in no deadlock (invariant 14).
  */
 export async function expireSteps(db: Database, n: SchemaNames, limit = 100): Promise<ExpiredStepRow[]> {
-  const maxAttempts = sql`(s.retry_policy->>'maximumAttempts')::int`;
+  const maxAttempts = sql`s.max_attempts`;
   return db.rows<ExpiredStepRow>(sql`
     WITH clock AS MATERIALIZED (SELECT ${n.now} AS t),
     picked AS (

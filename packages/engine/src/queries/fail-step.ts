@@ -51,6 +51,8 @@ export async function failSteps(
   // exactly the backoff), the step's and the attempt's end.
   const now = sql`(SELECT t FROM clock)`;
   const retry = sql`(i.payload->>'retry')::boolean`;
+  // The step's retry policy, read off its policies row (a primary-key read, no lock) only for a retry.
+  const retryPolicy = sql`(SELECT pol.retry_policy FROM ${n.policies} pol WHERE pol.id = s.policy_id)`;
   const terminalStatus = sql`CASE WHEN i.payload->>'outcome' = 'cancelled' THEN 'cancelled' ELSE 'failed' END`;
   return db.rows<FencedResultRow>(sql`
     WITH ${fencedInputCte(
@@ -67,7 +69,7 @@ export async function failSteps(
          SET status = CASE WHEN ${retry} THEN 'scheduled' ELSE ${terminalStatus} END,
              error = i.payload->'error', ended_nonce = s.nonce,
              next_run_at = CASE WHEN ${retry}
-                                THEN ${now} + ${msInterval(sql`${n.retryDelayMs}(s.retry_policy, s.attempt)`)} END,
+                                THEN ${now} + ${msInterval(sql`${n.retryDelayMs}(${retryPolicy}, s.attempt)`)} END,
              finished_at = CASE WHEN ${retry} THEN NULL ELSE ${now} END
         FROM inp i
        WHERE ${stepFenceOnInput(n, 's')} AND s.id IN (SELECT id FROM step_lock)

@@ -2,6 +2,7 @@ import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { flowKeysInserted } from './flow-control.js';
 import { notifyOnce } from './notify.js';
+import { maxAttemptsOf, policiesInserted } from './policies.js';
 import { msTimestamp, type SchemaNames } from './schema-names.js';
 import { liveRunStatuses } from './status-sql.js';
 
@@ -141,13 +142,21 @@ export async function fireScheduleTicks(
        ORDER BY f.id, f.tick_at
       ON CONFLICT DO NOTHING
       RETURNING id, kind, name, queue, priority, schedule_id, schedule_tick_at),
+    ${policiesInserted(
+      n,
+      'pol',
+      sql`SELECT f.run_options->'retryPolicy' AS retry_policy, (f.run_options->>'leaseMs')::int AS lease_ms,
+                 (f.run_options->>'startToCloseTimeoutMs')::int AS start_to_close_timeout_ms
+            FROM r JOIN fire f ON f.run_id = r.id
+           WHERE r.kind = 'activity'`,
+    )}
     st AS (
-      INSERT INTO ${n.steps} (run_id, seq, kind, name, fencing_scope, status, queue, priority, retry_policy,
-                              lease_ms, start_to_close_timeout_ms, rate_key, rate_limit, rate_period_ms,
-                              next_run_at, created_at)
+      INSERT INTO ${n.steps} (run_id, seq, kind, name, fencing_scope, status, queue, priority, policy_id,
+                              max_attempts, rate_key, rate_limit, rate_period_ms, next_run_at, created_at)
       SELECT r.id, 0, 'activity', r.name, 'run:' || r.id::text, 'scheduled', r.queue, r.priority,
-             f.run_options->'retryPolicy', (f.run_options->>'leaseMs')::int,
-             (f.run_options->>'startToCloseTimeoutMs')::int,
+             ${n.policyId}(f.run_options->'retryPolicy', (f.run_options->>'leaseMs')::int,
+                           (f.run_options->>'startToCloseTimeoutMs')::int),
+             ${maxAttemptsOf(sql`f.run_options->'retryPolicy'`)},
              -- The activity's rate limit, as client.enqueue gives its steps (schedules have no concurrency key).
              f.run_options->'rateLimit'->>'key', (f.run_options->'rateLimit'->>'limit')::int,
              (f.run_options->'rateLimit'->>'periodMs')::int, ${now}, ${now}

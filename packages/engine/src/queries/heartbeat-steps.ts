@@ -29,8 +29,9 @@ export interface HeartbeatResultRow {
  * Renew many leases in one statement (invariants 3 and 7; I6, I10).
  *
  * Predicate per entry: the fence (id, token, nonce, `running`, `lease_expires_at > now()`) — so a heartbeat
- * never revives an expired lease, even one nobody reclaimed yet. The new lease is `now + lease_ms`, capped by
- * the attempt deadline (invariant 11), and the reclaim time moves with it.
+ * never revives an expired lease, even one nobody reclaimed yet. The new lease is `now + lease_ms` (of the step's
+ * `policies` row, read with the step's lock by primary key; it takes no lock), capped by the attempt deadline
+ * (invariant 11), and the reclaim time moves with it.
  *
  * Locks: first every entry's step row, in id order (`FOR NO KEY UPDATE`; invariant 14 — the heartbeat locks no
  * run row, and steps are always locked by id, so it cannot close a cycle with a cancel or a turn that holds a
@@ -66,7 +67,8 @@ export async function heartbeatSteps(
       SELECT * FROM jsonb_to_recordset(${payload}::jsonb)
         AS x(id uuid, token bigint, nonce uuid, has_details boolean, details jsonb)),
     locked AS MATERIALIZED (
-      SELECT s.id, s.run_id, s.fencing_token, s.status, s.ended_nonce, s.retired_at
+      SELECT s.id, s.run_id, s.fencing_token, s.status, s.ended_nonce, s.retired_at,
+             (SELECT pol.lease_ms FROM ${n.policies} pol WHERE pol.id = s.policy_id) AS lease_ms
         FROM ${n.steps} s WHERE s.id IN (SELECT id FROM hb)
        ORDER BY s.id
          FOR NO KEY UPDATE OF s),
@@ -75,8 +77,8 @@ export async function heartbeatSteps(
     lock_clock AS MATERIALIZED (SELECT ${n.now} AS now_at FROM (SELECT count(*) FROM locked) x),
     renewed AS (
       UPDATE ${n.steps} s
-         SET lease_expires_at = least((SELECT now_at FROM lock_clock) + ${msInterval(sql`s.lease_ms`)}, s.attempt_deadline_at),
-             next_run_at = least((SELECT now_at FROM lock_clock) + ${msInterval(sql`s.lease_ms`)}, s.attempt_deadline_at)
+         SET lease_expires_at = least((SELECT now_at FROM lock_clock) + ${msInterval(sql`l.lease_ms`)}, s.attempt_deadline_at),
+             next_run_at = least((SELECT now_at FROM lock_clock) + ${msInterval(sql`l.lease_ms`)}, s.attempt_deadline_at)
                            + ${msInterval(sql`s.reclaim_delay_ms`)},
              heartbeat_details = CASE WHEN hb.has_details THEN hb.details ELSE s.heartbeat_details END,
              last_heartbeat_at = (SELECT now_at FROM lock_clock)

@@ -9,6 +9,7 @@ import {
 } from './run-by-key.js';
 import type { ResolvedRateLimit } from '@palisade/sdk/internal';
 import { flowKeyOf, flowKeysInserted } from './flow-control.js';
+import { maxAttemptsOf, policiesInserted } from './policies.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 /** A batch of standalone-activity runs: one activity and one set of options, an id, key and input per run. */
@@ -35,7 +36,8 @@ export interface InsertStandaloneRunsParams {
  * Create standalone-activity runs, each with its one step (seq 0) `scheduled` and due after `delayMs` by the DB
  * clock, and no earlier than `startAtMs` (its `step:scheduled` event is read off the step row: see the `run_events` view; its input is stored on
  * the run only, see job-run.ts), and NOTIFY workers of the queue once (not once per run) — one statement for the
- * whole batch, whose items are one jsonb parameter. Only the first item of each key is inserted.
+ * whole batch, whose items are one jsonb parameter. Only the first item of each key is inserted. The batch's
+ * option set is a `policies` row the steps name (inserted if new: {@link policiesInserted}).
  * Predicate: `ON CONFLICT DO NOTHING` on the run id and on (kind, name, key), so the same key returns the
  * existing run; takes no locks beyond the inserted rows (and waits on a concurrent insert of the same key).
  * @returns per item, in order, the run it names and whether this call created it (see {@link settleRunInserts}).
@@ -51,8 +53,15 @@ export async function insertStandaloneRuns(
   const flow = p.concurrency !== undefined || p.rateLimit !== undefined;
   const due = sql`greatest(${now} + ${msInterval(sql`${p.delayMs}::int`)},
                            coalesce(to_timestamp(${p.startAtMs}::float8 / 1000), ${now}))`;
+  const policy = sql`${JSON.stringify(p.retryPolicy)}::text::jsonb`;
   const statement = sql`
     WITH ${runItemsCte(p.items)},
+    ${policiesInserted(
+      n,
+      'pol',
+      sql`SELECT ${policy} AS retry_policy, ${p.leaseMs}::int AS lease_ms,
+                 ${p.startToCloseTimeoutMs}::int AS start_to_close_timeout_ms`,
+    )}
     r AS (
       INSERT INTO ${n.runs} (id, kind, name, status, input, idempotency_key, queue, priority, created_at)
       SELECT run_id, 'activity', ${p.activityName}, 'pending', input, idempotency_key, ${p.queue}, ${p.priority}, ${now}
@@ -60,15 +69,16 @@ export async function insertStandaloneRuns(
       ON CONFLICT DO NOTHING
       RETURNING id),
     s AS (
-      INSERT INTO ${n.steps} (run_id, seq, kind, name, fencing_scope, status, queue, priority, retry_policy,
-                              lease_ms, start_to_close_timeout_ms, next_run_at, created_at${
+      INSERT INTO ${n.steps} (run_id, seq, kind, name, fencing_scope, status, queue, priority, policy_id,
+                              max_attempts, next_run_at, created_at${
                                 flow
                                   ? sql`, concurrency_key, concurrency_limit, rate_key, rate_limit, rate_period_ms`
                                   : sql``
                               })
       SELECT r.id, 0, 'activity', ${p.activityName}, 'run:' || r.id::text, 'scheduled',
-             ${p.queue}, ${p.priority}, ${JSON.stringify(p.retryPolicy)}::text::jsonb, ${p.leaseMs},
-             ${p.startToCloseTimeoutMs}, ${due}, ${now}${
+             ${p.queue}, ${p.priority},
+             ${n.policyId}(${policy}, ${p.leaseMs}::int, ${p.startToCloseTimeoutMs}::int), ${maxAttemptsOf(policy)},
+             ${due}, ${now}${
                flow
                  ? sql`, ${p.concurrency?.key ?? null}::text, ${p.concurrency?.limit ?? null}::int,
              ${p.rateLimit?.key ?? null}::text, ${p.rateLimit?.limit ?? null}::int, ${p.rateLimit?.periodMs ?? null}::int`

@@ -10,6 +10,8 @@ export interface SchemaNames {
   readonly schema: string;
   readonly runs: SQL;
   readonly steps: SQL;
+  /** The option sets steps run under, keyed by content (migration 0027). */
+  readonly policies: SQL;
   /** The claimable set of activity steps (migration 0024). */
   readonly ready: SQL;
   /** The claimable workflow turns, kept by triggers on `runs` (migration 0025). */
@@ -41,6 +43,11 @@ export interface SchemaNames {
   readonly readyRotate: SQL;
   /** `<schema>.turn_queue_due` (call it as `${n.turnQueueDue}(kind, status, turn_next_run_at, turn_lease_expires_at)`). */
   readonly turnQueueDue: SQL;
+  /**
+   * `<schema>.policy_id` (call it as `${n.policyId}(retry_policy, lease_ms, start_to_close_timeout_ms)`): the
+   * content key of an option set, a uuid.
+   */
+  readonly policyId: SQL;
   /** `<schema>.retry_delay_ms` (call it as `${n.retryDelayMs}(policy, attempt)`). */
   readonly retryDelayMs: SQL;
   /** LISTEN/NOTIFY channel of this schema. */
@@ -59,6 +66,7 @@ export function schemaNames(schema: string): SchemaNames {
     schema,
     runs: t('runs'),
     steps: t('steps'),
+    policies: t('policies'),
     ready: t('ready'),
     turnQueue: t('turn_queue'),
     attempts: t('attempts'),
@@ -77,6 +85,7 @@ export function schemaNames(schema: string): SchemaNames {
     readyExpiring: sql.raw(`${q}."ready_expiring"`),
     readyRotate: sql.raw(`${q}."ready_rotate"`),
     turnQueueDue: sql.raw(`${q}."turn_queue_due"`),
+    policyId: sql.raw(`${q}."policy_id"`),
     retryDelayMs: sql.raw(`${q}."retry_delay_ms"`),
     channel: `palisade_${schema}`,
   };

@@ -21,9 +21,10 @@ const running = sql.raw(sqlLiteral(StepStatus.running));
  * run's row locked, and pruning deletes a run's steps itself.
  *
  * Nothing the hot path writes (status, due time, lease) is a key or predicate of its indexes, so claims,
- * heartbeats and completions are HOT updates (`fillfactor` 30 leaves their versions room on the page). An
+ * heartbeats and completions are HOT updates (`fillfactor` 50 leaves their versions room on the page: migration
+ * 0027; 30 from 0024, while the rows carried their options). An
  * activity's claimability lives in `ready` (ready-table.ts), kept by the `steps_ready_*` triggers of
- * migration 0024; the table's fillfactor is set there too (drizzle does not express it).
+ * migration 0024; the table's fillfactor is set in migrations 0024 and 0027 (drizzle does not express it).
  */
 export function stepsTable(schema: PgSchema) {
   return schema.table(
@@ -77,9 +78,18 @@ export function stepsTable(schema: PgSchema) {
       nonce: uuid('nonce'),
       claimRequestId: uuid('claim_request_id'),
       workerId: text('worker_id'),
-      retryPolicy: jsonb('retry_policy').notNull(),
-      leaseMs: integer('lease_ms').notNull(),
-      startToCloseTimeoutMs: integer('start_to_close_timeout_ms').notNull(),
+      /**
+       * The step's options — retry policy, lease, start-to-close timeout — as a row of `policies` (migration 0027),
+       * keyed by their content: a step's row carries a 16-byte key instead of a copy of them. No foreign key (a
+       * policy row is never deleted).
+       */
+      policyId: uuid('policy_id').notNull(),
+      /**
+       * Its policy's `maximumAttempts`, null when it has none: copied onto the row because `ready_expiring` (the
+       * ready triggers, the claim's stale-row test) and the claim's and expiry's eligibility read it as a function
+       * of the row alone, without a join.
+       */
+      maxAttempts: integer('max_attempts'),
       /** Backoff before the step may be reclaimed after this attempt's lease expires; set at claim. */
       reclaimDelayMs: integer('reclaim_delay_ms').notNull().default(0),
       /**

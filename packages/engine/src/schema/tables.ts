@@ -2,6 +2,7 @@ import { bigint, boolean, index, pgSchema, type PgSchema, text, timestamp, uuid 
 import { sql } from 'drizzle-orm';
 import { ts } from './columns.js';
 import { attemptsTable, eventsTable, signalsTable } from './history-tables.js';
+import { policiesTable } from './policies-table.js';
 import { readyRingTable, readyTable } from './ready-table.js';
 import { runsTable } from './runs-table.js';
 import { schedulesTable } from './schedules-table.js';
@@ -88,6 +89,7 @@ export function defineTables(schemaName: string) {
     fencingTokenSeq,
     runs,
     steps: stepsTable(schema),
+    policies: policiesTable(schema),
     ready: readyTable(schema),
     readyRing: readyRingTable(schema),
     turnQueue: turnQueueTable(schema),

@@ -1,5 +1,6 @@
 import { sql, type SQL } from 'drizzle-orm';
 import { flowKeysInserted, stepRateKey, stepSlotKey } from '../flow-control.js';
+import { policiesInserted } from '../policies.js';
 import { msInterval, type SchemaNames } from '../schema-names.js';
 import { outcomesAt, type TurnCommitPlan } from './plan.js';
 import { liveStepStatuses } from '../status-sql.js';
@@ -7,15 +8,20 @@ import { liveStepStatuses } from '../status-sql.js';
 /**
  * The insert of the new steps (`inserted`): activities due now (or granted eagerly), timers due by the DB clock,
  * recorded values completed, steps the turn recorded cancelled, and, when the run ends, its other new steps
- * cancelled with it. Locks only the rows it inserts.
+ * cancelled with it; and before it their option sets that are new (`policies_made`, {@link policiesInserted}).
+ * Locks only the rows it inserts (and waits only on a concurrent first insert of one of its option sets).
  */
 export function insertedStepCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
   const { runId, signalsTaken, dispatch } = plan;
-  return sql`
+  return sql`${policiesInserted(
+    n,
+    'policies_made',
+    sql`SELECT retry_policy, lease_ms, start_to_close_timeout_ms FROM planned`,
+  )}
     inserted AS (
       INSERT INTO ${n.steps} (run_id, seq, kind, name, fencing_scope, epoch, after_delivered_seq, status,
-                              delivered_seq, error, input, output, queue, priority, retry_policy, lease_ms,
-                              start_to_close_timeout_ms, next_run_at, finished_at, cancel_requested_at, created_at,
+                              delivered_seq, error, input, output, queue, priority, policy_id, max_attempts,
+                              next_run_at, finished_at, cancel_requested_at, created_at,
                               attempt, fencing_token, nonce, worker_id, attempt_deadline_at, lease_expires_at,
                               reclaim_delay_ms, started_at, concurrency_key, concurrency_limit, rate_key, rate_limit,
                               rate_period_ms)
@@ -49,7 +55,7 @@ export function insertedStepCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
                  : sql`CASE WHEN p.reused_completed AND NOT p.ends_with_run THEN p.reused_output ELSE p.output END`
              },
              coalesce(p.queue, (SELECT queue FROM go)), p.priority,
-             p.retry_policy, p.lease_ms, p.start_to_close_timeout_ms,
+             p.policy_id, p.max_attempts,
              CASE WHEN p.eager THEN (SELECT t FROM clock)
                                     + ${msInterval(sql`least(p.lease_ms, p.start_to_close_timeout_ms) + p.first_reclaim_delay_ms`)}
                   WHEN p.status <> 'scheduled' OR p.ends_with_run THEN NULL
@@ -74,7 +80,7 @@ export function insertedStepCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
              p.concurrency_key, p.concurrency_limit, p.rate_key, p.rate_limit, p.rate_period_ms
         FROM planned p
       RETURNING id, seq, kind, name, status, queue, priority, error, next_run_at, input, attempt, epoch, fencing_token, nonce,
-                lease_ms, start_to_close_timeout_ms, retry_policy, lease_expires_at, fencing_scope, started_at,
+                lease_expires_at, fencing_scope, started_at,
                 -- Cancelled with the run (a step the code saw cancelled carries its stored error).
                 status = 'cancelled' AND error IS NULL AS ended_with_run),`;
 }

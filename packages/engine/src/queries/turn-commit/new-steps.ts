@@ -1,6 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { SchemaNames } from '../schema-names.js';
 import type { TurnCommitPlan } from './plan.js';
+import { maxAttemptsOf } from '../policies.js';
 import { unsuccessfulStatuses } from '../status-sql.js';
 
 /**
@@ -46,7 +47,7 @@ export function newStepInputCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
 /**
  * Each new step with what decides how it is inserted (`planned`): its retired predecessor, eager dispatch, a
  * child key taken by another run or its own earlier child reused, whether it ends with the run, its first reclaim
- * delay. Takes no lock; waits for `go` (and a fused step's `turn_grant`).
+ * delay, its policy's key and attempts budget. Takes no lock; waits for `go` (and a fused step's `turn_grant`).
  */
 export function plannedStepCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
   const { fused, ending, childKeys } = plan;
@@ -73,8 +74,11 @@ export function plannedStepCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
              } AS reused_completed,
              -- A step the run's end cancels with the run's other live steps (a child it would start: not started).
              ${ending} AND (ns.status = 'scheduled' OR (ns.kind = 'child' AND ns.status = 'running')) AS ends_with_run,
-             CASE WHEN 1 >= (ns.retry_policy->>'maximumAttempts')::int THEN 0
-                  ELSE ${n.retryDelayMs}(ns.retry_policy, 1) END AS first_reclaim_delay_ms
+             CASE WHEN 1 >= ${maxAttemptsOf(sql`ns.retry_policy`)} THEN 0
+                  ELSE ${n.retryDelayMs}(ns.retry_policy, 1) END AS first_reclaim_delay_ms,
+             -- Its options as a policies row (inserted by policies_made when new), and its attempts budget.
+             ${n.policyId}(ns.retry_policy, ns.lease_ms, ns.start_to_close_timeout_ms) AS policy_id,
+             ${maxAttemptsOf(sql`ns.retry_policy`)} AS max_attempts
         FROM ns LEFT JOIN prev ON prev.seq = ns.seq
        WHERE EXISTS (SELECT 1 FROM go)${fused ? sql` AND EXISTS (SELECT 1 FROM turn_grant)` : sql``}),`;
 }

@@ -43,9 +43,10 @@ export function resultSelect(n: SchemaNames, plan: TurnCommitPlan): SQL {
            (SELECT jsonb_agg(jsonb_build_object(
               'id', e.id::text, 'run_id', ${runId}::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
               'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
-              'nonce', e.nonce::text, 'lease_ms', e.lease_ms, 'start_to_close_timeout_ms', e.start_to_close_timeout_ms,
-              'retry_policy', e.retry_policy, 'heartbeat_details', NULL,
+              'nonce', e.nonce::text, 'lease_ms', p.lease_ms, 'start_to_close_timeout_ms', p.start_to_close_timeout_ms,
+              'retry_policy', p.retry_policy, 'heartbeat_details', NULL,
               'remaining_ms', (extract(epoch FROM (e.lease_expires_at - ${n.now})) * 1000)::float8,
               'prev_token', NULL, 'fencing_scope', e.fencing_scope, 'next_due_ms', NULL) ORDER BY e.seq)
-              FROM inserted e WHERE e.kind = 'activity' AND e.status = 'running') AS eager_steps`;
+              FROM inserted e JOIN planned p ON p.seq = e.seq
+             WHERE e.kind = 'activity' AND e.status = 'running') AS eager_steps`;
 }

@@ -127,13 +127,24 @@
              -- A step the run's end cancels with the run's other live steps (a child it would start: not started).
              $19 AND (ns.status = 'scheduled' OR (ns.kind = 'child' AND ns.status = 'running')) AS ends_with_run,
              CASE WHEN 1 >= (ns.retry_policy->>'maximumAttempts')::int THEN 0
-                  ELSE "palisade"."retry_delay_ms"(ns.retry_policy, 1) END AS first_reclaim_delay_ms
+                  ELSE "palisade"."retry_delay_ms"(ns.retry_policy, 1) END AS first_reclaim_delay_ms,
+             -- Its options as a policies row (inserted by policies_made when new), and its attempts budget.
+             "palisade"."policy_id"(ns.retry_policy, ns.lease_ms, ns.start_to_close_timeout_ms) AS policy_id,
+             (ns.retry_policy->>'maximumAttempts')::int AS max_attempts
         FROM ns LEFT JOIN prev ON prev.seq = ns.seq
        WHERE EXISTS (SELECT 1 FROM go)),
+    policies_made AS (
+      INSERT INTO "palisade"."policies" (id, retry_policy, lease_ms, start_to_close_timeout_ms)
+      SELECT DISTINCT "palisade"."policy_id"(x.retry_policy, x.lease_ms, x.start_to_close_timeout_ms), x.retry_policy, x.lease_ms,
+             x.start_to_close_timeout_ms
+        FROM (SELECT retry_policy, lease_ms, start_to_close_timeout_ms FROM planned) x
+       ORDER BY 1
+      ON CONFLICT (id) DO NOTHING
+      RETURNING 1),
     inserted AS (
       INSERT INTO "palisade"."steps" (run_id, seq, kind, name, fencing_scope, epoch, after_delivered_seq, status,
-                              delivered_seq, error, input, output, queue, priority, retry_policy, lease_ms,
-                              start_to_close_timeout_ms, next_run_at, finished_at, cancel_requested_at, created_at,
+                              delivered_seq, error, input, output, queue, priority, policy_id, max_attempts,
+                              next_run_at, finished_at, cancel_requested_at, created_at,
                               attempt, fencing_token, nonce, worker_id, attempt_deadline_at, lease_expires_at,
                               reclaim_delay_ms, started_at, concurrency_key, concurrency_limit, rate_key, rate_limit,
                               rate_period_ms)
@@ -159,7 +170,7 @@
                   THEN jsonb_set(p.input, '{runId}', to_jsonb(p.reused_run_id::text)) ELSE p.input END,
              CASE WHEN p.reused_completed AND NOT p.ends_with_run THEN p.reused_output ELSE p.output END,
              coalesce(p.queue, (SELECT queue FROM go)), p.priority,
-             p.retry_policy, p.lease_ms, p.start_to_close_timeout_ms,
+             p.policy_id, p.max_attempts,
              CASE WHEN p.eager THEN (SELECT t FROM clock)
                                     + ((least(p.lease_ms, p.start_to_close_timeout_ms) + p.first_reclaim_delay_ms) * interval '1 millisecond')
                   WHEN p.status <> 'scheduled' OR p.ends_with_run THEN NULL
@@ -184,7 +195,7 @@
              p.concurrency_key, p.concurrency_limit, p.rate_key, p.rate_limit, p.rate_period_ms
         FROM planned p
       RETURNING id, seq, kind, name, status, queue, priority, error, next_run_at, input, attempt, epoch, fencing_token, nonce,
-                lease_ms, start_to_close_timeout_ms, retry_policy, lease_expires_at, fencing_scope, started_at,
+                lease_expires_at, fencing_scope, started_at,
                 -- Cancelled with the run (a step the code saw cancelled carries its stored error).
                 status = 'cancelled' AND error IS NULL AS ended_with_run),
     eager_attempts AS (
@@ -439,11 +450,12 @@
            (SELECT jsonb_agg(jsonb_build_object(
               'id', e.id::text, 'run_id', $76::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
               'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
-              'nonce', e.nonce::text, 'lease_ms', e.lease_ms, 'start_to_close_timeout_ms', e.start_to_close_timeout_ms,
-              'retry_policy', e.retry_policy, 'heartbeat_details', NULL,
+              'nonce', e.nonce::text, 'lease_ms', p.lease_ms, 'start_to_close_timeout_ms', p.start_to_close_timeout_ms,
+              'retry_policy', p.retry_policy, 'heartbeat_details', NULL,
               'remaining_ms', (extract(epoch FROM (e.lease_expires_at - "palisade"."now"())) * 1000)::float8,
               'prev_token', NULL, 'fencing_scope', e.fencing_scope, 'next_due_ms', NULL) ORDER BY e.seq)
-              FROM inserted e WHERE e.kind = 'activity' AND e.status = 'running') AS eager_steps
+              FROM inserted e JOIN planned p ON p.seq = e.seq
+             WHERE e.kind = 'activity' AND e.status = 'running') AS eager_steps
 
 -- parameters
 -- $1 = "00000000-0000-4000-8000-000000000001"
