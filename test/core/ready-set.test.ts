@@ -125,6 +125,61 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect((await attemptsOfStep(engine, step.id)).map((a) => a.outcome)).toEqual(['lease_expired', null]);
     });
 
+    it('keeps ready in step when one statement moves, ends, makes claimable and corrects several steps at once', async () => {
+      // The ready triggers run once per statement (migration 0028), over all the rows it wrote: each kind of change
+      // must reach each row, including rows written by different WITH queries of one statement.
+      const engine = await target.engine();
+      await setClockOffset(engine, 0);
+      const n = engine.names;
+      const steps: string[] = [];
+      for (let i = 0; i < 6; i++)
+        steps.push((await stepOfRun(engine, (await engine.client.enqueue(job, {})).runId)).id);
+      const [moved, ended, revived, stale, untouched, other] = steps as [
+        string,
+        string,
+        string,
+        string,
+        string,
+        string,
+      ];
+      await engine.database.rows(sql`
+        UPDATE ${n.steps} SET status = 'completed', next_run_at = NULL WHERE id = ${revived}::uuid`);
+      // A stale set: the row of `stale` is gone (as a lost update would leave it); its next move makes it afresh.
+      await engine.database.rows(sql`DELETE FROM ${n.ready} WHERE step_id = ${stale}::uuid`);
+      await engine.database.rows(sql`
+        WITH first AS (
+          UPDATE ${n.steps}
+             SET status = CASE WHEN id = ${ended}::uuid THEN 'completed'
+                               WHEN id = ${revived}::uuid THEN 'scheduled' ELSE status END,
+                 next_run_at = CASE WHEN id = ${moved}::uuid THEN next_run_at + interval '1 hour'
+                                    WHEN id = ${ended}::uuid THEN NULL
+                                    WHEN id = ${revived}::uuid THEN ${n.now}
+                                    WHEN id = ${stale}::uuid THEN next_run_at + interval '1 minute'
+                                    ELSE next_run_at END
+           WHERE id IN (${moved}::uuid, ${ended}::uuid, ${revived}::uuid, ${stale}::uuid, ${untouched}::uuid)
+          RETURNING 1),
+        second AS (
+          UPDATE ${n.steps} SET priority = 5 WHERE id = ${other}::uuid RETURNING 1)
+        SELECT (SELECT count(*) FROM first) + (SELECT count(*) FROM second) AS written`);
+      expect(await readyMismatches(engine)).toEqual([]);
+      // A statement whose only change is the move of rows that are not where their old versions say.
+      await engine.database.rows(
+        sql`DELETE FROM ${n.ready} WHERE step_id IN (${stale}::uuid, ${moved}::uuid)`,
+      );
+      await engine.database.rows(sql`
+        UPDATE ${n.steps} SET next_run_at = next_run_at + interval '1 minute'
+         WHERE id IN (${stale}::uuid, ${moved}::uuid, ${untouched}::uuid)`);
+      expect(await readyMismatches(engine)).toEqual([]);
+      expect(await readyRowsOf(engine, ended)).toEqual([]);
+      for (const id of [moved, revived, stale, untouched, other])
+        expect(await readyRowsOf(engine, id)).toHaveLength(1);
+      expect((await readyRowsOf(engine, moved))[0]?.due_at).toBe(await nextRunAtOf(engine, moved));
+      expect((await readyRowsOf(engine, stale))[0]?.due_at).toBe(await nextRunAtOf(engine, stale));
+      await engine.database.rows(sql`DELETE FROM ${n.steps} WHERE id IN (${moved}::uuid, ${stale}::uuid)`);
+      expect(await readyMismatches(engine)).toEqual([]);
+      expect(await readyRowsOf(engine, moved)).toEqual([]);
+    });
+
     it('keeps ready equal to the claimable steps through enqueue, claim, heartbeat, completion, failure, backoff, rate deferral, cancel, expiry, retry and prune', async () => {
       const engine = await target.engine();
       await setClockOffset(engine, 0);

@@ -187,7 +187,7 @@ export async function claimSteps(
     SELECT c.id::text, c.run_id::text, c.seq, c.name, c.queue, ${stepInputSql(n, sql`c`)} AS input, c.attempt,
            c.epoch, c.fencing_token::text AS token, c.nonce::text, c.lease_ms, c.start_to_close_timeout_ms,
            c.retry_policy, c.heartbeat_details,
-           (extract(epoch FROM (c.lease_expires_at - ${n.now})) * 1000)::float8 AS remaining_ms,
+           (extract(epoch FROM (c.lease_expires_at - (SELECT ${n.now}))) * 1000)::float8 AS remaining_ms,
            c.prev_token::text, c.fencing_scope,
            ${nextDueMsSql(n, p, sql`(SELECT id FROM claimed)`, sql`(SELECT t FROM clock)`)} AS next_due_ms,
            (SELECT count(*) FROM new_attempts) + (SELECT count(*) FROM ended_attempts)

@@ -71,6 +71,8 @@ export async function completeSteps(
   batch: readonly CompleteStepParams[],
   eager: EagerTurns = NO_EAGER_TURNS,
 ): Promise<CompletedBatch> {
+  // The clock once every lock is held, read once per statement: the fence judges leases by it, and every time this
+  // statement records (a step's and a run's end, an attempt's, a wake-up) is it, not a call per row.
   const lockNow = sql`(SELECT now_at FROM lock_clock)`;
   const rows = await db.rows<FencedResultRow & { eager_turns: ClaimedTurnRow[] | null }>(sql`
     WITH ${fencedInputCte(batch.map((p) => ({ ...p, payload: p.output ?? null })))},
@@ -81,17 +83,17 @@ export async function completeSteps(
              -- A job's output is stored once, on its run (see job-run.ts).
              output = CASE WHEN s.run_id IN (SELECT id FROM run_lock WHERE kind = 'activity') THEN NULL
                            ELSE i.payload END,
-             finished_at = ${n.now}, next_run_at = NULL
+             finished_at = ${lockNow}, next_run_at = NULL
         FROM inp i
        WHERE ${stepFenceOnInput(n, 's')} AND s.id IN (SELECT id FROM step_lock)
       RETURNING s.id, s.run_id, s.seq, s.kind, s.name, s.attempt, s.epoch, s.fencing_token, s.worker_id,
                 s.finished_at, i.payload AS output, s.queue, s.concurrency_key),
     ended AS (
-      UPDATE ${n.attempts} a SET outcome = 'completed', ended_at = ${n.now}
+      UPDATE ${n.attempts} a SET outcome = 'completed', ended_at = ${lockNow}
         FROM applied WHERE a.fencing_token = applied.fencing_token
       RETURNING 1),
     finished_run AS (
-      UPDATE ${n.runs} r SET status = 'completed', output = applied.output, finished_at = ${n.now}
+      UPDATE ${n.runs} r SET status = 'completed', output = applied.output, finished_at = ${lockNow}
         FROM applied
        WHERE r.id = applied.run_id AND r.kind = 'activity' AND r.status IN ${liveRunStatuses}
       RETURNING r.id),
@@ -114,7 +116,7 @@ export async function completeSteps(
     -- the global sequence, a fresh nonce, turn epoch and attempt + 1, a turn lease from the database clock.
     woken_run AS (
       UPDATE ${n.runs} r
-         SET turn_next_run_at = least(coalesce(r.turn_next_run_at, ${n.now}), ${n.now}),
+         SET turn_next_run_at = least(coalesce(r.turn_next_run_at, ${lockNow}), ${lockNow}),
              wake_count = r.wake_count + 1,
              turn_token = CASE WHEN e.id IS NOT NULL THEN ${n.nextToken} ELSE r.turn_token END,
              turn_nonce = CASE WHEN e.id IS NOT NULL THEN gen_random_uuid() ELSE r.turn_nonce END,
