@@ -40,7 +40,7 @@ describe('palisade worker <module>', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
     const out = result.stdout;
     expect(out).toMatch(/^ {2}workflows {3}greet$/m);
     expect(out).toMatch(/^ {2}activities {2}greeting-for$/m); // GREETING and notADefinition are not served
-    expect(out).toMatch(/^ {2}queues {6}default · concurrency 10 · prefetch 10$/m);
+    expect(out).toMatch(/^ {2}queues {6}default · concurrency 10 · prefetch 50$/m);
     const run = handle.runId;
     expect(out).toMatch(new RegExp(`claimed\\s+greeting-for#\\d+\\s+run ${run}\\s+epoch 1 · token \\d+`));
     expect(out).toMatch(new RegExp(`completed\\s+greeting-for#\\d+\\s+run ${run}\\s+token \\d+`));

@@ -171,7 +171,7 @@ export function workerCommand(output: Output): Command {
     .option('--concurrency <n>', 'activity attempts run at once (default: 10)', wholeNumber(1, 1000))
     .option(
       '--prefetch <n>',
-      'grants claimed ahead of free slots while attempts run short (default: the concurrency; 0: none)',
+      'most grants claimed ahead of free slots while attempts run short (default: the concurrency or 50, the larger; 0: none)',
       wholeNumber(0, 1000),
     )
     .option('--worker-id <id>', 'name of this worker in attempts and events (default: host:pid:random)')

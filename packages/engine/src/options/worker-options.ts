@@ -23,13 +23,13 @@ export interface WorkerOptions {
   /**
    * Most activity grants the worker claims ahead of a free slot (prefetch), to start as slots free without a claim
    * of their own: one claim statement then serves up to `concurrency + prefetch` attempts, as graphile-worker's
-   * local queue does. It claims ahead one grant for each of its last `prefetch` attempts whose code ran under
-   * 200 ms, so a grant waits for a slot about that long at most, and a worker whose activities run long claims
-   * only for its free slots and holds nothing back from other workers. A
-   * prefetched grant is an ordinary grant (token, nonce, DB-clock lease, attempt row); it is not heartbeated
+   * local queue does. It sizes that by the mean run time of its last 32 attempts: as many grants ahead as its slots
+   * start within 200 ms (`concurrency` × 200 ms / mean, at most `prefetch`), so a grant waits for a slot
+   * about that long, and while that mean is 200 ms or more it claims only for its free slots and holds nothing
+   * back from other workers (nor before its first attempt ran). A prefetched grant is an ordinary grant (token, nonce, DB-clock lease, attempt row); it is not heartbeated
    * while it waits, and once less than `minGrantFreshness` of its lease is left it is released unstarted and
    * uncharged (I12), within a poll interval, without waiting for a slot; `stop()` releases those still waiting. A whole number, 0 (claim only for free slots) to 1000.
-   * @defaultValue concurrency
+   * @defaultValue max(concurrency, 50)
    */
   readonly prefetch?: number;
   /** Workflow turns run at once. @defaultValue 10 */
@@ -115,6 +115,13 @@ export const READY_ROTATION_INTERVAL_MS = 1_000;
  * moves. An idle engine, or one holding only delayed rows, never rotates (its rows would be moved for nothing).
  */
 export const READY_ROTATION_MIN_BYTES = 256 * 1024;
+
+/**
+ * The default `prefetch` when it is above `concurrency`. No-op jobs, peer adapter, two runs each: at c = 10,
+ * ~3,400 jobs/s with a prefetch of 10, ~5,100 with 50, ~4,600 with 100; at c = 50, ~5,900 with 50, ~5,100 with
+ * 100 (larger claims then wait on the completions they overlap).
+ */
+export const DEFAULT_PREFETCH = 50;
 
 export const WORKER_DEFAULTS = Object.freeze({
   queues: ['default'] as readonly string[],
@@ -341,7 +348,7 @@ export function resolveWorkerOptions(options: WorkerOptions, defaultWorkerId: st
     workflows,
     queues: Object.freeze([...(o.queues ?? WORKER_DEFAULTS.queues)]),
     concurrency: o.concurrency ?? WORKER_DEFAULTS.concurrency,
-    prefetch: o.prefetch ?? o.concurrency ?? WORKER_DEFAULTS.concurrency,
+    prefetch: o.prefetch ?? Math.max(o.concurrency ?? WORKER_DEFAULTS.concurrency, DEFAULT_PREFETCH),
     workflowConcurrency: o.workflowConcurrency ?? WORKER_DEFAULTS.workflowConcurrency,
     workflowCacheSize: o.workflowCacheSize ?? WORKER_DEFAULTS.workflowCacheSize,
     fuseSteps: o.fuseSteps ?? WORKER_DEFAULTS.fuseSteps,

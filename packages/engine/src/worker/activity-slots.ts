@@ -2,8 +2,11 @@ import type { ClaimedStepRow } from '../queries/claim-steps.js';
 import type { ActivityAttempt } from './activity-attempt.js';
 import { MAX_COMPLETION_BATCH } from './completion-batcher.js';
 
-/** Prefetch claims ahead one grant per recent attempt whose code ran shorter than this (ms): see WorkerOptions.prefetch. */
-export const PREFETCH_SHORT_MS = 200;
+/** A grant claimed ahead of a free slot waits about this long (ms) at most: see WorkerOptions.prefetch. */
+export const PREFETCH_WAIT_MS = 200;
+
+/** How many of its last attempts' run times a worker sizes its prefetch by. */
+const PREFETCH_SAMPLES = 32;
 
 /** A grant claimed ahead of a free slot, with the time its claim was sent (monotonic ms). */
 export interface PrefetchedGrant {
@@ -25,8 +28,9 @@ export class ActivitySlots {
   readonly prefetched: PrefetchedGrant[] = [];
   /** Slots set aside for turn commits that may grant this worker the steps they schedule (eager dispatch). */
   private reserved = 0;
-  /** Whether the code of each of the worker's last `prefetch` attempts ran short, oldest first. */
-  private readonly recentRuns: boolean[] = [];
+  /** How long the code of each of the worker's last {@link PREFETCH_SAMPLES} attempts ran (ms), oldest first. */
+  private readonly recentRuns: number[] = [];
+  private recentRunsTotalMs = 0;
 
   constructor(private readonly o: { readonly concurrency: number; readonly prefetch: number }) {}
 
@@ -49,19 +53,27 @@ export class ActivitySlots {
   }
 
   /**
-   * How many grants to hold ahead of free slots now: one for each of the last `prefetch` attempts whose code ran
-   * shorter than {@link PREFETCH_SHORT_MS}, so that a grant claimed ahead waits about that long at most, and a
-   * worker whose activities run long claims only for its free slots.
+   * How many grants to hold ahead of free slots now: as many as the slots would start within
+   * {@link PREFETCH_WAIT_MS} at the mean run time of the worker's last attempts (`concurrency` × 200 ms / mean),
+   * at most `prefetch` — so that a grant claimed ahead waits about that long, and a worker whose activities run
+   * short claims large batches (one claim statement for many attempts). None while that mean is 200 ms or more (a
+   * worker whose activities run long claims only for its free slots), and none before an attempt has run.
    */
   prefetchLimit(): number {
-    return this.recentRuns.filter((short) => short).length;
+    if (this.recentRuns.length === 0) return 0;
+    const meanMs = this.recentRunsTotalMs / this.recentRuns.length;
+    if (meanMs >= PREFETCH_WAIT_MS) return 0;
+    const ahead = meanMs <= 0 ? Infinity : Math.floor((this.o.concurrency * PREFETCH_WAIT_MS) / meanMs);
+    return Math.min(this.o.prefetch, ahead);
   }
 
   /** The code of an attempt ended after `ranMs`: remembered for {@link prefetchLimit}. */
   codeRan(ranMs: number): void {
     if (this.o.prefetch === 0) return;
-    this.recentRuns.push(ranMs < PREFETCH_SHORT_MS);
-    if (this.recentRuns.length > this.o.prefetch) this.recentRuns.shift();
+    const ran = Math.max(0, ranMs);
+    this.recentRuns.push(ran);
+    this.recentRunsTotalMs += ran;
+    if (this.recentRuns.length > PREFETCH_SAMPLES) this.recentRunsTotalMs -= this.recentRuns.shift() ?? 0;
   }
 
   /** Set aside up to `most` of the slots free now (eager dispatch); returns how many (0: none free). */
