@@ -6,7 +6,7 @@
 -- do not touch a token), ready_slot() 62 ms (the default of every inserted ready row) and uuid7() 57 ms (the
 -- default of every step's id). Each keeps exactly what it did; only how often and how dearly it runs changes.
 --
--- retry_delay_ms, uuid7 and now() as plpgsql: the same expressions, evaluated on plpgsql's fast path for simple
+-- retry_delay_ms, uuid7, now() and policy_id as plpgsql: the same expressions, evaluated on plpgsql's fast path for simple
 -- expressions (now(): through a plan plpgsql keeps for the session) instead of the SQL-function executor, which
 -- parses and plans the body again in every statement that calls it (now(): ~30 µs a statement, pgbench).
 CREATE OR REPLACE FUNCTION "palisade"."retry_delay_ms"(policy jsonb, attempt integer) RETURNS integer
@@ -44,6 +44,17 @@ BEGIN
                       6, (112 + (us % 1000) * 4096 / 1000 / 256)::int),
              7, ((us % 1000) * 4096 / 1000 % 256)::int),
            'hex')::uuid;
+END
+$$;
+--> statement-breakpoint
+-- As migration 0027's, the same expression: a SQL function that cannot be inlined (jsonb_build_array is not
+-- immutable) is parsed again in every statement that calls it — 0.11 ms a call, twice a workflow step, in a turn
+-- commit whose prepared plan evaluates it at run time.
+CREATE OR REPLACE FUNCTION "palisade"."policy_id"(retry_policy jsonb, lease_ms integer, start_to_close_timeout_ms integer)
+  RETURNS uuid LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+BEGIN
+  RETURN left(encode(sha256(convert_to(jsonb_build_array(retry_policy, lease_ms, start_to_close_timeout_ms)::text,
+                                       'UTF8')), 'hex'), 32)::uuid;
 END
 $$;
 --> statement-breakpoint
