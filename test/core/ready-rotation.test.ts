@@ -136,6 +136,36 @@ for (const driver of ['postgres', 'pglite'] as const) {
 describe('the rotation of ready on postgres, with other sessions', () => {
   const target = useEngineTarget('postgres');
 
+  it('is asked for by a worker that works, which turns the ring; a worker granted nothing never asks', async () => {
+    const engine = await target.engine();
+    // Well over the 256 kB the current slot must hold (~1,000 jobs' inserts and claim moves).
+    await engine.client.enqueueMany(
+      job,
+      Array.from({ length: 2_500 }, () => ({})),
+    );
+    const before = await currentSlot(engine);
+    const other = emptyActivity('rotation-other');
+    const idle = engine.worker({ activities: [other], concurrency: 1 });
+    const idleAsked: string[] = [];
+    idle.events.on('ready:rotation', (e) => idleAsked.push(e.outcome));
+    await idle.start();
+    const busy = engine.worker({ activities: [job], concurrency: 10 });
+    const busyAsked: string[] = [];
+    const rotated = new Promise<void>((resolve) =>
+      busy.events.on('ready:rotation', (e) => {
+        busyAsked.push(e.outcome);
+        if (e.outcome === 'rotated') resolve();
+      }),
+    );
+    await busy.start();
+    await rotated;
+    expect(await currentSlot(engine)).toBe((before + 1) % 4);
+    expect(await readyMismatches(engine)).toEqual([]);
+    expect(idleAsked).toEqual([]);
+    await busy.stop();
+    await idle.stop();
+  });
+
   it('gives up within its lock_timeout while a transaction holds the oldest slot, undoing its moves; claims go on', async () => {
     const engine = await target.engine();
     await setClockOffset(engine, 0);

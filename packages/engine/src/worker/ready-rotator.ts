@@ -8,11 +8,14 @@ import { PeriodicTask } from './periodic-task.js';
 import type { WorkerEvents } from './worker-events.js';
 
 /**
- * A worker's turn of the ring of `ready` (STORAGE.md §3.6): every `READY_ROTATION_INTERVAL_MS` it asks
- * `<schema>.ready_rotate` for one rotation, which happens only when the current slot is at least that old and holds
- * `READY_ROTATION_MIN_BYTES` of heap; another worker rotating, or a partition a long transaction holds, makes it
- * skip until the next interval. Apart from the claim loop, like the retention sweep: a claim never waits for it
- * longer than the rotation's 50 ms `lock_timeout`. A failed call is logged and retried at the next interval.
+ * A worker's turn of the ring of `ready` (STORAGE.md §3.6): every `READY_ROTATION_INTERVAL_MS` in which the worker
+ * moved `ready` rows — it was granted an activity attempt (claimed, prefetched or eager) or committed a turn, which
+ * may have queued activities — it asks `<schema>.ready_rotate` for one rotation, which happens only when the current
+ * slot is at least that old and holds `READY_ROTATION_MIN_BYTES` of heap; another worker rotating, or a partition a
+ * long transaction holds, makes it skip until the next interval. An idle worker asks nothing: `ready` churns only
+ * where some worker works, and that worker turns the ring. Apart from the claim loop, like the retention sweep: a
+ * claim never waits for it longer than the rotation's 50 ms `lock_timeout`. Each answer is a `ready:rotation`
+ * event; a failed call is logged and retried at the next interval.
  */
 export class ReadyRotator extends PeriodicTask {
   constructor(
@@ -24,17 +27,28 @@ export class ReadyRotator extends PeriodicTask {
     },
   ) {
     super();
+    const worked = (): void => {
+      this.worked = true;
+    };
+    p.events.on('attempt:claimed', worked);
+    p.events.on('turn:committed', worked);
   }
+
+  /** Whether the worker was granted an attempt or committed a turn since the last request. */
+  private worked = false;
 
   /** One request; resolves with the wait before the next. */
   protected async runOnce(): Promise<number> {
     const { db, names, events, logger } = this.p;
+    if (!this.worked) return READY_ROTATION_INTERVAL_MS;
+    this.worked = false;
     try {
       const outcome = await rotateReady(db, names, {
         minIntervalMs: READY_ROTATION_INTERVAL_MS,
         minBytes: READY_ROTATION_MIN_BYTES,
       });
       if (outcome === 'rotated' || outcome === 'locked') logger.debug({ outcome }, 'ready:rotation');
+      events.emit('ready:rotation', { outcome });
     } catch (error) {
       logger.warn({ err: error, class: classifyDatabaseError(error) }, 'ready:rotation-failed');
       events.emit('worker:error', { error });

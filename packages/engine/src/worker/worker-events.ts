@@ -49,6 +49,13 @@ export interface WorkerEventMap {
   'schedules:evaluated': [
     { evaluated: number; applied: number; runsCreated: number; nextDueInMs: number | null },
   ];
+  /**
+   * The worker asked for a turn of the ring of `ready` (STORAGE.md §3.6), as it does once a second after it claimed,
+   * was granted or committed anything: `rotated`, or why not — `early` (the current slot is younger than a second or
+   * holds under 256 kB), `busy` (another worker is rotating) or `locked` (a transaction held the oldest slot past the
+   * rotation's 50 ms wait; nothing changed).
+   */
+  'ready:rotation': [{ outcome: 'rotated' | 'early' | 'busy' | 'locked' }];
   'worker:started': [{ workerId: string }];
   'worker:stopping': [{ workerId: string }];
   'worker:stopped': [{ workerId: string }];
