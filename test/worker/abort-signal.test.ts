@@ -313,6 +313,28 @@ for (const driver of ['postgres', 'pglite'] as const) {
       expect(releases).toBe(0);
     });
 
+    it('refuses a context used after its attempt ended, and keeps refusing it the same way', async () => {
+      const engine = await target.engine();
+      const kept: ActivityContext[] = [];
+      const job = emptyActivity('job', {
+        run(_input, ctx: ActivityContext) {
+          kept.push(ctx);
+          return Promise.resolve({});
+        },
+      });
+      await startWorker(engine, [job]);
+      await (await engine.client.enqueue(job, {})).result({ timeoutMs: 30_000 });
+      const [ctx] = kept;
+      const late: object = {
+        code: 'ATTEMPT_ABORTED',
+        message: expect.stringMatching(/has ended; its context can no longer be used/) as unknown,
+      };
+      await expect(ctx!.heartbeat()).rejects.toMatchObject(late);
+      await expect(ctx!.fencedTransaction(() => Promise.resolve(1))).rejects.toMatchObject(late);
+      const first = await ctx!.heartbeat().catch((e: unknown) => e);
+      expect(await ctx!.heartbeat().catch((e: unknown) => e)).toBe(first); // one poison, not one per call
+    });
+
     it('tells the attempt who it is: attempt, epoch, fencing scope and the token stored on the step', async () => {
       const seen: { info: ActivityInfo; stepToken: string | null }[] = [];
       const engine = await target.engine();

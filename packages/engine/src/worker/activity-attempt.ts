@@ -138,7 +138,11 @@ export class ActivityAttempt {
       cause,
     });
     if (!this.poison)
-      this.poison = reason === 'lease-lost' && cause instanceof LeaseLostError ? cause : error;
+      this.poison = this.ended
+        ? this.endedError()
+        : reason === 'lease-lost' && cause instanceof LeaseLostError
+          ? cause
+          : error;
     this.deadline.clear();
     this.services.logger.warn(
       { step: this.label, token: this.ref.token.toString(), reason },
@@ -166,6 +170,7 @@ export class ActivityAttempt {
    */
   private assertUsable(): void {
     if (this.poison) throw this.poison;
+    if (this.ended) throw this.endedError();
     if (this.deadline.leasePassed) {
       this.deadline.check();
       const poison = this.poison as PalisadeError | undefined;
@@ -250,13 +255,19 @@ export class ActivityAttempt {
     } finally {
       this.deadline.clear();
       this.ended = true;
-      this.poison ??= new PalisadeError(
-        'ATTEMPT_ABORTED',
-        `${this.label} attempt ${this.ref.attempt} has ended; its context can no longer be used`,
-        this.ref,
-      );
-      this.waiters.rejectAll(this.poison);
+      // The context's poison from now on, made only when something waits or calls (an Error per attempt costs a
+      // stack trace, a visible share of a worker's CPU on no-op jobs).
+      if (this.waiters.waiting) this.waiters.rejectAll(this.poison ?? this.endedError());
     }
+  }
+
+  /** The poison of a context used after its attempt ended (made once, on first use). */
+  private endedError(): PalisadeError {
+    return (this.poison ??= new PalisadeError(
+      'ATTEMPT_ABORTED',
+      `${this.label} attempt ${this.ref.attempt} has ended; its context can no longer be used`,
+      this.ref,
+    ));
   }
 
   /** Release a grant that arrived with too little lease left, without running it (I12). */

@@ -21,6 +21,11 @@ export class HeartbeatWaiters {
     this.waiters = this.waiters.filter((w) => w.sentAfter > sentAtMs);
   }
 
+  /** Whether a call waits for a heartbeat. */
+  get waiting(): boolean {
+    return this.waiters.length > 0;
+  }
+
   /** Reject every waiting call with `error`. */
   rejectAll(error: unknown): void {
     for (const w of this.waiters) w.reject(error);
