@@ -212,3 +212,8 @@ CREATE TRIGGER "steps_ready_delete" AFTER DELETE ON "palisade"."steps"
 -- again (C3, 2,000 jobs at c = 10: attempts 50 % HOT, drain 2,036 B per job; at fillfactor 70, 59 % and 1,981 B;
 -- at 50, 95 % and 1,800 B). As for steps (50) and runs (40); pages filled from now on.
 ALTER TABLE "palisade"."attempts" SET (fillfactor = 50);
+--> statement-breakpoint
+-- Every attempt row wrote four index entries; no statement reads attempts by step (they find an attempt by its
+-- fencing token, and a run's attempts by run_id: describe(), the run_events view, pruning), so the (step_id, epoch)
+-- index goes: one entry (~84 B of WAL, C3) less per attempt (STORAGE.md §3.2 plans one run-scoped key).
+DROP INDEX "palisade"."attempts_step_id_idx";

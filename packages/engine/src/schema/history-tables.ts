@@ -46,7 +46,7 @@ export function attemptsTable(schema: PgSchema) {
     (t) => [
       oneOf('attempts_outcome_check', t.outcome, ATTEMPT_OUTCOMES),
       oneOf('attempts_kind_check', t.kind, ATTEMPT_KINDS),
-      index('attempts_step_id_idx').on(t.stepId, t.epoch),
+      // attempts_step_id_idx (step_id, epoch) was dropped by migration 0028: nothing reads attempts by step.
       index('attempts_run_id_idx').on(t.runId),
       uniqueIndex('attempts_fencing_token_unique').on(t.fencingToken),
     ],
