@@ -121,6 +121,9 @@ BEGIN
   END IF;
   -- An UPDATE: first what it asks for, read off the transition tables alone; then only the writes it needs (each
   -- write on the partitioned ready table has a start-up cost of its own, paid only when it has rows to write).
+  -- Each statement below spells out the same join of the transition tables: they are visible only to this
+  -- function's own queries, so no view, function or WITH query outside one statement can share it (one statement
+  -- with all three writes as WITH queries would start all three every time, as the first version of this did).
   SELECT count(*) FILTER (WHERE c.old_due IS NOT NULL AND c.due IS NOT NULL AND NOT c.same),
          count(*) FILTER (WHERE c.old_due IS NOT NULL AND c.due IS NULL),
          count(*) FILTER (WHERE c.old_due IS NULL AND c.due IS NOT NULL)

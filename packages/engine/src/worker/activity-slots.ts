@@ -3,7 +3,7 @@ import type { ActivityAttempt } from './activity-attempt.js';
 import { MAX_COMPLETION_BATCH } from './completion-batcher.js';
 
 /** A grant claimed ahead of a free slot waits about this long (ms) at most: see WorkerOptions.prefetch. */
-export const PREFETCH_WAIT_MS = 200;
+const PREFETCH_WAIT_MS = 200;
 
 /** How many of its last attempts' run times a worker sizes its prefetch by. */
 const PREFETCH_SAMPLES = 32;
@@ -30,7 +30,6 @@ export class ActivitySlots {
   private reserved = 0;
   /** How long the code of each of the worker's last {@link PREFETCH_SAMPLES} attempts ran (ms), oldest first. */
   private readonly recentRuns: number[] = [];
-  private recentRunsTotalMs = 0;
 
   constructor(private readonly o: { readonly concurrency: number; readonly prefetch: number }) {}
 
@@ -61,7 +60,7 @@ export class ActivitySlots {
    */
   prefetchLimit(): number {
     if (this.recentRuns.length === 0) return 0;
-    const meanMs = this.recentRunsTotalMs / this.recentRuns.length;
+    const meanMs = this.recentRuns.reduce((sum, ms) => sum + ms, 0) / this.recentRuns.length;
     if (meanMs >= PREFETCH_WAIT_MS) return 0;
     const ahead = meanMs <= 0 ? Infinity : Math.floor((this.o.concurrency * PREFETCH_WAIT_MS) / meanMs);
     return Math.min(this.o.prefetch, ahead);
@@ -70,10 +69,8 @@ export class ActivitySlots {
   /** The code of an attempt ended after `ranMs`: remembered for {@link prefetchLimit}. */
   codeRan(ranMs: number): void {
     if (this.o.prefetch === 0) return;
-    const ran = Math.max(0, ranMs);
-    this.recentRuns.push(ran);
-    this.recentRunsTotalMs += ran;
-    if (this.recentRuns.length > PREFETCH_SAMPLES) this.recentRunsTotalMs -= this.recentRuns.shift() ?? 0;
+    this.recentRuns.push(Math.max(0, ranMs));
+    if (this.recentRuns.length > PREFETCH_SAMPLES) this.recentRuns.shift();
   }
 
   /** Set aside up to `most` of the slots free now (eager dispatch); returns how many (0: none free). */
