@@ -122,8 +122,8 @@ describe('every ending reaches its holder in another worker process', () => {
   async function attemptsAt(runId: string, seq: number): Promise<{ epoch: number; token: string }[]> {
     return engine.database.rows(sql`
       SELECT a.epoch, a.fencing_token::text AS token
-        FROM ${engine.names.attempts} a JOIN ${engine.names.steps} s ON s.id = a.step_id
-       WHERE s.run_id = ${runId}::uuid AND s.seq = ${seq} ORDER BY a.id`);
+        FROM ${engine.names.runAttempts} a JOIN ${engine.names.steps} s ON s.id = a.step_id
+       WHERE s.run_id = ${runId}::uuid AND s.seq = ${seq} ORDER BY a.fencing_token`);
   }
 
   async function staleRejections(runId: string): Promise<[string | null, unknown][]> {

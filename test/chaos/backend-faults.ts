@@ -18,13 +18,21 @@ export function withApplicationName(databaseUrl: string, applicationName: string
 
 class RolledBack extends Error {}
 
+/** The advisory lock key a `grants` hold ({@link lockRow}) waits on. */
+const GRANT_HOLD_KEY = 7_205_981_001;
+
 /**
- * Hold a lock in an admin transaction until `release()` is called: a row's, or (`table` 'attempts') the unique
- * index entries of the next few fencing tokens, on uncommitted attempt rows of step `id` (rolled back after).
+ * Hold a lock in an admin transaction until `release()` is called: a row's, or (`table` 'grants') the next grant
+ * of a token to a step of step `id`'s run — a claim of one of its steps, or a turn commit inserting one granted
+ * eagerly — held in its statement, after that statement's own locks: a trigger on `steps` (made here, dropped at
+ * release) waits in that statement for an advisory lock the admin transaction holds. (A claim never waits on a row
+ * lock: it skips locked steps, so a wait inside its write is what holds it in flight. Before migration 0029 the
+ * unique index entries of the next tokens did, on uncommitted attempt rows; no attempt row is written at a grant
+ * now.)
  */
 export async function lockRow(
   ctx: ScenarioContext,
-  table: 'runs' | 'steps' | 'attempts',
+  table: 'runs' | 'steps' | 'grants',
   id: string,
 ): Promise<{ release(): Promise<void> }> {
   let release!: () => void;
@@ -34,18 +42,27 @@ export async function lockRow(
   const done = ctx.sql
     .begin(async (tx) => {
       const q = `"${ctx.schema}"`;
-      if (table === 'attempts') {
-        await tx.unsafe(
-          `INSERT INTO ${q}.attempts (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at)
-         SELECT s.run_id, s.id, 'activity', 0, 0, t.token, gen_random_uuid(), 'operator:t5', now()
-           FROM ${q}.steps s, (SELECT nextval('${q}.fencing_token_seq') + k AS token FROM generate_series(1, 3) k) t
-          WHERE s.id = $1`,
+      if (table === 'grants') {
+        await tx.unsafe(`SELECT pg_advisory_xact_lock(${GRANT_HOLD_KEY})`);
+        const [step] = await ctx.sql.unsafe<{ run_id: string }[]>(
+          `SELECT run_id::text FROM ${q}.steps WHERE id = $1`,
           [id],
+        );
+        if (!step) throw new Error(`lockRow grants: no step ${id}`);
+        await ctx.sql.unsafe(
+          `CREATE OR REPLACE FUNCTION ${q}.chaos_hold_grant() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN PERFORM pg_advisory_xact_lock_shared(${GRANT_HOLD_KEY}); RETURN NEW; END $$`,
+        );
+        await ctx.sql.unsafe(`DROP TRIGGER IF EXISTS chaos_hold_grant ON ${q}.steps`);
+        await ctx.sql.unsafe(
+          `CREATE TRIGGER chaos_hold_grant BEFORE INSERT OR UPDATE OF fencing_token ON ${q}.steps FOR EACH ROW
+             WHEN (NEW.run_id = '${step.run_id}'::uuid AND NEW.fencing_token IS NOT NULL)
+             EXECUTE FUNCTION ${q}.chaos_hold_grant()`,
         );
       } else await tx.unsafe(`SELECT 1 FROM ${q}.${table} WHERE id = $1 FOR UPDATE`, [id]);
       locked();
       await released;
-      if (table === 'attempts') throw new RolledBack();
+      if (table === 'grants') throw new RolledBack();
     })
     .catch((error: unknown) => {
       if (!(error instanceof RolledBack)) throw error;
@@ -55,6 +72,8 @@ export async function lockRow(
     release: async () => {
       release();
       await done;
+      if (table === 'grants')
+        await ctx.sql.unsafe(`DROP TRIGGER IF EXISTS chaos_hold_grant ON "${ctx.schema}".steps`);
     },
   };
 }
@@ -91,7 +110,7 @@ export async function waitingBackend(
 export async function terminateWhileLocked(
   ctx: ScenarioContext,
   o: {
-    lock: { table: 'runs' | 'steps' | 'attempts'; id: string };
+    lock: { table: 'runs' | 'steps' | 'grants'; id: string };
     backend: { applicationName: string; pattern: string };
     release: () => void;
     label: string;

@@ -229,7 +229,7 @@ describe('migrations on postgres', () => {
     const run = await engine.client.enqueue(echo, { n: 7 });
     await expect(run.result({ timeoutMs: 10_000, pollIntervalMs: 100 })).resolves.toEqual({ n: 7 });
     const [counts] = await engine.database.rows<{ attempts: number; tokens: string }>(sql`
-      SELECT (SELECT count(*)::int FROM ${engine.names.attempts}) AS attempts,
+      SELECT (SELECT count(*)::int FROM ${engine.names.runAttempts}) AS attempts,
              (SELECT last_value::text FROM ${sql.raw(`"${schema}"."fencing_token_seq"`)}) AS tokens`);
     expect(counts).toEqual({ attempts: 1, tokens: '1' });
   });

@@ -78,7 +78,7 @@ async function rowsOf(engine: Engine, runIds: readonly string[]): Promise<RowCou
           (SELECT (jsonb_array_elements_text(${ids}::jsonb))::uuid))`;
   const [row] = await engine.database.rows<RowCounts>(sql`
     SELECT ${inIds(n.runs, 'id')} AS runs, ${inIds(n.steps, 'run_id')} AS steps,
-           ${inIds(n.attempts, 'run_id')} AS attempts, ${inIds(n.events, 'run_id')} AS events,
+           ${inIds(n.runAttempts, 'run_id')} AS attempts, ${inIds(n.events, 'run_id')} AS events,
            ${inIds(n.signals, 'run_id')} AS signals`);
   if (!row) throw new Error('no counts');
   return row;

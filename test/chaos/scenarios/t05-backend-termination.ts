@@ -2,10 +2,10 @@
  * T5 — backend termination (research/fencing-semantics.md §3.3). `pg_terminate_backend` ends one of worker A's
  * sessions while a statement of A is in flight, for each operation kind:
  *
- * - `claim`: A is stopped (SIGSTOP), a run is enqueued, and an admin transaction inserts (uncommitted) `attempts`
- *   rows under the next few fencing tokens; A resumes, and its claim statement takes the step and a token, then
- *   waits on the unique index to insert its attempt row — terminated there (a claim never waits on a row lock:
- *   it skips locked steps and runs, so an index entry is what holds it);
+ * - `claim`: A is stopped (SIGSTOP), a run is enqueued, and an admin holds the next grant of a token to its step
+ *   (../backend-faults.ts `lockRow('grants')`: a trigger that waits on the admin's advisory lock); A resumes, and
+ *   its claim statement locks the step and waits there, in its grant — terminated there (a claim never waits on a
+ *   row lock: it skips locked steps and runs);
  * - `heartbeat`: the step's row is locked while the activity runs; the lease renewal waits on it — terminated;
  * - `completion`: the run's row is locked while the activity runs; the completion (which ends the run too)
  *   waits on it — terminated;
@@ -70,11 +70,11 @@ export const backendTermination = defineScenario('T5 backend termination', {
     let lock: { release(): Promise<void> } | undefined;
     let run: { runId: string; stepId: string };
     if (kind === 'claim') {
-      // A must not claim the step before the attempts table is locked: stop it across the enqueue.
+      // A must not claim the step before its grant is held: stop it across the enqueue.
       a.kill('SIGSTOP');
       try {
         run = await ctx.enqueue(input);
-        lock = await lockRow(ctx, 'attempts', run.stepId);
+        lock = await lockRow(ctx, 'grants', run.stepId);
       } finally {
         a.kill('SIGCONT');
       }

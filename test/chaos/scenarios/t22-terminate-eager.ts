@@ -4,9 +4,9 @@
  * `application_name`) is terminated while the statement waits on an admin's lock in the database:
  *
  * - `turn-commit-dispatching`: the commit of the (eager) turn that schedules step k, held before it is sent
- *   (`turn:before-commit`) while an admin transaction takes the unique index entries of the next fencing tokens
- *   (../backend-faults.ts `lockRow('attempts')`); released, the commit's steps statement — the one that grants A
- *   step k — waits there on its eager attempt row, and is terminated. The turn commits nothing; its lease expires,
+ *   (`turn:before-commit`) while an admin holds the next grant of a token to a step of the run
+ *   (../backend-faults.ts `lockRow('grants')`); released, the commit's steps statement — the one that grants A
+ *   step k — waits there, in the insert of the granted step, and is terminated. The turn commits nothing; its lease expires,
  *   the turn runs again and its commit grants step k (eagerly, to A), which runs once;
  * - `completion-claiming-turn`: the completion of step k, held before it is sent while an admin locks the run's
  *   row; released, the statement waits in its run lock and is terminated. It commits nothing; A retries it
@@ -53,7 +53,7 @@ export const terminateEager = defineScenario('T22 backend termination in an eage
       const { flow, held } = await startHeldTurn(ctx, a, `t22-${i}`, 'turn:before-commit', k);
       const first = await flowStep(ctx, flow.runId, 0);
       await terminateWhileLocked(ctx, {
-        lock: { table: 'attempts', id: first.id },
+        lock: { table: 'grants', id: first.id },
         backend: { applicationName: APPLICATION_NAME, pattern: TURN_STEPS_STATEMENT },
         release: () => releaseHold(a, held),
         label: flow.runId,

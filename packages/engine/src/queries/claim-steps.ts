@@ -1,5 +1,6 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
+import { recordEndedGrants } from './ended-grants.js';
 import { nextDueMsSql } from './next-due-step.js';
 import {
   admitted,
@@ -72,10 +73,10 @@ export interface ClaimedStepRow {
  * takes a fresh token from the global sequence (taken under the
  * row lock, so grants of one step increase in commit order), a fresh nonce, attempt + 1, epoch + 1, an attempt
  * deadline (start-to-close) and a lease from the DB clock capped by that deadline, both read off the step's
- * `policies` row (a primary-key read, no lock; its attempts budget is the step's own `max_attempts`). The same
- * statement inserts the `attempts` row (with the lease it granted, and the token a reclaim took over:
- * `attempt:claimed` is read off this row, not stored — see the `run_events` view) and ends a reclaimed attempt's
- * row as `lease_expired` or `timed_out`. A standalone run's row is not written: it reads as `running` off its step (see job-run.ts),
+ * `policies` row (a primary-key read, no lock; its attempts budget is the step's own `max_attempts`). The grant is
+ * recorded on the step row only (`claimed_at`, `granted_until`, `reclaimed_from_token`: the attempt and its
+ * `attempt:claimed` event are read off it by the `run_attempts` and `run_events` views, migration 0029); the same
+ * statement records a reclaimed attempt's end in an `attempts` row, `lease_expired` or `timed_out`. A standalone run's row is not written: it reads as `running` off its step (see job-run.ts),
  * so after its insert a job's run row is written once, by the statement that ends it; its input is read off the
  * run ({@link stepInputSql}). The grant's clock is read once the picked rows are locked; the lease, the attempt
  * deadline and `claimed_at` all start there, so a recorded claim never precedes the end recorded for the attempt
@@ -116,6 +117,10 @@ export async function claimSteps(
     picked AS (
       SELECT s.id, s.status AS prev_status, s.fencing_token AS prev_token, s.lease_expires_at AS prev_lease_expires_at,
              s.attempt_deadline_at AS prev_deadline_at, s.attempt AS prev_attempt,
+             -- The grant a reclaim takes over, for the attempts row that records how it ended (migration 0029).
+             s.epoch AS prev_epoch, s.nonce AS prev_nonce, s.worker_id AS prev_worker_id,
+             s.claimed_at AS prev_claimed_at, s.reclaimed_from_token AS prev_reclaimed_from_token,
+             s.granted_until AS prev_granted_until, s.ended_nonce AS prev_ended_nonce,
              s.run_id,
              CASE WHEN s.attempt + 1 >= ${maxAttempts} THEN 0
                   ELSE ${n.retryDelayMs}(pol.retry_policy, s.attempt + 1) END AS reclaim_delay_ms,
@@ -155,27 +160,32 @@ export async function claimSteps(
              reclaim_delay_ms = p.reclaim_delay_ms,
              next_run_at = (SELECT t FROM grant_clock) + ${msInterval(sql`least(p.lease_ms, p.start_to_close_timeout_ms) + p.reclaim_delay_ms`)},
              started_at = coalesce(s.started_at, (SELECT t FROM grant_clock)),
-             last_heartbeat_at = NULL
+             last_heartbeat_at = NULL,
+             -- The attempt as describe() shows it while no row records it (migration 0029).
+             claimed_at = (SELECT t FROM grant_clock),
+             granted_until = (SELECT t FROM grant_clock) + ${msInterval(sql`least(p.lease_ms, p.start_to_close_timeout_ms)`)},
+             reclaimed_from_token = CASE WHEN p.prev_status = 'running' THEN p.prev_token END
         FROM picked p
        WHERE s.id = p.id AND ${admitted(sql`p`)}
          AND (s.status = 'scheduled' OR (s.status = 'running' AND s.lease_expires_at <= (SELECT t FROM grant_clock)))
       RETURNING s.id, s.run_id, s.seq, s.name, s.queue, s.input, s.attempt, s.epoch, s.fencing_token, s.nonce,
                 p.lease_ms, p.start_to_close_timeout_ms, p.retry_policy, s.heartbeat_details, s.lease_expires_at,
-                s.fencing_scope, p.prev_status, p.prev_token, p.prev_lease_expires_at, p.prev_deadline_at),
-    new_attempts AS (
-      INSERT INTO ${n.attempts} (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
-                                 reclaimed_from_token, granted_until)
-      SELECT c.run_id, c.id, 'activity', c.attempt, c.epoch, c.fencing_token, c.nonce, ${p.workerId}, (SELECT t FROM grant_clock),
-             CASE WHEN c.prev_status = 'running' THEN c.prev_token END, c.lease_expires_at
-        FROM claimed c
-      RETURNING 1),
-    ended_attempts AS (
-      UPDATE ${n.attempts} a
-         SET outcome = CASE WHEN c.prev_lease_expires_at >= c.prev_deadline_at THEN 'timed_out' ELSE 'lease_expired' END,
-             ended_at = c.prev_lease_expires_at
-        FROM claimed c
-       WHERE c.prev_status = 'running' AND a.fencing_token = c.prev_token AND a.outcome IS NULL
-      RETURNING 1),
+                s.fencing_scope, p.prev_status, p.prev_token, p.prev_lease_expires_at, p.prev_deadline_at,
+                p.prev_attempt, p.prev_epoch, p.prev_nonce, p.prev_worker_id, p.prev_claimed_at,
+                p.prev_reclaimed_from_token, p.prev_granted_until, p.prev_ended_nonce),
+    -- A reclaimed attempt ended when its lease did (or its start-to-close timeout): its row, copied from the grant
+    -- it held (the new grant's attempt is read off the step until it ends: migration 0029).
+    ${recordEndedGrants(n, {
+      name: 'ended_attempts',
+      from: sql`(SELECT c.run_id, c.id, c.prev_attempt AS attempt, c.prev_epoch AS epoch, c.prev_token AS fencing_token,
+                        c.prev_nonce AS nonce, c.prev_worker_id AS worker_id, c.prev_claimed_at AS claimed_at,
+                        c.prev_reclaimed_from_token AS reclaimed_from_token, c.prev_granted_until AS granted_until,
+                        c.prev_ended_nonce AS ended_nonce, c.prev_lease_expires_at, c.prev_deadline_at
+                   FROM claimed c WHERE c.prev_status = 'running')`,
+      outcome: sql`CASE WHEN g.prev_lease_expires_at >= g.prev_deadline_at THEN 'timed_out' ELSE 'lease_expired' END`,
+      endedAt: sql`g.prev_lease_expires_at`,
+      onlyOpen: true,
+    })},
     ${flowKeysBumped(n, sql`(SELECT id FROM claimed)`)},
     -- A rate-limited step over its limit is due again when its window has room: it leaves the scan until then.
     rate_deferred AS (
@@ -190,7 +200,7 @@ export async function claimSteps(
            (extract(epoch FROM (c.lease_expires_at - (SELECT ${n.now}))) * 1000)::float8 AS remaining_ms,
            c.prev_token::text, c.fencing_scope,
            ${nextDueMsSql(n, p, sql`(SELECT id FROM claimed)`, sql`(SELECT t FROM clock)`)} AS next_due_ms,
-           (SELECT count(*) FROM new_attempts) + (SELECT count(*) FROM ended_attempts)
+           (SELECT count(*) FROM ended_attempts)
              + (SELECT count(*) FROM keys_bumped) + (SELECT count(*) FROM rate_deferred)
              + (SELECT count(*) FROM stale_gone) + (SELECT count(*) FROM stale_moved) AS effects
       FROM claimed c`);

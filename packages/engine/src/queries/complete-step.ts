@@ -53,8 +53,8 @@ export const NO_EAGER_TURNS: EagerTurns = {
 
 /**
  * Record the results of a batch of attempts (invariant 4; I3, I7) in one statement that fences every row on its
- * own: for each attempt whose fence holds, set its step `completed` with its output, end its attempt row, complete
- * a standalone run or wake a workflow run's next turn, and
+ * own: for each attempt whose fence holds, set its step `completed` with its output (the attempt's end is read off
+ * it: no attempts row, migration 0029), complete a standalone run or wake a workflow run's next turn, and
  * send one NOTIFY for the whole batch (result waiters, turn queues: {@link notifyOnce}). The step's terminal
  * `step:completed` event and a job's `run:completed` are not stored: the `run_events` view reads them off the
  * step and run rows (migrations 0008 and 0010). A row whose fence fails
@@ -88,10 +88,6 @@ export async function completeSteps(
        WHERE ${stepFenceOnInput(n, 's')} AND s.id IN (SELECT id FROM step_lock)
       RETURNING s.id, s.run_id, s.seq, s.kind, s.name, s.attempt, s.epoch, s.fencing_token, s.worker_id,
                 s.finished_at, i.payload AS output, s.queue, s.concurrency_key),
-    ended AS (
-      UPDATE ${n.attempts} a SET outcome = 'completed', ended_at = ${lockNow}
-        FROM applied WHERE a.fencing_token = applied.fencing_token
-      RETURNING 1),
     finished_run AS (
       UPDATE ${n.runs} r SET status = 'completed', output = applied.output, finished_at = ${lockNow}
         FROM applied
@@ -172,7 +168,7 @@ export async function completeSteps(
     ${rejectionCtes(n, { operation: 'complete', replayWhen: sql`cur.status = 'completed' AND cur.ended_nonce = cur.stale_nonce AND cur.fencing_token = cur.stale_token` })}
     SELECT ${fencedResultColumns},
            CASE WHEN i.ord = 1 THEN (SELECT turns FROM eager_turns) END AS eager_turns,
-           (SELECT count(*) FROM ended) + (SELECT count(*) FROM ended_turns)
+           (SELECT count(*) FROM ended_turns)
              + (SELECT count(*) FROM turn_attempts) + (SELECT count(*) FROM notified) AS effects
       FROM inp i ORDER BY i.ord`);
   return { rows, eagerTurns: rows[0]?.eager_turns ?? [] };

@@ -11,6 +11,7 @@ import {
   type AttemptRef,
   type FencedResultRow,
 } from './fenced-outcome.js';
+import { grantColumns, recordEndedGrants } from './ended-grants.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 import { endedRunItems, notifyOnce } from './notify.js';
 import { liveRunStatuses } from './status-sql.js';
@@ -73,12 +74,9 @@ export async function failSteps(
              finished_at = CASE WHEN ${retry} THEN NULL ELSE ${now} END
         FROM inp i
        WHERE ${stepFenceOnInput(n, 's')} AND s.id IN (SELECT id FROM step_lock)
-      RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, s.worker_id, s.status, s.next_run_at, s.queue,
-                s.error, i.payload->>'outcome' AS outcome, s.concurrency_key),
-    ended AS (
-      UPDATE ${n.attempts} a SET outcome = applied.outcome, ended_at = ${now}, error = applied.error
-        FROM applied WHERE a.fencing_token = applied.fencing_token
-      RETURNING 1),
+      RETURNING ${grantColumns('s')}, s.status, s.next_run_at, s.queue, s.error,
+                i.payload->>'outcome' AS outcome, s.concurrency_key),
+    ${recordEndedGrants(n, { name: 'ended', from: sql`applied`, outcome: sql`g.outcome`, endedAt: now, error: sql`g.error` })},
     step_event AS (
       INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, worker_id, data, terminal, at)
       SELECT run_id, id,

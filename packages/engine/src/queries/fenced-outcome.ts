@@ -1,6 +1,16 @@
 import { sql, type SQL } from 'drizzle-orm';
 import { LeaseLostError, type FencedOperation } from '@palisade/sdk';
+import { recordEndedGrants } from './ended-grants.js';
 import type { SchemaNames } from './schema-names.js';
+
+/**
+ * A column of the refused attempt for its `attempt:stale-rejected` event, in {@link rejectionCtes}: off its
+ * attempts row (`a`), or off the step (`cur`) when the refused attempt is still the step's grant and no row records
+ * it (migration 0029).
+ */
+export const staleAttempt = (column: 'attempt' | 'epoch' | 'worker_id'): SQL =>
+  sql`coalesce(a.${sql.raw(column)}, CASE WHEN cur.fencing_token = cur.stale_token AND cur.claimed_at IS NOT NULL
+                                         THEN cur.${sql.raw(column)} END)`;
 
 /**
  * The fence every owner write of a step repeats (DESIGN.md §4 invariant 2): equality on token and nonce, lease
@@ -20,11 +30,12 @@ export function stepFence(
 
 /**
  * Why a fenced write of the attempt holding `staleToken` matched nothing, read off the step's latest version
- * `cur` (columns `fencing_token`, `status`, `retired_at`) — DESIGN.md §4 invariant 12:
+ * `cur` (columns `fencing_token`, `status`, `retired_at`, `claimed_at`) — DESIGN.md §4 invariant 12:
  * - `retired`: a retry withdrew the step from the run's history (a successor may re-run the same position);
- * - `superseded`: another claim took the step (its token belongs to an attempt), or a retry reset it for one;
+ * - `superseded`: another claim took the step (its token is a claim's: `claimed_at` set, or, for a grant made
+ *   before migration 0029, an attempts row), or a retry reset it for one;
  * - `expired`: the lease ran out — the step is still running under this token, or expiry maintenance ended it
- *   (which bumps the token without a claim, so that token has no attempt row);
+ *   (which bumps the token without a claim, so that token has no attempt);
  * - `cancelled`: the run was cancelled or ended under the attempt;
  * - `completed` / `failed`: this attempt's own outcome already ended the step (a second, different outcome).
  * An attempt whose own outcome ended the step is told apart by `ended_nonce` before this is asked.
@@ -33,7 +44,8 @@ export function staleReason(n: SchemaNames, cur: string, staleToken: SQL): SQL {
   const c = sql.raw(cur);
   return sql`CASE WHEN ${c}.retired_at IS NOT NULL THEN 'retired'
                   WHEN ${c}.fencing_token IS DISTINCT FROM ${staleToken} THEN
-                    CASE WHEN EXISTS (SELECT 1 FROM ${n.attempts} x WHERE x.fencing_token = ${c}.fencing_token)
+                    CASE WHEN ${c}.claimed_at IS NOT NULL
+                              OR EXISTS (SELECT 1 FROM ${n.attempts} x WHERE x.fencing_token = ${c}.fencing_token)
                          THEN 'superseded' ELSE 'expired' END
                   WHEN ${c}.status = 'cancelled' THEN 'cancelled'
                   WHEN ${c}.status = 'scheduled' THEN 'superseded'
@@ -117,15 +129,17 @@ export const runLockCte = (n: SchemaNames): SQL => sql`run_lock AS MATERIALIZED 
  * read the step's latest committed version as `cur` (after the run lock; the lock waits for a concurrent claim to
  * commit, so the current token is the real one), and — unless `replayWhen` (over `cur`, with the input's
  * `stale_token` and `stale_nonce`) says the write already happened (an idempotent retry after an unknown commit
- * outcome) — record an `attempt:stale-rejected` event with the {@link staleReason}, end the stale attempt's row as
- * `rejected_stale` (unless something else already ended it) and note that the holder was told ({@link toldCte}),
+ * outcome) — record an `attempt:stale-rejected` event with the {@link staleReason}, end the stale attempt as
+ * `rejected_stale` unless something else already ended it (its row, or the step's grant it still is: a new row),
+ * and note that the holder was told ({@link toldCte}),
  * all in the same statement as the write (invariant 2: never a silent no-op). Each row is judged on its own: a
  * stale row never fails its neighbours. A batch holds at most one row per step.
  */
 export function rejectionCtes(n: SchemaNames, p: { operation: FencedOperation; replayWhen?: SQL }): SQL {
   return sql`
   cur AS (
-    SELECT s.id, s.run_id, s.fencing_token, s.status, s.ended_nonce, s.retired_at,
+    SELECT s.id, s.run_id, s.fencing_token, s.status, s.ended_nonce, s.retired_at, s.attempt, s.epoch, s.nonce,
+           s.worker_id, s.claimed_at, s.reclaimed_from_token, s.granted_until,
            i.token AS stale_token, i.nonce AS stale_nonce
       FROM inp i JOIN ${n.steps} s ON s.id = i.step_id
      WHERE i.step_id NOT IN (SELECT id FROM applied) AND s.id IN (SELECT id FROM step_lock)
@@ -133,7 +147,8 @@ export function rejectionCtes(n: SchemaNames, p: { operation: FencedOperation; r
   replayed AS (SELECT cur.id FROM cur WHERE ${p.replayWhen ?? sql`false`}),
   rej AS (
     INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, worker_id, data, at)
-    SELECT cur.run_id, cur.id, 'attempt:stale-rejected', a.attempt, a.epoch, cur.stale_token, a.worker_id,
+    SELECT cur.run_id, cur.id, 'attempt:stale-rejected', ${staleAttempt('attempt')}, ${staleAttempt('epoch')},
+           cur.stale_token, ${staleAttempt('worker_id')},
            jsonb_build_object(
              'operation', ${p.operation}::text,
              'staleToken', cur.stale_token::text,
@@ -147,7 +162,17 @@ export function rejectionCtes(n: SchemaNames, p: { operation: FencedOperation; r
   rej_attempt AS (
     UPDATE ${n.attempts} SET outcome = coalesce(outcome, 'rejected_stale'), ended_at = coalesce(ended_at, ${n.now})
      WHERE fencing_token IN (SELECT fencing_token FROM rej)
-    RETURNING 1)`;
+    RETURNING 1),
+  -- The refused attempt still the step's grant and still open (its lease ran out, no claim took it over yet): its
+  -- row, as no row records it (migration 0029).
+  ${recordEndedGrants(n, {
+    name: 'rej_grant',
+    from: sql`(SELECT * FROM cur WHERE cur.fencing_token = cur.stale_token
+                AND cur.id IN (SELECT step_id FROM rej WHERE rej.fencing_token = cur.stale_token))`,
+    outcome: sql`'rejected_stale'`,
+    endedAt: n.now,
+    onlyOpen: true,
+  })}`;
 }
 
 /**

@@ -1,6 +1,7 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
-import { staleReason, toldCte } from './fenced-outcome.js';
+import { recordEndedGrants } from './ended-grants.js';
+import { staleAttempt, staleReason, toldCte } from './fenced-outcome.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
 export interface HeartbeatEntry {
@@ -67,7 +68,8 @@ export async function heartbeatSteps(
       SELECT * FROM jsonb_to_recordset(${payload}::jsonb)
         AS x(id uuid, token bigint, nonce uuid, has_details boolean, details jsonb)),
     locked AS MATERIALIZED (
-      SELECT s.id, s.run_id, s.fencing_token, s.status, s.ended_nonce, s.retired_at,
+      SELECT s.id, s.run_id, s.fencing_token, s.status, s.ended_nonce, s.retired_at, s.attempt, s.epoch, s.nonce,
+             s.worker_id, s.claimed_at, s.reclaimed_from_token, s.granted_until,
              (SELECT pol.lease_ms FROM ${n.policies} pol WHERE pol.id = s.policy_id) AS lease_ms
         FROM ${n.steps} s WHERE s.id IN (SELECT id FROM hb)
        ORDER BY s.id
@@ -93,11 +95,13 @@ export async function heartbeatSteps(
        WHERE NOT EXISTS (SELECT 1 FROM renewed r WHERE r.id = hb.id AND r.fencing_token = hb.token)),
     cur AS (
       SELECT l.id, l.run_id, l.fencing_token, l.status, l.retired_at, lost.token AS stale_token,
-             l.ended_nonce IS NOT DISTINCT FROM lost.nonce AS self_ended
+             l.ended_nonce IS NOT DISTINCT FROM lost.nonce AS self_ended, l.attempt, l.epoch, l.nonce, l.worker_id,
+             l.claimed_at, l.reclaimed_from_token, l.granted_until, l.ended_nonce
         FROM locked l JOIN lost ON lost.id = l.id),
     rej AS (
       INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, worker_id, data, at)
-      SELECT cur.run_id, cur.id, 'attempt:stale-rejected', a.attempt, a.epoch, cur.stale_token, a.worker_id,
+      SELECT cur.run_id, cur.id, 'attempt:stale-rejected', ${staleAttempt('attempt')}, ${staleAttempt('epoch')},
+             cur.stale_token, ${staleAttempt('worker_id')},
              jsonb_build_object('operation', 'heartbeat', 'staleToken', cur.stale_token::text,
                                 'currentToken', cur.fencing_token::text,
                                 'reason', ${staleReason(n, 'cur', sql`cur.stale_token`)}),
@@ -110,7 +114,16 @@ export async function heartbeatSteps(
       UPDATE ${n.attempts} a SET outcome = coalesce(a.outcome, 'rejected_stale'), ended_at = coalesce(a.ended_at, ${n.now})
         FROM lost WHERE a.fencing_token = lost.token
          AND NOT EXISTS (SELECT 1 FROM cur WHERE cur.id = lost.id AND cur.stale_token = lost.token AND cur.self_ended)
-      RETURNING 1)
+      RETURNING 1),
+    -- The refused attempt still the step's open grant (its lease ran out, no claim took it over): its row, as no
+    -- row records it (migration 0029).
+    ${recordEndedGrants(n, {
+      name: 'rej_grant',
+      from: sql`(SELECT * FROM cur WHERE cur.fencing_token = cur.stale_token AND NOT cur.self_ended)`,
+      outcome: sql`'rejected_stale'`,
+      endedAt: n.now,
+      onlyOpen: true,
+    })}
     SELECT r.id::text, r.fencing_token::text AS token, true AS renewed, r.remaining_ms, r.lease_capped, r.cancel_requested, NULL AS current_token,
            NULL AS reason, (SELECT count(*) FROM told) AS told
       FROM renewed r

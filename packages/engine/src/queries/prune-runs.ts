@@ -109,16 +109,18 @@ export async function pruneRunBatch(
       DELETE FROM ${n.signals} g
        WHERE g.run_id = ANY((SELECT ids FROM batch)::uuid[]) AND (SELECT n FROM step_locks) >= 0
       RETURNING 1),
+    -- Each step's current grant that no attempts row records (migration 0029) is an attempt deleted with it.
     gone_steps AS (
       DELETE FROM ${n.steps} s
        WHERE s.run_id = ANY((SELECT ids FROM batch)::uuid[]) AND (SELECT n FROM step_locks) >= 0
-      RETURNING 1),
+      RETURNING s.claimed_at IS NOT NULL
+                AND NOT EXISTS (SELECT 1 FROM ${n.attempts} x WHERE x.fencing_token = s.fencing_token) AS grant_gone),
     gone_runs AS (
       DELETE FROM ${n.runs} r
        WHERE r.id = ANY((SELECT ids FROM batch)::uuid[]) AND (SELECT n FROM step_locks) >= 0
       RETURNING 1)
     SELECT (SELECT count(*) FROM gone_runs)::int AS runs, (SELECT count(*) FROM gone_steps)::int AS steps,
-           (SELECT count(*) FROM gone_attempts)::int AS attempts, (SELECT count(*) FROM gone_events)::int AS events,
+           ((SELECT count(*) FROM gone_attempts) + (SELECT count(*) FROM gone_steps WHERE grant_gone))::int AS attempts, (SELECT count(*) FROM gone_events)::int AS events,
            (SELECT count(*) FROM gone_signals)::int AS signals`);
   return counts(rows[0]);
 }
@@ -149,7 +151,7 @@ export async function countPrunableRuns(
        WHERE id NOT IN (SELECT parent_run_id FROM kept_below WHERE parent_run_id IS NOT NULL))
     SELECT (SELECT count(*) FROM prunable)::int AS runs,
            (SELECT count(*) FROM ${n.steps} WHERE run_id IN (SELECT id FROM prunable))::int AS steps,
-           (SELECT count(*) FROM ${n.attempts} WHERE run_id IN (SELECT id FROM prunable))::int AS attempts,
+           (SELECT count(*) FROM ${n.runAttempts} WHERE run_id IN (SELECT id FROM prunable))::int AS attempts,
            (SELECT count(*) FROM ${n.events} WHERE run_id IN (SELECT id FROM prunable))::int AS events`);
   return counts(rows[0]);
 }

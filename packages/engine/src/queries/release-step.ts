@@ -10,6 +10,7 @@ import {
   type AttemptRef,
   type FencedResultRow,
 } from './fenced-outcome.js';
+import { grantColumns, recordEndedGrants } from './ended-grants.js';
 import type { SchemaNames } from './schema-names.js';
 
 export interface ReleaseStepParams extends AttemptRef {
@@ -50,11 +51,9 @@ export async function releaseStep(db: Database, n: SchemaNames, p: ReleaseStepPa
              ended_nonce = s.nonce
         FROM inp i
        WHERE ${fence} AND s.id IN (SELECT id FROM step_lock)
-      RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, s.worker_id, s.queue),
-    ended AS (
-      UPDATE ${n.attempts} a SET outcome = 'released', ended_at = ${n.now}
-        FROM applied WHERE a.fencing_token = applied.fencing_token
-      RETURNING 1),
+      RETURNING ${grantColumns('s')}, s.queue),
+    -- The attempt it ends, as claimed: the release gave its claim back to the retry budget (attempt - 1 above).
+    ${recordEndedGrants(n, { name: 'ended', from: sql`applied`, outcome: sql`'released'`, endedAt: n.now, attempt: sql`g.attempt + 1` })},
     step_event AS (
       INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, worker_id, data, at)
       SELECT run_id, id, 'attempt:released', attempt + 1, epoch, fencing_token, worker_id,

@@ -1,6 +1,7 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { notifyOnce } from './notify.js';
+import { grantColumns, recordEndedGrants } from './ended-grants.js';
 import type { SchemaNames } from './schema-names.js';
 import { liveRunStatuses, liveStepStatuses } from './status-sql.js';
 import { isLiveRunStatus, type RunKind, type RunStatus } from '../turn/state-machine.js';
@@ -82,12 +83,16 @@ export async function cancelInTransaction(
       UPDATE ${n.steps} s SET status = 'cancelled', cancel_requested_at = ${n.now}, finished_at = ${n.now},
                               next_run_at = NULL, error = ${error}::jsonb
         FROM live WHERE s.id = live.id
-      RETURNING s.id, s.run_id, s.attempt, s.epoch, s.fencing_token, live.status AS prev_status, s.kind,
+      RETURNING ${grantColumns('s')}, live.status AS prev_status, s.kind,
                 s.input->>'runId' AS child_run_id, s.input->>'cancellation' AS cancellation),
-    ended_attempts AS (
-      UPDATE ${n.attempts} a SET outcome = 'cancelled', ended_at = ${n.now}
-        FROM dropped d WHERE d.prev_status = 'running' AND a.fencing_token = d.fencing_token AND a.outcome IS NULL
-      RETURNING 1),
+    ${recordEndedGrants(n, {
+      name: 'ended_attempts',
+      from: sql`dropped`,
+      outcome: sql`'cancelled'`,
+      endedAt: n.now,
+      where: sql`g.prev_status = 'running'`,
+      onlyOpen: true,
+    })},
     dropped_events AS (
       INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
       SELECT run_id, id, 'step:cancelled', attempt, epoch, fencing_token,

@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
+import { grantColumns, recordEndedGrants } from './ended-grants.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 import { liveStepStatuses, unsuccessfulStatuses } from './status-sql.js';
 import { isUnsuccessfulStatus, type RunStatus } from '../turn/state-machine.js';
@@ -76,7 +77,7 @@ async function resetRun(db: Database, n: SchemaNames, runId: string): Promise<bo
               -- A child run that failed or was cancelled is not run again: its step is retired, so the replayed
               -- code starts a new child run at that position.
               OR (s.kind = 'child' AND s.status IN ${unsuccessfulStatuses}))
-      RETURNING s.id, s.seq, s.name, s.fencing_token),
+      RETURNING ${grantColumns('s')}, s.seq, s.name),
     -- A signal a retired wait took is pending again: the code that waits for it anew takes it.
     returned_signals AS (
       UPDATE ${n.signals} g SET step_id = NULL, consumed_at = NULL
@@ -88,10 +89,8 @@ async function resetRun(db: Database, n: SchemaNames, runId: string): Promise<bo
       UPDATE ${n.signals} g SET consumed_at = NULL, undelivered = NULL
         FROM run WHERE g.run_id = run.id AND g.undelivered->>'reason' = 'run-ended'
       RETURNING 1),
-    retired_attempts AS (
-      UPDATE ${n.attempts} a SET outcome = 'cancelled', ended_at = ${n.now}
-        FROM retired WHERE a.fencing_token = retired.fencing_token AND a.outcome IS NULL
-      RETURNING 1),
+    -- A retired step's grant still open (no outcome of its own, no row) ends cancelled (migration 0029).
+    ${recordEndedGrants(n, { name: 'retired_attempts', from: sql`retired`, outcome: sql`'cancelled'`, endedAt: n.now, onlyOpen: true })},
     retired_events AS (
       INSERT INTO ${n.events} (run_id, step_id, type, data, at)
       SELECT ${runId}::uuid, id, 'step:retired', jsonb_build_object('seq', seq, 'name', name), ${n.now} FROM retired

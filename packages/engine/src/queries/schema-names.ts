@@ -16,9 +16,18 @@ export interface SchemaNames {
   readonly ready: SQL;
   /** The claimable workflow turns, kept by triggers on `runs` (migration 0025). */
   readonly turnQueue: SQL;
+  /**
+   * Attempts recorded as rows: every turn's, and an activity's that ended other than by its own completion
+   * (migration 0029). {@link runAttempts} shows every attempt.
+   */
   readonly attempts: SQL;
+  /**
+   * Every attempt of every run: `attempts` plus each activity step's current grant that no row records, read off
+   * the step (migration 0029); `id` is null for those. Order a run's attempts by `fencing_token`.
+   */
+  readonly runAttempts: SQL;
   readonly events: SQL;
-  /** The view of a run's history: stored events plus those read off runs and attempts (migration 0008). */
+  /** The view of a run's history: stored events plus those read off runs, steps and attempts (migrations 0008, 0029). */
   readonly runEvents: SQL;
   readonly fences: SQL;
   /** Signals sent to workflow runs (migration 0012). */
@@ -70,6 +79,7 @@ export function schemaNames(schema: string): SchemaNames {
     ready: t('ready'),
     turnQueue: t('turn_queue'),
     attempts: t('attempts'),
+    runAttempts: t('run_attempts'),
     events: t('events'),
     runEvents: t('run_events'),
     fences: t('fences'),

@@ -79,6 +79,16 @@ export function stepsTable(schema: PgSchema) {
       claimRequestId: uuid('claim_request_id'),
       workerId: text('worker_id'),
       /**
+       * The current grant, as its attempt shows (migration 0029): when a claim (or a turn's eager grant) made it, the
+       * lease it granted before any heartbeat, and the token of the expired attempt it took over. `claimed_at` is
+       * null when the step's token was not a claim's (never claimed; bumped by the expiry sweep). The grant's
+       * attempts row is written only when it ends other than by its own completion; until then the `run_attempts`
+       * view reads the attempt off these columns and the ones above.
+       */
+      claimedAt: ts('claimed_at'),
+      grantedUntil: ts('granted_until'),
+      reclaimedFromToken: bigint('reclaimed_from_token', { mode: 'bigint' }),
+      /**
        * The step's options — retry policy, lease, start-to-close timeout — as a row of `policies` (migration 0027),
        * keyed by their content: a step's row carries a 16-byte key instead of a copy of them. No foreign key (a
        * policy row is never deleted).

@@ -20,6 +20,7 @@ export {
 } from '../queries/complete-step.js';
 export { expireSteps, type ExpiredStepRow } from '../queries/expire-steps.js';
 export { failStep, failSteps, type FailStepParams } from '../queries/fail-step.js';
+export { releaseStep, type ReleaseStepParams } from '../queries/release-step.js';
 export { fenceStep } from '../queries/fence-step.js';
 export { rotateReady, type ReadyRotation, type RotateReadyParams } from '../queries/rotate-ready.js';
 export type { AttemptRef } from '../queries/fenced-outcome.js';

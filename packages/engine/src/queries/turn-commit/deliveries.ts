@@ -5,7 +5,7 @@ import { outcomesAt, type TurnCommitPlan } from './plan.js';
 /**
  * The outcomes the turn delivered (`marked`): each gets its delivery order; timers and signal waits the turn saw
  * end are completed (with the signal they took, or as timed out), and a fused step's completion is written with its
- * delivery in one UPDATE (`completed_attempt` ends its attempt). Writes only steps `stepLockCtes` locked; then the
+ * delivery in one UPDATE (its attempt's end is read off the step: migration 0029). Writes only steps `stepLockCtes` locked; then the
  * `timer:fired` / `signal:timed-out` events (`fired_events`).
  */
 export function deliveryCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
@@ -47,15 +47,7 @@ export function deliveryCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
                            }
         FROM dl
        WHERE s.id = dl.id AND s.run_id = ${runId}::uuid AND EXISTS (SELECT 1 FROM go)
-      RETURNING s.id, s.seq, s.kind, dl.fires_timer, dl.signal_id, s.fencing_token),${
-        fused
-          ? sql`
-    completed_attempt AS (
-      UPDATE ${n.attempts} a SET outcome = 'completed', ended_at = (SELECT t FROM step_clock)
-        FROM marked m WHERE m.id = ${fused.completion.stepId}::uuid AND a.fencing_token = m.fencing_token
-      RETURNING 1),`
-          : sql``
-      }
+      RETURNING s.id, s.seq, s.kind, dl.fires_timer, dl.signal_id, s.fencing_token),
     fired_events AS (
       INSERT INTO ${n.events} (run_id, step_id, type, data, terminal, at)
       SELECT ${runId}::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,

@@ -23,8 +23,8 @@ export function insertedStepCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
                               delivered_seq, error, input, output, queue, priority, policy_id, max_attempts,
                               next_run_at, finished_at, cancel_requested_at, created_at,
                               attempt, fencing_token, nonce, worker_id, attempt_deadline_at, lease_expires_at,
-                              reclaim_delay_ms, started_at, concurrency_key, concurrency_limit, rate_key, rate_limit,
-                              rate_period_ms)
+                              reclaim_delay_ms, started_at, claimed_at, granted_until, concurrency_key,
+                              concurrency_limit, rate_key, rate_limit, rate_period_ms)
       SELECT ${runId}::uuid, p.seq, p.kind, p.name,
              coalesce(p.prev_scope, ${'run:' + runId + '/seq:'} || p.seq::text),
              coalesce(p.prev_epoch, 0) + CASE WHEN p.eager THEN 1 ELSE 0 END,
@@ -77,6 +77,11 @@ export function insertedStepCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
                                     + ${msInterval(sql`least(p.lease_ms, p.start_to_close_timeout_ms)`)} END,
              CASE WHEN p.eager THEN p.first_reclaim_delay_ms ELSE 0 END,
              CASE WHEN p.eager THEN (SELECT t FROM clock) END,
+             -- An eager grant's attempt, read off the step until it ends other than by its completion (migration
+             -- 0029): claimed now, with the lease above.
+             CASE WHEN p.eager THEN (SELECT t FROM clock) END,
+             CASE WHEN p.eager THEN (SELECT t FROM clock)
+                                    + ${msInterval(sql`least(p.lease_ms, p.start_to_close_timeout_ms)`)} END,
              p.concurrency_key, p.concurrency_limit, p.rate_key, p.rate_limit, p.rate_period_ms
         FROM planned p
       RETURNING id, seq, kind, name, status, queue, priority, error, next_run_at, input, attempt, epoch, fencing_token, nonce,
@@ -86,30 +91,24 @@ export function insertedStepCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
 }
 
 /**
- * What follows the insert of the new steps: the attempts rows of the eagerly granted ones (`eager_attempts`),
+ * What follows the insert of the new steps (an eagerly granted one's attempt is read off its row: migration 0029):
  * the flow-control keys they name (`flow_keys_kept`, `flow_keys_made`: the existing keys `FOR KEY SHARE` in key
  * order, after the run's rows, so a retention sweep cannot delete a key a step is inserted under; flow-control.ts),
  * and their `*:started` / `step:scheduled` events, those the `run_events` view cannot read off the row.
  */
 export function scheduledStepCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
-  const { runId, flowKeyed, dispatch } = plan;
+  const { runId, flowKeyed } = plan;
   return sql`
-    eager_attempts AS (
-      INSERT INTO ${n.attempts} (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
-                                 granted_until)
-      SELECT ${runId}::uuid, id, 'activity', attempt, epoch, fencing_token, nonce, ${dispatch.workerId}, started_at,
-             lease_expires_at
-        FROM inserted WHERE kind = 'activity' AND status = 'running'
-      RETURNING 1),${
-        flowKeyed
-          ? flowKeysInserted(
-              n,
-              sql`SELECT ${stepSlotKey(sql`x`)} FROM ns x WHERE x.concurrency_key IS NOT NULL AND EXISTS (SELECT 1 FROM go)
+${
+  flowKeyed
+    ? flowKeysInserted(
+        n,
+        sql`SELECT ${stepSlotKey(sql`x`)} FROM ns x WHERE x.concurrency_key IS NOT NULL AND EXISTS (SELECT 1 FROM go)
                   UNION ALL
                   SELECT ${stepRateKey(sql`x`)} FROM ns x WHERE x.rate_key IS NOT NULL AND EXISTS (SELECT 1 FROM go)`,
-            )
-          : sql``
-      }
+      )
+    : sql``
+}
     scheduled_events AS (
       INSERT INTO ${n.events} (run_id, step_id, type, data, at)
       SELECT ${runId}::uuid, id,

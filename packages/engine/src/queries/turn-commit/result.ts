@@ -27,8 +27,7 @@ export function resultSelect(n: SchemaNames, plan: TurnCommitPlan): SQL {
            (SELECT conflict FROM gate) AS conflict,
            ${
              fused
-               ? sql`(SELECT count(*) FROM completed_attempt) AS completed_attempts,
-           (SELECT jsonb_build_object('epoch', turn_epoch, 'attempt', turn_attempt, 'token', turn_token::text)
+               ? sql`(SELECT jsonb_build_object('epoch', turn_epoch, 'attempt', turn_attempt, 'token', turn_token::text)
               FROM run_row) AS turn,`
                : sql``
            }

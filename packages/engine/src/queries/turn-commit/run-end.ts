@@ -1,4 +1,5 @@
 import { sql, type SQL } from 'drizzle-orm';
+import { grantColumns, recordEndedGrants } from '../ended-grants.js';
 import type { SchemaNames } from '../schema-names.js';
 import type { TurnCommitPlan } from './plan.js';
 import { liveRunStatuses, liveStepStatuses } from '../status-sql.js';
@@ -18,12 +19,16 @@ export function leftoverStepCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
         FROM locked l
        WHERE ${ending} AND s.id = l.id AND l.status IN ${liveStepStatuses} AND EXISTS (SELECT 1 FROM go)
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = l.id)
-      RETURNING s.id, s.attempt, s.epoch, s.fencing_token, l.status AS prev_status, s.kind,
+      RETURNING ${grantColumns('s')}, l.status AS prev_status, s.kind,
                 s.input->>'runId' AS child_run_id, s.input->>'cancellation' AS cancellation),
-    leftover_attempts AS (
-      UPDATE ${n.attempts} a SET outcome = 'cancelled', ended_at = (SELECT t FROM clock)
-        FROM leftover l WHERE l.prev_status = 'running' AND a.fencing_token = l.fencing_token AND a.outcome IS NULL
-      RETURNING 1),
+    ${recordEndedGrants(n, {
+      name: 'leftover_attempts',
+      from: sql`leftover`,
+      outcome: sql`'cancelled'`,
+      endedAt: sql`(SELECT t FROM clock)`,
+      where: sql`g.prev_status = 'running'`,
+      onlyOpen: true,
+    })},
     leftover_events AS (
       INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
       SELECT ${runId}::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,

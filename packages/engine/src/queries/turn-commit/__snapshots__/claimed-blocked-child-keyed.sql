@@ -137,8 +137,8 @@
                               delivered_seq, error, input, output, queue, priority, policy_id, max_attempts,
                               next_run_at, finished_at, cancel_requested_at, created_at,
                               attempt, fencing_token, nonce, worker_id, attempt_deadline_at, lease_expires_at,
-                              reclaim_delay_ms, started_at, concurrency_key, concurrency_limit, rate_key, rate_limit,
-                              rate_period_ms)
+                              reclaim_delay_ms, started_at, claimed_at, granted_until, concurrency_key,
+                              concurrency_limit, rate_key, rate_limit, rate_period_ms)
       SELECT $18::uuid, p.seq, p.kind, p.name,
              coalesce(p.prev_scope, $19 || p.seq::text),
              coalesce(p.prev_epoch, 0) + CASE WHEN p.eager THEN 1 ELSE 0 END,
@@ -183,22 +183,21 @@
                                     + ((least(p.lease_ms, p.start_to_close_timeout_ms)) * interval '1 millisecond') END,
              CASE WHEN p.eager THEN p.first_reclaim_delay_ms ELSE 0 END,
              CASE WHEN p.eager THEN (SELECT t FROM clock) END,
+             -- An eager grant's attempt, read off the step until it ends other than by its completion (migration
+             -- 0029): claimed now, with the lease above.
+             CASE WHEN p.eager THEN (SELECT t FROM clock) END,
+             CASE WHEN p.eager THEN (SELECT t FROM clock)
+                                    + ((least(p.lease_ms, p.start_to_close_timeout_ms)) * interval '1 millisecond') END,
              p.concurrency_key, p.concurrency_limit, p.rate_key, p.rate_limit, p.rate_period_ms
         FROM planned p
       RETURNING id, seq, kind, name, status, queue, priority, error, next_run_at, input, attempt, epoch, fencing_token, nonce,
                 lease_expires_at, fencing_scope, started_at,
                 -- Cancelled with the run (a step the code saw cancelled carries its stored error).
                 status = 'cancelled' AND error IS NULL AS ended_with_run),
-    eager_attempts AS (
-      INSERT INTO "palisade"."attempts" (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
-                                 granted_until)
-      SELECT $22::uuid, id, 'activity', attempt, epoch, fencing_token, nonce, $23, started_at,
-             lease_expires_at
-        FROM inserted WHERE kind = 'activity' AND status = 'running'
-      RETURNING 1),
+
     scheduled_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, at)
-      SELECT $24::uuid, id,
+      SELECT $22::uuid, id,
              CASE kind WHEN 'timer' THEN 'timer:started' WHEN 'signal' THEN 'signal:waiting'
                        WHEN 'child' THEN 'child:started' ELSE 'step:scheduled' END,
              CASE WHEN kind = 'child' THEN jsonb_build_object('name', name, 'seq', seq, 'childRunId', input->>'runId')
@@ -231,7 +230,7 @@
       INSERT INTO "palisade"."runs" (id, kind, name, status, input, idempotency_key, queue, priority, turn_next_run_at,
                              created_at, parent_run_id, parent_step_id)
       SELECT (i.input->>'runId')::uuid, 'workflow', i.name, 'pending', i.input->'input', i.input->>'key', i.queue,
-             i.priority, (SELECT t FROM clock), (SELECT t FROM clock), $25::uuid, i.id
+             i.priority, (SELECT t FROM clock), (SELECT t FROM clock), $23::uuid, i.id
         FROM inserted i WHERE i.kind = 'child' AND i.status = 'running'
          AND (SELECT count(*) FROM own_children) >= 0
          AND NOT EXISTS (SELECT 1 FROM own_children o
@@ -239,7 +238,7 @@
       RETURNING id, name, queue),
     child_refused_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $26::uuid, id, 'step:' || status,
+      SELECT $24::uuid, id, 'step:' || status,
              CASE WHEN status = 'failed' THEN jsonb_build_object('error', error)
                   ELSE jsonb_build_object('childRunId', input->>'runId') END,
              true, (SELECT t FROM clock)
@@ -247,7 +246,7 @@
       RETURNING 1),
     cancelled_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $27::uuid, id, 'step:cancelled',
+      SELECT $25::uuid, id, 'step:cancelled',
              CASE WHEN ended_with_run THEN jsonb_build_object('reason', 'the run ended', 'whileRunning', false)
                   ELSE jsonb_build_object('reason', 'the run was cancelled before this step could start') END,
              true, (SELECT t FROM clock)
@@ -256,22 +255,22 @@
     marked AS (
       UPDATE "palisade"."steps" s
          SET delivered_seq = dl.delivered_seq,
-             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $28::uuid THEN 'completed'
+             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $26::uuid THEN 'completed'
                            ELSE s.status END,
-             finished_at = CASE WHEN s.id = $29::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
-                                THEN ('epoch'::timestamptz + (($30::bigint) * interval '1 millisecond'))
+             finished_at = CASE WHEN s.id = $27::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
+                                THEN ('epoch'::timestamptz + (($28::bigint) * interval '1 millisecond'))
                                 ELSE s.finished_at END,
-             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $31::uuid THEN NULL
+             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $29::uuid THEN NULL
                                 ELSE s.next_run_at END,
              -- A signal wait's outcome: the signal it took, or its timeout; a fused step's, its completion's.
              output = CASE WHEN dl.fires_timer AND s.kind = 'signal' THEN '{"timedOut": true}'::jsonb
                            ELSE s.output END
         FROM dl
-       WHERE s.id = dl.id AND s.run_id = $32::uuid AND EXISTS (SELECT 1 FROM go)
+       WHERE s.id = dl.id AND s.run_id = $30::uuid AND EXISTS (SELECT 1 FROM go)
       RETURNING s.id, s.seq, s.kind, dl.fires_timer, dl.signal_id, s.fencing_token),
     fired_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $33::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
+      SELECT $31::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
              jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
         FROM marked WHERE fires_timer
       RETURNING 1),
@@ -281,7 +280,7 @@
     -- statement does not see its own inserts).
     waiting AS (
       SELECT s.kind, s.name, s.next_run_at AS due FROM "palisade"."steps" s
-       WHERE s.run_id = $34::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
+       WHERE s.run_id = $32::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
          AND s.retired_at IS NULL
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = s.id AND (dl.fires_timer OR dl.signal_id IS NOT NULL))
       UNION ALL
@@ -293,19 +292,19 @@
     signal_due AS (
       SELECT EXISTS (
         SELECT 1 FROM "palisade"."signals" g
-         WHERE g.run_id = $35::uuid AND g.consumed_at IS NULL
+         WHERE g.run_id = $33::uuid AND g.consumed_at IS NULL
            AND EXISTS (SELECT 1 FROM waiting w WHERE w.kind = 'signal' AND w.name = g.name)) AS due),
     -- The one write of the run row: its end, or its next turn (now if anything woke it since the claim).
     run_row AS (
       UPDATE "palisade"."runs" r
          SET turn_lease_expires_at = NULL,
-             status = coalesce($36::text, r.status),
-             output = CASE WHEN $37 THEN $38::jsonb ELSE r.output END,
-             error = CASE WHEN $39 THEN $40::jsonb ELSE r.error END,
-             finished_at = CASE WHEN $41 THEN (SELECT t FROM clock) ELSE r.finished_at END,
-             progress = CASE WHEN $42 THEN $43::jsonb ELSE r.progress END,
-             turn_next_run_at = CASE WHEN $44 THEN NULL
-                                     WHEN r.wake_count <> $45 THEN (SELECT t FROM clock)
+             status = coalesce($34::text, r.status),
+             output = CASE WHEN $35 THEN $36::jsonb ELSE r.output END,
+             error = CASE WHEN $37 THEN $38::jsonb ELSE r.error END,
+             finished_at = CASE WHEN $39 THEN (SELECT t FROM clock) ELSE r.finished_at END,
+             progress = CASE WHEN $40 THEN $41::jsonb ELSE r.progress END,
+             turn_next_run_at = CASE WHEN $42 THEN NULL
+                                     WHEN r.wake_count <> $43 THEN (SELECT t FROM clock)
                                      WHEN (SELECT due FROM signal_due) THEN (SELECT t FROM clock)
                                      WHEN EXISTS (SELECT 1 FROM inserted
                                                    WHERE kind = 'child' AND status IN ('failed', 'completed'))
@@ -317,7 +316,7 @@
                 r.parent_step_id, r.concurrency_key),
     turn_attempt AS (
       UPDATE "palisade"."attempts" SET outcome = 'completed', ended_at = (SELECT t FROM clock)
-       WHERE fencing_token = $46::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
+       WHERE fencing_token = $44::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
       RETURNING 1),
     -- Every live step ends with the run, running ones included (invariant 12: the holder's next write is
     -- refused as "cancelled" and its signal fires), each from its newest version (locked above).
@@ -325,17 +324,24 @@
       UPDATE "palisade"."steps" s SET status = 'cancelled', finished_at = (SELECT t FROM clock), next_run_at = NULL,
                               cancel_requested_at = coalesce(s.cancel_requested_at, (SELECT t FROM clock))
         FROM locked l
-       WHERE $47 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
+       WHERE $45 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = l.id)
-      RETURNING s.id, s.attempt, s.epoch, s.fencing_token, l.status AS prev_status, s.kind,
+      RETURNING s.run_id, s.id, s.attempt, s.epoch, s.fencing_token, s.nonce, s.worker_id,
+             s.claimed_at, s.reclaimed_from_token, s.granted_until, s.ended_nonce, l.status AS prev_status, s.kind,
                 s.input->>'runId' AS child_run_id, s.input->>'cancellation' AS cancellation),
     leftover_attempts AS (
-      UPDATE "palisade"."attempts" a SET outcome = 'cancelled', ended_at = (SELECT t FROM clock)
-        FROM leftover l WHERE l.prev_status = 'running' AND a.fencing_token = l.fencing_token AND a.outcome IS NULL
+      INSERT INTO "palisade"."attempts" (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
+                                 reclaimed_from_token, granted_until, outcome, ended_at, error)
+      SELECT g.run_id, g.id, 'activity', g.attempt, g.epoch, g.fencing_token, g.nonce,
+             g.worker_id, g.claimed_at, g.reclaimed_from_token, g.granted_until, 'cancelled', (SELECT t FROM clock),
+             NULL::jsonb
+        FROM leftover g
+       WHERE g.claimed_at IS NOT NULL AND g.ended_nonce IS DISTINCT FROM g.nonce AND (g.prev_status = 'running')
+      ON CONFLICT (fencing_token) DO NOTHING
       RETURNING 1),
     leftover_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
-      SELECT $48::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
+      SELECT $46::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
              jsonb_build_object('reason', 'the run ended', 'whileRunning', prev_status = 'running'), true,
              (SELECT t FROM clock)
         FROM leftover
@@ -343,36 +349,36 @@
 
     run_event AS (
       INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
-      SELECT id, 'run:' || $49::text,
-             CASE WHEN $50::jsonb IS NOT NULL THEN jsonb_build_object('error', $51::jsonb) END,
+      SELECT id, 'run:' || $47::text,
+             CASE WHEN $48::jsonb IS NOT NULL THEN jsonb_build_object('error', $49::jsonb) END,
              true, (SELECT t FROM clock)
-        FROM run_row WHERE $52 AND $53::text <> 'completed'
+        FROM run_row WHERE $50 AND $51::text <> 'completed'
       RETURNING 1),
     
     -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
     -- next turn is due now, the run's waiters when it ended and a handle.result() waits on it, and, when it goes
     -- on, its watchers (a handle.watch() waits on it now: one NOTIFY item per turn, for watched runs only).
     notified AS (
-    SELECT pg_notify($54,
-             CASE WHEN length(p.all_items) <= $55 THEN p.all_items
+    SELECT pg_notify($52,
+             CASE WHEN length(p.all_items) <= $53 THEN p.all_items
                   ELSE concat_ws(E'\n', 'run:*', p.other_items) END)
       FROM (SELECT string_agg(item, E'\n') AS all_items,
                    string_agg(item, E'\n') FILTER (WHERE item NOT LIKE 'run:%') AS other_items
               FROM (SELECT DISTINCT item FROM (SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
-          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $56) x WHERE "palisade"."run_watched"(id, false)
+          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $54) x WHERE "palisade"."run_watched"(id, false)
           -- A run under a concurrency key that ends gives its place to a pending run of its key (flow-control.ts).
-          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $57 AND concurrency_key IS NOT NULL
-          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $58 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM children) x(item) WHERE item IS NOT NULL) d) p
+          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $55 AND concurrency_key IS NOT NULL
+          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $56 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM children) x(item) WHERE item IS NOT NULL) d) p
      WHERE p.all_items IS NOT NULL)
     SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
            (SELECT conflict FROM gate) AS conflict,
            
            (SELECT count(*) FROM notified) AS notified,
            (SELECT jsonb_build_object('status', status, 'output', output, 'error', error, 'cancel_reason', cancel_reason)
-              FROM run_row WHERE $59) AS ended,
+              FROM run_row WHERE $57) AS ended,
            (SELECT jsonb_agg(jsonb_build_object(
-              'id', e.id::text, 'run_id', $60::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
+              'id', e.id::text, 'run_id', $58::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
               'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
               'nonce', e.nonce::text, 'lease_ms', p.lease_ms, 'start_to_close_timeout_ms', p.start_to_close_timeout_ms,
               'retry_policy', p.retry_policy, 'heartbeat_details', NULL,
@@ -404,41 +410,39 @@
 -- $20 = 1780000000000
 -- $21 = ""
 -- $22 = "00000000-0000-4000-8000-000000000001"
--- $23 = ""
+-- $23 = "00000000-0000-4000-8000-000000000001"
 -- $24 = "00000000-0000-4000-8000-000000000001"
 -- $25 = "00000000-0000-4000-8000-000000000001"
--- $26 = "00000000-0000-4000-8000-000000000001"
--- $27 = "00000000-0000-4000-8000-000000000001"
--- $28 = null
+-- $26 = null
+-- $27 = null
+-- $28 = 1780000000000
 -- $29 = null
--- $30 = 1780000000000
--- $31 = null
+-- $30 = "00000000-0000-4000-8000-000000000001"
+-- $31 = "00000000-0000-4000-8000-000000000001"
 -- $32 = "00000000-0000-4000-8000-000000000001"
 -- $33 = "00000000-0000-4000-8000-000000000001"
--- $34 = "00000000-0000-4000-8000-000000000001"
--- $35 = "00000000-0000-4000-8000-000000000001"
+-- $34 = null
+-- $35 = false
 -- $36 = null
 -- $37 = false
 -- $38 = null
 -- $39 = false
--- $40 = null
--- $41 = false
+-- $40 = false
+-- $41 = null
 -- $42 = false
--- $43 = null
--- $44 = false
--- $45 = 3
--- $46 = "41"
--- $47 = false
--- $48 = "00000000-0000-4000-8000-000000000001"
+-- $43 = 3
+-- $44 = "41"
+-- $45 = false
+-- $46 = "00000000-0000-4000-8000-000000000001"
+-- $47 = null
+-- $48 = null
 -- $49 = null
--- $50 = null
+-- $50 = false
 -- $51 = null
--- $52 = false
--- $53 = null
--- $54 = "palisade_palisade"
--- $55 = 7900
+-- $52 = "palisade_palisade"
+-- $53 = 7900
+-- $54 = false
+-- $55 = false
 -- $56 = false
 -- $57 = false
--- $58 = false
--- $59 = false
--- $60 = "00000000-0000-4000-8000-000000000001"
+-- $58 = "00000000-0000-4000-8000-000000000001"

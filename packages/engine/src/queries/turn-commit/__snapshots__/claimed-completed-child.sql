@@ -146,8 +146,8 @@
                               delivered_seq, error, input, output, queue, priority, policy_id, max_attempts,
                               next_run_at, finished_at, cancel_requested_at, created_at,
                               attempt, fencing_token, nonce, worker_id, attempt_deadline_at, lease_expires_at,
-                              reclaim_delay_ms, started_at, concurrency_key, concurrency_limit, rate_key, rate_limit,
-                              rate_period_ms)
+                              reclaim_delay_ms, started_at, claimed_at, granted_until, concurrency_key,
+                              concurrency_limit, rate_key, rate_limit, rate_period_ms)
       SELECT $20::uuid, p.seq, p.kind, p.name,
              coalesce(p.prev_scope, $21 || p.seq::text),
              coalesce(p.prev_epoch, 0) + CASE WHEN p.eager THEN 1 ELSE 0 END,
@@ -192,22 +192,21 @@
                                     + ((least(p.lease_ms, p.start_to_close_timeout_ms)) * interval '1 millisecond') END,
              CASE WHEN p.eager THEN p.first_reclaim_delay_ms ELSE 0 END,
              CASE WHEN p.eager THEN (SELECT t FROM clock) END,
+             -- An eager grant's attempt, read off the step until it ends other than by its completion (migration
+             -- 0029): claimed now, with the lease above.
+             CASE WHEN p.eager THEN (SELECT t FROM clock) END,
+             CASE WHEN p.eager THEN (SELECT t FROM clock)
+                                    + ((least(p.lease_ms, p.start_to_close_timeout_ms)) * interval '1 millisecond') END,
              p.concurrency_key, p.concurrency_limit, p.rate_key, p.rate_limit, p.rate_period_ms
         FROM planned p
       RETURNING id, seq, kind, name, status, queue, priority, error, next_run_at, input, attempt, epoch, fencing_token, nonce,
                 lease_expires_at, fencing_scope, started_at,
                 -- Cancelled with the run (a step the code saw cancelled carries its stored error).
                 status = 'cancelled' AND error IS NULL AS ended_with_run),
-    eager_attempts AS (
-      INSERT INTO "palisade"."attempts" (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
-                                 granted_until)
-      SELECT $24::uuid, id, 'activity', attempt, epoch, fencing_token, nonce, $25, started_at,
-             lease_expires_at
-        FROM inserted WHERE kind = 'activity' AND status = 'running'
-      RETURNING 1),
+
     scheduled_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, at)
-      SELECT $26::uuid, id,
+      SELECT $24::uuid, id,
              CASE kind WHEN 'timer' THEN 'timer:started' WHEN 'signal' THEN 'signal:waiting'
                        WHEN 'child' THEN 'child:started' ELSE 'step:scheduled' END,
              CASE WHEN kind = 'child' THEN jsonb_build_object('name', name, 'seq', seq, 'childRunId', input->>'runId')
@@ -240,7 +239,7 @@
       INSERT INTO "palisade"."runs" (id, kind, name, status, input, idempotency_key, queue, priority, turn_next_run_at,
                              created_at, parent_run_id, parent_step_id)
       SELECT (i.input->>'runId')::uuid, 'workflow', i.name, 'pending', i.input->'input', i.input->>'key', i.queue,
-             i.priority, (SELECT t FROM clock), (SELECT t FROM clock), $27::uuid, i.id
+             i.priority, (SELECT t FROM clock), (SELECT t FROM clock), $25::uuid, i.id
         FROM inserted i WHERE i.kind = 'child' AND i.status = 'running'
          AND (SELECT count(*) FROM own_children) >= 0
          AND NOT EXISTS (SELECT 1 FROM own_children o
@@ -248,7 +247,7 @@
       RETURNING id, name, queue),
     child_refused_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $28::uuid, id, 'step:' || status,
+      SELECT $26::uuid, id, 'step:' || status,
              CASE WHEN status = 'failed' THEN jsonb_build_object('error', error)
                   ELSE jsonb_build_object('childRunId', input->>'runId') END,
              true, (SELECT t FROM clock)
@@ -256,7 +255,7 @@
       RETURNING 1),
     cancelled_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $29::uuid, id, 'step:cancelled',
+      SELECT $27::uuid, id, 'step:cancelled',
              CASE WHEN ended_with_run THEN jsonb_build_object('reason', 'the run ended', 'whileRunning', false)
                   ELSE jsonb_build_object('reason', 'the run was cancelled before this step could start') END,
              true, (SELECT t FROM clock)
@@ -265,22 +264,22 @@
     marked AS (
       UPDATE "palisade"."steps" s
          SET delivered_seq = dl.delivered_seq,
-             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $30::uuid THEN 'completed'
+             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $28::uuid THEN 'completed'
                            ELSE s.status END,
-             finished_at = CASE WHEN s.id = $31::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
-                                THEN ('epoch'::timestamptz + (($32::bigint) * interval '1 millisecond'))
+             finished_at = CASE WHEN s.id = $29::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
+                                THEN ('epoch'::timestamptz + (($30::bigint) * interval '1 millisecond'))
                                 ELSE s.finished_at END,
-             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $33::uuid THEN NULL
+             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $31::uuid THEN NULL
                                 ELSE s.next_run_at END,
              -- A signal wait's outcome: the signal it took, or its timeout; a fused step's, its completion's.
              output = CASE WHEN dl.fires_timer AND s.kind = 'signal' THEN '{"timedOut": true}'::jsonb
                            ELSE s.output END
         FROM dl
-       WHERE s.id = dl.id AND s.run_id = $34::uuid AND EXISTS (SELECT 1 FROM go)
+       WHERE s.id = dl.id AND s.run_id = $32::uuid AND EXISTS (SELECT 1 FROM go)
       RETURNING s.id, s.seq, s.kind, dl.fires_timer, dl.signal_id, s.fencing_token),
     fired_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $35::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
+      SELECT $33::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
              jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
         FROM marked WHERE fires_timer
       RETURNING 1),
@@ -292,14 +291,14 @@
     unseen AS (
       UPDATE "palisade"."signals" g
          SET consumed_at = (SELECT t FROM clock),
-             undelivered = jsonb_build_object('reason', 'run-ended', 'status', $36::text)
-       WHERE g.run_id = $37::uuid AND g.consumed_at IS NULL AND EXISTS (SELECT 1 FROM go)
-         AND g.id <> ALL($38::bigint[])
+             undelivered = jsonb_build_object('reason', 'run-ended', 'status', $34::text)
+       WHERE g.run_id = $35::uuid AND g.consumed_at IS NULL AND EXISTS (SELECT 1 FROM go)
+         AND g.id <> ALL($36::bigint[])
       RETURNING g.id, g.name),
     unseen_events AS (
       INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
-      SELECT $39::uuid, 'signal:undelivered',
-             jsonb_build_object('name', name, 'signalId', id::text, 'reason', 'run-ended', 'status', $40::text),
+      SELECT $37::uuid, 'signal:undelivered',
+             jsonb_build_object('name', name, 'signalId', id::text, 'reason', 'run-ended', 'status', $38::text),
              false, (SELECT t FROM clock)
         FROM unseen
       RETURNING 1),
@@ -307,7 +306,7 @@
     -- statement does not see its own inserts).
     waiting AS (
       SELECT s.kind, s.name, s.next_run_at AS due FROM "palisade"."steps" s
-       WHERE s.run_id = $41::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
+       WHERE s.run_id = $39::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
          AND s.retired_at IS NULL
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = s.id AND (dl.fires_timer OR dl.signal_id IS NOT NULL))
       UNION ALL
@@ -319,19 +318,19 @@
     signal_due AS (
       SELECT EXISTS (
         SELECT 1 FROM "palisade"."signals" g
-         WHERE g.run_id = $42::uuid AND g.consumed_at IS NULL
+         WHERE g.run_id = $40::uuid AND g.consumed_at IS NULL
            AND EXISTS (SELECT 1 FROM waiting w WHERE w.kind = 'signal' AND w.name = g.name)) AS due),
     -- The one write of the run row: its end, or its next turn (now if anything woke it since the claim).
     run_row AS (
       UPDATE "palisade"."runs" r
          SET turn_lease_expires_at = NULL,
-             status = coalesce($43::text, r.status),
-             output = CASE WHEN $44 THEN $45::jsonb ELSE r.output END,
-             error = CASE WHEN $46 THEN $47::jsonb ELSE r.error END,
-             finished_at = CASE WHEN $48 THEN (SELECT t FROM clock) ELSE r.finished_at END,
-             progress = CASE WHEN $49 THEN $50::jsonb ELSE r.progress END,
-             turn_next_run_at = CASE WHEN $51 THEN NULL
-                                     WHEN r.wake_count <> $52 THEN (SELECT t FROM clock)
+             status = coalesce($41::text, r.status),
+             output = CASE WHEN $42 THEN $43::jsonb ELSE r.output END,
+             error = CASE WHEN $44 THEN $45::jsonb ELSE r.error END,
+             finished_at = CASE WHEN $46 THEN (SELECT t FROM clock) ELSE r.finished_at END,
+             progress = CASE WHEN $47 THEN $48::jsonb ELSE r.progress END,
+             turn_next_run_at = CASE WHEN $49 THEN NULL
+                                     WHEN r.wake_count <> $50 THEN (SELECT t FROM clock)
                                      WHEN (SELECT due FROM signal_due) THEN (SELECT t FROM clock)
                                      WHEN EXISTS (SELECT 1 FROM inserted
                                                    WHERE kind = 'child' AND status IN ('failed', 'completed'))
@@ -343,7 +342,7 @@
                 r.parent_step_id, r.concurrency_key),
     turn_attempt AS (
       UPDATE "palisade"."attempts" SET outcome = 'completed', ended_at = (SELECT t FROM clock)
-       WHERE fencing_token = $53::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
+       WHERE fencing_token = $51::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
       RETURNING 1),
     -- Every live step ends with the run, running ones included (invariant 12: the holder's next write is
     -- refused as "cancelled" and its signal fires), each from its newest version (locked above).
@@ -351,17 +350,24 @@
       UPDATE "palisade"."steps" s SET status = 'cancelled', finished_at = (SELECT t FROM clock), next_run_at = NULL,
                               cancel_requested_at = coalesce(s.cancel_requested_at, (SELECT t FROM clock))
         FROM locked l
-       WHERE $54 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
+       WHERE $52 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = l.id)
-      RETURNING s.id, s.attempt, s.epoch, s.fencing_token, l.status AS prev_status, s.kind,
+      RETURNING s.run_id, s.id, s.attempt, s.epoch, s.fencing_token, s.nonce, s.worker_id,
+             s.claimed_at, s.reclaimed_from_token, s.granted_until, s.ended_nonce, l.status AS prev_status, s.kind,
                 s.input->>'runId' AS child_run_id, s.input->>'cancellation' AS cancellation),
     leftover_attempts AS (
-      UPDATE "palisade"."attempts" a SET outcome = 'cancelled', ended_at = (SELECT t FROM clock)
-        FROM leftover l WHERE l.prev_status = 'running' AND a.fencing_token = l.fencing_token AND a.outcome IS NULL
+      INSERT INTO "palisade"."attempts" (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
+                                 reclaimed_from_token, granted_until, outcome, ended_at, error)
+      SELECT g.run_id, g.id, 'activity', g.attempt, g.epoch, g.fencing_token, g.nonce,
+             g.worker_id, g.claimed_at, g.reclaimed_from_token, g.granted_until, 'cancelled', (SELECT t FROM clock),
+             NULL::jsonb
+        FROM leftover g
+       WHERE g.claimed_at IS NOT NULL AND g.ended_nonce IS DISTINCT FROM g.nonce AND (g.prev_status = 'running')
+      ON CONFLICT (fencing_token) DO NOTHING
       RETURNING 1),
     leftover_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
-      SELECT $55::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
+      SELECT $53::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
              jsonb_build_object('reason', 'the run ended', 'whileRunning', prev_status = 'running'), true,
              (SELECT t FROM clock)
         FROM leftover
@@ -371,13 +377,13 @@
     -- with its output, or fails it with a ChildWorkflowFailure carrying its failure, and wakes the parent.
     parent_step AS (
       UPDATE "palisade"."steps" s
-         SET status = CASE WHEN $56::text = 'completed' THEN 'completed' ELSE 'failed' END,
-             output = CASE WHEN $57::text = 'completed' THEN $58::jsonb END,
-             error = CASE WHEN $59::text = 'completed' THEN NULL
+         SET status = CASE WHEN $54::text = 'completed' THEN 'completed' ELSE 'failed' END,
+             output = CASE WHEN $55::text = 'completed' THEN $56::jsonb END,
+             error = CASE WHEN $57::text = 'completed' THEN NULL
                           ELSE jsonb_build_object(
-                                 'type', 'ChildWorkflowFailure', 'nonRetryable', true, 'childRunId', $60::text,
-                                 'message', 'child workflow run ' || $61::text || ' ' || $62::text,
-                                 'cause', $63::jsonb) END,
+                                 'type', 'ChildWorkflowFailure', 'nonRetryable', true, 'childRunId', $58::text,
+                                 'message', 'child workflow run ' || $59::text || ' ' || $60::text,
+                                 'cause', $61::jsonb) END,
              finished_at = (SELECT t FROM clock)
         FROM run_row r
        WHERE s.id = r.parent_step_id AND s.kind = 'child' AND s.status = 'running' AND s.retired_at IS NULL
@@ -385,7 +391,7 @@
     parent_step_event AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
       SELECT run_id, id, 'step:' || status,
-             jsonb_build_object('childRunId', $64::text) || CASE WHEN error IS NOT NULL
+             jsonb_build_object('childRunId', $62::text) || CASE WHEN error IS NOT NULL
                                                                     THEN jsonb_build_object('error', error)
                                                                     ELSE '{}'::jsonb END,
              true, (SELECT t FROM clock)
@@ -418,27 +424,27 @@
       RETURNING p.queue),
     run_event AS (
       INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
-      SELECT id, 'run:' || $65::text,
-             CASE WHEN $66::jsonb IS NOT NULL THEN jsonb_build_object('error', $67::jsonb) END,
+      SELECT id, 'run:' || $63::text,
+             CASE WHEN $64::jsonb IS NOT NULL THEN jsonb_build_object('error', $65::jsonb) END,
              true, (SELECT t FROM clock)
-        FROM run_row WHERE $68 AND $69::text <> 'completed'
+        FROM run_row WHERE $66 AND $67::text <> 'completed'
       RETURNING 1),
     
     -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
     -- next turn is due now, the run's waiters when it ended and a handle.result() waits on it, and, when it goes
     -- on, its watchers (a handle.watch() waits on it now: one NOTIFY item per turn, for watched runs only).
     notified AS (
-    SELECT pg_notify($70,
-             CASE WHEN length(p.all_items) <= $71 THEN p.all_items
+    SELECT pg_notify($68,
+             CASE WHEN length(p.all_items) <= $69 THEN p.all_items
                   ELSE concat_ws(E'\n', 'run:*', p.other_items) END)
       FROM (SELECT string_agg(item, E'\n') AS all_items,
                    string_agg(item, E'\n') FILTER (WHERE item NOT LIKE 'run:%') AS other_items
               FROM (SELECT DISTINCT item FROM (SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
-          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $72) x WHERE "palisade"."run_watched"(id, false)
+          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $70) x WHERE "palisade"."run_watched"(id, false)
           -- A run under a concurrency key that ends gives its place to a pending run of its key (flow-control.ts).
-          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $73 AND concurrency_key IS NOT NULL
-          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $74 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM children UNION ALL SELECT 'turn:' || queue FROM parent_woken UNION ALL SELECT 'turn:' || queue FROM cascaded) x(item) WHERE item IS NOT NULL) d) p
+          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $71 AND concurrency_key IS NOT NULL
+          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $72 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM children UNION ALL SELECT 'turn:' || queue FROM parent_woken UNION ALL SELECT 'turn:' || queue FROM cascaded) x(item) WHERE item IS NOT NULL) d) p
      WHERE p.all_items IS NOT NULL)
     SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
            (SELECT conflict FROM gate) AS conflict,
@@ -446,9 +452,9 @@
            (SELECT count(*) FROM notified) AS notified,
            (SELECT jsonb_agg(id::text) FROM cascaded) AS cascade_children,
            (SELECT jsonb_build_object('status', status, 'output', output, 'error', error, 'cancel_reason', cancel_reason)
-              FROM run_row WHERE $75) AS ended,
+              FROM run_row WHERE $73) AS ended,
            (SELECT jsonb_agg(jsonb_build_object(
-              'id', e.id::text, 'run_id', $76::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
+              'id', e.id::text, 'run_id', $74::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
               'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
               'nonce', e.nonce::text, 'lease_ms', p.lease_ms, 'start_to_close_timeout_ms', p.start_to_close_timeout_ms,
               'retry_policy', p.retry_policy, 'heartbeat_details', NULL,
@@ -482,55 +488,53 @@
 -- $22 = 1780000000000
 -- $23 = ""
 -- $24 = "00000000-0000-4000-8000-000000000001"
--- $25 = ""
+-- $25 = "00000000-0000-4000-8000-000000000001"
 -- $26 = "00000000-0000-4000-8000-000000000001"
 -- $27 = "00000000-0000-4000-8000-000000000001"
--- $28 = "00000000-0000-4000-8000-000000000001"
--- $29 = "00000000-0000-4000-8000-000000000001"
--- $30 = null
+-- $28 = null
+-- $29 = null
+-- $30 = 1780000000000
 -- $31 = null
--- $32 = 1780000000000
--- $33 = null
--- $34 = "00000000-0000-4000-8000-000000000001"
+-- $32 = "00000000-0000-4000-8000-000000000001"
+-- $33 = "00000000-0000-4000-8000-000000000001"
+-- $34 = "completed"
 -- $35 = "00000000-0000-4000-8000-000000000001"
--- $36 = "completed"
+-- $36 = "{}"
 -- $37 = "00000000-0000-4000-8000-000000000001"
--- $38 = "{}"
+-- $38 = "completed"
 -- $39 = "00000000-0000-4000-8000-000000000001"
--- $40 = "completed"
--- $41 = "00000000-0000-4000-8000-000000000001"
--- $42 = "00000000-0000-4000-8000-000000000001"
--- $43 = "completed"
+-- $40 = "00000000-0000-4000-8000-000000000001"
+-- $41 = "completed"
+-- $42 = true
+-- $43 = "{\"orderId\":\"o-1\"}"
 -- $44 = true
--- $45 = "{\"orderId\":\"o-1\"}"
+-- $45 = null
 -- $46 = true
--- $47 = null
--- $48 = true
--- $49 = false
--- $50 = null
--- $51 = true
--- $52 = 3
--- $53 = "41"
--- $54 = true
--- $55 = "00000000-0000-4000-8000-000000000001"
--- $56 = "completed"
+-- $47 = false
+-- $48 = null
+-- $49 = true
+-- $50 = 3
+-- $51 = "41"
+-- $52 = true
+-- $53 = "00000000-0000-4000-8000-000000000001"
+-- $54 = "completed"
+-- $55 = "completed"
+-- $56 = "{\"orderId\":\"o-1\"}"
 -- $57 = "completed"
--- $58 = "{\"orderId\":\"o-1\"}"
--- $59 = "completed"
--- $60 = "00000000-0000-4000-8000-000000000001"
--- $61 = "00000000-0000-4000-8000-000000000001"
--- $62 = "completed"
--- $63 = null
--- $64 = "00000000-0000-4000-8000-000000000001"
--- $65 = "completed"
--- $66 = null
--- $67 = null
--- $68 = true
--- $69 = "completed"
--- $70 = "palisade_palisade"
--- $71 = 7900
+-- $58 = "00000000-0000-4000-8000-000000000001"
+-- $59 = "00000000-0000-4000-8000-000000000001"
+-- $60 = "completed"
+-- $61 = null
+-- $62 = "00000000-0000-4000-8000-000000000001"
+-- $63 = "completed"
+-- $64 = null
+-- $65 = null
+-- $66 = true
+-- $67 = "completed"
+-- $68 = "palisade_palisade"
+-- $69 = 7900
+-- $70 = true
+-- $71 = true
 -- $72 = true
 -- $73 = true
--- $74 = true
--- $75 = true
--- $76 = "00000000-0000-4000-8000-000000000001"
+-- $74 = "00000000-0000-4000-8000-000000000001"

@@ -119,8 +119,8 @@
                               delivered_seq, error, input, output, queue, priority, policy_id, max_attempts,
                               next_run_at, finished_at, cancel_requested_at, created_at,
                               attempt, fencing_token, nonce, worker_id, attempt_deadline_at, lease_expires_at,
-                              reclaim_delay_ms, started_at, concurrency_key, concurrency_limit, rate_key, rate_limit,
-                              rate_period_ms)
+                              reclaim_delay_ms, started_at, claimed_at, granted_until, concurrency_key,
+                              concurrency_limit, rate_key, rate_limit, rate_period_ms)
       SELECT $18::uuid, p.seq, p.kind, p.name,
              coalesce(p.prev_scope, $19 || p.seq::text),
              coalesce(p.prev_epoch, 0) + CASE WHEN p.eager THEN 1 ELSE 0 END,
@@ -165,22 +165,21 @@
                                     + ((least(p.lease_ms, p.start_to_close_timeout_ms)) * interval '1 millisecond') END,
              CASE WHEN p.eager THEN p.first_reclaim_delay_ms ELSE 0 END,
              CASE WHEN p.eager THEN (SELECT t FROM clock) END,
+             -- An eager grant's attempt, read off the step until it ends other than by its completion (migration
+             -- 0029): claimed now, with the lease above.
+             CASE WHEN p.eager THEN (SELECT t FROM clock) END,
+             CASE WHEN p.eager THEN (SELECT t FROM clock)
+                                    + ((least(p.lease_ms, p.start_to_close_timeout_ms)) * interval '1 millisecond') END,
              p.concurrency_key, p.concurrency_limit, p.rate_key, p.rate_limit, p.rate_period_ms
         FROM planned p
       RETURNING id, seq, kind, name, status, queue, priority, error, next_run_at, input, attempt, epoch, fencing_token, nonce,
                 lease_expires_at, fencing_scope, started_at,
                 -- Cancelled with the run (a step the code saw cancelled carries its stored error).
                 status = 'cancelled' AND error IS NULL AS ended_with_run),
-    eager_attempts AS (
-      INSERT INTO "palisade"."attempts" (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
-                                 granted_until)
-      SELECT $22::uuid, id, 'activity', attempt, epoch, fencing_token, nonce, $23, started_at,
-             lease_expires_at
-        FROM inserted WHERE kind = 'activity' AND status = 'running'
-      RETURNING 1),
+
     scheduled_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, at)
-      SELECT $24::uuid, id,
+      SELECT $22::uuid, id,
              CASE kind WHEN 'timer' THEN 'timer:started' WHEN 'signal' THEN 'signal:waiting'
                        WHEN 'child' THEN 'child:started' ELSE 'step:scheduled' END,
              CASE WHEN kind = 'child' THEN jsonb_build_object('name', name, 'seq', seq, 'childRunId', input->>'runId')
@@ -199,7 +198,7 @@
       RETURNING 1),
     cancelled_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $25::uuid, id, 'step:cancelled',
+      SELECT $23::uuid, id, 'step:cancelled',
              CASE WHEN ended_with_run THEN jsonb_build_object('reason', 'the run ended', 'whileRunning', false)
                   ELSE jsonb_build_object('reason', 'the run was cancelled before this step could start') END,
              true, (SELECT t FROM clock)
@@ -208,22 +207,22 @@
     marked AS (
       UPDATE "palisade"."steps" s
          SET delivered_seq = dl.delivered_seq,
-             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $26::uuid THEN 'completed'
+             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $24::uuid THEN 'completed'
                            ELSE s.status END,
-             finished_at = CASE WHEN s.id = $27::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
-                                THEN ('epoch'::timestamptz + (($28::bigint) * interval '1 millisecond'))
+             finished_at = CASE WHEN s.id = $25::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
+                                THEN ('epoch'::timestamptz + (($26::bigint) * interval '1 millisecond'))
                                 ELSE s.finished_at END,
-             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $29::uuid THEN NULL
+             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $27::uuid THEN NULL
                                 ELSE s.next_run_at END,
              -- A signal wait's outcome: the signal it took, or its timeout; a fused step's, its completion's.
              output = CASE WHEN dl.fires_timer AND s.kind = 'signal' THEN '{"timedOut": true}'::jsonb
                            ELSE s.output END
         FROM dl
-       WHERE s.id = dl.id AND s.run_id = $30::uuid AND EXISTS (SELECT 1 FROM go)
+       WHERE s.id = dl.id AND s.run_id = $28::uuid AND EXISTS (SELECT 1 FROM go)
       RETURNING s.id, s.seq, s.kind, dl.fires_timer, dl.signal_id, s.fencing_token),
     fired_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $31::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
+      SELECT $29::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
              jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
         FROM marked WHERE fires_timer
       RETURNING 1),
@@ -235,14 +234,14 @@
     unseen AS (
       UPDATE "palisade"."signals" g
          SET consumed_at = (SELECT t FROM clock),
-             undelivered = jsonb_build_object('reason', 'run-ended', 'status', $32::text)
-       WHERE g.run_id = $33::uuid AND g.consumed_at IS NULL AND EXISTS (SELECT 1 FROM go)
-         AND g.id <> ALL($34::bigint[])
+             undelivered = jsonb_build_object('reason', 'run-ended', 'status', $30::text)
+       WHERE g.run_id = $31::uuid AND g.consumed_at IS NULL AND EXISTS (SELECT 1 FROM go)
+         AND g.id <> ALL($32::bigint[])
       RETURNING g.id, g.name),
     unseen_events AS (
       INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
-      SELECT $35::uuid, 'signal:undelivered',
-             jsonb_build_object('name', name, 'signalId', id::text, 'reason', 'run-ended', 'status', $36::text),
+      SELECT $33::uuid, 'signal:undelivered',
+             jsonb_build_object('name', name, 'signalId', id::text, 'reason', 'run-ended', 'status', $34::text),
              false, (SELECT t FROM clock)
         FROM unseen
       RETURNING 1),
@@ -250,7 +249,7 @@
     -- statement does not see its own inserts).
     waiting AS (
       SELECT s.kind, s.name, s.next_run_at AS due FROM "palisade"."steps" s
-       WHERE s.run_id = $37::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
+       WHERE s.run_id = $35::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
          AND s.retired_at IS NULL
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = s.id AND (dl.fires_timer OR dl.signal_id IS NOT NULL))
       UNION ALL
@@ -262,19 +261,19 @@
     signal_due AS (
       SELECT EXISTS (
         SELECT 1 FROM "palisade"."signals" g
-         WHERE g.run_id = $38::uuid AND g.consumed_at IS NULL
+         WHERE g.run_id = $36::uuid AND g.consumed_at IS NULL
            AND EXISTS (SELECT 1 FROM waiting w WHERE w.kind = 'signal' AND w.name = g.name)) AS due),
     -- The one write of the run row: its end, or its next turn (now if anything woke it since the claim).
     run_row AS (
       UPDATE "palisade"."runs" r
          SET turn_lease_expires_at = NULL,
-             status = coalesce($39::text, r.status),
-             output = CASE WHEN $40 THEN $41::jsonb ELSE r.output END,
-             error = CASE WHEN $42 THEN $43::jsonb ELSE r.error END,
-             finished_at = CASE WHEN $44 THEN (SELECT t FROM clock) ELSE r.finished_at END,
-             progress = CASE WHEN $45 THEN $46::jsonb ELSE r.progress END,
-             turn_next_run_at = CASE WHEN $47 THEN NULL
-                                     WHEN r.wake_count <> $48 THEN (SELECT t FROM clock)
+             status = coalesce($37::text, r.status),
+             output = CASE WHEN $38 THEN $39::jsonb ELSE r.output END,
+             error = CASE WHEN $40 THEN $41::jsonb ELSE r.error END,
+             finished_at = CASE WHEN $42 THEN (SELECT t FROM clock) ELSE r.finished_at END,
+             progress = CASE WHEN $43 THEN $44::jsonb ELSE r.progress END,
+             turn_next_run_at = CASE WHEN $45 THEN NULL
+                                     WHEN r.wake_count <> $46 THEN (SELECT t FROM clock)
                                      WHEN (SELECT due FROM signal_due) THEN (SELECT t FROM clock)
                                      ELSE (SELECT due FROM next_timer) END
        WHERE r.id = (SELECT id FROM go)
@@ -283,7 +282,7 @@
                 r.parent_step_id, r.concurrency_key),
     turn_attempt AS (
       UPDATE "palisade"."attempts" SET outcome = 'completed', ended_at = (SELECT t FROM clock)
-       WHERE fencing_token = $49::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
+       WHERE fencing_token = $47::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
       RETURNING 1),
     -- Every live step ends with the run, running ones included (invariant 12: the holder's next write is
     -- refused as "cancelled" and its signal fires), each from its newest version (locked above).
@@ -291,17 +290,24 @@
       UPDATE "palisade"."steps" s SET status = 'cancelled', finished_at = (SELECT t FROM clock), next_run_at = NULL,
                               cancel_requested_at = coalesce(s.cancel_requested_at, (SELECT t FROM clock))
         FROM locked l
-       WHERE $50 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
+       WHERE $48 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = l.id)
-      RETURNING s.id, s.attempt, s.epoch, s.fencing_token, l.status AS prev_status, s.kind,
+      RETURNING s.run_id, s.id, s.attempt, s.epoch, s.fencing_token, s.nonce, s.worker_id,
+             s.claimed_at, s.reclaimed_from_token, s.granted_until, s.ended_nonce, l.status AS prev_status, s.kind,
                 s.input->>'runId' AS child_run_id, s.input->>'cancellation' AS cancellation),
     leftover_attempts AS (
-      UPDATE "palisade"."attempts" a SET outcome = 'cancelled', ended_at = (SELECT t FROM clock)
-        FROM leftover l WHERE l.prev_status = 'running' AND a.fencing_token = l.fencing_token AND a.outcome IS NULL
+      INSERT INTO "palisade"."attempts" (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
+                                 reclaimed_from_token, granted_until, outcome, ended_at, error)
+      SELECT g.run_id, g.id, 'activity', g.attempt, g.epoch, g.fencing_token, g.nonce,
+             g.worker_id, g.claimed_at, g.reclaimed_from_token, g.granted_until, 'cancelled', (SELECT t FROM clock),
+             NULL::jsonb
+        FROM leftover g
+       WHERE g.claimed_at IS NOT NULL AND g.ended_nonce IS DISTINCT FROM g.nonce AND (g.prev_status = 'running')
+      ON CONFLICT (fencing_token) DO NOTHING
       RETURNING 1),
     leftover_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
-      SELECT $51::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
+      SELECT $49::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
              jsonb_build_object('reason', 'the run ended', 'whileRunning', prev_status = 'running'), true,
              (SELECT t FROM clock)
         FROM leftover
@@ -311,13 +317,13 @@
     -- with its output, or fails it with a ChildWorkflowFailure carrying its failure, and wakes the parent.
     parent_step AS (
       UPDATE "palisade"."steps" s
-         SET status = CASE WHEN $52::text = 'completed' THEN 'completed' ELSE 'failed' END,
-             output = CASE WHEN $53::text = 'completed' THEN $54::jsonb END,
-             error = CASE WHEN $55::text = 'completed' THEN NULL
+         SET status = CASE WHEN $50::text = 'completed' THEN 'completed' ELSE 'failed' END,
+             output = CASE WHEN $51::text = 'completed' THEN $52::jsonb END,
+             error = CASE WHEN $53::text = 'completed' THEN NULL
                           ELSE jsonb_build_object(
-                                 'type', 'ChildWorkflowFailure', 'nonRetryable', true, 'childRunId', $56::text,
-                                 'message', 'child workflow run ' || $57::text || ' ' || $58::text,
-                                 'cause', $59::jsonb) END,
+                                 'type', 'ChildWorkflowFailure', 'nonRetryable', true, 'childRunId', $54::text,
+                                 'message', 'child workflow run ' || $55::text || ' ' || $56::text,
+                                 'cause', $57::jsonb) END,
              finished_at = (SELECT t FROM clock)
         FROM run_row r
        WHERE s.id = r.parent_step_id AND s.kind = 'child' AND s.status = 'running' AND s.retired_at IS NULL
@@ -325,7 +331,7 @@
     parent_step_event AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
       SELECT run_id, id, 'step:' || status,
-             jsonb_build_object('childRunId', $60::text) || CASE WHEN error IS NOT NULL
+             jsonb_build_object('childRunId', $58::text) || CASE WHEN error IS NOT NULL
                                                                     THEN jsonb_build_object('error', error)
                                                                     ELSE '{}'::jsonb END,
              true, (SELECT t FROM clock)
@@ -358,34 +364,34 @@
       RETURNING p.queue),
     run_event AS (
       INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
-      SELECT id, 'run:' || $61::text,
-             CASE WHEN $62::jsonb IS NOT NULL THEN jsonb_build_object('error', $63::jsonb) END,
+      SELECT id, 'run:' || $59::text,
+             CASE WHEN $60::jsonb IS NOT NULL THEN jsonb_build_object('error', $61::jsonb) END,
              true, (SELECT t FROM clock)
-        FROM run_row WHERE $64 AND $65::text <> 'completed'
+        FROM run_row WHERE $62 AND $63::text <> 'completed'
       RETURNING 1),
     -- What the turn set with ctx.setProgress, as an event too (what handle.watch() streams) when it changed:
     -- a turn that replayed the code from its start sets again what earlier turns set. The read of runs here sees
     -- the row as the statement's snapshot has it, before run_row's write.
     progress_event AS (
       INSERT INTO "palisade"."events" (run_id, type, data, at)
-      SELECT id, 'run:progress', jsonb_build_object('value', $66::jsonb), (SELECT t FROM clock) FROM run_row
-       WHERE (SELECT p.progress FROM "palisade"."runs" p WHERE p.id = $67::uuid) IS DISTINCT FROM $68::jsonb
+      SELECT id, 'run:progress', jsonb_build_object('value', $64::jsonb), (SELECT t FROM clock) FROM run_row
+       WHERE (SELECT p.progress FROM "palisade"."runs" p WHERE p.id = $65::uuid) IS DISTINCT FROM $66::jsonb
       RETURNING 1),
     -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
     -- next turn is due now, the run's waiters when it ended and a handle.result() waits on it, and, when it goes
     -- on, its watchers (a handle.watch() waits on it now: one NOTIFY item per turn, for watched runs only).
     notified AS (
-    SELECT pg_notify($69,
-             CASE WHEN length(p.all_items) <= $70 THEN p.all_items
+    SELECT pg_notify($67,
+             CASE WHEN length(p.all_items) <= $68 THEN p.all_items
                   ELSE concat_ws(E'\n', 'run:*', p.other_items) END)
       FROM (SELECT string_agg(item, E'\n') AS all_items,
                    string_agg(item, E'\n') FILTER (WHERE item NOT LIKE 'run:%') AS other_items
               FROM (SELECT DISTINCT item FROM (SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
-          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $71) x WHERE "palisade"."run_watched"(id, false)
+          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $69) x WHERE "palisade"."run_watched"(id, false)
           -- A run under a concurrency key that ends gives its place to a pending run of its key (flow-control.ts).
-          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $72 AND concurrency_key IS NOT NULL
-          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $73 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM parent_woken UNION ALL SELECT 'turn:' || queue FROM cascaded) x(item) WHERE item IS NOT NULL) d) p
+          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $70 AND concurrency_key IS NOT NULL
+          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $71 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM parent_woken UNION ALL SELECT 'turn:' || queue FROM cascaded) x(item) WHERE item IS NOT NULL) d) p
      WHERE p.all_items IS NOT NULL)
     SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
            (SELECT conflict FROM gate) AS conflict,
@@ -393,9 +399,9 @@
            (SELECT count(*) FROM notified) AS notified,
            (SELECT jsonb_agg(id::text) FROM cascaded) AS cascade_children,
            (SELECT jsonb_build_object('status', status, 'output', output, 'error', error, 'cancel_reason', cancel_reason)
-              FROM run_row WHERE $74) AS ended,
+              FROM run_row WHERE $72) AS ended,
            (SELECT jsonb_agg(jsonb_build_object(
-              'id', e.id::text, 'run_id', $75::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
+              'id', e.id::text, 'run_id', $73::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
               'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
               'nonce', e.nonce::text, 'lease_ms', p.lease_ms, 'start_to_close_timeout_ms', p.start_to_close_timeout_ms,
               'retry_policy', p.retry_policy, 'heartbeat_details', NULL,
@@ -427,56 +433,54 @@
 -- $20 = 1780000000000
 -- $21 = ""
 -- $22 = "00000000-0000-4000-8000-000000000001"
--- $23 = ""
--- $24 = "00000000-0000-4000-8000-000000000001"
--- $25 = "00000000-0000-4000-8000-000000000001"
--- $26 = null
+-- $23 = "00000000-0000-4000-8000-000000000001"
+-- $24 = null
+-- $25 = null
+-- $26 = 1780000000000
 -- $27 = null
--- $28 = 1780000000000
--- $29 = null
--- $30 = "00000000-0000-4000-8000-000000000001"
+-- $28 = "00000000-0000-4000-8000-000000000001"
+-- $29 = "00000000-0000-4000-8000-000000000001"
+-- $30 = "completed"
 -- $31 = "00000000-0000-4000-8000-000000000001"
--- $32 = "completed"
+-- $32 = "{}"
 -- $33 = "00000000-0000-4000-8000-000000000001"
--- $34 = "{}"
+-- $34 = "completed"
 -- $35 = "00000000-0000-4000-8000-000000000001"
--- $36 = "completed"
--- $37 = "00000000-0000-4000-8000-000000000001"
--- $38 = "00000000-0000-4000-8000-000000000001"
--- $39 = "completed"
+-- $36 = "00000000-0000-4000-8000-000000000001"
+-- $37 = "completed"
+-- $38 = true
+-- $39 = "{\"orderId\":\"o-1\"}"
 -- $40 = true
--- $41 = "{\"orderId\":\"o-1\"}"
+-- $41 = null
 -- $42 = true
--- $43 = null
--- $44 = true
+-- $43 = true
+-- $44 = "100"
 -- $45 = true
--- $46 = "100"
--- $47 = true
--- $48 = 3
--- $49 = "41"
--- $50 = true
--- $51 = "00000000-0000-4000-8000-000000000001"
--- $52 = "completed"
+-- $46 = 3
+-- $47 = "41"
+-- $48 = true
+-- $49 = "00000000-0000-4000-8000-000000000001"
+-- $50 = "completed"
+-- $51 = "completed"
+-- $52 = "{\"orderId\":\"o-1\"}"
 -- $53 = "completed"
--- $54 = "{\"orderId\":\"o-1\"}"
--- $55 = "completed"
--- $56 = "00000000-0000-4000-8000-000000000001"
--- $57 = "00000000-0000-4000-8000-000000000001"
--- $58 = "completed"
--- $59 = null
--- $60 = "00000000-0000-4000-8000-000000000001"
--- $61 = "completed"
--- $62 = null
--- $63 = null
--- $64 = true
--- $65 = "completed"
+-- $54 = "00000000-0000-4000-8000-000000000001"
+-- $55 = "00000000-0000-4000-8000-000000000001"
+-- $56 = "completed"
+-- $57 = null
+-- $58 = "00000000-0000-4000-8000-000000000001"
+-- $59 = "completed"
+-- $60 = null
+-- $61 = null
+-- $62 = true
+-- $63 = "completed"
+-- $64 = "100"
+-- $65 = "00000000-0000-4000-8000-000000000001"
 -- $66 = "100"
--- $67 = "00000000-0000-4000-8000-000000000001"
--- $68 = "100"
--- $69 = "palisade_palisade"
--- $70 = 7900
+-- $67 = "palisade_palisade"
+-- $68 = 7900
+-- $69 = true
+-- $70 = true
 -- $71 = true
 -- $72 = true
--- $73 = true
--- $74 = true
--- $75 = "00000000-0000-4000-8000-000000000001"
+-- $73 = "00000000-0000-4000-8000-000000000001"

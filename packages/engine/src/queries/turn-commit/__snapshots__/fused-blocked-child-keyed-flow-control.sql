@@ -146,8 +146,8 @@
                               delivered_seq, error, input, output, queue, priority, policy_id, max_attempts,
                               next_run_at, finished_at, cancel_requested_at, created_at,
                               attempt, fencing_token, nonce, worker_id, attempt_deadline_at, lease_expires_at,
-                              reclaim_delay_ms, started_at, concurrency_key, concurrency_limit, rate_key, rate_limit,
-                              rate_period_ms)
+                              reclaim_delay_ms, started_at, claimed_at, granted_until, concurrency_key,
+                              concurrency_limit, rate_key, rate_limit, rate_period_ms)
       SELECT $24::uuid, p.seq, p.kind, p.name,
              coalesce(p.prev_scope, $25 || p.seq::text),
              coalesce(p.prev_epoch, 0) + CASE WHEN p.eager THEN 1 ELSE 0 END,
@@ -192,19 +192,18 @@
                                     + ((least(p.lease_ms, p.start_to_close_timeout_ms)) * interval '1 millisecond') END,
              CASE WHEN p.eager THEN p.first_reclaim_delay_ms ELSE 0 END,
              CASE WHEN p.eager THEN (SELECT t FROM clock) END,
+             -- An eager grant's attempt, read off the step until it ends other than by its completion (migration
+             -- 0029): claimed now, with the lease above.
+             CASE WHEN p.eager THEN (SELECT t FROM clock) END,
+             CASE WHEN p.eager THEN (SELECT t FROM clock)
+                                    + ((least(p.lease_ms, p.start_to_close_timeout_ms)) * interval '1 millisecond') END,
              p.concurrency_key, p.concurrency_limit, p.rate_key, p.rate_limit, p.rate_period_ms
         FROM planned p
       RETURNING id, seq, kind, name, status, queue, priority, error, next_run_at, input, attempt, epoch, fencing_token, nonce,
                 lease_expires_at, fencing_scope, started_at,
                 -- Cancelled with the run (a step the code saw cancelled carries its stored error).
                 status = 'cancelled' AND error IS NULL AS ended_with_run),
-    eager_attempts AS (
-      INSERT INTO "palisade"."attempts" (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
-                                 granted_until)
-      SELECT $28::uuid, id, 'activity', attempt, epoch, fencing_token, nonce, $29, started_at,
-             lease_expires_at
-        FROM inserted WHERE kind = 'activity' AND status = 'running'
-      RETURNING 1),
+
     flow_keys_kept AS MATERIALIZED (
       SELECT count(*) AS n FROM (
         SELECT k.key FROM "palisade"."flow_keys" k WHERE k.key IN (SELECT x.key FROM (SELECT 'step/' || x.name || '/' || x.concurrency_key FROM ns x WHERE x.concurrency_key IS NOT NULL AND EXISTS (SELECT 1 FROM go)
@@ -221,7 +220,7 @@
       RETURNING 1),
     scheduled_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, at)
-      SELECT $30::uuid, id,
+      SELECT $28::uuid, id,
              CASE kind WHEN 'timer' THEN 'timer:started' WHEN 'signal' THEN 'signal:waiting'
                        WHEN 'child' THEN 'child:started' ELSE 'step:scheduled' END,
              CASE WHEN kind = 'child' THEN jsonb_build_object('name', name, 'seq', seq, 'childRunId', input->>'runId')
@@ -254,7 +253,7 @@
       INSERT INTO "palisade"."runs" (id, kind, name, status, input, idempotency_key, queue, priority, turn_next_run_at,
                              created_at, parent_run_id, parent_step_id)
       SELECT (i.input->>'runId')::uuid, 'workflow', i.name, 'pending', i.input->'input', i.input->>'key', i.queue,
-             i.priority, (SELECT t FROM clock), (SELECT t FROM clock), $31::uuid, i.id
+             i.priority, (SELECT t FROM clock), (SELECT t FROM clock), $29::uuid, i.id
         FROM inserted i WHERE i.kind = 'child' AND i.status = 'running'
          AND (SELECT count(*) FROM own_children) >= 0
          AND NOT EXISTS (SELECT 1 FROM own_children o
@@ -262,7 +261,7 @@
       RETURNING id, name, queue),
     child_refused_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $32::uuid, id, 'step:' || status,
+      SELECT $30::uuid, id, 'step:' || status,
              CASE WHEN status = 'failed' THEN jsonb_build_object('error', error)
                   ELSE jsonb_build_object('childRunId', input->>'runId') END,
              true, (SELECT t FROM clock)
@@ -270,7 +269,7 @@
       RETURNING 1),
     cancelled_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $33::uuid, id, 'step:cancelled',
+      SELECT $31::uuid, id, 'step:cancelled',
              CASE WHEN ended_with_run THEN jsonb_build_object('reason', 'the run ended', 'whileRunning', false)
                   ELSE jsonb_build_object('reason', 'the run was cancelled before this step could start') END,
              true, (SELECT t FROM clock)
@@ -279,32 +278,28 @@
     marked AS (
       UPDATE "palisade"."steps" s
          SET delivered_seq = dl.delivered_seq,
-             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $34::uuid THEN 'completed'
+             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $32::uuid THEN 'completed'
                            ELSE s.status END,
-             finished_at = CASE WHEN s.id = $35::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
-                                THEN ('epoch'::timestamptz + (($36::bigint) * interval '1 millisecond'))
+             finished_at = CASE WHEN s.id = $33::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
+                                THEN ('epoch'::timestamptz + (($34::bigint) * interval '1 millisecond'))
                                 ELSE s.finished_at END,
-             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $37::uuid THEN NULL
+             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $35::uuid THEN NULL
                                 ELSE s.next_run_at END,
              -- A signal wait's outcome: the signal it took, or its timeout; a fused step's, its completion's.
-             output = CASE WHEN s.id = $38::uuid
-                             THEN $39::jsonb
+             output = CASE WHEN s.id = $36::uuid
+                             THEN $37::jsonb
                            WHEN dl.fires_timer AND s.kind = 'signal' THEN '{"timedOut": true}'::jsonb
                            ELSE s.output END,
              -- The rest of a fused step's completion (the fence checked it holds the step), as completeSteps
              -- writes it.
-             error = CASE WHEN s.id = $40::uuid THEN NULL ELSE s.error END,
-             ended_nonce = CASE WHEN s.id = $41::uuid THEN s.nonce ELSE s.ended_nonce END
+             error = CASE WHEN s.id = $38::uuid THEN NULL ELSE s.error END,
+             ended_nonce = CASE WHEN s.id = $39::uuid THEN s.nonce ELSE s.ended_nonce END
         FROM dl
-       WHERE s.id = dl.id AND s.run_id = $42::uuid AND EXISTS (SELECT 1 FROM go)
+       WHERE s.id = dl.id AND s.run_id = $40::uuid AND EXISTS (SELECT 1 FROM go)
       RETURNING s.id, s.seq, s.kind, dl.fires_timer, dl.signal_id, s.fencing_token),
-    completed_attempt AS (
-      UPDATE "palisade"."attempts" a SET outcome = 'completed', ended_at = (SELECT t FROM step_clock)
-        FROM marked m WHERE m.id = $43::uuid AND a.fencing_token = m.fencing_token
-      RETURNING 1),
     fired_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $44::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
+      SELECT $41::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
              jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
         FROM marked WHERE fires_timer
       RETURNING 1),
@@ -314,7 +309,7 @@
     -- statement does not see its own inserts).
     waiting AS (
       SELECT s.kind, s.name, s.next_run_at AS due FROM "palisade"."steps" s
-       WHERE s.run_id = $45::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
+       WHERE s.run_id = $42::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
          AND s.retired_at IS NULL
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = s.id AND (dl.fires_timer OR dl.signal_id IS NOT NULL))
       UNION ALL
@@ -326,19 +321,19 @@
     signal_due AS (
       SELECT EXISTS (
         SELECT 1 FROM "palisade"."signals" g
-         WHERE g.run_id = $46::uuid AND g.consumed_at IS NULL
+         WHERE g.run_id = $43::uuid AND g.consumed_at IS NULL
            AND EXISTS (SELECT 1 FROM waiting w WHERE w.kind = 'signal' AND w.name = g.name)) AS due),
     -- The one write of the run row: its end, or its next turn (now if anything woke it since the claim).
     run_row AS (
       UPDATE "palisade"."runs" r
          SET turn_lease_expires_at = NULL,
-             status = coalesce($47::text, 'running'),
-             output = CASE WHEN $48 THEN $49::jsonb ELSE r.output END,
-             error = CASE WHEN $50 THEN $51::jsonb ELSE r.error END,
-             finished_at = CASE WHEN $52 THEN (SELECT t FROM clock) ELSE r.finished_at END,
-             progress = CASE WHEN $53 THEN $54::jsonb ELSE r.progress END,
-             turn_next_run_at = CASE WHEN $55 THEN NULL
-                                     WHEN r.wake_count <> $56 THEN (SELECT t FROM clock)
+             status = coalesce($44::text, 'running'),
+             output = CASE WHEN $45 THEN $46::jsonb ELSE r.output END,
+             error = CASE WHEN $47 THEN $48::jsonb ELSE r.error END,
+             finished_at = CASE WHEN $49 THEN (SELECT t FROM clock) ELSE r.finished_at END,
+             progress = CASE WHEN $50 THEN $51::jsonb ELSE r.progress END,
+             turn_next_run_at = CASE WHEN $52 THEN NULL
+                                     WHEN r.wake_count <> $53 THEN (SELECT t FROM clock)
                                      WHEN (SELECT due FROM signal_due) THEN (SELECT t FROM clock)
                                      WHEN EXISTS (SELECT 1 FROM inserted
                                                    WHERE kind = 'child' AND status IN ('failed', 'completed'))
@@ -347,7 +342,7 @@
              -- A fused step grants its turn here, as claimTurns grants one (see commitFusedTurn).
              turn_token = (SELECT token FROM turn_grant), turn_nonce = (SELECT nonce FROM turn_grant),
              turn_epoch = r.turn_epoch + 1,
-             turn_attempt = r.turn_attempt + 1, turn_worker_id = $57,
+             turn_attempt = r.turn_attempt + 1, turn_worker_id = $54,
              started_at = coalesce(r.started_at, (SELECT t FROM clock))
        WHERE r.id = (SELECT id FROM go)
       RETURNING r.id, r.queue, r.turn_next_run_at <= (SELECT t FROM clock) AS due_now, r.status, r.output, r.error,
@@ -356,7 +351,7 @@
     turn_attempt AS (
       INSERT INTO "palisade"."attempts" (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at, outcome,
                                  ended_at)
-      SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, $58, (SELECT t FROM clock),
+      SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, $55, (SELECT t FROM clock),
              'completed', (SELECT t FROM clock)
         FROM run_row
       RETURNING 1),
@@ -366,17 +361,24 @@
       UPDATE "palisade"."steps" s SET status = 'cancelled', finished_at = (SELECT t FROM clock), next_run_at = NULL,
                               cancel_requested_at = coalesce(s.cancel_requested_at, (SELECT t FROM clock))
         FROM locked l
-       WHERE $59 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
+       WHERE $56 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = l.id)
-      RETURNING s.id, s.attempt, s.epoch, s.fencing_token, l.status AS prev_status, s.kind,
+      RETURNING s.run_id, s.id, s.attempt, s.epoch, s.fencing_token, s.nonce, s.worker_id,
+             s.claimed_at, s.reclaimed_from_token, s.granted_until, s.ended_nonce, l.status AS prev_status, s.kind,
                 s.input->>'runId' AS child_run_id, s.input->>'cancellation' AS cancellation),
     leftover_attempts AS (
-      UPDATE "palisade"."attempts" a SET outcome = 'cancelled', ended_at = (SELECT t FROM clock)
-        FROM leftover l WHERE l.prev_status = 'running' AND a.fencing_token = l.fencing_token AND a.outcome IS NULL
+      INSERT INTO "palisade"."attempts" (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
+                                 reclaimed_from_token, granted_until, outcome, ended_at, error)
+      SELECT g.run_id, g.id, 'activity', g.attempt, g.epoch, g.fencing_token, g.nonce,
+             g.worker_id, g.claimed_at, g.reclaimed_from_token, g.granted_until, 'cancelled', (SELECT t FROM clock),
+             NULL::jsonb
+        FROM leftover g
+       WHERE g.claimed_at IS NOT NULL AND g.ended_nonce IS DISTINCT FROM g.nonce AND (g.prev_status = 'running')
+      ON CONFLICT (fencing_token) DO NOTHING
       RETURNING 1),
     leftover_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
-      SELECT $60::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
+      SELECT $57::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
              jsonb_build_object('reason', 'the run ended', 'whileRunning', prev_status = 'running'), true,
              (SELECT t FROM clock)
         FROM leftover
@@ -384,38 +386,37 @@
 
     run_event AS (
       INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
-      SELECT id, 'run:' || $61::text,
-             CASE WHEN $62::jsonb IS NOT NULL THEN jsonb_build_object('error', $63::jsonb) END,
+      SELECT id, 'run:' || $58::text,
+             CASE WHEN $59::jsonb IS NOT NULL THEN jsonb_build_object('error', $60::jsonb) END,
              true, (SELECT t FROM clock)
-        FROM run_row WHERE $64 AND $65::text <> 'completed'
+        FROM run_row WHERE $61 AND $62::text <> 'completed'
       RETURNING 1),
     
     -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
     -- next turn is due now, the run's waiters when it ended and a handle.result() waits on it, and, when it goes
     -- on, its watchers (a handle.watch() waits on it now: one NOTIFY item per turn, for watched runs only).
     notified AS (
-    SELECT pg_notify($66,
-             CASE WHEN length(p.all_items) <= $67 THEN p.all_items
+    SELECT pg_notify($63,
+             CASE WHEN length(p.all_items) <= $64 THEN p.all_items
                   ELSE concat_ws(E'\n', 'run:*', p.other_items) END)
       FROM (SELECT string_agg(item, E'\n') AS all_items,
                    string_agg(item, E'\n') FILTER (WHERE item NOT LIKE 'run:%') AS other_items
               FROM (SELECT DISTINCT item FROM (SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
-          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $68) x WHERE "palisade"."run_watched"(id, false)
+          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $65) x WHERE "palisade"."run_watched"(id, false)
           -- A run under a concurrency key that ends gives its place to a pending run of its key (flow-control.ts).
-          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $69 AND concurrency_key IS NOT NULL
-          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $70 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM children) x(item) WHERE item IS NOT NULL) d) p
+          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $66 AND concurrency_key IS NOT NULL
+          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $67 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM children) x(item) WHERE item IS NOT NULL) d) p
      WHERE p.all_items IS NOT NULL)
     SELECT EXISTS (SELECT 1 FROM go) AS fenced,
            (SELECT conflict FROM gate) AS conflict,
-           (SELECT count(*) FROM completed_attempt) AS completed_attempts,
            (SELECT jsonb_build_object('epoch', turn_epoch, 'attempt', turn_attempt, 'token', turn_token::text)
               FROM run_row) AS turn,
            (SELECT count(*) FROM notified) AS notified,
            (SELECT jsonb_build_object('status', status, 'output', output, 'error', error, 'cancel_reason', cancel_reason)
-              FROM run_row WHERE $71) AS ended,
+              FROM run_row WHERE $68) AS ended,
            (SELECT jsonb_agg(jsonb_build_object(
-              'id', e.id::text, 'run_id', $72::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
+              'id', e.id::text, 'run_id', $69::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
               'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
               'nonce', e.nonce::text, 'lease_ms', p.lease_ms, 'start_to_close_timeout_ms', p.start_to_close_timeout_ms,
               'retry_policy', p.retry_policy, 'heartbeat_details', NULL,
@@ -453,47 +454,44 @@
 -- $26 = 1780000000000
 -- $27 = ""
 -- $28 = "00000000-0000-4000-8000-000000000001"
--- $29 = ""
+-- $29 = "00000000-0000-4000-8000-000000000001"
 -- $30 = "00000000-0000-4000-8000-000000000001"
 -- $31 = "00000000-0000-4000-8000-000000000001"
--- $32 = "00000000-0000-4000-8000-000000000001"
--- $33 = "00000000-0000-4000-8000-000000000001"
--- $34 = "00000000-0000-4000-8000-00000000000a"
+-- $32 = "00000000-0000-4000-8000-00000000000a"
+-- $33 = "00000000-0000-4000-8000-00000000000a"
+-- $34 = 1780000000000
 -- $35 = "00000000-0000-4000-8000-00000000000a"
--- $36 = 1780000000000
--- $37 = "00000000-0000-4000-8000-00000000000a"
+-- $36 = "00000000-0000-4000-8000-00000000000a"
+-- $37 = "{\"charged\":true}"
 -- $38 = "00000000-0000-4000-8000-00000000000a"
--- $39 = "{\"charged\":true}"
--- $40 = "00000000-0000-4000-8000-00000000000a"
--- $41 = "00000000-0000-4000-8000-00000000000a"
+-- $39 = "00000000-0000-4000-8000-00000000000a"
+-- $40 = "00000000-0000-4000-8000-000000000001"
+-- $41 = "00000000-0000-4000-8000-000000000001"
 -- $42 = "00000000-0000-4000-8000-000000000001"
--- $43 = "00000000-0000-4000-8000-00000000000a"
--- $44 = "00000000-0000-4000-8000-000000000001"
--- $45 = "00000000-0000-4000-8000-000000000001"
--- $46 = "00000000-0000-4000-8000-000000000001"
--- $47 = null
--- $48 = false
--- $49 = null
+-- $43 = "00000000-0000-4000-8000-000000000001"
+-- $44 = null
+-- $45 = false
+-- $46 = null
+-- $47 = false
+-- $48 = null
+-- $49 = false
 -- $50 = false
 -- $51 = null
 -- $52 = false
--- $53 = false
--- $54 = null
--- $55 = false
--- $56 = 3
--- $57 = "worker-1"
--- $58 = "worker-1"
--- $59 = false
--- $60 = "00000000-0000-4000-8000-000000000001"
--- $61 = null
+-- $53 = 3
+-- $54 = "worker-1"
+-- $55 = "worker-1"
+-- $56 = false
+-- $57 = "00000000-0000-4000-8000-000000000001"
+-- $58 = null
+-- $59 = null
+-- $60 = null
+-- $61 = false
 -- $62 = null
--- $63 = null
--- $64 = false
--- $65 = null
--- $66 = "palisade_palisade"
--- $67 = 7900
+-- $63 = "palisade_palisade"
+-- $64 = 7900
+-- $65 = false
+-- $66 = false
+-- $67 = false
 -- $68 = false
--- $69 = false
--- $70 = false
--- $71 = false
--- $72 = "00000000-0000-4000-8000-000000000001"
+-- $69 = "00000000-0000-4000-8000-000000000001"

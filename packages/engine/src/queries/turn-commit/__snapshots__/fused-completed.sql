@@ -128,8 +128,8 @@
                               delivered_seq, error, input, output, queue, priority, policy_id, max_attempts,
                               next_run_at, finished_at, cancel_requested_at, created_at,
                               attempt, fencing_token, nonce, worker_id, attempt_deadline_at, lease_expires_at,
-                              reclaim_delay_ms, started_at, concurrency_key, concurrency_limit, rate_key, rate_limit,
-                              rate_period_ms)
+                              reclaim_delay_ms, started_at, claimed_at, granted_until, concurrency_key,
+                              concurrency_limit, rate_key, rate_limit, rate_period_ms)
       SELECT $24::uuid, p.seq, p.kind, p.name,
              coalesce(p.prev_scope, $25 || p.seq::text),
              coalesce(p.prev_epoch, 0) + CASE WHEN p.eager THEN 1 ELSE 0 END,
@@ -174,22 +174,21 @@
                                     + ((least(p.lease_ms, p.start_to_close_timeout_ms)) * interval '1 millisecond') END,
              CASE WHEN p.eager THEN p.first_reclaim_delay_ms ELSE 0 END,
              CASE WHEN p.eager THEN (SELECT t FROM clock) END,
+             -- An eager grant's attempt, read off the step until it ends other than by its completion (migration
+             -- 0029): claimed now, with the lease above.
+             CASE WHEN p.eager THEN (SELECT t FROM clock) END,
+             CASE WHEN p.eager THEN (SELECT t FROM clock)
+                                    + ((least(p.lease_ms, p.start_to_close_timeout_ms)) * interval '1 millisecond') END,
              p.concurrency_key, p.concurrency_limit, p.rate_key, p.rate_limit, p.rate_period_ms
         FROM planned p
       RETURNING id, seq, kind, name, status, queue, priority, error, next_run_at, input, attempt, epoch, fencing_token, nonce,
                 lease_expires_at, fencing_scope, started_at,
                 -- Cancelled with the run (a step the code saw cancelled carries its stored error).
                 status = 'cancelled' AND error IS NULL AS ended_with_run),
-    eager_attempts AS (
-      INSERT INTO "palisade"."attempts" (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
-                                 granted_until)
-      SELECT $28::uuid, id, 'activity', attempt, epoch, fencing_token, nonce, $29, started_at,
-             lease_expires_at
-        FROM inserted WHERE kind = 'activity' AND status = 'running'
-      RETURNING 1),
+
     scheduled_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, at)
-      SELECT $30::uuid, id,
+      SELECT $28::uuid, id,
              CASE kind WHEN 'timer' THEN 'timer:started' WHEN 'signal' THEN 'signal:waiting'
                        WHEN 'child' THEN 'child:started' ELSE 'step:scheduled' END,
              CASE WHEN kind = 'child' THEN jsonb_build_object('name', name, 'seq', seq, 'childRunId', input->>'runId')
@@ -208,7 +207,7 @@
       RETURNING 1),
     cancelled_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $31::uuid, id, 'step:cancelled',
+      SELECT $29::uuid, id, 'step:cancelled',
              CASE WHEN ended_with_run THEN jsonb_build_object('reason', 'the run ended', 'whileRunning', false)
                   ELSE jsonb_build_object('reason', 'the run was cancelled before this step could start') END,
              true, (SELECT t FROM clock)
@@ -217,32 +216,28 @@
     marked AS (
       UPDATE "palisade"."steps" s
          SET delivered_seq = dl.delivered_seq,
-             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $32::uuid THEN 'completed'
+             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $30::uuid THEN 'completed'
                            ELSE s.status END,
-             finished_at = CASE WHEN s.id = $33::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
-                                THEN ('epoch'::timestamptz + (($34::bigint) * interval '1 millisecond'))
+             finished_at = CASE WHEN s.id = $31::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
+                                THEN ('epoch'::timestamptz + (($32::bigint) * interval '1 millisecond'))
                                 ELSE s.finished_at END,
-             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $35::uuid THEN NULL
+             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $33::uuid THEN NULL
                                 ELSE s.next_run_at END,
              -- A signal wait's outcome: the signal it took, or its timeout; a fused step's, its completion's.
-             output = CASE WHEN s.id = $36::uuid
-                             THEN $37::jsonb
+             output = CASE WHEN s.id = $34::uuid
+                             THEN $35::jsonb
                            WHEN dl.fires_timer AND s.kind = 'signal' THEN '{"timedOut": true}'::jsonb
                            ELSE s.output END,
              -- The rest of a fused step's completion (the fence checked it holds the step), as completeSteps
              -- writes it.
-             error = CASE WHEN s.id = $38::uuid THEN NULL ELSE s.error END,
-             ended_nonce = CASE WHEN s.id = $39::uuid THEN s.nonce ELSE s.ended_nonce END
+             error = CASE WHEN s.id = $36::uuid THEN NULL ELSE s.error END,
+             ended_nonce = CASE WHEN s.id = $37::uuid THEN s.nonce ELSE s.ended_nonce END
         FROM dl
-       WHERE s.id = dl.id AND s.run_id = $40::uuid AND EXISTS (SELECT 1 FROM go)
+       WHERE s.id = dl.id AND s.run_id = $38::uuid AND EXISTS (SELECT 1 FROM go)
       RETURNING s.id, s.seq, s.kind, dl.fires_timer, dl.signal_id, s.fencing_token),
-    completed_attempt AS (
-      UPDATE "palisade"."attempts" a SET outcome = 'completed', ended_at = (SELECT t FROM step_clock)
-        FROM marked m WHERE m.id = $41::uuid AND a.fencing_token = m.fencing_token
-      RETURNING 1),
     fired_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $42::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
+      SELECT $39::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
              jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
         FROM marked WHERE fires_timer
       RETURNING 1),
@@ -254,14 +249,14 @@
     unseen AS (
       UPDATE "palisade"."signals" g
          SET consumed_at = (SELECT t FROM clock),
-             undelivered = jsonb_build_object('reason', 'run-ended', 'status', $43::text)
-       WHERE g.run_id = $44::uuid AND g.consumed_at IS NULL AND EXISTS (SELECT 1 FROM go)
-         AND g.id <> ALL($45::bigint[])
+             undelivered = jsonb_build_object('reason', 'run-ended', 'status', $40::text)
+       WHERE g.run_id = $41::uuid AND g.consumed_at IS NULL AND EXISTS (SELECT 1 FROM go)
+         AND g.id <> ALL($42::bigint[])
       RETURNING g.id, g.name),
     unseen_events AS (
       INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
-      SELECT $46::uuid, 'signal:undelivered',
-             jsonb_build_object('name', name, 'signalId', id::text, 'reason', 'run-ended', 'status', $47::text),
+      SELECT $43::uuid, 'signal:undelivered',
+             jsonb_build_object('name', name, 'signalId', id::text, 'reason', 'run-ended', 'status', $44::text),
              false, (SELECT t FROM clock)
         FROM unseen
       RETURNING 1),
@@ -269,7 +264,7 @@
     -- statement does not see its own inserts).
     waiting AS (
       SELECT s.kind, s.name, s.next_run_at AS due FROM "palisade"."steps" s
-       WHERE s.run_id = $48::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
+       WHERE s.run_id = $45::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
          AND s.retired_at IS NULL
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = s.id AND (dl.fires_timer OR dl.signal_id IS NOT NULL))
       UNION ALL
@@ -281,25 +276,25 @@
     signal_due AS (
       SELECT EXISTS (
         SELECT 1 FROM "palisade"."signals" g
-         WHERE g.run_id = $49::uuid AND g.consumed_at IS NULL
+         WHERE g.run_id = $46::uuid AND g.consumed_at IS NULL
            AND EXISTS (SELECT 1 FROM waiting w WHERE w.kind = 'signal' AND w.name = g.name)) AS due),
     -- The one write of the run row: its end, or its next turn (now if anything woke it since the claim).
     run_row AS (
       UPDATE "palisade"."runs" r
          SET turn_lease_expires_at = NULL,
-             status = coalesce($50::text, 'running'),
-             output = CASE WHEN $51 THEN $52::jsonb ELSE r.output END,
-             error = CASE WHEN $53 THEN $54::jsonb ELSE r.error END,
-             finished_at = CASE WHEN $55 THEN (SELECT t FROM clock) ELSE r.finished_at END,
-             progress = CASE WHEN $56 THEN $57::jsonb ELSE r.progress END,
-             turn_next_run_at = CASE WHEN $58 THEN NULL
-                                     WHEN r.wake_count <> $59 THEN (SELECT t FROM clock)
+             status = coalesce($47::text, 'running'),
+             output = CASE WHEN $48 THEN $49::jsonb ELSE r.output END,
+             error = CASE WHEN $50 THEN $51::jsonb ELSE r.error END,
+             finished_at = CASE WHEN $52 THEN (SELECT t FROM clock) ELSE r.finished_at END,
+             progress = CASE WHEN $53 THEN $54::jsonb ELSE r.progress END,
+             turn_next_run_at = CASE WHEN $55 THEN NULL
+                                     WHEN r.wake_count <> $56 THEN (SELECT t FROM clock)
                                      WHEN (SELECT due FROM signal_due) THEN (SELECT t FROM clock)
                                      ELSE (SELECT due FROM next_timer) END,
              -- A fused step grants its turn here, as claimTurns grants one (see commitFusedTurn).
              turn_token = (SELECT token FROM turn_grant), turn_nonce = (SELECT nonce FROM turn_grant),
              turn_epoch = r.turn_epoch + 1,
-             turn_attempt = r.turn_attempt + 1, turn_worker_id = $60,
+             turn_attempt = r.turn_attempt + 1, turn_worker_id = $57,
              started_at = coalesce(r.started_at, (SELECT t FROM clock))
        WHERE r.id = (SELECT id FROM go)
       RETURNING r.id, r.queue, r.turn_next_run_at <= (SELECT t FROM clock) AS due_now, r.status, r.output, r.error,
@@ -308,7 +303,7 @@
     turn_attempt AS (
       INSERT INTO "palisade"."attempts" (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at, outcome,
                                  ended_at)
-      SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, $61, (SELECT t FROM clock),
+      SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, $58, (SELECT t FROM clock),
              'completed', (SELECT t FROM clock)
         FROM run_row
       RETURNING 1),
@@ -318,17 +313,24 @@
       UPDATE "palisade"."steps" s SET status = 'cancelled', finished_at = (SELECT t FROM clock), next_run_at = NULL,
                               cancel_requested_at = coalesce(s.cancel_requested_at, (SELECT t FROM clock))
         FROM locked l
-       WHERE $62 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
+       WHERE $59 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = l.id)
-      RETURNING s.id, s.attempt, s.epoch, s.fencing_token, l.status AS prev_status, s.kind,
+      RETURNING s.run_id, s.id, s.attempt, s.epoch, s.fencing_token, s.nonce, s.worker_id,
+             s.claimed_at, s.reclaimed_from_token, s.granted_until, s.ended_nonce, l.status AS prev_status, s.kind,
                 s.input->>'runId' AS child_run_id, s.input->>'cancellation' AS cancellation),
     leftover_attempts AS (
-      UPDATE "palisade"."attempts" a SET outcome = 'cancelled', ended_at = (SELECT t FROM clock)
-        FROM leftover l WHERE l.prev_status = 'running' AND a.fencing_token = l.fencing_token AND a.outcome IS NULL
+      INSERT INTO "palisade"."attempts" (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
+                                 reclaimed_from_token, granted_until, outcome, ended_at, error)
+      SELECT g.run_id, g.id, 'activity', g.attempt, g.epoch, g.fencing_token, g.nonce,
+             g.worker_id, g.claimed_at, g.reclaimed_from_token, g.granted_until, 'cancelled', (SELECT t FROM clock),
+             NULL::jsonb
+        FROM leftover g
+       WHERE g.claimed_at IS NOT NULL AND g.ended_nonce IS DISTINCT FROM g.nonce AND (g.prev_status = 'running')
+      ON CONFLICT (fencing_token) DO NOTHING
       RETURNING 1),
     leftover_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
-      SELECT $63::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
+      SELECT $60::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
              jsonb_build_object('reason', 'the run ended', 'whileRunning', prev_status = 'running'), true,
              (SELECT t FROM clock)
         FROM leftover
@@ -338,13 +340,13 @@
     -- with its output, or fails it with a ChildWorkflowFailure carrying its failure, and wakes the parent.
     parent_step AS (
       UPDATE "palisade"."steps" s
-         SET status = CASE WHEN $64::text = 'completed' THEN 'completed' ELSE 'failed' END,
-             output = CASE WHEN $65::text = 'completed' THEN $66::jsonb END,
-             error = CASE WHEN $67::text = 'completed' THEN NULL
+         SET status = CASE WHEN $61::text = 'completed' THEN 'completed' ELSE 'failed' END,
+             output = CASE WHEN $62::text = 'completed' THEN $63::jsonb END,
+             error = CASE WHEN $64::text = 'completed' THEN NULL
                           ELSE jsonb_build_object(
-                                 'type', 'ChildWorkflowFailure', 'nonRetryable', true, 'childRunId', $68::text,
-                                 'message', 'child workflow run ' || $69::text || ' ' || $70::text,
-                                 'cause', $71::jsonb) END,
+                                 'type', 'ChildWorkflowFailure', 'nonRetryable', true, 'childRunId', $65::text,
+                                 'message', 'child workflow run ' || $66::text || ' ' || $67::text,
+                                 'cause', $68::jsonb) END,
              finished_at = (SELECT t FROM clock)
         FROM run_row r
        WHERE s.id = r.parent_step_id AND s.kind = 'child' AND s.status = 'running' AND s.retired_at IS NULL
@@ -352,7 +354,7 @@
     parent_step_event AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
       SELECT run_id, id, 'step:' || status,
-             jsonb_build_object('childRunId', $72::text) || CASE WHEN error IS NOT NULL
+             jsonb_build_object('childRunId', $69::text) || CASE WHEN error IS NOT NULL
                                                                     THEN jsonb_build_object('error', error)
                                                                     ELSE '{}'::jsonb END,
              true, (SELECT t FROM clock)
@@ -385,46 +387,45 @@
       RETURNING p.queue),
     run_event AS (
       INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
-      SELECT id, 'run:' || $73::text,
-             CASE WHEN $74::jsonb IS NOT NULL THEN jsonb_build_object('error', $75::jsonb) END,
+      SELECT id, 'run:' || $70::text,
+             CASE WHEN $71::jsonb IS NOT NULL THEN jsonb_build_object('error', $72::jsonb) END,
              true, (SELECT t FROM clock)
-        FROM run_row WHERE $76 AND $77::text <> 'completed'
+        FROM run_row WHERE $73 AND $74::text <> 'completed'
       RETURNING 1),
     -- What the turn set with ctx.setProgress, as an event too (what handle.watch() streams) when it changed:
     -- a turn that replayed the code from its start sets again what earlier turns set. The read of runs here sees
     -- the row as the statement's snapshot has it, before run_row's write.
     progress_event AS (
       INSERT INTO "palisade"."events" (run_id, type, data, at)
-      SELECT id, 'run:progress', jsonb_build_object('value', $78::jsonb), (SELECT t FROM clock) FROM run_row
-       WHERE (SELECT p.progress FROM "palisade"."runs" p WHERE p.id = $79::uuid) IS DISTINCT FROM $80::jsonb
+      SELECT id, 'run:progress', jsonb_build_object('value', $75::jsonb), (SELECT t FROM clock) FROM run_row
+       WHERE (SELECT p.progress FROM "palisade"."runs" p WHERE p.id = $76::uuid) IS DISTINCT FROM $77::jsonb
       RETURNING 1),
     -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
     -- next turn is due now, the run's waiters when it ended and a handle.result() waits on it, and, when it goes
     -- on, its watchers (a handle.watch() waits on it now: one NOTIFY item per turn, for watched runs only).
     notified AS (
-    SELECT pg_notify($81,
-             CASE WHEN length(p.all_items) <= $82 THEN p.all_items
+    SELECT pg_notify($78,
+             CASE WHEN length(p.all_items) <= $79 THEN p.all_items
                   ELSE concat_ws(E'\n', 'run:*', p.other_items) END)
       FROM (SELECT string_agg(item, E'\n') AS all_items,
                    string_agg(item, E'\n') FILTER (WHERE item NOT LIKE 'run:%') AS other_items
               FROM (SELECT DISTINCT item FROM (SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
-          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $83) x WHERE "palisade"."run_watched"(id, false)
+          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $80) x WHERE "palisade"."run_watched"(id, false)
           -- A run under a concurrency key that ends gives its place to a pending run of its key (flow-control.ts).
-          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $84 AND concurrency_key IS NOT NULL
-          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $85 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM parent_woken UNION ALL SELECT 'turn:' || queue FROM cascaded) x(item) WHERE item IS NOT NULL) d) p
+          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $81 AND concurrency_key IS NOT NULL
+          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $82 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM parent_woken UNION ALL SELECT 'turn:' || queue FROM cascaded) x(item) WHERE item IS NOT NULL) d) p
      WHERE p.all_items IS NOT NULL)
     SELECT EXISTS (SELECT 1 FROM go) AS fenced,
            (SELECT conflict FROM gate) AS conflict,
-           (SELECT count(*) FROM completed_attempt) AS completed_attempts,
            (SELECT jsonb_build_object('epoch', turn_epoch, 'attempt', turn_attempt, 'token', turn_token::text)
               FROM run_row) AS turn,
            (SELECT count(*) FROM notified) AS notified,
            (SELECT jsonb_agg(id::text) FROM cascaded) AS cascade_children,
            (SELECT jsonb_build_object('status', status, 'output', output, 'error', error, 'cancel_reason', cancel_reason)
-              FROM run_row WHERE $86) AS ended,
+              FROM run_row WHERE $83) AS ended,
            (SELECT jsonb_agg(jsonb_build_object(
-              'id', e.id::text, 'run_id', $87::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
+              'id', e.id::text, 'run_id', $84::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
               'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
               'nonce', e.nonce::text, 'lease_ms', p.lease_ms, 'start_to_close_timeout_ms', p.start_to_close_timeout_ms,
               'retry_policy', p.retry_policy, 'heartbeat_details', NULL,
@@ -462,62 +463,59 @@
 -- $26 = 1780000000000
 -- $27 = ""
 -- $28 = "00000000-0000-4000-8000-000000000001"
--- $29 = ""
--- $30 = "00000000-0000-4000-8000-000000000001"
--- $31 = "00000000-0000-4000-8000-000000000001"
--- $32 = "00000000-0000-4000-8000-00000000000a"
+-- $29 = "00000000-0000-4000-8000-000000000001"
+-- $30 = "00000000-0000-4000-8000-00000000000a"
+-- $31 = "00000000-0000-4000-8000-00000000000a"
+-- $32 = 1780000000000
 -- $33 = "00000000-0000-4000-8000-00000000000a"
--- $34 = 1780000000000
--- $35 = "00000000-0000-4000-8000-00000000000a"
+-- $34 = "00000000-0000-4000-8000-00000000000a"
+-- $35 = "{\"charged\":true}"
 -- $36 = "00000000-0000-4000-8000-00000000000a"
--- $37 = "{\"charged\":true}"
--- $38 = "00000000-0000-4000-8000-00000000000a"
--- $39 = "00000000-0000-4000-8000-00000000000a"
--- $40 = "00000000-0000-4000-8000-000000000001"
--- $41 = "00000000-0000-4000-8000-00000000000a"
--- $42 = "00000000-0000-4000-8000-000000000001"
--- $43 = "completed"
--- $44 = "00000000-0000-4000-8000-000000000001"
--- $45 = "{}"
+-- $37 = "00000000-0000-4000-8000-00000000000a"
+-- $38 = "00000000-0000-4000-8000-000000000001"
+-- $39 = "00000000-0000-4000-8000-000000000001"
+-- $40 = "completed"
+-- $41 = "00000000-0000-4000-8000-000000000001"
+-- $42 = "{}"
+-- $43 = "00000000-0000-4000-8000-000000000001"
+-- $44 = "completed"
+-- $45 = "00000000-0000-4000-8000-000000000001"
 -- $46 = "00000000-0000-4000-8000-000000000001"
 -- $47 = "completed"
--- $48 = "00000000-0000-4000-8000-000000000001"
--- $49 = "00000000-0000-4000-8000-000000000001"
--- $50 = "completed"
--- $51 = true
--- $52 = "{\"orderId\":\"o-1\"}"
+-- $48 = true
+-- $49 = "{\"orderId\":\"o-1\"}"
+-- $50 = true
+-- $51 = null
+-- $52 = true
 -- $53 = true
--- $54 = null
+-- $54 = "\"done\""
 -- $55 = true
--- $56 = true
--- $57 = "\"done\""
--- $58 = true
--- $59 = 3
--- $60 = "worker-1"
--- $61 = "worker-1"
--- $62 = true
--- $63 = "00000000-0000-4000-8000-000000000001"
+-- $56 = 3
+-- $57 = "worker-1"
+-- $58 = "worker-1"
+-- $59 = true
+-- $60 = "00000000-0000-4000-8000-000000000001"
+-- $61 = "completed"
+-- $62 = "completed"
+-- $63 = "{\"orderId\":\"o-1\"}"
 -- $64 = "completed"
--- $65 = "completed"
--- $66 = "{\"orderId\":\"o-1\"}"
+-- $65 = "00000000-0000-4000-8000-000000000001"
+-- $66 = "00000000-0000-4000-8000-000000000001"
 -- $67 = "completed"
--- $68 = "00000000-0000-4000-8000-000000000001"
+-- $68 = null
 -- $69 = "00000000-0000-4000-8000-000000000001"
 -- $70 = "completed"
 -- $71 = null
--- $72 = "00000000-0000-4000-8000-000000000001"
--- $73 = "completed"
--- $74 = null
--- $75 = null
--- $76 = true
--- $77 = "completed"
--- $78 = "\"done\""
--- $79 = "00000000-0000-4000-8000-000000000001"
--- $80 = "\"done\""
--- $81 = "palisade_palisade"
--- $82 = 7900
+-- $72 = null
+-- $73 = true
+-- $74 = "completed"
+-- $75 = "\"done\""
+-- $76 = "00000000-0000-4000-8000-000000000001"
+-- $77 = "\"done\""
+-- $78 = "palisade_palisade"
+-- $79 = 7900
+-- $80 = true
+-- $81 = true
+-- $82 = true
 -- $83 = true
--- $84 = true
--- $85 = true
--- $86 = true
--- $87 = "00000000-0000-4000-8000-000000000001"
+-- $84 = "00000000-0000-4000-8000-000000000001"
