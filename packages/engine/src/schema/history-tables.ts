@@ -16,7 +16,9 @@ import { ATTEMPT_KINDS, ATTEMPT_OUTCOMES } from '../turn/state-machine.js';
 import { oneOf, ts } from './columns.js';
 
 /**
- * One row per claim of a step or turn: who held which token, and how it ended. No foreign keys (migration
+ * A claim of a turn (one row per grant), or of an activity step that ended other than by its own completion: who
+ * held which token, and how it ended. An activity's current grant, and one its completion ended, are read off its
+ * step row instead (migration 0029); the `run_attempts` view shows every attempt. No foreign keys (migration
  * 0011): every row is inserted by the statement that has just locked and updated the step or run it names, and
  * pruning deletes a run's attempts itself.
  */
