@@ -19,7 +19,7 @@ import type postgres from '@palisade/engine/postgres';
 const TABLES = [
   { table: 'runs', runColumn: 'id' },
   { table: 'steps', runColumn: 'run_id' },
-  { table: 'attempts', runColumn: 'run_id' },
+  { table: 'attempt_records', runColumn: 'run_id' },
   { table: 'events', runColumn: 'run_id' },
 ] as const;
 const TOKEN_COLUMNS = new Set(['fencing_token', 'turn_token']);

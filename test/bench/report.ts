@@ -303,7 +303,7 @@ export function heldHorizonSection(h: HeldHorizonResult): string {
     w.claimSamples > 0 ? ms(w.claimP99Ms) : '–',
     w.claimStatements > 0 ? ms(w.claimStatementP99Ms) : '–',
     int(w.backlog),
-    ...(['runs', 'steps', 'attempts'] as const).map(
+    ...(['runs', 'steps', 'attempt_records'] as const).map(
       (t) => `${int(w.tables[t].deadTuples)} / ${pct(w.tables[t].hotUpdates, w.tables[t].updates)}`,
     ),
   ]);
@@ -338,14 +338,14 @@ export function heldHorizonSection(h: HeldHorizonResult): string {
         'backlog',
         'runs dead / HOT',
         'steps dead / HOT',
-        'attempts dead / HOT',
+        'attempt_records dead / HOT',
       ],
       rows,
       'lrrrrrrrrrrr',
     ),
     '',
     `backlog at the rollback ${int(v.backlogAtReleaseJobs)} jobs, largest ${int(v.maxBacklogJobs)}; dead tuples at most` +
-      ` runs ${int(v.maxDeadTuples.runs)}, steps ${int(v.maxDeadTuples.steps)}, attempts ${int(v.maxDeadTuples.attempts)}`,
+      ` runs ${int(v.maxDeadTuples.runs)}, steps ${int(v.maxDeadTuples.steps)}, attempt_records ${int(v.maxDeadTuples.attempt_records)}`,
     verdict,
   ].join('\n');
 }

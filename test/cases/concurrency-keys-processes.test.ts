@@ -67,7 +67,7 @@ describe('issue 14: per-key concurrency across worker processes', () => {
     // Each run completed by exactly one attempt: none ran twice.
     const [attempts] = await c.sql<{ n: number; completed: number }[]>`
       SELECT count(*)::int AS n, count(*) FILTER (WHERE outcome = 'completed')::int AS completed
-        FROM ${c.sql(c.schema)}.run_attempts WHERE kind = 'activity'`;
+        FROM ${c.sql(c.schema)}.attempts WHERE kind = 'activity'`;
     expect(attempts).toEqual({ n: TENANTS * PER_TENANT, completed: TENANTS * PER_TENANT });
     // Every process took part.
     for (const p of processes) expect(p.all('attempt:completed').length, p.workerId).toBeGreaterThan(0);

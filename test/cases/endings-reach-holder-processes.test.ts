@@ -122,7 +122,7 @@ describe('every ending reaches its holder in another worker process', () => {
   async function attemptsAt(runId: string, seq: number): Promise<{ epoch: number; token: string }[]> {
     return engine.database.rows(sql`
       SELECT a.epoch, a.fencing_token::text AS token
-        FROM ${engine.names.runAttempts} a JOIN ${engine.names.steps} s ON s.id = a.step_id
+        FROM ${engine.names.attempts} a JOIN ${engine.names.steps} s ON s.id = a.step_id
        WHERE s.run_id = ${runId}::uuid AND s.seq = ${seq} ORDER BY a.fencing_token`);
   }
 

@@ -184,7 +184,7 @@ describe('F06: a durable sleep holds no lease', () => {
                (SELECT count(*) FROM ${s('runs')} WHERE turn_lease_expires_at > ${s('now()')})::int
                  + (SELECT count(*) FROM ${s('steps')} WHERE lease_expires_at > ${s('now()')} AND status = 'running')::int
                  AS leased,
-               (SELECT count(*) FROM ${s('run_attempts')} WHERE outcome IS NULL)::int AS open,
+               (SELECT count(*) FROM ${s('attempts')} WHERE outcome IS NULL)::int AS open,
                (SELECT (extract(epoch FROM min(next_run_at)) * 1000)::float8 FROM ${s('steps')}
                  WHERE kind = 'timer') AS first_due_ms,
                (SELECT (extract(epoch FROM max(next_run_at)) * 1000)::float8 FROM ${s('steps')}
@@ -227,11 +227,11 @@ describe('F06: a durable sleep holds no lease', () => {
              (SELECT count(*) FROM ${s('executions')} WHERE label = 'A')::int AS a_executions,
              (SELECT count(*) FROM ${s('ledger')})::int AS ledger_rows,
              (SELECT count(*) FROM b WHERE status = 'completed' AND attempt = 1 AND epoch = 1)::int AS b_first_attempt,
-             (SELECT count(*) FROM ${s('run_attempts')} a JOIN b ON b.id = a.step_id)::int AS b_claims,
-             (SELECT count(*) FROM ${s('run_attempts')} a JOIN b ON b.id = a.step_id JOIN due ON due.run_id = b.run_id
+             (SELECT count(*) FROM ${s('attempts')} a JOIN b ON b.id = a.step_id)::int AS b_claims,
+             (SELECT count(*) FROM ${s('attempts')} a JOIN b ON b.id = a.step_id JOIN due ON due.run_id = b.run_id
                WHERE a.claimed_at < due.due_at)::int AS b_claimed_early,
              (SELECT count(*) FROM ${s('events')} WHERE type = 'timer:fired')::int AS timers_fired,
-             (SELECT count(*) FROM ${s('run_attempts')} WHERE outcome IS NULL OR outcome <> 'completed')::int
+             (SELECT count(*) FROM ${s('attempts')} WHERE outcome IS NULL OR outcome <> 'completed')::int
                AS attempts_not_completed`);
     expect(counts).toEqual({
       completed: runs,

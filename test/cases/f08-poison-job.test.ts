@@ -173,7 +173,7 @@ describe('F08: a job that kills its worker is not retried forever', () => {
       // The healthy runs all completed (a few may have shared a claim with the poison and been reclaimed).
       for (const h of healthy) expect(await c.db.run(h.runId)).toMatchObject({ status: 'completed' });
       const [open] = await c.sql.unsafe<{ n: number }[]>(
-        `SELECT count(*)::int AS n FROM "${c.schema}".run_attempts WHERE outcome IS NULL`,
+        `SELECT count(*)::int AS n FROM "${c.schema}".attempts WHERE outcome IS NULL`,
       );
       expect(open?.n).toBe(0);
       expect(supervisor.crashes).toHaveLength(3);

@@ -173,7 +173,7 @@ describe('F09: no retry storms', () => {
 
     // The database agrees: each failed call is one `failed` attempt, and each run one `completed` attempt.
     const attempts = await c.sql.unsafe<{ attempt: number; outcome: string; claimed_at_ms: number }[]>(
-      `SELECT attempt, outcome, ${ms('claimed_at')} AS claimed_at_ms FROM "${c.schema}".run_attempts`,
+      `SELECT attempt, outcome, ${ms('claimed_at')} AS claimed_at_ms FROM "${c.schema}".attempts`,
     );
     const outcomes: Record<string, number> = {};
     for (const a of attempts) outcomes[a.outcome] = (outcomes[a.outcome] ?? 0) + 1;
@@ -270,7 +270,7 @@ describe('F09: no retry storms', () => {
     const rows = await c.sql.unsafe<AttemptRow[]>(
       `SELECT step_id::text, attempt, worker_id, outcome, ${ms('claimed_at')} AS claimed_at_ms,
               ${ms('ended_at')} AS ended_at_ms
-         FROM "${c.schema}".run_attempts ORDER BY step_id, fencing_token`,
+         FROM "${c.schema}".attempts ORDER BY step_id, fencing_token`,
     );
     const stale = await c.sql.unsafe<
       { worker_id: string; attempt: number; operation: string; reason: string }[]

@@ -92,7 +92,7 @@ describe('F11: graceful shutdown loses nothing and strands nothing', () => {
       expect(await c.db.markers(runId)).toEqual([]);
     }
     const [open] = await c.sql.unsafe<{ n: number }[]>(
-      `SELECT count(*)::int AS n FROM "${c.schema}".run_attempts WHERE outcome IS NULL`,
+      `SELECT count(*)::int AS n FROM "${c.schema}".attempts WHERE outcome IS NULL`,
     );
     expect(open?.n).toBe(0);
   }

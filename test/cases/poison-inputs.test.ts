@@ -221,7 +221,7 @@ async function expectEveryRunEnded(engine: Engine): Promise<void> {
     { status: 'failed', count: 7 },
   ]);
   const [open] = await engine.database.rows<{ count: number }>(sql`
-    SELECT count(*)::int AS count FROM ${n.runAttempts} WHERE outcome IS NULL`);
+    SELECT count(*)::int AS count FROM ${n.attempts} WHERE outcome IS NULL`);
   expect(open?.count).toBe(0);
 }
 

@@ -1,9 +1,9 @@
 /**
- * An activity's attempt is a row of `attempts` only when it ended other than by its own completion (migration
- * 0029, STORAGE.md §4 step 5a): the claim records its grant on the step row, a completion ends it there, and
- * `run_attempts` (what describe() and the history read) shows both kinds. Every other ending — a failure, a
- * release, an expiry taken over by a claim, a stale write refused while the grant was still the step's — writes
- * the row of the grant it ended, once, the first ending winning.
+ * An activity's attempt is a row of `attempt_records` only when it ended other than by its own completion
+ * (migration 0029, STORAGE.md §4 step 5a): the claim records its grant on the step row, a completion ends it there,
+ * and the `attempts` view (what describe() and the history read) shows both kinds. Every other ending — a failure,
+ * a release, an expiry taken over by a claim — writes the row of the grant it ended, once. A stale write refused
+ * while its grant is still the step's writes an event, not a row: the grant stays open until it is taken over.
  */
 import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
@@ -38,7 +38,7 @@ async function claimOne(engine: Engine, workerId: string): Promise<ClaimedStepRo
   return row;
 }
 
-/** The `attempts` rows of a step as stored (not the view): outcome, token and the grant they copied. */
+/** The `attempt_records` rows of a step as stored (not the `attempts` view): outcome, token and the grant they copied. */
 async function storedRows(engine: Engine, stepId: string) {
   return engine.database.rows<{
     outcome: string;
@@ -47,7 +47,7 @@ async function storedRows(engine: Engine, stepId: string) {
     epoch: number;
     worker_id: string;
   }>(
-    sql`SELECT outcome, fencing_token::text AS token, attempt, epoch, worker_id FROM ${engine.names.attempts}
+    sql`SELECT outcome, fencing_token::text AS token, attempt, epoch, worker_id FROM ${engine.names.attemptRecords}
          WHERE step_id = ${stepId}::uuid ORDER BY fencing_token`,
   );
 }
@@ -86,8 +86,8 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const second = await claimOne(engine, 'w2');
       await releaseStep(engine.database, engine.names, { ...attemptRefOf(second), why: 'shutdown' });
       const third = await claimOne(engine, 'w3');
-      // Its lease runs out; before any claim takes it over, its holder's heartbeat is refused: the grant is still
-      // the step's, so the refusal records it (rejected_stale), and the takeover keeps that first ending.
+      // Its lease runs out; before any claim takes it over, its holder's heartbeat is refused: an event says so,
+      // and the grant stays the step's, open, until the claim that takes it over records how it ended.
       await advanceClock(engine, LEASE_MS + 1_000);
       const [refused] = await heartbeatSteps(engine.database, engine.names, [
         { stepId: third.id, token: BigInt(third.token), nonce: third.nonce },
@@ -101,19 +101,19 @@ for (const driver of ['postgres', 'pglite'] as const) {
         { outcome: 'failed', token: first.token, attempt: 1, epoch: 1, worker_id: 'w1' },
         // A release gives its claim back to the budget; its row keeps the attempt number it was claimed as.
         { outcome: 'released', token: second.token, attempt: 2, epoch: 2, worker_id: 'w2' },
-        { outcome: 'rejected_stale', token: third.token, attempt: 2, epoch: 3, worker_id: 'w3' },
+        { outcome: 'lease_expired', token: third.token, attempt: 2, epoch: 3, worker_id: 'w3' },
       ]);
       expect((await attemptsOfStep(engine, first.id)).map((a) => [a.token, a.outcome])).toEqual([
         [first.token, 'failed'],
         [second.token, 'released'],
-        [third.token, 'rejected_stale'],
+        [third.token, 'lease_expired'],
         [fourth.token, 'completed'],
       ]);
       const claims = await eventsOfRun(engine, run.runId, 'attempt:claimed');
       expect(claims.map((c) => c.token)).toEqual([first.token, second.token, third.token, fourth.token]);
       expect(claims[3]?.data).toMatchObject({
         reclaimedFromToken: third.token,
-        previousAttemptEnded: 'rejected_stale',
+        previousAttemptEnded: 'lease_expired',
       });
     });
 
@@ -126,7 +126,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       const second = await claimOne(engine, 'w2');
       const [row] = await engine.database.rows<{ outcome: string; at_lease_end: boolean }>(sql`
         SELECT a.outcome, a.ended_at = a.granted_until AS at_lease_end
-          FROM ${engine.names.attempts} a WHERE a.fencing_token = ${first.token}::bigint`);
+          FROM ${engine.names.attemptRecords} a WHERE a.fencing_token = ${first.token}::bigint`);
       expect(row).toEqual({ outcome: 'lease_expired', at_lease_end: true });
       expect((await attemptsOfStep(engine, first.id)).map((a) => [a.token, a.outcome])).toEqual([
         [first.token, 'lease_expired'],

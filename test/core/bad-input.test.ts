@@ -68,7 +68,7 @@ async function rowCounts(engine: Engine): Promise<Record<string, number>> {
   const n = engine.names;
   const [row] = await engine.database.rows<Record<string, number>>(sql`
     SELECT (SELECT count(*) FROM ${n.runs})::int AS runs, (SELECT count(*) FROM ${n.steps})::int AS steps,
-           (SELECT count(*) FROM ${n.events})::int AS events, (SELECT count(*) FROM ${n.runAttempts})::int AS attempts`);
+           (SELECT count(*) FROM ${n.events})::int AS events, (SELECT count(*) FROM ${n.attempts})::int AS attempts`);
   return row ?? {};
 }
 

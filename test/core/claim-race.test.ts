@@ -228,7 +228,7 @@ async function overlappingAttempts(engine: Engine): Promise<unknown[]> {
     SELECT step_id::text, fencing_token::text FROM (
       SELECT step_id, fencing_token, ended_at,
              lead(claimed_at) OVER (PARTITION BY step_id ORDER BY fencing_token) AS next_claimed_at
-        FROM ${engine.names.runAttempts}) a
+        FROM ${engine.names.attempts}) a
      WHERE next_claimed_at IS NOT NULL AND (ended_at IS NULL OR ended_at > next_claimed_at)`);
 }
 
@@ -311,7 +311,7 @@ describe('claim races on postgres (F12)', { timeout: 180_000 }, () => {
 
     // The database agrees: one attempts row per grant, in grant order, each earlier one ended as expired.
     const rows = await engine.database.rows<{ token: string; epoch: number; outcome: string | null }>(sql`
-      SELECT fencing_token::text AS token, epoch, outcome FROM ${engine.names.runAttempts}
+      SELECT fencing_token::text AS token, epoch, outcome FROM ${engine.names.attempts}
        WHERE step_id = ${step.id}::uuid ORDER BY fencing_token`);
     expect(rows.map((r) => r.token)).toEqual(grants.map((g) => g.token));
     expect(rows.map((r) => r.outcome)).toEqual([
@@ -368,7 +368,7 @@ describe('claim races on postgres (F12)', { timeout: 180_000 }, () => {
     expect(problems).toEqual([]);
 
     const rows = await engine.database.rows<{ outcome: string | null; token: string }>(sql`
-      SELECT outcome, fencing_token::text AS token FROM ${engine.names.runAttempts} ORDER BY fencing_token`);
+      SELECT outcome, fencing_token::text AS token FROM ${engine.names.attempts} ORDER BY fencing_token`);
     expect(rows.map((r) => r.outcome)).toEqual([
       ...Array.from({ length: SIDE_ITERATIONS }, () => 'failed'),
       null,
@@ -414,12 +414,12 @@ describe('claim races on postgres (F12)', { timeout: 180_000 }, () => {
     await annotate(`${wonInRace} of ${SIDE_ITERATIONS} due steps were claimed inside the race`);
     expect(problems).toEqual([]);
     const early = await engine.database.rows(sql`
-      SELECT a.fencing_token::text FROM ${n.runAttempts} a
+      SELECT a.fencing_token::text FROM ${n.attempts} a
         JOIN ${sql.raw(`"${engine.schema}"."due_times"`)} d ON d.step_id = a.step_id
        WHERE a.claimed_at < d.due_at`);
     expect(early).toEqual([]);
     const perStep = await engine.database.rows<{ grants: number }>(sql`
-      SELECT count(*)::int AS grants FROM ${n.runAttempts} GROUP BY step_id`);
+      SELECT count(*)::int AS grants FROM ${n.attempts} GROUP BY step_id`);
     expect(perStep.map((r) => r.grants)).toEqual(Array.from({ length: SIDE_ITERATIONS }, () => 1));
   });
 

@@ -52,7 +52,7 @@ export interface StoredAttempt {
 export async function attemptsOfStep(engine: Engine, stepId: string): Promise<StoredAttempt[]> {
   return engine.database.rows<StoredAttempt>(sql`
     SELECT attempt, epoch, fencing_token::text AS token, worker_id, outcome
-      FROM ${engine.names.runAttempts} WHERE step_id = ${stepId}::uuid ORDER BY fencing_token`);
+      FROM ${engine.names.attempts} WHERE step_id = ${stepId}::uuid ORDER BY fencing_token`);
 }
 
 export interface StoredEvent {

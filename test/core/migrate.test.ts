@@ -147,6 +147,7 @@ describe('migrations on postgres', () => {
       SELECT table_name AS name FROM information_schema.tables WHERE table_schema = ${schema} ORDER BY 1`;
       expect(tables.map((t) => t.name)).toEqual(
         expect.arrayContaining([
+          'attempt_records',
           'attempts',
           'clock_offset',
           'events',
@@ -229,7 +230,7 @@ describe('migrations on postgres', () => {
     const run = await engine.client.enqueue(echo, { n: 7 });
     await expect(run.result({ timeoutMs: 10_000, pollIntervalMs: 100 })).resolves.toEqual({ n: 7 });
     const [counts] = await engine.database.rows<{ attempts: number; tokens: string }>(sql`
-      SELECT (SELECT count(*)::int FROM ${engine.names.runAttempts}) AS attempts,
+      SELECT (SELECT count(*)::int FROM ${engine.names.attempts}) AS attempts,
              (SELECT last_value::text FROM ${sql.raw(`"${schema}"."fencing_token_seq"`)}) AS tokens`);
     expect(counts).toEqual({ attempts: 1, tokens: '1' });
   });

@@ -258,7 +258,7 @@ describe('the rotation of ready on postgres, with other sessions', () => {
     expect(mismatches).toEqual([]);
     expect(completed).toBe(jobs);
     const attempts = await engine.database.rows<{ n: number; runs: number }>(sql`
-      SELECT count(*)::int AS n, count(DISTINCT run_id)::int AS runs FROM ${engine.names.runAttempts}`);
+      SELECT count(*)::int AS n, count(DISTINCT run_id)::int AS runs FROM ${engine.names.attempts}`);
     expect(attempts).toEqual([{ n: jobs, runs: jobs }]); // each job granted exactly once
     for (const run of runs.slice(0, 20))
       expect((await stepOfRun(engine, run.runId)).status).toBe('completed');

@@ -78,7 +78,7 @@ async function rowsOf(engine: Engine, runIds: readonly string[]): Promise<RowCou
           (SELECT (jsonb_array_elements_text(${ids}::jsonb))::uuid))`;
   const [row] = await engine.database.rows<RowCounts>(sql`
     SELECT ${inIds(n.runs, 'id')} AS runs, ${inIds(n.steps, 'run_id')} AS steps,
-           ${inIds(n.runAttempts, 'run_id')} AS attempts, ${inIds(n.events, 'run_id')} AS events,
+           ${inIds(n.attempts, 'run_id')} AS attempts, ${inIds(n.events, 'run_id')} AS events,
            ${inIds(n.signals, 'run_id')} AS signals`);
   if (!row) throw new Error('no counts');
   return row;
@@ -147,7 +147,7 @@ async function insertRuns(
              ${n.policyId}('{}'::jsonb, 30000, 60000) FROM runs
       RETURNING id, run_id),
     attempts AS (
-      INSERT INTO ${n.attempts} (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at)
+      INSERT INTO ${n.attemptRecords} (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at)
       SELECT run_id, id, 'activity', 1, 1, ${n.nextToken}, gen_random_uuid(), 'w', ${n.now} FROM steps
       RETURNING 1),
     events AS (

@@ -73,7 +73,7 @@ describe('status CHECK constraints (migration 0021) on postgres', () => {
     const badKind = await rejectionOf(admin`
       INSERT INTO ${s}.runs (kind, name, status, queue) VALUES ('job', 'w', 'pending', 'q')`);
     const badOutcome = await rejectionOf(admin`
-      INSERT INTO ${s}.attempts (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at, outcome)
+      INSERT INTO ${s}.attempt_records (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at, outcome)
       VALUES (gen_random_uuid(), 'turn', 1, 1, 1, gen_random_uuid(), 'w', now(), 'expired')`);
 
     expect([sqlState(badStatus), sqlState(badKind), sqlState(badOutcome)]).toEqual([

@@ -140,7 +140,7 @@ export function caseDatabase(sql: postgres.Sql, schema: string): CaseDatabase {
       sql.unsafe<AttemptRecord[]>(
         `SELECT attempt, epoch, fencing_token::text AS token, worker_id, outcome,
                 ${ms('claimed_at')} AS claimed_at_ms, ${ms('ended_at')} AS ended_at_ms
-           FROM ${t('run_attempts')} WHERE run_id = $1 AND kind = 'activity' ORDER BY fencing_token`,
+           FROM ${t('attempts')} WHERE run_id = $1 AND kind = 'activity' ORDER BY fencing_token`,
         [runId],
       ),
     events: (runId) =>

@@ -14,11 +14,11 @@ export async function maxRunningPerKey(engine: Engine, name: string): Promise<Re
   const rows = await engine.database.rows<{ key: string; max: number }>(sql`
     WITH iv AS (
       SELECT s.concurrency_key AS key, a.claimed_at AS t, 1 AS d
-        FROM ${engine.names.runAttempts} a JOIN ${engine.names.steps} s ON s.id = a.step_id
+        FROM ${engine.names.attempts} a JOIN ${engine.names.steps} s ON s.id = a.step_id
        WHERE s.name = ${name} AND s.concurrency_key IS NOT NULL
       UNION ALL
       SELECT s.concurrency_key, coalesce(a.ended_at, 'infinity'::timestamptz), -1
-        FROM ${engine.names.runAttempts} a JOIN ${engine.names.steps} s ON s.id = a.step_id
+        FROM ${engine.names.attempts} a JOIN ${engine.names.steps} s ON s.id = a.step_id
        WHERE s.name = ${name} AND s.concurrency_key IS NOT NULL),
     running AS (SELECT key, sum(d) OVER (PARTITION BY key ORDER BY t, d) AS n FROM iv)
     SELECT key, max(n)::int AS max FROM running GROUP BY key ORDER BY key`);
@@ -38,7 +38,7 @@ export async function runningNowPerKey(engine: Engine, name: string): Promise<Re
 export async function claimTimesMs(engine: Engine, name: string, rateKey?: string): Promise<number[]> {
   const rows = await engine.database.rows<{ ms: number }>(sql`
     SELECT (extract(epoch FROM a.claimed_at) * 1000)::float8 AS ms
-      FROM ${engine.names.runAttempts} a JOIN ${engine.names.steps} s ON s.id = a.step_id
+      FROM ${engine.names.attempts} a JOIN ${engine.names.steps} s ON s.id = a.step_id
      WHERE s.name = ${name} AND (${rateKey ?? null}::text IS NULL OR s.rate_key = ${rateKey ?? null}::text)
      ORDER BY a.claimed_at`);
   return rows.map((r) => r.ms);

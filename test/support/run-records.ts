@@ -80,7 +80,7 @@ export function runRecords(sql: postgres.Sql, schema: string): RunRecords {
         `SELECT a.kind, s.seq, CASE WHEN s.name = 'record-step' THEN s.input->>'step' END AS label, a.attempt,
                 a.epoch, a.fencing_token::text AS token, a.worker_id, a.outcome,
                 ${ms('a.claimed_at')} AS claimed_at_ms, ${ms('a.ended_at')} AS ended_at_ms
-           FROM ${t('run_attempts')} a LEFT JOIN ${t('steps')} s ON s.id = a.step_id
+           FROM ${t('attempts')} a LEFT JOIN ${t('steps')} s ON s.id = a.step_id
           WHERE a.run_id = $1 ORDER BY a.claimed_at, a.fencing_token`,
         [runId],
       ),
@@ -165,7 +165,7 @@ export function sampleRuns(
                   AS "runningSteps",
                 (SELECT count(*) FROM ${t('steps')} s
                   WHERE s.run_id = r.id AND s.status = 'running' AND s.lease_expires_at > c.t)::int AS "leasedSteps",
-                (SELECT count(*) FROM ${t('run_attempts')} a WHERE a.run_id = r.id AND a.outcome IS NULL)::int
+                (SELECT count(*) FROM ${t('attempts')} a WHERE a.run_id = r.id AND a.outcome IS NULL)::int
                   AS "openAttempts",
                 (SELECT count(*) FROM ${t('steps')} s
                   WHERE s.run_id = r.id AND s.kind = 'timer' AND s.status = 'scheduled')::int AS "pendingTimers"

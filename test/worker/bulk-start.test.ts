@@ -121,7 +121,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
       // The run's completion commits with the attempt's, after the event: wait on the last handle, then count.
       await handles[count - 1]?.result({ timeoutMs: 30_000 });
       const completed = await engine.database.rows<{ c: number }>(sql`
-        SELECT count(*)::int AS c FROM ${engine.names.runAttempts} WHERE outcome = 'completed'`);
+        SELECT count(*)::int AS c FROM ${engine.names.attempts} WHERE outcome = 'completed'`);
       expect(Number(completed[0]?.c)).toBe(count);
       expect(await countOf(engine, 'steps')).toBe(count);
     });

@@ -108,7 +108,7 @@ export async function attemptsOf(engine: Engine, runId: string): Promise<Attempt
     SELECT attempt, epoch, fencing_token::text AS token, worker_id, outcome, error,
            (extract(epoch FROM claimed_at) * 1000)::float8 AS claimed_at_ms,
            (extract(epoch FROM ended_at) * 1000)::float8 AS ended_at_ms
-      FROM ${n.runAttempts} WHERE run_id = ${runId}::uuid ORDER BY fencing_token`);
+      FROM ${n.attempts} WHERE run_id = ${runId}::uuid ORDER BY fencing_token`);
 }
 
 export interface EventState {

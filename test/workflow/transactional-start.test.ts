@@ -136,7 +136,7 @@ for (const driver of ['postgres', 'pglite'] as const) {
         // Read in the caller's transaction, where an eager grant's writes would be visible: none.
         const result = await tx.execute<{ status: string; turn_token: string | null; attempts: number }>(sql`
           SELECT r.status, r.turn_token::text,
-                 (SELECT count(*)::int FROM ${engine.names.runAttempts} a WHERE a.run_id = r.id) AS attempts
+                 (SELECT count(*)::int FROM ${engine.names.attempts} a WHERE a.run_id = r.id) AS attempts
             FROM ${engine.names.runs} r WHERE r.id = ${started.runId}::uuid`);
         inside.push(...(Array.isArray(result) ? result : (result as { rows: typeof inside }).rows));
         return started;

@@ -69,7 +69,7 @@ export async function attemptsOf(engine: Engine, runId: string): Promise<StoredA
   return engine.database.rows<StoredAttempt>(sql`
     SELECT a.kind, s.seq, a.attempt, a.epoch, a.fencing_token::text AS token, a.worker_id, a.outcome,
            (extract(epoch FROM a.claimed_at) * 1000)::float8 AS claimed_at_ms
-      FROM ${engine.names.runAttempts} a LEFT JOIN ${engine.names.steps} s ON s.id = a.step_id
+      FROM ${engine.names.attempts} a LEFT JOIN ${engine.names.steps} s ON s.id = a.step_id
      WHERE a.run_id = ${runId}::uuid ORDER BY a.fencing_token`);
 }
 

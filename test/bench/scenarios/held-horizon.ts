@@ -15,7 +15,7 @@
  * returned, by their jobs), completed (the worker's `attempt:completed`) and completed / offered; claim latency p50 / p99 as the
  * other scenarios measure it — the enqueue call → the start of the activity's `run`, by the start's window — and,
  * with BENCH_PROFILE on, the claim statement's own client-observed time (`claim-steps`, pool wait included) p99;
- * the backlog (offered − completed) at the window's end; and for `runs`, `steps` and `attempts` the dead tuples
+ * the backlog (offered − completed) at the window's end; and for `runs`, `steps` and `attempt_records` the dead tuples
  * (`pg_stat_user_tables.n_dead_tup` at the window's end) and the HOT share of the window's updates
  * (`n_tup_hot_upd / n_tup_upd`, differences). Backends flush those counts at most once a second, so a window's
  * figures lag by up to a second.
@@ -45,7 +45,7 @@ export const HORIZON_WINDOW_MS = 5_000;
 export const PRODUCER_TICK_MS = 20;
 /** The issue's targets. */
 export const HORIZON_TARGETS = { minRatio: 0.95, maxClaimP99Ms: 1_000, maxDrainMs: 30_000 } as const;
-const HOT_TABLES = ['runs', 'steps', 'attempts'] as const;
+const HOT_TABLES = ['runs', 'steps', 'attempt_records'] as const;
 type HotTable = (typeof HOT_TABLES)[number];
 
 export interface HorizonTableWindow {

@@ -94,7 +94,7 @@ export async function workerMemory(
       if (autovacuum === 'on' || completed.count - vacuumedAt < every) return;
       vacuumedAt = completed.count;
       await ctx.server.admin.unsafe(
-        `vacuum ${['runs', 'steps', 'attempts', 'events'].map((t) => `"${run.schema}"."${t}"`).join(', ')}`,
+        `vacuum ${['runs', 'steps', 'attempt_records', 'events'].map((t) => `"${run.schema}"."${t}"`).join(', ')}`,
       );
     };
 

@@ -146,7 +146,7 @@ export async function turnAttempts(
   const rows = await ctx.sql.unsafe<
     { attempt: number; token: string; worker_id: string; outcome: string | null }[]
   >(
-    `SELECT attempt, fencing_token::text AS token, worker_id, outcome FROM "${ctx.schema}".run_attempts
+    `SELECT attempt, fencing_token::text AS token, worker_id, outcome FROM "${ctx.schema}".attempts
       WHERE run_id = $1 AND kind = 'turn' ORDER BY fencing_token`,
     [runId],
   );

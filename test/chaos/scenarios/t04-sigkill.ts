@@ -120,7 +120,7 @@ async function killMidTurn(ctx: ScenarioContext, workers: WorkerProcess[]): Prom
     { attempt: number; worker_id: string; outcome: string | null; claimed_ms: number }[]
   >(
     `SELECT attempt, worker_id, outcome, (extract(epoch from claimed_at) * 1000)::float8 AS claimed_ms
-       FROM "${ctx.schema}".run_attempts WHERE run_id = $1 AND kind = 'turn' ORDER BY attempt`,
+       FROM "${ctx.schema}".attempts WHERE run_id = $1 AND kind = 'turn' ORDER BY attempt`,
     [runId],
   );
   const killed = turns.find((t) => t.attempt === blockAt);

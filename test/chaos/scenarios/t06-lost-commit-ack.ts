@@ -198,7 +198,7 @@ async function lostClaimAckOnce(
   );
   for (const g of unannounced) {
     const [row] = await ctx.sql.unsafe<{ outcome: string | null }[]>(
-      `SELECT outcome FROM "${ctx.schema}".run_attempts WHERE fencing_token = $1::bigint`,
+      `SELECT outcome FROM "${ctx.schema}".attempts WHERE fencing_token = $1::bigint`,
       [g.token.toString()],
     );
     const outcome = row?.outcome ?? 'none';

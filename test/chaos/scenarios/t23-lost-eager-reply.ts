@@ -59,7 +59,7 @@ export const lostEagerReply = defineScenario('T23 lost reply of an eager grant',
             { status: string; turn_token: string | null; turn_worker_id: string | null; same_tx: boolean }[]
           >(
             `SELECT s.status, r.turn_token::text, r.turn_worker_id,
-                      EXISTS (SELECT 1 FROM "${ctx.schema}".attempts t
+                      EXISTS (SELECT 1 FROM "${ctx.schema}".attempt_records t
                                WHERE t.fencing_token = r.turn_token AND t.kind = 'turn' AND t.outcome IS NULL
                                  AND t.xmin::text = s.xmin::text AND s.status = 'completed') AS same_tx
                  FROM "${ctx.schema}".steps s JOIN "${ctx.schema}".runs r ON r.id = s.run_id WHERE s.id = $1`,

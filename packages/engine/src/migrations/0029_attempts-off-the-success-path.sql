@@ -2,12 +2,13 @@
 -- an attempts row (~400 B of WAL with its three index entries, C3) and the completion updated it (~110 B): a quarter
 -- of a no-op job's WAL, for what the step row already says. Now the step row carries its current grant — the token,
 -- nonce, epoch, attempt and worker it had, plus, new here, when it was claimed (`claimed_at`), the lease it was
--- granted (`granted_until`) and the token a reclaim took over (`reclaimed_from_token`) — and an attempts row is
--- written only when a grant ends any other way than by its own completion: a failure, a release, an expiry taken
--- over by a claim or ended by the sweep, a cancel, a retirement, a stale write refused while the grant was still
--- the step's. The `run_attempts` view shows both, so describe(), `runs show` and the timelines list every attempt
--- as before; the `run_events` view reads `attempt:claimed` off it. Turns keep their rows (a run's next turn
--- overwrites its turn grant).
+-- granted (`granted_until`) and the token a reclaim took over (`reclaimed_from_token`) — and a row is written only
+-- when a grant ends any other way than by its own completion: a failure, a release, an expiry taken over by a claim
+-- or ended by the sweep, a cancel, a retirement, a stale write refused while the grant was still the step's. Those
+-- rows, and every turn's (a run's next turn overwrites its turn grant), live in `attempt_records`, the table renamed;
+-- `attempts` becomes the view of every attempt, so whoever read the table — describe(), `runs show`, the
+-- `run_events` view, an operator's query — reads the same attempts as before.
+ALTER TABLE "palisade"."attempts" RENAME TO "attempt_records";--> statement-breakpoint
 ALTER TABLE "palisade"."steps" ADD COLUMN "claimed_at" timestamp with time zone;--> statement-breakpoint
 ALTER TABLE "palisade"."steps" ADD COLUMN "granted_until" timestamp with time zone;--> statement-breakpoint
 ALTER TABLE "palisade"."steps" ADD COLUMN "reclaimed_from_token" bigint;--> statement-breakpoint
@@ -15,20 +16,20 @@ ALTER TABLE "palisade"."steps" ADD COLUMN "reclaimed_from_token" bigint;--> stat
 -- record an ended grant by inserting its row) find them there. Every other attempts row stays as it was.
 UPDATE "palisade"."steps" s
    SET claimed_at = a.claimed_at, granted_until = a.granted_until, reclaimed_from_token = a.reclaimed_from_token
-  FROM "palisade"."attempts" a
+  FROM "palisade"."attempt_records" a
  WHERE a.fencing_token = s.fencing_token AND a.step_id = s.id AND a.kind = 'activity' AND a.outcome IS NULL;--> statement-breakpoint
-DELETE FROM "palisade"."attempts" a
+DELETE FROM "palisade"."attempt_records" a
  USING "palisade"."steps" s
  WHERE a.fencing_token = s.fencing_token AND a.step_id = s.id AND a.kind = 'activity' AND a.outcome IS NULL
    AND s.claimed_at IS NOT NULL;--> statement-breakpoint
--- Every attempt of every run: the stored rows (turns; activity attempts that ended other than by their own
--- completion; those recorded before this migration), and the current grant of each activity step that a claim made
+-- Every attempt of every run: the rows of attempt_records (turns; activity attempts that ended other than by their
+-- own completion; those recorded before this migration), and the current grant of each activity step that a claim made
 -- and no row records — open while the step runs, `completed` once its own completion ended it (`ended_nonce`). `id`
 -- is null for a grant read off its step; the fencing token orders a run's attempts as their grants were made.
-CREATE VIEW "palisade"."run_attempts" AS
+CREATE VIEW "palisade"."attempts" AS
 SELECT a.id, a.run_id, a.step_id, a.kind, a.attempt, a.epoch, a.fencing_token, a.nonce, a.worker_id, a.claimed_at,
        a.reclaimed_from_token, a.granted_until, a.ended_at, a.outcome, a.error
-  FROM "palisade"."attempts" a
+  FROM "palisade"."attempt_records" a
 UNION ALL
 SELECT NULL::bigint, s.run_id, s.id, 'activity', s.attempt, s.epoch, s.fencing_token, s.nonce, s.worker_id,
        s.claimed_at, s.reclaimed_from_token, s.granted_until,
@@ -37,9 +38,9 @@ SELECT NULL::bigint, s.run_id, s.id, 'activity', s.attempt, s.epoch, s.fencing_t
        NULL::jsonb
   FROM "palisade"."steps" s
  WHERE s.claimed_at IS NOT NULL
-   AND NOT EXISTS (SELECT 1 FROM "palisade"."attempts" x WHERE x.fencing_token = s.fencing_token);--> statement-breakpoint
+   AND NOT EXISTS (SELECT 1 FROM "palisade"."attempt_records" x WHERE x.fencing_token = s.fencing_token);--> statement-breakpoint
 DROP VIEW "palisade"."run_events";--> statement-breakpoint
--- As in migration 0023, but `attempt:claimed` read off `run_attempts` (its id and order: the claim's token, which
+-- As in migration 0023, but `attempt:claimed` read off the `attempts` view (its id and order: the claim's token, which
 -- orders claims as the attempts row's id did; a claim event's id was `claim:<attempts id>` before this migration).
 CREATE VIEW "palisade"."run_events" AS
 SELECT e.id::text AS id, e.run_id, e.step_id, e.type, e.attempt, e.epoch, e.fencing_token, e.worker_id, e.data,
@@ -84,9 +85,9 @@ SELECT 'claim:' || a.fencing_token::text, a.run_id, a.step_id, 'attempt:claimed'
          'reclaimedFromToken', a.reclaimed_from_token::text,
          'previousAttemptEnded', prev.outcome),
        false, a.claimed_at, 2, a.fencing_token
-  FROM "palisade"."run_attempts" a
+  FROM "palisade"."attempts" a
   JOIN "palisade"."steps" s ON s.id = a.step_id
-  LEFT JOIN "palisade"."attempts" prev ON prev.fencing_token = a.reclaimed_from_token
+  LEFT JOIN "palisade"."attempt_records" prev ON prev.fencing_token = a.reclaimed_from_token
  WHERE a.kind = 'activity'
 UNION ALL
 SELECT 'completed:' || s.id::text, s.run_id, s.id, 'step:completed', s.attempt, s.epoch, s.fencing_token,

@@ -75,7 +75,7 @@ export interface ClaimedStepRow {
  * deadline (start-to-close) and a lease from the DB clock capped by that deadline, both read off the step's
  * `policies` row (a primary-key read, no lock; its attempts budget is the step's own `max_attempts`). The grant is
  * recorded on the step row only (`claimed_at`, `granted_until`, `reclaimed_from_token`: the attempt and its
- * `attempt:claimed` event are read off it by the `run_attempts` and `run_events` views, migration 0029); the same
+ * `attempt:claimed` event are read off it by the `attempts` and `run_events` views, migration 0029); the same
  * statement records a reclaimed attempt's end in an `attempts` row, `lease_expired` or `timed_out`. A standalone run's row is not written: it reads as `running` off its step (see job-run.ts),
  * so after its insert a job's run row is written once, by the statement that ends it; its input is read off the
  * run ({@link stepInputSql}). The grant's clock is read once the picked rows are locked; the lease, the attempt

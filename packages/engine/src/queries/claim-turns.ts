@@ -166,11 +166,11 @@ export async function claimTurns(
                 p.ran_last_turn,
                 p.ran_last_turn AND p.locked_xmin = (SELECT s.xmin::text FROM ${n.runs} s WHERE s.id = p.id) AS sticky),
     ended_turns AS (
-      UPDATE ${n.attempts} a SET outcome = 'lease_expired', ended_at = (SELECT t FROM grant_clock)
+      UPDATE ${n.attemptRecords} a SET outcome = 'lease_expired', ended_at = (SELECT t FROM grant_clock)
         FROM claimed c WHERE a.fencing_token = c.prev_token AND a.outcome IS NULL
       RETURNING 1),
     new_attempts AS (
-      INSERT INTO ${n.attempts} (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at)
+      INSERT INTO ${n.attemptRecords} (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at)
       SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, ${p.workerId}, (SELECT t FROM grant_clock) FROM claimed
       RETURNING 1),
     ${flowKeysBumped(n, sql`(SELECT id FROM claimed)`)},

@@ -151,7 +151,7 @@ export async function releaseTurn(db: Database, n: SchemaNames, ref: TurnRef): P
          AND turn_lease_expires_at > (SELECT now_at FROM lock_clock)
       RETURNING id, queue),
     a AS (
-      UPDATE ${n.attempts} SET outcome = 'released', ended_at = ${n.now}
+      UPDATE ${n.attemptRecords} SET outcome = 'released', ended_at = ${n.now}
        WHERE fencing_token = ${ref.token.toString()}::bigint AND EXISTS (SELECT 1 FROM r)
       RETURNING 1)
     SELECT id::text, pg_notify(${n.channel}, 'turn:' || queue), (SELECT count(*) FROM a) FROM r`);
@@ -176,7 +176,7 @@ async function rejectTurn(db: Database, n: SchemaNames, ref: TurnRef): Promise<n
         FROM cur
       RETURNING data),
     a AS (
-      UPDATE ${n.attempts} SET outcome = coalesce(outcome, 'rejected_stale'), ended_at = coalesce(ended_at, ${n.now})
+      UPDATE ${n.attemptRecords} SET outcome = coalesce(outcome, 'rejected_stale'), ended_at = coalesce(ended_at, ${n.now})
        WHERE fencing_token = ${token}::bigint
       RETURNING 1)
     SELECT (SELECT turn_token::text FROM cur) AS current_token, coalesce((SELECT data->>'reason' FROM ev), 'run not found') AS reason,

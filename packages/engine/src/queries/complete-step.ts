@@ -135,11 +135,11 @@ export async function completeSteps(
                 coalesce(e.ran_last_turn AND e.locked_xmin = (SELECT x.xmin::text FROM ${n.runs} x WHERE x.id = r.id), false)
                   AS sticky),
     ended_turns AS (
-      UPDATE ${n.attempts} a SET outcome = 'lease_expired', ended_at = ${lockNow}
+      UPDATE ${n.attemptRecords} a SET outcome = 'lease_expired', ended_at = ${lockNow}
         FROM woken_run w WHERE w.eager AND a.fencing_token = w.prev_token AND a.outcome IS NULL
       RETURNING 1),
     turn_attempts AS (
-      INSERT INTO ${n.attempts} (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at)
+      INSERT INTO ${n.attemptRecords} (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at)
       SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, ${eager.workerId}, ${lockNow}
         FROM woken_run WHERE eager
       RETURNING 1),

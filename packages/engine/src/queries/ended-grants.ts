@@ -37,7 +37,7 @@ export function recordEndedGrants(
   },
 ): SQL {
   return sql`${sql.raw(p.name)} AS (
-      INSERT INTO ${n.attempts} (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
+      INSERT INTO ${n.attemptRecords} (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
                                  reclaimed_from_token, granted_until, outcome, ended_at, error)
       SELECT g.run_id, g.id, 'activity', ${p.attempt ?? sql`g.attempt`}, g.epoch, g.fencing_token, g.nonce,
              g.worker_id, g.claimed_at, g.reclaimed_from_token, g.granted_until, ${p.outcome}, ${p.endedAt},

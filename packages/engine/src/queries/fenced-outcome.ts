@@ -1,6 +1,5 @@
 import { sql, type SQL } from 'drizzle-orm';
 import { LeaseLostError, type FencedOperation } from '@palisade/sdk';
-import { recordEndedGrants } from './ended-grants.js';
 import type { SchemaNames } from './schema-names.js';
 
 /**
@@ -45,7 +44,7 @@ export function staleReason(n: SchemaNames, cur: string, staleToken: SQL): SQL {
   return sql`CASE WHEN ${c}.retired_at IS NOT NULL THEN 'retired'
                   WHEN ${c}.fencing_token IS DISTINCT FROM ${staleToken} THEN
                     CASE WHEN ${c}.claimed_at IS NOT NULL
-                              OR EXISTS (SELECT 1 FROM ${n.attempts} x WHERE x.fencing_token = ${c}.fencing_token)
+                              OR EXISTS (SELECT 1 FROM ${n.attemptRecords} x WHERE x.fencing_token = ${c}.fencing_token)
                          THEN 'superseded' ELSE 'expired' END
                   WHEN ${c}.status = 'cancelled' THEN 'cancelled'
                   WHEN ${c}.status = 'scheduled' THEN 'superseded'
@@ -129,9 +128,9 @@ export const runLockCte = (n: SchemaNames): SQL => sql`run_lock AS MATERIALIZED 
  * read the step's latest committed version as `cur` (after the run lock; the lock waits for a concurrent claim to
  * commit, so the current token is the real one), and — unless `replayWhen` (over `cur`, with the input's
  * `stale_token` and `stale_nonce`) says the write already happened (an idempotent retry after an unknown commit
- * outcome) — record an `attempt:stale-rejected` event with the {@link staleReason}, end the stale attempt as
- * `rejected_stale` unless something else already ended it (its row, or the step's grant it still is: a new row),
- * and note that the holder was told ({@link toldCte}),
+ * outcome) — record an `attempt:stale-rejected` event with the {@link staleReason}, end the stale attempt's
+ * row as `rejected_stale` if it has one still open (a grant recorded before migration 0029; since then an attempt
+ * that is still its step's grant has no row, and keeps it open until a claim or the expiry sweep ends it), and note that the holder was told ({@link toldCte}),
  * all in the same statement as the write (invariant 2: never a silent no-op). Each row is judged on its own: a
  * stale row never fails its neighbours. A batch holds at most one row per step.
  */
@@ -155,24 +154,14 @@ export function rejectionCtes(n: SchemaNames, p: { operation: FencedOperation; r
              'currentToken', cur.fencing_token::text,
              'reason', ${staleReason(n, 'cur', sql`cur.stale_token`)}),
            ${n.now}
-      FROM cur LEFT JOIN ${n.attempts} a ON a.fencing_token = cur.stale_token
+      FROM cur LEFT JOIN ${n.attemptRecords} a ON a.fencing_token = cur.stale_token
      WHERE cur.id NOT IN (SELECT id FROM replayed)
     RETURNING step_id, fencing_token, data),
   ${toldCte(n, 'cur', sql`cur.stale_token`, sql`cur.id NOT IN (SELECT id FROM replayed) AND cur.ended_nonce IS DISTINCT FROM cur.stale_nonce`)},
   rej_attempt AS (
-    UPDATE ${n.attempts} SET outcome = coalesce(outcome, 'rejected_stale'), ended_at = coalesce(ended_at, ${n.now})
+    UPDATE ${n.attemptRecords} SET outcome = coalesce(outcome, 'rejected_stale'), ended_at = coalesce(ended_at, ${n.now})
      WHERE fencing_token IN (SELECT fencing_token FROM rej)
-    RETURNING 1),
-  -- The refused attempt still the step's grant and still open (its lease ran out, no claim took it over yet): its
-  -- row, as no row records it (migration 0029).
-  ${recordEndedGrants(n, {
-    name: 'rej_grant',
-    from: sql`(SELECT * FROM cur WHERE cur.fencing_token = cur.stale_token
-                AND cur.id IN (SELECT step_id FROM rej WHERE rej.fencing_token = cur.stale_token))`,
-    outcome: sql`'rejected_stale'`,
-    endedAt: n.now,
-    onlyOpen: true,
-  })}`;
+    RETURNING 1)`;
 }
 
 /**

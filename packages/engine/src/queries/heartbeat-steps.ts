@@ -1,6 +1,5 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
-import { recordEndedGrants } from './ended-grants.js';
 import { staleAttempt, staleReason, toldCte } from './fenced-outcome.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 
@@ -106,24 +105,15 @@ export async function heartbeatSteps(
                                 'currentToken', cur.fencing_token::text,
                                 'reason', ${staleReason(n, 'cur', sql`cur.stale_token`)}),
              ${n.now}
-        FROM cur LEFT JOIN ${n.attempts} a ON a.fencing_token = cur.stale_token
+        FROM cur LEFT JOIN ${n.attemptRecords} a ON a.fencing_token = cur.stale_token
        WHERE NOT cur.self_ended
       RETURNING step_id, fencing_token, data),
     ${toldCte(n, 'cur', sql`cur.stale_token`, sql`NOT cur.self_ended`)},
     rej_attempts AS (
-      UPDATE ${n.attempts} a SET outcome = coalesce(a.outcome, 'rejected_stale'), ended_at = coalesce(a.ended_at, ${n.now})
+      UPDATE ${n.attemptRecords} a SET outcome = coalesce(a.outcome, 'rejected_stale'), ended_at = coalesce(a.ended_at, ${n.now})
         FROM lost WHERE a.fencing_token = lost.token
          AND NOT EXISTS (SELECT 1 FROM cur WHERE cur.id = lost.id AND cur.stale_token = lost.token AND cur.self_ended)
-      RETURNING 1),
-    -- The refused attempt still the step's open grant (its lease ran out, no claim took it over): its row, as no
-    -- row records it (migration 0029).
-    ${recordEndedGrants(n, {
-      name: 'rej_grant',
-      from: sql`(SELECT * FROM cur WHERE cur.fencing_token = cur.stale_token AND NOT cur.self_ended)`,
-      outcome: sql`'rejected_stale'`,
-      endedAt: n.now,
-      onlyOpen: true,
-    })}
+      RETURNING 1)
     SELECT r.id::text, r.fencing_token::text AS token, true AS renewed, r.remaining_ms, r.lease_capped, r.cancel_requested, NULL AS current_token,
            NULL AS reason, (SELECT count(*) FROM told) AS told
       FROM renewed r

@@ -104,7 +104,7 @@ export async function insertWorkflowRuns(
         FROM r WHERE NOT (SELECT now FROM due)
       RETURNING 1),
     turn_attempts AS (
-      INSERT INTO ${n.attempts} (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at)
+      INSERT INTO ${n.attemptRecords} (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at)
       SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, ${eager.workerId}, ${now}
         FROM r WHERE turn_token IS NOT NULL
       RETURNING 1),

@@ -101,7 +101,7 @@ export async function pruneRunBatch(
        WHERE e.run_id = ANY((SELECT ids FROM batch)::uuid[]) AND (SELECT n FROM step_locks) >= 0
       RETURNING 1),
     gone_attempts AS (
-      DELETE FROM ${n.attempts} a
+      DELETE FROM ${n.attemptRecords} a
        WHERE a.run_id = ANY((SELECT ids FROM batch)::uuid[]) AND (SELECT n FROM step_locks) >= 0
       RETURNING 1),
     -- A run's signals go with it (not counted: the counts are the history a run show lists).
@@ -114,7 +114,7 @@ export async function pruneRunBatch(
       DELETE FROM ${n.steps} s
        WHERE s.run_id = ANY((SELECT ids FROM batch)::uuid[]) AND (SELECT n FROM step_locks) >= 0
       RETURNING s.claimed_at IS NOT NULL
-                AND NOT EXISTS (SELECT 1 FROM ${n.attempts} x WHERE x.fencing_token = s.fencing_token) AS grant_gone),
+                AND NOT EXISTS (SELECT 1 FROM ${n.attemptRecords} x WHERE x.fencing_token = s.fencing_token) AS grant_gone),
     gone_runs AS (
       DELETE FROM ${n.runs} r
        WHERE r.id = ANY((SELECT ids FROM batch)::uuid[]) AND (SELECT n FROM step_locks) >= 0
@@ -151,7 +151,7 @@ export async function countPrunableRuns(
        WHERE id NOT IN (SELECT parent_run_id FROM kept_below WHERE parent_run_id IS NOT NULL))
     SELECT (SELECT count(*) FROM prunable)::int AS runs,
            (SELECT count(*) FROM ${n.steps} WHERE run_id IN (SELECT id FROM prunable))::int AS steps,
-           (SELECT count(*) FROM ${n.runAttempts} WHERE run_id IN (SELECT id FROM prunable))::int AS attempts,
+           (SELECT count(*) FROM ${n.attempts} WHERE run_id IN (SELECT id FROM prunable))::int AS attempts,
            (SELECT count(*) FROM ${n.events} WHERE run_id IN (SELECT id FROM prunable))::int AS events`);
   return counts(rows[0]);
 }

@@ -171,7 +171,7 @@ export async function readRunHistory(
       SELECT step_id::text, kind, attempt, epoch, fencing_token::text AS token, worker_id,
              ${ts('claimed_at')} AS claimed_at, ${ts('ended_at')} AS ended_at, outcome,
              (extract(epoch FROM (ended_at - claimed_at)) * 1000)::float8 AS duration_ms
-        FROM ${n.runAttempts} WHERE run_id = ${runId}::uuid ORDER BY fencing_token`),
+        FROM ${n.attempts} WHERE run_id = ${runId}::uuid ORDER BY fencing_token`),
     db.rows<EventRow>(sql`
       SELECT id, step_id::text, type, attempt, epoch, fencing_token::text AS token, worker_id, data, ${ts('at')} AS at
         FROM ${n.runEvents} e WHERE e.run_id = ${runId}::uuid ORDER BY e.at, e.rank, e.ord`),

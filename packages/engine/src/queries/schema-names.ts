@@ -17,15 +17,16 @@ export interface SchemaNames {
   /** The claimable workflow turns, kept by triggers on `runs` (migration 0025). */
   readonly turnQueue: SQL;
   /**
-   * Attempts recorded as rows: every turn's, and an activity's that ended other than by its own completion
-   * (migration 0029). {@link runAttempts} shows every attempt.
+   * Attempts recorded as rows (the table `attempt_records`, named `attempts` before migration 0029): every turn's,
+   * and an activity's that ended other than by its own completion. {@link attempts} shows every attempt; write here.
+   */
+  readonly attemptRecords: SQL;
+  /**
+   * Every attempt of every run (a view, migration 0029): `attempt_records` plus each activity step's current grant
+   * that no row records, read off the step; `id` is null for those. Read-only; order a run's attempts by
+   * `fencing_token`.
    */
   readonly attempts: SQL;
-  /**
-   * Every attempt of every run: `attempts` plus each activity step's current grant that no row records, read off
-   * the step (migration 0029); `id` is null for those. Order a run's attempts by `fencing_token`.
-   */
-  readonly runAttempts: SQL;
   readonly events: SQL;
   /** The view of a run's history: stored events plus those read off runs, steps and attempts (migrations 0008, 0029). */
   readonly runEvents: SQL;
@@ -78,8 +79,8 @@ export function schemaNames(schema: string): SchemaNames {
     policies: t('policies'),
     ready: t('ready'),
     turnQueue: t('turn_queue'),
+    attemptRecords: t('attempt_records'),
     attempts: t('attempts'),
-    runAttempts: t('run_attempts'),
     events: t('events'),
     runEvents: t('run_events'),
     fences: t('fences'),

@@ -9,7 +9,7 @@ export const {
   runs,
   steps,
   turnQueue,
-  attempts,
+  attemptRecords,
   events,
   fences,
   signals,

@@ -18,13 +18,14 @@ import { oneOf, ts } from './columns.js';
 /**
  * A claim of a turn (one row per grant), or of an activity step that ended other than by its own completion: who
  * held which token, and how it ended. An activity's current grant, and one its completion ended, are read off its
- * step row instead (migration 0029); the `run_attempts` view shows every attempt. No foreign keys (migration
+ * step row instead; the `attempts` view shows every attempt (migration 0029, which renamed this table from
+ * `attempts`; its indexes and sequence keep their names). No foreign keys (migration
  * 0011): every row is inserted by the statement that has just locked and updated the step or run it names, and
  * pruning deletes a run's attempts itself.
  */
-export function attemptsTable(schema: PgSchema) {
+export function attemptRecordsTable(schema: PgSchema) {
   return schema.table(
-    'attempts',
+    'attempt_records',
     {
       id: bigserial('id', { mode: 'bigint' }).primaryKey(),
       runId: uuid('run_id').notNull(),

@@ -82,7 +82,7 @@ export function stepsTable(schema: PgSchema) {
        * The current grant, as its attempt shows (migration 0029): when a claim (or a turn's eager grant) made it, the
        * lease it granted before any heartbeat, and the token of the expired attempt it took over. `claimed_at` is
        * null when the step's token was not a claim's (never claimed; bumped by the expiry sweep). The grant's
-       * attempts row is written only when it ends other than by its own completion; until then the `run_attempts`
+       * attempts row is written only when it ends other than by its own completion; until then the `attempts`
        * view reads the attempt off these columns and the ones above.
        */
       claimedAt: ts('claimed_at'),

@@ -1,7 +1,7 @@
 import { bigint, boolean, index, pgSchema, type PgSchema, text, timestamp, uuid } from 'drizzle-orm/pg-core';
 import { sql } from 'drizzle-orm';
 import { ts } from './columns.js';
-import { attemptsTable, eventsTable, signalsTable } from './history-tables.js';
+import { attemptRecordsTable, eventsTable, signalsTable } from './history-tables.js';
 import { policiesTable } from './policies-table.js';
 import { readyRingTable, readyTable } from './ready-table.js';
 import { runsTable } from './runs-table.js';
@@ -93,7 +93,7 @@ export function defineTables(schemaName: string) {
     ready: readyTable(schema),
     readyRing: readyRingTable(schema),
     turnQueue: turnQueueTable(schema),
-    attempts: attemptsTable(schema),
+    attemptRecords: attemptRecordsTable(schema),
     events: eventsTable(schema),
     fences: fencesTable(schema),
     signals: signalsTable(schema),

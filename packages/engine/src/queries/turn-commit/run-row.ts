@@ -85,10 +85,10 @@ export function runRowCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
     turn_attempt AS (${
       grant.kind === 'claimed'
         ? sql`
-      UPDATE ${n.attempts} SET outcome = ${turnOutcome}, ended_at = (SELECT t FROM clock)
+      UPDATE ${n.attemptRecords} SET outcome = ${turnOutcome}, ended_at = (SELECT t FROM clock)
        WHERE fencing_token = ${grant.ref.token.toString()}::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)`
         : sql`
-      INSERT INTO ${n.attempts} (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at, outcome,
+      INSERT INTO ${n.attemptRecords} (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at, outcome,
                                  ended_at)
       SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, ${grant.fused.workerId}, (SELECT t FROM clock),
              ${turnOutcome}, (SELECT t FROM clock)

@@ -349,7 +349,7 @@
                 r.cancel_reason, r.turn_token, r.turn_nonce, r.turn_epoch, r.turn_attempt,
                 r.parent_step_id, r.concurrency_key),
     turn_attempt AS (
-      INSERT INTO "palisade"."attempts" (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at, outcome,
+      INSERT INTO "palisade"."attempt_records" (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at, outcome,
                                  ended_at)
       SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, $55, (SELECT t FROM clock),
              'completed', (SELECT t FROM clock)
@@ -367,7 +367,7 @@
              s.claimed_at, s.reclaimed_from_token, s.granted_until, s.ended_nonce, l.status AS prev_status, s.kind,
                 s.input->>'runId' AS child_run_id, s.input->>'cancellation' AS cancellation),
     leftover_attempts AS (
-      INSERT INTO "palisade"."attempts" (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
+      INSERT INTO "palisade"."attempt_records" (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
                                  reclaimed_from_token, granted_until, outcome, ended_at, error)
       SELECT g.run_id, g.id, 'activity', g.attempt, g.epoch, g.fencing_token, g.nonce,
              g.worker_id, g.claimed_at, g.reclaimed_from_token, g.granted_until, 'cancelled', (SELECT t FROM clock),
