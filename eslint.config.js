@@ -11,6 +11,8 @@ export default tseslint.config(
       '**/.palisade/**',
       '**/migrations/**',
       '**/vendor/**',
+      // Where the README's API section says to try code inside this repository: not part of any package.
+      'packages/examples/scratch/**',
       'eslint.config.js',
       'eslint.layers.js',
     ],
