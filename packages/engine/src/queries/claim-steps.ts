@@ -1,6 +1,6 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
-import { recordEndedGrants } from './ended-grants.js';
+import { previousGrantColumns, recordReplacedGrants } from './ended-grants.js';
 import { nextDueMsSql } from './next-due-step.js';
 import {
   admitted,
@@ -115,12 +115,9 @@ export async function claimSteps(
     -- Their steps, locked SKIP LOCKED, and eligibility re-checked on the locked (newest) version of the step row:
     -- ready is scheduling state only.
     picked AS (
-      SELECT s.id, s.status AS prev_status, s.fencing_token AS prev_token, s.lease_expires_at AS prev_lease_expires_at,
-             s.attempt_deadline_at AS prev_deadline_at, s.attempt AS prev_attempt,
+      SELECT s.id, s.status AS prev_status,
              -- The grant a reclaim takes over, for the attempts row that records how it ended (migration 0029).
-             s.epoch AS prev_epoch, s.nonce AS prev_nonce, s.worker_id AS prev_worker_id,
-             s.claimed_at AS prev_claimed_at, s.reclaimed_from_token AS prev_reclaimed_from_token,
-             s.granted_until AS prev_granted_until, s.ended_nonce AS prev_ended_nonce,
+             ${previousGrantColumns('s')},
              s.run_id,
              CASE WHEN s.attempt + 1 >= ${maxAttempts} THEN 0
                   ELSE ${n.retryDelayMs}(pol.retry_policy, s.attempt + 1) END AS reclaim_delay_ms,
@@ -170,22 +167,10 @@ export async function claimSteps(
          AND (s.status = 'scheduled' OR (s.status = 'running' AND s.lease_expires_at <= (SELECT t FROM grant_clock)))
       RETURNING s.id, s.run_id, s.seq, s.name, s.queue, s.input, s.attempt, s.epoch, s.fencing_token, s.nonce,
                 p.lease_ms, p.start_to_close_timeout_ms, p.retry_policy, s.heartbeat_details, s.lease_expires_at,
-                s.fencing_scope, p.prev_status, p.prev_token, p.prev_lease_expires_at, p.prev_deadline_at,
-                p.prev_attempt, p.prev_epoch, p.prev_nonce, p.prev_worker_id, p.prev_claimed_at,
-                p.prev_reclaimed_from_token, p.prev_granted_until, p.prev_ended_nonce),
+                s.fencing_scope, p.prev_token),
     -- A reclaimed attempt ended when its lease did (or its start-to-close timeout): its row, copied from the grant
     -- it held (the new grant's attempt is read off the step until it ends: migration 0029).
-    ${recordEndedGrants(n, {
-      name: 'ended_attempts',
-      from: sql`(SELECT c.run_id, c.id, c.prev_attempt AS attempt, c.prev_epoch AS epoch, c.prev_token AS fencing_token,
-                        c.prev_nonce AS nonce, c.prev_worker_id AS worker_id, c.prev_claimed_at AS claimed_at,
-                        c.prev_reclaimed_from_token AS reclaimed_from_token, c.prev_granted_until AS granted_until,
-                        c.prev_ended_nonce AS ended_nonce, c.prev_lease_expires_at, c.prev_deadline_at
-                   FROM claimed c WHERE c.prev_status = 'running')`,
-      outcome: sql`CASE WHEN g.prev_lease_expires_at >= g.prev_deadline_at THEN 'timed_out' ELSE 'lease_expired' END`,
-      endedAt: sql`g.prev_lease_expires_at`,
-      onlyOpen: true,
-    })},
+    ${recordReplacedGrants(n, { name: 'ended_attempts', picked: 'picked', replaced: 'claimed', where: sql`p.prev_status = 'running'` })},
     ${flowKeysBumped(n, sql`(SELECT id FROM claimed)`)},
     -- A rate-limited step over its limit is due again when its window has room: it leaves the scan until then.
     rate_deferred AS (

@@ -14,6 +14,46 @@ export function grantColumns(alias: string): SQL {
 }
 
 /**
+ * The grant of step alias `alias` under `prev_` names — attempt, epoch, token (`prev_token`), nonce, worker, claim
+ * time, the token it took over, its granted lease, `ended_nonce`, its lease's end and its deadline
+ * (`prev_deadline_at`) — for a statement that replaces a step's grant (a claim taking over an expired lease, the
+ * expiry sweep) and records the one it ended with {@link recordReplacedGrants}. For the `SELECT` list of the
+ * statement's locking read.
+ */
+export function previousGrantColumns(alias: string): SQL {
+  const a = sql.raw(alias);
+  return sql`${a}.attempt AS prev_attempt, ${a}.epoch AS prev_epoch, ${a}.fencing_token AS prev_token,
+             ${a}.nonce AS prev_nonce, ${a}.worker_id AS prev_worker_id, ${a}.claimed_at AS prev_claimed_at,
+             ${a}.reclaimed_from_token AS prev_reclaimed_from_token, ${a}.granted_until AS prev_granted_until,
+             ${a}.ended_nonce AS prev_ended_nonce, ${a}.lease_expires_at AS prev_lease_expires_at,
+             ${a}.attempt_deadline_at AS prev_deadline_at`;
+}
+
+/**
+ * The CTE `name` that records the expired grants a statement replaced: of the rows of CTE `picked` (its locking
+ * read, with `run_id`, `id` and the {@link previousGrantColumns}) whose step CTE `replaced` wrote (it returns `id`)
+ * and that `where` (over `p`) admits, the grant each held, ended when its lease did — `timed_out` when the lease
+ * had reached the attempt's deadline, else `lease_expired`. Ends without a comma.
+ */
+export function recordReplacedGrants(
+  n: SchemaNames,
+  p: { readonly name: string; readonly picked: string; readonly replaced: string; readonly where?: SQL },
+): SQL {
+  return recordEndedGrants(n, {
+    name: p.name,
+    from: sql`(SELECT p.run_id, p.id, p.prev_attempt AS attempt, p.prev_epoch AS epoch, p.prev_token AS fencing_token,
+                      p.prev_nonce AS nonce, p.prev_worker_id AS worker_id, p.prev_claimed_at AS claimed_at,
+                      p.prev_reclaimed_from_token AS reclaimed_from_token, p.prev_granted_until AS granted_until,
+                      p.prev_ended_nonce AS ended_nonce, p.prev_lease_expires_at, p.prev_deadline_at
+                 FROM ${sql.raw(p.picked)} p
+                WHERE p.id IN (SELECT id FROM ${sql.raw(p.replaced)})${p.where ? sql` AND (${p.where})` : sql``})`,
+    outcome: sql`CASE WHEN g.prev_lease_expires_at >= g.prev_deadline_at THEN 'timed_out' ELSE 'lease_expired' END`,
+    endedAt: sql`g.prev_lease_expires_at`,
+    onlyOpen: true,
+  });
+}
+
+/**
  * The CTE `name` that records how activity grants ended other than by their own completion (migration 0029): one
  * `attempts` row per row of `from` (alias `g`, with the {@link grantColumns}) whose grant a claim made
  * (`claimed_at` set), copying that grant, with `outcome`, `ended_at` and `error` (SQL over `g`; `attempt`

@@ -1,7 +1,7 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { endedRunItems, notifyOnce } from './notify.js';
-import { recordEndedGrants } from './ended-grants.js';
+import { previousGrantColumns, recordReplacedGrants } from './ended-grants.js';
 import type { SchemaNames } from './schema-names.js';
 import { liveRunStatuses } from './status-sql.js';
 import type { UnsuccessfulStatus } from '../turn/state-machine.js';
@@ -32,11 +32,9 @@ export async function expireSteps(db: Database, n: SchemaNames, limit = 100): Pr
   return db.rows<ExpiredStepRow>(sql`
     WITH clock AS MATERIALIZED (SELECT ${n.now} AS t),
     picked AS (
-      SELECT s.id, s.run_id, s.fencing_token AS prev_token, s.lease_expires_at AS prev_lease_expires_at,
+      SELECT s.id, s.run_id,
              -- The grant it ends, for its attempts row (migration 0029).
-             s.epoch AS prev_epoch, s.nonce AS prev_nonce, s.worker_id AS prev_worker_id,
-             s.claimed_at AS prev_claimed_at, s.reclaimed_from_token AS prev_reclaimed_from_token,
-             s.granted_until AS prev_granted_until, s.ended_nonce AS prev_ended_nonce,
+             ${previousGrantColumns('s')},
              s.lease_expires_at >= s.attempt_deadline_at AS timed_out,
              s.cancel_requested_at IS NOT NULL AS cancel_requested, ${maxAttempts} AS max_attempts
         FROM ${n.steps} s
@@ -73,19 +71,8 @@ export async function expireSteps(db: Database, n: SchemaNames, limit = 100): Pr
         FROM picked p
        WHERE s.id = p.id AND p.run_id IN (SELECT id FROM run_locks)
          AND s.status = 'running' AND s.lease_expires_at <= ${n.now}
-      RETURNING s.id, s.run_id, s.status, s.error, s.attempt, s.epoch, p.prev_token, p.prev_lease_expires_at, p.timed_out,
-                p.prev_epoch, p.prev_nonce, p.prev_worker_id, p.prev_claimed_at, p.prev_reclaimed_from_token,
-                p.prev_granted_until, p.prev_ended_nonce),
-    ${recordEndedGrants(n, {
-      name: 'ended_attempts',
-      from: sql`(SELECT e.run_id, e.id, e.attempt, e.prev_epoch AS epoch, e.prev_token AS fencing_token,
-                        e.prev_nonce AS nonce, e.prev_worker_id AS worker_id, e.prev_claimed_at AS claimed_at,
-                        e.prev_reclaimed_from_token AS reclaimed_from_token, e.prev_granted_until AS granted_until,
-                        e.prev_ended_nonce AS ended_nonce, e.timed_out, e.prev_lease_expires_at FROM ended e)`,
-      outcome: sql`CASE WHEN g.timed_out THEN 'timed_out' ELSE 'lease_expired' END`,
-      endedAt: sql`g.prev_lease_expires_at`,
-      onlyOpen: true,
-    })},
+      RETURNING s.id, s.run_id, s.status, s.error, s.attempt, s.epoch, p.prev_token),
+    ${recordReplacedGrants(n, { name: 'ended_attempts', picked: 'picked', replaced: 'ended' })},
     step_events AS (
       INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
       SELECT run_id, id, 'step:' || status, attempt, epoch, prev_token, jsonb_build_object('error', error), true, ${n.now}

@@ -137,8 +137,8 @@ export const runLockCte = (n: SchemaNames): SQL => sql`run_lock AS MATERIALIZED 
 export function rejectionCtes(n: SchemaNames, p: { operation: FencedOperation; replayWhen?: SQL }): SQL {
   return sql`
   cur AS (
-    SELECT s.id, s.run_id, s.fencing_token, s.status, s.ended_nonce, s.retired_at, s.attempt, s.epoch, s.nonce,
-           s.worker_id, s.claimed_at, s.reclaimed_from_token, s.granted_until,
+    SELECT s.id, s.run_id, s.fencing_token, s.status, s.ended_nonce, s.retired_at, s.attempt, s.epoch,
+           s.worker_id, s.claimed_at,
            i.token AS stale_token, i.nonce AS stale_nonce
       FROM inp i JOIN ${n.steps} s ON s.id = i.step_id
      WHERE i.step_id NOT IN (SELECT id FROM applied) AND s.id IN (SELECT id FROM step_lock)

@@ -67,8 +67,8 @@ export async function heartbeatSteps(
       SELECT * FROM jsonb_to_recordset(${payload}::jsonb)
         AS x(id uuid, token bigint, nonce uuid, has_details boolean, details jsonb)),
     locked AS MATERIALIZED (
-      SELECT s.id, s.run_id, s.fencing_token, s.status, s.ended_nonce, s.retired_at, s.attempt, s.epoch, s.nonce,
-             s.worker_id, s.claimed_at, s.reclaimed_from_token, s.granted_until,
+      SELECT s.id, s.run_id, s.fencing_token, s.status, s.ended_nonce, s.retired_at, s.attempt, s.epoch,
+             s.worker_id, s.claimed_at,
              (SELECT pol.lease_ms FROM ${n.policies} pol WHERE pol.id = s.policy_id) AS lease_ms
         FROM ${n.steps} s WHERE s.id IN (SELECT id FROM hb)
        ORDER BY s.id
@@ -94,8 +94,8 @@ export async function heartbeatSteps(
        WHERE NOT EXISTS (SELECT 1 FROM renewed r WHERE r.id = hb.id AND r.fencing_token = hb.token)),
     cur AS (
       SELECT l.id, l.run_id, l.fencing_token, l.status, l.retired_at, lost.token AS stale_token,
-             l.ended_nonce IS NOT DISTINCT FROM lost.nonce AS self_ended, l.attempt, l.epoch, l.nonce, l.worker_id,
-             l.claimed_at, l.reclaimed_from_token, l.granted_until, l.ended_nonce
+             l.ended_nonce IS NOT DISTINCT FROM lost.nonce AS self_ended, l.attempt, l.epoch, l.worker_id,
+             l.claimed_at
         FROM locked l JOIN lost ON lost.id = l.id),
     rej AS (
       INSERT INTO ${n.events} (run_id, step_id, type, attempt, epoch, fencing_token, worker_id, data, at)
