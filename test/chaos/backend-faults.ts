@@ -22,46 +22,73 @@ class RolledBack extends Error {}
 const GRANT_HOLD_KEY = 7_205_981_001;
 
 /**
+ * Install, once per scenario schema, what a `grants` hold ({@link lockRow}) needs: a table naming the runs whose
+ * grants are held, and a trigger on `steps` that makes a grant to a step of such a run wait on the admin's advisory
+ * lock. Call it in the scenario's setup, while no worker is stopped: creating a trigger takes a lock on `steps`
+ * that waits for every open transaction writing it — a worker frozen (SIGSTOP) inside one would hold it forever,
+ * and with it every later write to `steps` queued behind the DDL. A hold itself writes one row and no DDL.
+ */
+export async function installGrantHold(ctx: ScenarioContext): Promise<void> {
+  const q = `"${ctx.schema}"`;
+  await ctx.sql.unsafe(`CREATE TABLE IF NOT EXISTS ${q}.chaos_grant_holds (run_id uuid PRIMARY KEY)`);
+  await ctx.sql.unsafe(
+    `CREATE OR REPLACE FUNCTION ${q}.chaos_hold_grant() RETURNS trigger LANGUAGE plpgsql AS $$
+     BEGIN
+       IF EXISTS (SELECT 1 FROM ${q}.chaos_grant_holds WHERE run_id = NEW.run_id) THEN
+         PERFORM pg_advisory_xact_lock_shared(${GRANT_HOLD_KEY});
+       END IF;
+       RETURN NEW;
+     END $$`,
+  );
+  await ctx.sql.unsafe(`DROP TRIGGER IF EXISTS chaos_hold_grant ON ${q}.steps`);
+  await ctx.sql.unsafe(
+    `CREATE TRIGGER chaos_hold_grant BEFORE INSERT OR UPDATE OF fencing_token ON ${q}.steps FOR EACH ROW
+       WHEN (NEW.fencing_token IS NOT NULL) EXECUTE FUNCTION ${q}.chaos_hold_grant()`,
+  );
+}
+
+/**
  * Hold a lock in an admin transaction until `release()` is called: a row's, or (`table` 'grants') the next grant
  * of a token to a step of step `id`'s run — a claim of one of its steps, or a turn commit inserting one granted
- * eagerly — held in its statement, after that statement's own locks: a trigger on `steps` (made here, dropped at
- * release) waits in that statement for an advisory lock the admin transaction holds. (A claim never waits on a row
- * lock: it skips locked steps, so a wait inside its write is what holds it in flight. Before migration 0029 the
- * unique index entries of the next tokens did, on uncommitted attempt rows; no attempt row is written at a grant
- * now.)
+ * eagerly — held in its statement, after that statement's own locks: the trigger {@link installGrantHold} made
+ * (which must have run on this schema) waits in that statement for an advisory lock the admin transaction holds,
+ * for the runs named in its table. (A claim never waits on a row lock: it skips locked steps, so a wait inside its
+ * write is what holds it in flight. Before migration 0029 the unique index entries of the next tokens did, on
+ * uncommitted attempt rows; no attempt row is written at a grant now.)
+ * @throws when `table` is 'grants' and {@link installGrantHold} has not run on the schema, or step `id` is unknown.
  */
 export async function lockRow(
   ctx: ScenarioContext,
   table: 'runs' | 'steps' | 'grants',
   id: string,
 ): Promise<{ release(): Promise<void> }> {
+  const q = `"${ctx.schema}"`;
   let release!: () => void;
   const released = new Promise<void>((resolve) => (release = resolve));
   let locked!: () => void;
   const isLocked = new Promise<void>((resolve) => (locked = resolve));
+  let heldRun: string | undefined;
   const done = ctx.sql
     .begin(async (tx) => {
-      const q = `"${ctx.schema}"`;
       if (table === 'grants') {
+        const [installed] = await tx.unsafe<{ ok: boolean }[]>(
+          `SELECT to_regclass('${q}.chaos_grant_holds') IS NOT NULL AS ok`,
+        );
+        if (!installed?.ok) throw new Error(`lockRow grants: installGrantHold has not run on ${ctx.schema}`);
         await tx.unsafe(`SELECT pg_advisory_xact_lock(${GRANT_HOLD_KEY})`);
+        // Committed on its own (outside this transaction), so the worker's statements see it.
         const [step] = await ctx.sql.unsafe<{ run_id: string }[]>(
-          `SELECT run_id::text FROM ${q}.steps WHERE id = $1`,
+          `INSERT INTO ${q}.chaos_grant_holds (run_id) SELECT run_id FROM ${q}.steps WHERE id = $1
+           ON CONFLICT DO NOTHING RETURNING run_id::text`,
           [id],
         );
-        if (!step) throw new Error(`lockRow grants: no step ${id}`);
-        await ctx.sql.unsafe(
-          `CREATE OR REPLACE FUNCTION ${q}.chaos_hold_grant() RETURNS trigger LANGUAGE plpgsql AS $$
-           BEGIN PERFORM pg_advisory_xact_lock_shared(${GRANT_HOLD_KEY}); RETURN NEW; END $$`,
-        );
-        await ctx.sql.unsafe(`DROP TRIGGER IF EXISTS chaos_hold_grant ON ${q}.steps`);
-        await ctx.sql.unsafe(
-          `CREATE TRIGGER chaos_hold_grant BEFORE INSERT OR UPDATE OF fencing_token ON ${q}.steps FOR EACH ROW
-             WHEN (NEW.run_id = '${step.run_id}'::uuid AND NEW.fencing_token IS NOT NULL)
-             EXECUTE FUNCTION ${q}.chaos_hold_grant()`,
-        );
+        if (!step) throw new Error(`lockRow grants: no step ${id} (or its run is held already)`);
+        heldRun = step.run_id;
       } else await tx.unsafe(`SELECT 1 FROM ${q}.${table} WHERE id = $1 FOR UPDATE`, [id]);
       locked();
       await released;
+      if (heldRun !== undefined)
+        await ctx.sql.unsafe(`DELETE FROM ${q}.chaos_grant_holds WHERE run_id = $1`, [heldRun]);
       if (table === 'grants') throw new RolledBack();
     })
     .catch((error: unknown) => {
@@ -72,8 +99,6 @@ export async function lockRow(
     release: async () => {
       release();
       await done;
-      if (table === 'grants')
-        await ctx.sql.unsafe(`DROP TRIGGER IF EXISTS chaos_hold_grant ON "${ctx.schema}".steps`);
     },
   };
 }

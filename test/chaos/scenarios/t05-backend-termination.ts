@@ -3,9 +3,9 @@
  * sessions while a statement of A is in flight, for each operation kind:
  *
  * - `claim`: A is stopped (SIGSTOP), a run is enqueued, and an admin holds the next grant of a token to its step
- *   (../backend-faults.ts `lockRow('grants')`: a trigger that waits on the admin's advisory lock); A resumes, and
- *   its claim statement locks the step and waits there, in its grant — terminated there (a claim never waits on a
- *   row lock: it skips locked steps and runs);
+ *   (../backend-faults.ts `lockRow('grants')`: a trigger, installed in setup, that waits on the admin's advisory
+ *   lock); A resumes, and its claim statement locks the step and waits there, in its grant — terminated there (a
+ *   claim never waits on a row lock: it skips locked steps and runs);
  * - `heartbeat`: the step's row is locked while the activity runs; the lease renewal waits on it — terminated;
  * - `completion`: the run's row is locked while the activity runs; the completion (which ends the run too)
  *   waits on it — terminated;
@@ -21,7 +21,13 @@
  * ran more than once only when a fenced transaction's failure reached it (attempts per step are reported).
  */
 import type postgres from '@palisade/engine/postgres';
-import { COMPLETION_STATEMENT, lockRow, waitingBackend, withApplicationName } from '../backend-faults.js';
+import {
+  COMPLETION_STATEMENT,
+  installGrantHold,
+  lockRow,
+  waitingBackend,
+  withApplicationName,
+} from '../backend-faults.js';
 import { readGrants } from '../checker.js';
 import { defineScenario } from '../define-scenario.js';
 import type { ScenarioContext } from '../harness.js';
@@ -46,6 +52,8 @@ export const backendTermination = defineScenario('T5 backend termination', {
   description: 'pg_terminate_backend on A’s session mid-claim / heartbeat / completion / fenced transaction',
   iterations: { full: 16, ci: 4, variants: KINDS },
   async setup(ctx) {
+    // Before A can be frozen: the hold's trigger is DDL, which would wait on a transaction A froze in.
+    await installGrantHold(ctx);
     const a = await ctx.spawnWorker({
       databaseUrl: withApplicationName(ctx.databaseUrl, APPLICATION_NAME),
       workerId: 'a',

@@ -16,7 +16,12 @@
  * the terminated turn ended `lease_expired` and step k was granted eagerly after it / the completion was answered
  * `applied` exactly once after the termination, never recorded as stale, and A's next turn of the run was eager.
  */
-import { COMPLETION_STATEMENT, terminateWhileLocked, withApplicationName } from '../backend-faults.js';
+import {
+  COMPLETION_STATEMENT,
+  installGrantHold,
+  terminateWhileLocked,
+  withApplicationName,
+} from '../backend-faults.js';
 import { defineScenario } from '../define-scenario.js';
 import {
   FLOW_STEPS,
@@ -42,11 +47,13 @@ export const terminateEager = defineScenario('T22 backend termination in an eage
   description:
     'pg_terminate_backend on a turn commit that eagerly dispatches / a completion that eagerly claims a turn; nothing granted is lost',
   iterations: { full: 6, ci: 2, variants: VARIANTS },
-  setup: (ctx) =>
-    ctx.spawnWorker({
+  async setup(ctx) {
+    await installGrantHold(ctx);
+    return ctx.spawnWorker({
       databaseUrl: withApplicationName(ctx.databaseUrl, APPLICATION_NAME),
       workerId: 'a',
-    }),
+    });
+  },
   async iteration(ctx, { i, variant }, a) {
     const k = ctx.rng.int(1, FLOW_STEPS - 1);
     if (variant === 'turn-commit-dispatching') {
