@@ -4,7 +4,9 @@
  * `resource.write({ scope, token: 5n }, …)` (or `accept`) and is SIGSTOPped at one point of its transaction;
  * while it stays stopped the test's own write with a higher token on the same scope completes, and once A is
  * continued its write fails and none of its rows is committed. No timing is asserted: B completing while A is
- * stopped is the proof. A refused writer holds the row too, until it rolls back: so does one stopped there.
+ * stopped is the proof. A refused writer holds the row too, until it rolls back: so does one stopped there. One
+ * stopped in the middle of a statement is not idle to the server; the test's fence, configured as A's, waits as
+ * long for the row and then ends A's stalled session itself (on the row A locked, or A's uncommitted first row).
  */
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
@@ -28,6 +30,8 @@ interface Case {
   readonly operation: FencedWriterConfig['operation'];
   /** A token recorded before A writes (A's 5 is then refused), and the test's, higher still. */
   readonly recorded?: bigint;
+  /** A lower token recorded before A writes: the scope's row is committed when A takes it (A's 5 is accepted). */
+  readonly earlier?: bigint;
   /**
    * Whether A surely holds the scope's row where it is stopped: then only the server ending its session lets B in,
    * and that end is what A hears. (Once its timeout is set, it does if the fence came in the same message.)
@@ -39,6 +43,19 @@ const CASES: readonly Case[] = [
   { name: 'right after BEGIN', point: 'after-begin', operation: 'write', holdsRow: false },
   { name: 'once its idle timeout is set', point: 'after-timeout-set', operation: 'write', holdsRow: false },
   { name: 'once it holds the fence row', point: 'after-fence', operation: 'write', holdsRow: true },
+  {
+    name: 'inside a statement of its callback, between its two steps (the scope’s first write)',
+    point: 'inside-statement',
+    operation: 'write',
+    holdsRow: true,
+  },
+  {
+    name: 'inside a statement of its callback, between its two steps (a row written before)',
+    point: 'inside-statement',
+    operation: 'write',
+    earlier: 1n,
+    holdsRow: true,
+  },
   {
     name: 'between two statements of its callback',
     point: 'between-statements',
@@ -74,11 +91,14 @@ describe('a writer frozen inside its fenced write', () => {
     it(`lets a higher token write while the writer is stopped ${c.name}, and never commits the stopped write`, async () => {
       const sql = target.sql();
       const schema = `frozen_${randomBytes(5).toString('hex')}`;
-      const resource = createFencedResource({ sql, schema });
+      // The test's writer is configured as A is (as every writer of one scope would be): a fence that waits this
+      // long for the row ends a holder stalled that long where the server's idle timeout does not count.
+      const resource = createFencedResource({ sql, schema, idleInTransactionTimeoutMs: IDLE_TIMEOUT_MS });
       await resource.install();
       await sql.unsafe(`CREATE TABLE "${schema}".writes (writer text NOT NULL, statement integer NOT NULL)`);
       const scope = `doc:${c.point}`;
       if (c.recorded !== undefined) await resource.accept({ scope, token: c.recorded });
+      if (c.earlier !== undefined) await resource.accept({ scope, token: c.earlier });
       const token = (c.recorded ?? 5n) + 1n;
       const config: FencedWriterConfig = {
         databaseUrl: target.url(),

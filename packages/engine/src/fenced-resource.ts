@@ -32,7 +32,11 @@ export type FencedResourceOptions = (
    * on a session that waits in the middle of one. postgres.js sends a statement with parameters that the
    * connection has not prepared yet (every such statement, with `prepare: false`) in two steps — Parse and
    * Describe, then Bind and Execute once the server has answered — so a writer frozen between the two steps of one
-   * of your callback's statements holds the row until it resumes or its connection breaks.
+   * of your callback's statements is not idle to the server. The next writer of the scope ends it instead: a
+   * fence that has waited this long for the row looks up the transaction holding it, and if that session has been
+   * waiting for its client (in the middle of a statement, or idle in its transaction) for longer than this, ends
+   * it with `pg_terminate_backend`, then takes the row. Ending a session of another role needs membership in it or
+   * in `pg_signal_backend`; without that the writer waits for the holder to resume or its connection to break.
    *
    * `0` disables it. Must be longer than any pause your `write` callback makes between its statements.
    * @defaultValue 60_000
@@ -133,6 +137,43 @@ export function createFencedResource(
     : fencedResource(pgliteDriver(options.pglite), options);
 }
 
+/**
+ * End the session holding `scope`'s row when it has waited for its client for more than idleMs — in the middle
+ * of a statement (which `idle_in_transaction_session_timeout` does not count) or idle in its transaction — so
+ * that its transaction rolls back and the row is free. A committed row names its holder: the locker in its
+ * `xmax` (the holder's transaction id). A row not committed yet (the scope's first write) is invisible to other
+ * sessions, so its holder is looked for among the sessions stalled in the middle of a statement in a
+ * transaction that wrote the fences table — each of them past the limit this resource sets its own writers.
+ * @returns false when the role may not end other sessions (preemption is then off: fences wait as long as it takes).
+ */
+async function endStalledHolder<Tx>(
+  driver: FenceDriver<Tx>,
+  table: string,
+  scope: string,
+  idleMs: number,
+): Promise<boolean> {
+  try {
+    await driver.query(
+      `SELECT pg_terminate_backend(a.pid)
+         FROM pg_stat_activity a
+        WHERE a.pid <> pg_backend_pid() AND a.backend_xid IS NOT NULL
+          AND a.state_change < clock_timestamp() - $2::int * interval '1 millisecond'
+          AND ((a.state = 'active' AND a.wait_event = 'ClientRead') OR a.state = 'idle in transaction')
+          AND (a.backend_xid = (SELECT f.xmax FROM ${table} f WHERE f.scope = $1)
+               OR (NOT EXISTS (SELECT 1 FROM ${table} f WHERE f.scope = $1)
+                   AND a.state = 'active'
+                   AND EXISTS (SELECT 1 FROM pg_locks l
+                                WHERE l.pid = a.pid AND l.granted AND l.mode = 'RowExclusiveLock'
+                                  AND l.relation = to_regclass(${quoteLiteral(table)}))))`,
+      [scope, String(idleMs)],
+    );
+  } catch (error) {
+    if ((error as { code?: unknown }).code !== '42501') throw error; // insufficient_privilege
+    return false;
+  }
+  return true;
+}
+
 function fencedResource<Tx>(
   driver: FenceDriver<Tx>,
   options: {
@@ -152,6 +193,11 @@ function fencedResource<Tx>(
   }
   // PGlite has one connection in one process: nothing else can be frozen holding the row.
   const idleSetting = options.pglite === undefined && idleMs > 0 ? idleMs : undefined;
+  // Whether a fence waits at most idleMs for the row before it looks for a stalled holder (see endStalledHolder);
+  // off for good once the role may not end other sessions.
+  let preempt = idleSetting !== undefined;
+  /** Thrown out of a transaction whose fence waited idleMs for the row (lock_timeout, 55P03). */
+  class FenceWaited extends Error {}
   async function check(script: Script, f: FencingToken): Promise<void> {
     // Refused here, not by the database: a scope it cannot store would otherwise come back as a raw driver error
     // (and checkText's refusal of NUL keeps the literal below well formed).
@@ -162,6 +208,7 @@ function fencedResource<Tx>(
       ]);
     }
     const scope = quoteLiteral(f.scope);
+    const waitLimited = preempt;
     // One message, answered as a whole: the timeout (postgres.js), the fence, and the token it leaves. INSERT …
     // ON CONFLICT DO UPDATE … WHERE locks the scope's row whether it accepts or refuses; a concurrent higher token
     // waits for our commit and then wins, a lower one sees ours and is refused. The SELECT, with a snapshot of its
@@ -170,20 +217,38 @@ function fencedResource<Tx>(
     // in two steps (Parse and Describe; Bind and Execute once answered), and between them the server waits for the
     // client without counting it idle. A refused writer frozen there, reading the token that refused it, held the
     // row past its timeout until it resumed.
-    const [accepted, current] = (
-      await script(
+    // The fence waits at most idleMs for the row (lock_timeout, put back to the session's own value right after,
+    // so the callback's statements never inherit it); a fence that ran out of it ends a stalled holder and tries
+    // again (see write).
+    let results: Record<string, unknown>[][];
+    try {
+      results = await script(
         [
           ...(idleSetting === undefined
             ? []
             : [`SELECT set_config('idle_in_transaction_session_timeout', '${idleSetting}', true)`]),
+          ...(waitLimited
+            ? [
+                `SELECT set_config('palisade.fence_lock_timeout', current_setting('lock_timeout'), true),
+                        set_config('lock_timeout', '${idleMs}', true)`,
+              ]
+            : []),
           `INSERT INTO ${table} (scope, token, updated_at) VALUES (${scope}, ${f.token}::bigint, clock_timestamp())
            ON CONFLICT (scope) DO UPDATE SET token = EXCLUDED.token, updated_at = EXCLUDED.updated_at
             WHERE ${table}.token <= EXCLUDED.token
            RETURNING token::text`,
+          ...(waitLimited
+            ? [`SELECT set_config('lock_timeout', current_setting('palisade.fence_lock_timeout'), true)`]
+            : []),
           `SELECT token::text FROM ${table} WHERE scope = ${scope}`,
         ].join(';\n'),
-      )
-    ).slice(-2);
+      );
+    } catch (error) {
+      if (waitLimited && (error as { code?: unknown }).code === '55P03') throw new FenceWaited();
+      throw error;
+    }
+    const accepted = results[results.length - (waitLimited ? 3 : 2)];
+    const current = results[results.length - 1];
     if (accepted === undefined || accepted.length === 0) {
       const token = current?.[0]?.token;
       throw new LeaseLostError({
@@ -195,6 +260,17 @@ function fencedResource<Tx>(
       });
     }
   }
+  /** `run` in a transaction whose fence, having waited idleMs for the row, ends a stalled holder and starts over. */
+  async function fenced<T>(scope: string, run: () => Promise<T>): Promise<T> {
+    for (;;) {
+      try {
+        return await run();
+      } catch (error) {
+        if (!(error instanceof FenceWaited)) throw error;
+        preempt = await endStalledHolder(driver, table, scope, idleMs);
+      }
+    }
+  }
   return {
     install: () =>
       driver.exec(
@@ -202,11 +278,14 @@ function fencedResource<Tx>(
          CREATE TABLE IF NOT EXISTS ${table} (scope text PRIMARY KEY, token bigint NOT NULL, updated_at timestamptz NOT NULL)`,
       ),
     write: <T>(fencing: FencingToken, write: (tx: Tx) => Promise<T>) =>
-      driver.transaction(async (tx, script) => {
-        await check(script, fencing);
-        return write(tx);
-      }),
-    accept: (fencing) => driver.transaction((_tx, script) => check(script, fencing)),
+      fenced(fencing.scope, () =>
+        driver.transaction(async (tx, script) => {
+          await check(script, fencing);
+          return write(tx);
+        }),
+      ),
+    accept: (fencing) =>
+      fenced(fencing.scope, () => driver.transaction((_tx, script) => check(script, fencing))),
     async highest(scope) {
       const rows = await driver.query<{ token: string }>(
         `SELECT token::text FROM ${table} WHERE scope = $1`,
