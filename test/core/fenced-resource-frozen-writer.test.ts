@@ -4,9 +4,11 @@
  * `resource.write({ scope, token: 5n }, …)` (or `accept`) and is SIGSTOPped at one point of its transaction;
  * while it stays stopped the test's own write with a higher token on the same scope completes, and once A is
  * continued its write fails and none of its rows is committed. No timing is asserted: B completing while A is
- * stopped is the proof. A refused writer holds the row too, until it rolls back: so does one stopped there. One
- * stopped in the middle of a statement is not idle to the server; the test's fence, configured as A's, waits as
- * long for the row and then ends A's stalled session itself (on the row A locked, or A's uncommitted first row).
+ * stopped is the proof. A refused writer holds the row too, until it rolls back: so does one stopped there.
+ * Between the two steps of a statement the engine's postgres.js leaves the server idle (its patched driver ends
+ * the first step with Sync); upstream's leaves it in the middle of the statement, not idle to the server, and
+ * there the test's fence, configured as A's, waits as long for the row and then ends A's stalled session itself
+ * (found by the row A locked, or as a stalled writer of A's uncommitted first row).
  */
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
@@ -32,6 +34,14 @@ interface Case {
   readonly recorded?: bigint;
   /** A lower token recorded before A writes: the scope's row is committed when A takes it (A's 5 is accepted). */
   readonly earlier?: bigint;
+  /** A's client: the engine's postgres.js, or upstream's (which leaves the server mid-statement). @default engine */
+  readonly driver?: 'engine' | 'upstream';
+  /**
+   * Whether the test's writer is configured as A is (idle timeout {@link IDLE_TIMEOUT_MS}), so that its fence,
+   * having waited that long for the row, ends A's session itself when A is stalled where the server's idle timeout
+   * does not count. Otherwise it has the default (60 s): only the server ending A's session lets it in.
+   */
+  readonly preempts?: boolean;
   /**
    * Whether A surely holds the scope's row where it is stopped: then only the server ending its session lets B in,
    * and that end is what A hears. (Once its timeout is set, it does if the fence came in the same message.)
@@ -44,15 +54,25 @@ const CASES: readonly Case[] = [
   { name: 'once its idle timeout is set', point: 'after-timeout-set', operation: 'write', holdsRow: false },
   { name: 'once it holds the fence row', point: 'after-fence', operation: 'write', holdsRow: true },
   {
-    name: 'inside a statement of its callback, between its two steps (the scope’s first write)',
+    name: 'inside a statement of its callback, between its two steps',
     point: 'inside-statement',
     operation: 'write',
     holdsRow: true,
   },
   {
-    name: 'inside a statement of its callback, between its two steps (a row written before)',
+    name: 'inside a statement of its callback on upstream postgres.js (the scope’s first write)',
     point: 'inside-statement',
     operation: 'write',
+    driver: 'upstream',
+    preempts: true,
+    holdsRow: true,
+  },
+  {
+    name: 'inside a statement of its callback on upstream postgres.js (a row written before)',
+    point: 'inside-statement',
+    operation: 'write',
+    driver: 'upstream',
+    preempts: true,
     earlier: 1n,
     holdsRow: true,
   },
@@ -91,9 +111,11 @@ describe('a writer frozen inside its fenced write', () => {
     it(`lets a higher token write while the writer is stopped ${c.name}, and never commits the stopped write`, async () => {
       const sql = target.sql();
       const schema = `frozen_${randomBytes(5).toString('hex')}`;
-      // The test's writer is configured as A is (as every writer of one scope would be): a fence that waits this
-      // long for the row ends a holder stalled that long where the server's idle timeout does not count.
-      const resource = createFencedResource({ sql, schema, idleInTransactionTimeoutMs: IDLE_TIMEOUT_MS });
+      const resource = createFencedResource({
+        sql,
+        schema,
+        ...(c.preempts ? { idleInTransactionTimeoutMs: IDLE_TIMEOUT_MS } : {}),
+      });
       await resource.install();
       await sql.unsafe(`CREATE TABLE "${schema}".writes (writer text NOT NULL, statement integer NOT NULL)`);
       const scope = `doc:${c.point}`;
@@ -109,6 +131,7 @@ describe('a writer frozen inside its fenced write', () => {
         operation: c.operation,
         scope,
         idleInTransactionTimeoutMs: IDLE_TIMEOUT_MS,
+        driver: c.driver ?? 'engine',
       };
       const a = await workers.spawn(config, { entry: FENCED_WRITER_MAIN });
 

@@ -193,10 +193,19 @@ function Connection(options, queues = {}, { onopen = noop, onend = noop, onclose
     if (q.parameters.length >= 65534)
       throw Errors.generic('MAX_PARAMETERS_EXCEEDED', 'Max number of parameters (65534) exceeded')
 
+    // Palisade patch: a statement sent in two steps (Parse and Describe, then Bind and Execute once the server
+    // has described it) ends its first step with Sync rather than Flush, so that the server is never left waiting
+    // for the client in the middle of a statement: upstream's Flush kept it there, where
+    // idle_in_transaction_session_timeout does not count, and a client frozen between the steps held its
+    // transaction's locks until it resumed. After Sync the server waits idle (in its transaction, if any); the
+    // ReadyForQuery of that Sync is passed over (see ReadyForQuery). The second step is written as soon as the
+    // description arrives, as before, so this costs no round trip.
     return q.options.simple
       ? b().Q().str(q.statement.string + b.N).end()
       : q.describeFirst
-        ? Buffer.concat([describe(q), Flush])
+        ? (q.describeSynced = !q.onlyDescribe && !q.cursorFn)
+          ? Buffer.concat([describe(q), Sync])
+          : Buffer.concat([describe(q), Flush])
         : q.prepare
           ? q.prepared
             ? prepared(q)
@@ -339,7 +348,7 @@ function Connection(options, queues = {}, { onopen = noop, onend = noop, onclose
       try {
         handle(incoming.subarray(0, length + 1))
       } catch (e) {
-        query && (query.cursorFn || query.describeFirst) && write(Sync)
+        query && (query.cursorFn || (query.describeFirst && !query.describeSynced)) && write(Sync)
         errored(e)
       }
       incoming = incoming.subarray(length + 1)
@@ -573,6 +582,13 @@ function Connection(options, queues = {}, { onopen = noop, onend = noop, onclose
   }
 
   function ReadyForQuery(x) {
+    // Palisade patch: the ReadyForQuery of a two-step statement's first Sync (see toBuffer). Without an error its
+    // second step was sent and answers with a ReadyForQuery of its own; with one (the Parse failed), the second
+    // step was never sent and this one ends the query.
+    if (query && query.describeSynced) {
+      query.describeSynced = false
+      if (!errorResponse) return
+    }
     if (query) {
       if (errorResponse) {
         query.retried
@@ -851,7 +867,7 @@ function Connection(options, queues = {}, { onopen = noop, onend = noop, onclose
 
   function ErrorResponse(x) {
     if (query) {
-      (query.cursorFn || query.describeFirst) && write(Sync)
+      (query.cursorFn || (query.describeFirst && !query.describeSynced)) && write(Sync)
       errorResponse = Errors.postgres(parseError(x))
     } else {
       errored(Errors.postgres(parseError(x)))
