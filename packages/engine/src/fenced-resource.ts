@@ -29,16 +29,22 @@ export type FencedResourceOptions = (
    * is never held without it, and its own statements never leave the server waiting in the middle of a request.
    *
    * Idle means waiting for the client's next request: PostgreSQL (before 17's `transaction_timeout`) sets no limit
-   * on a session that waits in the middle of one. postgres.js sends a statement with parameters that the
+   * on a session that waits in the middle of one. Upstream postgres.js sends a statement with parameters that the
    * connection has not prepared yet (every such statement, with `prepare: false`) in two steps — Parse and
    * Describe, then Bind and Execute once the server has answered — so a writer frozen between the two steps of one
-   * of your callback's statements is not idle to the server. The next writer of the scope ends it instead: a
-   * fence that has waited this long for the row looks up the transaction holding it, and if that session has been
-   * waiting for its client (in the middle of a statement, or idle in its transaction) for longer than this, ends
-   * it with `pg_terminate_backend`, then takes the row. Ending a session of another role needs membership in it or
-   * in `pg_signal_backend`; without that the writer waits for the holder to resume or its connection to break.
+   * of your callback's statements is not idle to the server (the engine's own client, `@palisade/engine/postgres`,
+   * leaves the server idle there). The next writer of the scope ends it instead: a fence that has waited this long
+   * for the row looks up the transaction holding it, and if that session has been waiting for its client (in the
+   * middle of a statement, or idle in its transaction) for longer than this, ends it with `pg_terminate_backend`,
+   * then takes the row; so a writer waits about this long per frozen holder. Ending a session of another role needs
+   * membership in it or in `pg_signal_backend`; after one refusal this resource stops trying (for every scope), and
+   * a writer frozen mid-statement then holds the row until it resumes or its connection breaks — writers frozen
+   * while idle are still ended by the server.
    *
-   * `0` disables it. Must be longer than any pause your `write` callback makes between its statements.
+   * A frozen writer that resumes before this passes still commits: its token was the highest when it took the row.
+   * Keep it shorter than the lease of the attempts that write, so that a holder the engine has given up on is ended
+   * before its successor would wait on it. `0` disables all of it (the server's timeout, the wait limit and ending
+   * stalled holders). Must be longer than any pause your `write` callback makes between its statements.
    * @defaultValue 60_000
    */
   readonly idleInTransactionTimeoutMs?: number;
