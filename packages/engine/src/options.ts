@@ -25,6 +25,7 @@ export {
   RETENTION_SWEEP_INTERVAL_MS,
   READY_ROTATION_INTERVAL_MS,
   READY_ROTATION_MIN_BYTES,
+  TABLE_ANALYZE_CHECK_INTERVAL_MS,
   resolveWorkerOptions,
   type ActivityTiming,
   type ResolvedWorkerOptions,

@@ -117,6 +117,14 @@ export const READY_ROTATION_INTERVAL_MS = 1_000;
 export const READY_ROTATION_MIN_BYTES = 256 * 1024;
 
 /**
+ * How often a working worker checks the planner statistics of the engine's tables where autovacuum is off (ms; see
+ * `analyzeStaleTables` and `TableAnalyzer`), after a first check at start: one read of `pg_stat_user_tables`, and
+ * an ANALYZE of the tables that about doubled or turned over since their last one. Half autovacuum's default
+ * `autovacuum_naptime`.
+ */
+export const TABLE_ANALYZE_CHECK_INTERVAL_MS = 30_000;
+
+/**
  * The default `prefetch` when it is above `concurrency`. No-op jobs, peer adapter, two runs each: at c = 10,
  * ~3,400 jobs/s with a prefetch of 10, ~5,100 with 50, ~4,600 with 100; at c = 50, ~5,900 with 50, ~5,100 with
  * 100 (larger claims then wait on the completions they overlap).

@@ -23,6 +23,7 @@ export { failStep, failSteps, type FailStepParams } from '../queries/fail-step.j
 export { releaseStep, type ReleaseStepParams } from '../queries/release-step.js';
 export { fenceStep } from '../queries/fence-step.js';
 export { rotateReady, type ReadyRotation, type RotateReadyParams } from '../queries/rotate-ready.js';
+export { analyzeStaleTables } from '../queries/analyze-stale-tables.js';
 export type { AttemptRef } from '../queries/fenced-outcome.js';
 export { heartbeatSteps, type HeartbeatEntry, type HeartbeatResultRow } from '../queries/heartbeat-steps.js';
 export { CompletionBatcher, MAX_COMPLETION_BATCH } from '../worker/completion-batcher.js';

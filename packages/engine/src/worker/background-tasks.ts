@@ -6,6 +6,7 @@ import { activityRunParams } from '../schedules/evaluate-schedules.js';
 import { ReadyRotator } from './ready-rotator.js';
 import { RetentionSweeper } from './retention-sweeper.js';
 import { ScheduleEvaluator } from './schedule-evaluator.js';
+import { TableAnalyzer } from './table-analyzer.js';
 import { UnservedWorkMonitor } from './unserved-work-monitor.js';
 import type { WorkerEvents } from './worker-events.js';
 
@@ -22,14 +23,15 @@ export interface BackgroundTasksOptions {
 
 /**
  * A worker's tasks apart from its claim loop, each on its own timer: the retention sweep (with the engine's
- * `retentionMs`), the schedule evaluation (unless `schedules: false`), the unserved-work check and the rotation of
- * `ready`. Started at once.
+ * `retentionMs`), the schedule evaluation (unless `schedules: false`), the unserved-work check, the rotation of
+ * `ready` and, on PostgreSQL, the upkeep of planner statistics where autovacuum is off. Started at once.
  */
 export class BackgroundTasks {
   private readonly retention: RetentionSweeper | undefined;
   private readonly schedules: ScheduleEvaluator | undefined;
   private readonly unserved: UnservedWorkMonitor;
   private readonly rotator: ReadyRotator;
+  private readonly analyzer: TableAnalyzer | undefined;
 
   constructor(o: BackgroundTasksOptions) {
     const { db, names, logger, events, options } = o;
@@ -69,6 +71,10 @@ export class BackgroundTasks {
     this.unserved.start();
     this.rotator = new ReadyRotator({ db, names, events, logger });
     this.rotator.start();
+    if (db.driver === 'postgres') {
+      this.analyzer = new TableAnalyzer({ db, names, events, logger });
+      this.analyzer.start();
+    }
   }
 
   /** Stop them all, one after another; resolves when none runs and no timer is left. */
@@ -77,5 +83,6 @@ export class BackgroundTasks {
     await this.unserved.stop();
     await this.schedules?.stop();
     await this.rotator.stop();
+    await this.analyzer?.stop();
   }
 }

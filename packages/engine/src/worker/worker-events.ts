@@ -56,6 +56,12 @@ export interface WorkerEventMap {
    * rotation's 50 ms wait; nothing changed).
    */
   'ready:rotation': [{ outcome: 'rotated' | 'early' | 'busy' | 'locked' }];
+  /**
+   * The worker checked the planner statistics of the engine's tables (PostgreSQL: at start, then every 30 s while
+   * it works): the tables it analyzed because autovacuum is off for them and they changed by more than 50 rows
+   * plus their row estimate (often none).
+   */
+  'tables:analyzed': [{ tables: string[] }];
   'worker:started': [{ workerId: string }];
   'worker:stopping': [{ workerId: string }];
   'worker:stopped': [{ workerId: string }];
