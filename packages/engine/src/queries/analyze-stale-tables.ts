@@ -29,8 +29,9 @@ export async function analyzeStaleTables(db: Database, n: SchemaNames): Promise<
        AND pg_has_role(c.relowner, 'USAGE')
        AND (current_setting('autovacuum')::boolean = false
             OR EXISTS (SELECT 1 FROM unnest(c.reloptions) AS o(opt)
-                        WHERE split_part(o.opt, '=', 1) = 'autovacuum_enabled'
-                          AND split_part(o.opt, '=', 2)::boolean = false))
+                        -- CASE: the cast only for this option (another's value, fillfactor=70, is no boolean).
+                        WHERE CASE WHEN split_part(o.opt, '=', 1) = 'autovacuum_enabled'
+                                   THEN NOT split_part(o.opt, '=', 2)::boolean END))
        AND s.n_mod_since_analyze > current_setting('autovacuum_analyze_threshold')::float8 + greatest(c.reltuples, 0)
      ORDER BY s.relname`);
   if (due.length === 0) return [];
