@@ -97,6 +97,12 @@ export async function claimSteps(
 ): Promise<ClaimedStepRow[]> {
   if (p.queues.length === 0 || p.activityNames.length === 0 || p.limit <= 0) return [];
   const maxAttempts = sql`s.max_attempts`;
+  // The scan's LIMIT is a constant of the statement, the power of two at or above `limit` (a few statement texts
+  // per connection): a LIMIT parameter is costed as 10 % of the due rows in a generic plan, so with statistics and
+  // a deep queue the generic plan was a hash join and sort of all of ready and steps, and the server planned every
+  // claim anew instead (STORAGE.md, "what statistics cost the claim"). The rows past `limit` it locks are let go
+  // at the end of the statement; `picked` takes the first `limit` of those that are not stale.
+  const scan = 2 ** Math.ceil(Math.log2(p.limit));
   return db.rows<ClaimedStepRow>(sql`
     WITH clock AS MATERIALIZED (SELECT ${n.now} AS t),
     -- The due ready rows in claim order, locked SKIP LOCKED (a claim locks ready first and never waits): those
@@ -110,7 +116,7 @@ export async function claimSteps(
          AND (x.id IS NULL OR ${n.readyDue}(x) IS DISTINCT FROM r.due_at OR ${n.readyExpiring}(x) IS DISTINCT FROM r.expiring
               OR (NOT r.expiring AND ${stepKeyHasRoom(n, sql`x`)}))
        ORDER BY r.priority DESC, r.due_at
-       LIMIT ${p.limit}
+       LIMIT ${sql.raw(String(scan))}
        FOR UPDATE OF r SKIP LOCKED),
     -- Their steps, locked SKIP LOCKED, and eligibility re-checked on the locked (newest) version of the step row:
     -- ready is scheduling state only.
@@ -128,7 +134,8 @@ export async function claimSteps(
              CASE WHEN s.concurrency_key IS NOT NULL AND s.status = 'scheduled' THEN ${stepSlotKey(sql`s`)} END AS slot_key,
              CASE WHEN s.rate_key IS NOT NULL THEN ${stepRateKey(sql`s`)} END AS rate_id, s.rate_limit, s.rate_period_ms
         FROM ${n.steps} s JOIN ${n.policies} pol ON pol.id = s.policy_id
-       WHERE s.id IN (SELECT step_id FROM cand WHERE NOT stale) AND s.kind = 'activity'
+       WHERE s.id IN (SELECT step_id FROM cand WHERE NOT stale ORDER BY priority DESC, due_at LIMIT ${p.limit})
+         AND s.kind = 'activity'
          AND s.status IN ${liveStepStatuses}
          AND s.next_run_at <= (SELECT t FROM clock)
          AND NOT (s.status = 'running' AND (s.cancel_requested_at IS NOT NULL OR s.attempt >= ${maxAttempts}))
