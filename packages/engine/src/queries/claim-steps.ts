@@ -97,12 +97,8 @@ export async function claimSteps(
 ): Promise<ClaimedStepRow[]> {
   if (p.queues.length === 0 || p.activityNames.length === 0 || p.limit <= 0) return [];
   const maxAttempts = sql`s.max_attempts`;
-  // The scan's LIMIT is a constant of the statement, the power of two at or above `limit` (a few statement texts
-  // per connection): a LIMIT parameter is costed as 10 % of the due rows in a generic plan, so with statistics and
-  // a deep queue the generic plan was a hash join and sort of all of ready and steps, and the server planned every
-  // claim anew instead (STORAGE.md, "what statistics cost the claim"). The rows past `limit` it locks are let go
-  // at the end of the statement; `picked` takes the first `limit` of those that are not stale.
-  const scan = 2 ** Math.ceil(Math.log2(p.limit));
+  // The scan locks up to scanLimit(limit) rows; `picked` takes the first `limit` of those that are not stale.
+  const scan = scanLimit(p.limit);
   return db.rows<ClaimedStepRow>(sql`
     WITH clock AS MATERIALIZED (SELECT ${n.now} AS t),
     -- The due ready rows in claim order, locked SKIP LOCKED (a claim locks ready first and never waits): those
@@ -116,7 +112,7 @@ export async function claimSteps(
          AND (x.id IS NULL OR ${n.readyDue}(x) IS DISTINCT FROM r.due_at OR ${n.readyExpiring}(x) IS DISTINCT FROM r.expiring
               OR (NOT r.expiring AND ${stepKeyHasRoom(n, sql`x`)}))
        ORDER BY r.priority DESC, r.due_at
-       LIMIT ${sql.raw(String(scan))}
+       LIMIT ${scan}
        FOR UPDATE OF r SKIP LOCKED),
     -- Their steps, locked SKIP LOCKED, and eligibility re-checked on the locked (newest) version of the step row:
     -- ready is scheduling state only.
@@ -229,4 +225,15 @@ function staleReadyCtes(n: SchemaNames): SQL {
                           WHERE r.queue = l.queue AND r.priority = l.priority AND r.due_at = l.due
                             AND r.name = l.name AND r.step_id = l.id)
       RETURNING 1),`;
+}
+
+/**
+ * A claim scan's LIMIT as a constant of the statement: the power of two at or above `limit` (≥ 1), so a few
+ * statement texts per connection. A LIMIT parameter is costed as 10 % of the due rows in a generic plan: with
+ * statistics and a deep queue the claim's generic plan was a hash join and sort of the whole queue and the rows it
+ * names, and the server planned every claim anew instead (STORAGE.md, "what statistics cost the claim"). The
+ * scan's rows past `limit` are locked only for the statement.
+ */
+export function scanLimit(limit: number): SQL {
+  return sql.raw(String(2 ** Math.ceil(Math.log2(Math.max(1, limit)))));
 }

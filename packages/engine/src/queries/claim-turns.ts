@@ -9,6 +9,7 @@ import {
   runSlotKey,
 } from './flow-control.js';
 import type { HistoryStepRow, PendingSignal } from '../turn/contract.js';
+import { scanLimit } from './claim-steps.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 import { liveRunStatuses, terminalStepStatuses } from './status-sql.js';
 
@@ -109,6 +110,8 @@ export async function claimTurns(
   p: ClaimTurnsParams,
 ): Promise<ClaimedTurnRow[]> {
   if (p.queues.length === 0 || p.workflowNames.length === 0 || p.limit <= 0) return [];
+  // The scan locks up to scanLimit(limit) rows (see claimSteps); `locked` takes the first `limit` of them.
+  const scan = scanLimit(p.limit);
   return db.rows<ClaimedTurnRow>(sql`
     WITH clock AS MATERIALIZED (SELECT ${n.now} AS t),
     -- The due rows of the turn queue in claim order, locked and never waited for. A row is scheduling state only
@@ -121,14 +124,14 @@ export async function claimTurns(
        WHERE q.queue IN ${p.queues} AND q.name IN ${p.workflowNames} AND q.due_at <= (SELECT t FROM clock)
          AND ${runKeyHasRoom(n, sql`r`)}
        ORDER BY q.priority DESC, q.due_at
-       LIMIT ${p.limit}
+       LIMIT ${scan}
        FOR UPDATE OF q SKIP LOCKED),
     -- Their runs, locked in their newest versions (SKIP LOCKED: a run another statement holds is left for later).
     locked AS MATERIALIZED (
       SELECT r.id, r.kind, r.status, r.name, r.queue, r.priority, r.turn_next_run_at, r.turn_lease_expires_at,
              r.turn_token, r.turn_worker_id, r.concurrency_key, r.concurrency_limit, r.xmin::text AS locked_xmin
         FROM ${n.runs} r
-       WHERE r.id IN (SELECT run_id FROM queued)
+       WHERE r.id IN (SELECT run_id FROM queued ORDER BY priority DESC, due_at LIMIT ${p.limit})
          FOR NO KEY UPDATE OF r SKIP LOCKED),
     -- Eligibility is judged on the locked run row, as the claim judged it when it read the runs: a live workflow
     -- run, its turn due by the database clock and no live turn lease (DESIGN.md invariant 1), and room under its
