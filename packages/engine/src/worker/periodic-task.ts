@@ -1,3 +1,5 @@
+import type { WorkerEvents } from './worker-events.js';
+
 /**
  * A background task of a worker that runs at once and then again after a wait, on its own timer, apart from the
  * claim loop: the retention sweep, the schedule evaluation, the unserved-work check. One run at a time: the next
@@ -38,5 +40,41 @@ export abstract class PeriodicTask {
       this.current = this.tick();
     }, waitMs);
     this.timer.unref();
+  }
+}
+
+/**
+ * A {@link PeriodicTask} that does its work only in intervals in which the worker worked — was granted an activity
+ * attempt (`attempt:claimed`) or committed a turn (`turn:committed`) — and, with `atStart`, once at start: the
+ * rotation of `ready` and the upkeep of planner statistics, which an idle worker has no reason to ask for. A
+ * subclass says what one such run does ({@link runWorked}); it must catch its own errors.
+ */
+export abstract class WorkGatedTask extends PeriodicTask {
+  /** Whether the worker worked since the last run (set at start with `atStart`). */
+  private worked: boolean;
+
+  constructor(
+    events: WorkerEvents,
+    private readonly intervalMs: number,
+    { atStart }: { atStart: boolean },
+  ) {
+    super();
+    this.worked = atStart;
+    const worked = (): void => {
+      this.worked = true;
+    };
+    events.on('attempt:claimed', worked);
+    events.on('turn:committed', worked);
+  }
+
+  /** One run, in an interval in which the worker worked. */
+  protected abstract runWorked(): Promise<void>;
+
+  protected async runOnce(): Promise<number> {
+    if (this.worked) {
+      this.worked = false;
+      await this.runWorked();
+    }
+    return this.intervalMs;
   }
 }

@@ -4,7 +4,7 @@ import { classifyDatabaseError } from '../infra-retry.js';
 import { READY_ROTATION_INTERVAL_MS, READY_ROTATION_MIN_BYTES } from '../options.js';
 import { rotateReady } from '../queries/rotate-ready.js';
 import type { SchemaNames } from '../queries/schema-names.js';
-import { PeriodicTask } from './periodic-task.js';
+import { WorkGatedTask } from './periodic-task.js';
 import type { WorkerEvents } from './worker-events.js';
 
 /**
@@ -17,7 +17,7 @@ import type { WorkerEvents } from './worker-events.js';
  * claim never waits for it longer than the rotation's 50 ms `lock_timeout`. Each answer is a `ready:rotation`
  * event; a failed call is logged and retried at the next interval.
  */
-export class ReadyRotator extends PeriodicTask {
+export class ReadyRotator extends WorkGatedTask {
   constructor(
     private readonly p: {
       readonly db: Database;
@@ -26,22 +26,12 @@ export class ReadyRotator extends PeriodicTask {
       readonly logger: Logger;
     },
   ) {
-    super();
-    const worked = (): void => {
-      this.worked = true;
-    };
-    p.events.on('attempt:claimed', worked);
-    p.events.on('turn:committed', worked);
+    super(p.events, READY_ROTATION_INTERVAL_MS, { atStart: false });
   }
 
-  /** Whether the worker was granted an attempt or committed a turn since the last request. */
-  private worked = false;
-
-  /** One request; resolves with the wait before the next. */
-  protected async runOnce(): Promise<number> {
+  /** One request. */
+  protected async runWorked(): Promise<void> {
     const { db, names, events, logger } = this.p;
-    if (!this.worked) return READY_ROTATION_INTERVAL_MS;
-    this.worked = false;
     try {
       const outcome = await rotateReady(db, names, {
         minIntervalMs: READY_ROTATION_INTERVAL_MS,
@@ -53,6 +43,5 @@ export class ReadyRotator extends PeriodicTask {
       logger.warn({ err: error, class: classifyDatabaseError(error) }, 'ready:rotation-failed');
       events.emit('worker:error', { error });
     }
-    return READY_ROTATION_INTERVAL_MS;
   }
 }

@@ -4,7 +4,7 @@ import { classifyDatabaseError } from '../infra-retry.js';
 import { TABLE_ANALYZE_CHECK_INTERVAL_MS } from '../options.js';
 import { analyzeStaleTables } from '../queries/analyze-stale-tables.js';
 import type { SchemaNames } from '../queries/schema-names.js';
-import { PeriodicTask } from './periodic-task.js';
+import { WorkGatedTask } from './periodic-task.js';
 import type { WorkerEvents } from './worker-events.js';
 
 /**
@@ -19,7 +19,7 @@ import type { WorkerEvents } from './worker-events.js';
  * `tables:analyzed` event (with the tables analyzed, often none); a failed check is logged and retried at the next
  * interval.
  */
-export class TableAnalyzer extends PeriodicTask {
+export class TableAnalyzer extends WorkGatedTask {
   constructor(
     private readonly p: {
       readonly db: Database;
@@ -28,22 +28,12 @@ export class TableAnalyzer extends PeriodicTask {
       readonly logger: Logger;
     },
   ) {
-    super();
-    const worked = (): void => {
-      this.worked = true;
-    };
-    p.events.on('attempt:claimed', worked);
-    p.events.on('turn:committed', worked);
+    super(p.events, TABLE_ANALYZE_CHECK_INTERVAL_MS, { atStart: true });
   }
 
-  /** Whether the worker was granted an attempt or committed a turn since the last check; true for the first. */
-  private worked = true;
-
-  /** One check; resolves with the wait before the next. */
-  protected async runOnce(): Promise<number> {
+  /** One check. */
+  protected async runWorked(): Promise<void> {
     const { db, names, events, logger } = this.p;
-    if (!this.worked) return TABLE_ANALYZE_CHECK_INTERVAL_MS;
-    this.worked = false;
     try {
       const tables = await analyzeStaleTables(db, names);
       if (tables.length > 0) logger.debug({ tables }, 'tables:analyzed');
@@ -52,6 +42,5 @@ export class TableAnalyzer extends PeriodicTask {
       logger.warn({ err: error, class: classifyDatabaseError(error) }, 'tables:analyze-failed');
       events.emit('worker:error', { error });
     }
-    return TABLE_ANALYZE_CHECK_INTERVAL_MS;
   }
 }
