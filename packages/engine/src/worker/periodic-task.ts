@@ -1,3 +1,6 @@
+import type { Logger } from 'pino';
+import type { Database } from '../db/database.js';
+import type { SchemaNames } from '../queries/schema-names.js';
 import type { WorkerEvents } from './worker-events.js';
 
 /**
@@ -54,7 +57,13 @@ export abstract class WorkGatedTask extends PeriodicTask {
   private worked: boolean;
 
   constructor(
-    events: WorkerEvents,
+    /** The worker's database, schema, events (watched for work, and emitted on) and logger. */
+    protected readonly p: {
+      readonly db: Database;
+      readonly names: SchemaNames;
+      readonly events: WorkerEvents;
+      readonly logger: Logger;
+    },
     private readonly intervalMs: number,
     { atStart }: { atStart: boolean },
   ) {
@@ -63,8 +72,8 @@ export abstract class WorkGatedTask extends PeriodicTask {
     const worked = (): void => {
       this.worked = true;
     };
-    events.on('attempt:claimed', worked);
-    events.on('turn:committed', worked);
+    p.events.on('attempt:claimed', worked);
+    p.events.on('turn:committed', worked);
   }
 
   /** One run, in an interval in which the worker worked. */

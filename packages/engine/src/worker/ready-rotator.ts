@@ -1,11 +1,7 @@
-import type { Logger } from 'pino';
-import type { Database } from '../db/database.js';
 import { classifyDatabaseError } from '../infra-retry.js';
 import { READY_ROTATION_INTERVAL_MS, READY_ROTATION_MIN_BYTES } from '../options.js';
 import { rotateReady } from '../queries/rotate-ready.js';
-import type { SchemaNames } from '../queries/schema-names.js';
 import { WorkGatedTask } from './periodic-task.js';
-import type { WorkerEvents } from './worker-events.js';
 
 /**
  * A worker's turn of the ring of `ready` (STORAGE.md §3.6): every `READY_ROTATION_INTERVAL_MS` in which the worker
@@ -18,15 +14,8 @@ import type { WorkerEvents } from './worker-events.js';
  * event; a failed call is logged and retried at the next interval.
  */
 export class ReadyRotator extends WorkGatedTask {
-  constructor(
-    private readonly p: {
-      readonly db: Database;
-      readonly names: SchemaNames;
-      readonly events: WorkerEvents;
-      readonly logger: Logger;
-    },
-  ) {
-    super(p.events, READY_ROTATION_INTERVAL_MS, { atStart: false });
+  constructor(p: WorkGatedTask['p']) {
+    super(p, READY_ROTATION_INTERVAL_MS, { atStart: false });
   }
 
   /** One request. */

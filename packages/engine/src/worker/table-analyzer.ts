@@ -1,11 +1,7 @@
-import type { Logger } from 'pino';
-import type { Database } from '../db/database.js';
 import { classifyDatabaseError } from '../infra-retry.js';
 import { TABLE_ANALYZE_CHECK_INTERVAL_MS } from '../options.js';
 import { analyzeStaleTables } from '../queries/analyze-stale-tables.js';
-import type { SchemaNames } from '../queries/schema-names.js';
 import { WorkGatedTask } from './periodic-task.js';
-import type { WorkerEvents } from './worker-events.js';
 
 /**
  * A worker's upkeep of the planner statistics of the engine's tables where autovacuum does not keep them
@@ -20,15 +16,8 @@ import type { WorkerEvents } from './worker-events.js';
  * interval.
  */
 export class TableAnalyzer extends WorkGatedTask {
-  constructor(
-    private readonly p: {
-      readonly db: Database;
-      readonly names: SchemaNames;
-      readonly events: WorkerEvents;
-      readonly logger: Logger;
-    },
-  ) {
-    super(p.events, TABLE_ANALYZE_CHECK_INTERVAL_MS, { atStart: true });
+  constructor(p: WorkGatedTask['p']) {
+    super(p, TABLE_ANALYZE_CHECK_INTERVAL_MS, { atStart: true });
   }
 
   /** One check. */
