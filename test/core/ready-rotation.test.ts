@@ -64,6 +64,19 @@ for (const driver of ['postgres', 'pglite'] as const) {
   describe(`the rotation of ready on ${driver}`, () => {
     const target = useEngineTarget(driver, { warm: true });
 
+    it('grants exactly a claim’s limit when more are due, though its scan reads up to the next power of two', async () => {
+      const engine = await target.engine();
+      await engine.client.enqueueMany(
+        job,
+        Array.from({ length: 10 }, () => ({})),
+      );
+      // Scans of 4, 4 and 8 rows: each grant stops at the limit; the rows scanned past it stay claimable.
+      expect(await claim(engine, 3)).toHaveLength(3);
+      expect(await claim(engine, 3)).toHaveLength(3);
+      expect(await claim(engine, 5)).toHaveLength(4);
+      expect(await readyMismatches(engine)).toEqual([]);
+    });
+
     it('moves the oldest slot’s rows to the current one, empties it and makes it current; triggers find moved rows', async () => {
       const engine = await target.engine();
       await setClockOffset(engine, 0);
