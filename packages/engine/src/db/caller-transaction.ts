@@ -6,10 +6,11 @@
  * @module
  */
 import { is, sql, type SQL } from 'drizzle-orm';
-import { PgDatabase, PgDialect, PgTransaction } from 'drizzle-orm/pg-core';
+import { PgDatabase, PgTransaction } from 'drizzle-orm/pg-core';
 import { InvalidOptionsError, PalisadeError, isPalisadeError } from '@palisade/sdk';
 import { sqlstateOf } from '../infra-retry.js';
 import { wrapDatabaseError, type Database } from './database.js';
+import { renderSql } from './render-sql.js';
 
 /** The caller's transaction, running engine statements. */
 export interface CallerTransaction extends Pick<Database, 'driver' | 'rows'> {
@@ -27,8 +28,6 @@ interface PgliteTransaction {
   query(text: string, params: unknown[]): Promise<{ rows: unknown[] }>;
   readonly closed: boolean;
 }
-
-const dialect = new PgDialect();
 
 /**
  * Which database a connection is on: the name and oid of its database, the cluster's `system_identifier` (null
@@ -223,7 +222,7 @@ class TransactionStatements implements CallerTransaction {
   }
 
   private async run<T>(query: SQL): Promise<T[]> {
-    const { sql: text, params } = dialect.sqlToQuery(query);
+    const { sql: text, params } = renderSql(query);
     try {
       if ('unsafe' in this.client) {
         const result = await this.client.unsafe(text, params, { prepare: true });

@@ -1,9 +1,10 @@
 import type { PGlite } from '@electric-sql/pglite';
 import { sql, type SQL } from 'drizzle-orm';
-import { PgDialect, type PgDatabase, type PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import postgres, { type Sql } from '../../vendor/postgres/index.js';
 import { PalisadeError, isPalisadeError } from '@palisade/sdk';
 import { classifyDatabaseError } from '../infra-retry.js';
+import { renderSql } from './render-sql.js';
 
 /**
  * postgres.js reconnect backoff (seconds) for the clients the engine opens. The driver's default grows as
@@ -109,9 +110,6 @@ function normalizeRows<T>(result: unknown): T[] {
   return (result as { rows?: T[] }).rows ?? [];
 }
 
-/** Renders drizzle `sql` templates to text and parameters (pure; one for the process). */
-const dialect = new PgDialect();
-
 /** The part of a postgres.js client (or transaction) the prepared path needs. */
 interface UnsafeClient {
   unsafe(text: string, params: unknown[], options: { prepare: boolean }): PromiseLike<unknown>;
@@ -144,7 +142,7 @@ class DrizzleDatabase implements Database {
   async rows<T>(query: SQL): Promise<T[]> {
     try {
       if (this.client) {
-        const { sql: text, params } = dialect.sqlToQuery(query);
+        const { sql: text, params } = renderSql(query);
         return normalizeRows<T>(await this.client.unsafe(text, params, { prepare: true }));
       }
       return normalizeRows<T>(await this.drizzle.execute(query));

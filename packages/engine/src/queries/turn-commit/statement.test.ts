@@ -3,6 +3,7 @@ import type { SQL } from 'drizzle-orm';
 import { PgDialect } from 'drizzle-orm/pg-core';
 import { describe, expect, it } from 'vitest';
 import type { Database } from '../../db/database.js';
+import { renderSql } from '../../db/render-sql.js';
 import type { Delivery, NewStep, RejectedSignal, TurnOutcome } from '../../turn/contract.js';
 import {
   commitFusedTurn,
@@ -17,8 +18,8 @@ import { schemaNames } from '../schema-names.js';
 /*
  * The SQL of a turn's commit, pinned. commitTurn and commitFusedTurn send one statement whose text depends on nine
  * switches (the grant, the run's end, progress, signals taken, waits completed by position, signals refused,
- * children started, children with keys, flow-control keys); this test renders it, with its parameters, through the
- * statement's own dialect (no database), for the turns the callers make:
+ * children started, children with keys, flow-control keys); this test renders it, with its parameters, as the
+ * engine sends it (renderSql, checked against drizzle's own rendering; no database), for the turns the callers make:
  * - `__snapshots__/<scenario>.sql`: one readable file per named scenario below (what a reviewer reads);
  * - `__snapshots__/combinations.txt`: every combination of switches that can occur (see `combinations`), each with
  *   the digest of its text and parameters (what proves a refactor changed nothing: a full text per combination
@@ -172,7 +173,10 @@ async function render(s: Scenario): Promise<string> {
   if (s.grant === 'claimed') await commitTurn(db, n, s.ref ?? ref, s.record, s.dispatch);
   else await commitFusedTurn(db, n, fusedRef, s.record, s.dispatch);
   expect(sent).toHaveLength(1);
-  const query = dialect.sqlToQuery(sent[0] as SQL);
+  const query = renderSql(sent[0] as SQL);
+  // The engine's renderer writes exactly what drizzle's does.
+  const drizzle = dialect.sqlToQuery(sent[0] as SQL);
+  expect(query).toEqual({ sql: drizzle.sql, params: drizzle.params });
   const params = query.params.map((p, i) => `-- $${i + 1} = ${JSON.stringify(p)}`).join('\n');
   return `${query.sql}\n\n-- parameters\n${params}\n`;
 }
