@@ -14,6 +14,7 @@ import {
 import { stepInputSql } from './job-run.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 import { liveStepStatuses } from './status-sql.js';
+import { scanLimit } from './row-estimates.js';
 
 export interface ClaimStepsParams {
   readonly workerId: string;
@@ -225,15 +226,4 @@ function staleReadyCtes(n: SchemaNames): SQL {
                           WHERE r.queue = l.queue AND r.priority = l.priority AND r.due_at = l.due
                             AND r.name = l.name AND r.step_id = l.id)
       RETURNING 1),`;
-}
-
-/**
- * A claim scan's LIMIT as a constant of the statement: the power of two at or above `limit` (≥ 1), so a few
- * statement texts per connection. A LIMIT parameter is costed as 10 % of the due rows in a generic plan: with
- * statistics and a deep queue the claim's generic plan was a hash join and sort of the whole queue and the rows it
- * names, and the server planned every claim anew instead (STORAGE.md, "what statistics cost the claim"). The
- * scan's rows past `limit` are locked only for the statement.
- */
-export function scanLimit(limit: number): SQL {
-  return sql.raw(String(2 ** Math.ceil(Math.log2(Math.max(1, limit)))));
 }

@@ -9,7 +9,7 @@ import {
   runSlotKey,
 } from './flow-control.js';
 import type { HistoryStepRow, PendingSignal } from '../turn/contract.js';
-import { scanLimit } from './claim-steps.js';
+import { scanLimit } from './row-estimates.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
 import { liveRunStatuses, terminalStepStatuses } from './status-sql.js';
 

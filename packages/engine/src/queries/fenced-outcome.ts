@@ -1,6 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm';
 import { LeaseLostError, type FencedOperation } from '@palisade/sdk';
 import type { SchemaNames } from './schema-names.js';
+import { jsonRowsLimit } from './row-estimates.js';
 
 /**
  * A column of the refused attempt for its `attempt:stale-rejected` event, in {@link rejectionCtes}: off its
@@ -75,7 +76,7 @@ export function fencedInputCte(items: readonly (FencedInput & { readonly payload
   return sql`inp AS MATERIALIZED (
     SELECT (e->>'s')::uuid AS step_id, (e->>'t')::bigint AS token, (e->>'n')::uuid AS nonce, e->'p' AS payload,
            ord::int AS ord
-      FROM jsonb_array_elements(${rows}::jsonb) WITH ORDINALITY AS x(e, ord))`;
+      FROM jsonb_array_elements(${rows}::jsonb) WITH ORDINALITY AS x(e, ord)${jsonRowsLimit(items.length)})`;
 }
 
 /**

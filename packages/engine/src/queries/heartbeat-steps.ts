@@ -1,4 +1,5 @@
 import { sql } from 'drizzle-orm';
+import { jsonRowsLimit } from './row-estimates.js';
 import type { Database } from '../db/database.js';
 import { staleAttempt, staleReason, toldCte } from './fenced-outcome.js';
 import { msInterval, type SchemaNames } from './schema-names.js';
@@ -65,7 +66,7 @@ export async function heartbeatSteps(
   return db.rows<HeartbeatResultRow>(sql`
     WITH hb AS (
       SELECT * FROM jsonb_to_recordset(${payload}::jsonb)
-        AS x(id uuid, token bigint, nonce uuid, has_details boolean, details jsonb)),
+        AS x(id uuid, token bigint, nonce uuid, has_details boolean, details jsonb)${jsonRowsLimit(entries.length)}),
     locked AS MATERIALIZED (
       SELECT s.id, s.run_id, s.fencing_token, s.status, s.ended_nonce, s.retired_at, s.attempt, s.epoch,
              s.worker_id, s.claimed_at,

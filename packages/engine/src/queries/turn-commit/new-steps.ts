@@ -3,6 +3,7 @@ import type { SchemaNames } from '../schema-names.js';
 import type { TurnCommitPlan } from './plan.js';
 import { maxAttemptsOf } from '../policies.js';
 import { unsuccessfulStatuses } from '../status-sql.js';
+import { jsonRowsLimit } from '../row-estimates.js';
 
 /**
  * The turn's new steps as rows (`ns`), the retired rows at their positions (`prev`: a position a retry retired is
@@ -17,7 +18,7 @@ export function newStepInputCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
         seq int, kind text, name text, after_delivered_seq int, status text, delivered_seq int, error jsonb, input jsonb, output jsonb,
         queue text, priority int, retry_policy jsonb, lease_ms int, start_to_close_timeout_ms int,
         delay_ms float8, due_at_ms float8, signal_id bigint, concurrency_key text, concurrency_limit int,
-        rate_key text, rate_limit int, rate_period_ms int)),
+        rate_key text, rate_limit int, rate_period_ms int)${jsonRowsLimit(steps.length)}),
     -- A position a retry retired and the code now schedules again is the same unit of work (invariant 13):
     -- the new row takes the retired rows' fencing scope and highest epoch, and is not due before the lease of
     -- an attempt that may still hold one of them (ended by the retirement, not by itself) runs out.

@@ -1,4 +1,5 @@
 import { sql, type SQL } from 'drizzle-orm';
+import { jsonRowsLimit } from '../row-estimates.js';
 import type { SchemaNames } from '../schema-names.js';
 import type { TurnCommitPlan } from './plan.js';
 import { liveStepStatuses } from '../status-sql.js';
@@ -26,7 +27,7 @@ export function stepLockCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
           : sql`x.id`
       } AS id, x.delivered_seq, x.fires_timer, x.signal_id
         FROM jsonb_to_recordset(${JSON.stringify(deliveries)}::jsonb)
-             AS x(id uuid, seq int, delivered_seq int, fires_timer boolean, signal_id bigint)),
+             AS x(id uuid, seq int, delivered_seq int, fires_timer boolean, signal_id bigint)${jsonRowsLimit(deliveries.length)}),
     -- Then the steps this commit changes, by id, each as its newest version (a claim that committed while the
     -- statement waited is seen as running; one that comes later skips the locked row).
     locked AS MATERIALIZED (

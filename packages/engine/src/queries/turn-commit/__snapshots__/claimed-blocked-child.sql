@@ -20,7 +20,7 @@
     dl AS MATERIALIZED (
       SELECT x.id AS id, x.delivered_seq, x.fires_timer, x.signal_id
         FROM jsonb_to_recordset($4::jsonb)
-             AS x(id uuid, seq int, delivered_seq int, fires_timer boolean, signal_id bigint)),
+             AS x(id uuid, seq int, delivered_seq int, fires_timer boolean, signal_id bigint) LIMIT 1),
     -- Then the steps this commit changes, by id, each as its newest version (a claim that committed while the
     -- statement waited is seen as running; one that comes later skips the locked row).
     locked AS MATERIALIZED (
@@ -55,7 +55,7 @@
         seq int, kind text, name text, after_delivered_seq int, status text, delivered_seq int, error jsonb, input jsonb, output jsonb,
         queue text, priority int, retry_policy jsonb, lease_ms int, start_to_close_timeout_ms int,
         delay_ms float8, due_at_ms float8, signal_id bigint, concurrency_key text, concurrency_limit int,
-        rate_key text, rate_limit int, rate_period_ms int)),
+        rate_key text, rate_limit int, rate_period_ms int) LIMIT 1),
     -- A position a retry retired and the code now schedules again is the same unit of work (invariant 13):
     -- the new row takes the retired rows' fencing scope and highest epoch, and is not due before the lease of
     -- an attempt that may still hold one of them (ended by the retirement, not by itself) runs out.
