@@ -48,10 +48,15 @@ export function deliveryCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
         FROM dl
        WHERE s.id = dl.id AND s.run_id = ${runId}::uuid AND EXISTS (SELECT 1 FROM go)
       RETURNING s.id, s.seq, s.kind, dl.fires_timer, dl.signal_id, s.fencing_token),
+${
+  plan.firesTimers
+    ? sql`
     fired_events AS (
       INSERT INTO ${n.events} (run_id, step_id, type, data, terminal, at)
       SELECT ${runId}::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
              jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
         FROM marked WHERE fires_timer
-      RETURNING 1),`;
+      RETURNING 1),`
+    : sql``
+}`;
 }

@@ -97,7 +97,8 @@ export function insertedStepCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
  * and their `*:started` / `step:scheduled` events, those the `run_events` view cannot read off the row.
  */
 export function scheduledStepCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
-  const { runId, flowKeyed } = plan;
+  const { runId, flowKeyed, schedules } = plan;
+  if (!schedules) return sql``;
   return sql`
 ${
   flowKeyed
@@ -134,7 +135,8 @@ ${
  * The `step:cancelled` events of the new steps inserted cancelled (`cancelled_events`). Takes no lock.
  */
 export function cancelledStepEventCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
-  const { runId } = plan;
+  const { runId, insertsCancelled } = plan;
+  if (!insertsCancelled) return sql``;
   return sql`
     cancelled_events AS (
       INSERT INTO ${n.events} (run_id, step_id, type, data, terminal, at)

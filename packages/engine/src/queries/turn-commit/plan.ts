@@ -53,6 +53,15 @@ export interface TurnCommitPlan {
   readonly steps: readonly NewStepRow[];
   /** Switch: a new step names a concurrency key or a rate limit (flow-control.ts). */
   readonly flowKeyed: boolean;
+  /** Switch: the turn has new steps (their `step:scheduled` and kin events, `scheduled_events`). */
+  readonly schedules: boolean;
+  /**
+   * Switch: a new step may be inserted cancelled — recorded so by the code, or scheduled by a turn that ends the
+   * run (`cancelled_events`).
+   */
+  readonly insertsCancelled: boolean;
+  /** Switch: the turn saw a timer (or a signal wait's timeout) fire (`fired_events`). */
+  readonly firesTimers: boolean;
   /** The outcomes delivered, and a fused step's completed step (undelivered when the code did not take it). */
   readonly deliveries: readonly DeliveryRow[];
   /** The pending signals the turn hands to waits (recorded ones and new ones), as ids. */
@@ -106,6 +115,9 @@ export function planTurnCommit(input: TurnCommitInput): TurnCommitPlan {
     cancelSensitive: !cancelRequested && !ending && result.newSteps.some((s) => s.kind !== 'value'),
     steps,
     flowKeyed: steps.some((s) => s.concurrency_key !== null || s.rate_key !== null),
+    schedules: steps.length > 0,
+    insertsCancelled: ending ? steps.length > 0 : steps.some((s) => s.status === 'cancelled'),
+    firesTimers: deliveries.some((d) => d.fires_timer),
     deliveries,
     takenSignals,
     takenSignalsArray: `{${takenSignals.join(',')}}`,

@@ -10,6 +10,7 @@ import { liveRunStatuses, liveStepStatuses } from '../status-sql.js';
  */
 export function leftoverStepCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
   const { runId, ending } = plan;
+  if (!ending) return sql``;
   return sql`
     -- Every live step ends with the run, running ones included (invariant 12: the holder's next write is
     -- refused as "cancelled" and its signal fires), each from its newest version (locked above).
@@ -109,6 +110,7 @@ ${
  */
 export function runEndEventCte(n: SchemaNames, plan: TurnCommitPlan): SQL {
   const { ending, status, error } = plan;
+  if (!ending || status === 'completed') return sql``;
   return sql`
     run_event AS (
       INSERT INTO ${n.events} (run_id, type, data, terminal, at)

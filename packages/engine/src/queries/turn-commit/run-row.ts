@@ -28,7 +28,23 @@ export function runRowCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
   // non-determinism), else `completed` — a turn that ends the run cancelled has done what it was for. A literal of
   // the statement's text, one of two.
   const turnOutcome = sql.raw(status === 'failed' ? `'failed'` : `'completed'`);
-  return sql`
+  // A turn that ends the run sets no next turn: the earliest timer and the pending signals are not read.
+  const nextTurn = ending
+    ? sql`NULL`
+    : sql`CASE WHEN r.wake_count <> ${wakeCount} THEN (SELECT t FROM clock)
+                                     WHEN (SELECT due FROM signal_due) THEN (SELECT t FROM clock)${
+                                       childKeys
+                                         ? sql`
+                                     WHEN EXISTS (SELECT 1 FROM inserted
+                                                   WHERE kind = 'child' AND status IN ('failed', 'completed'))
+                                       THEN (SELECT t FROM clock)`
+                                         : sql``
+                                     }
+                                     ELSE (SELECT due FROM next_timer) END`;
+  return sql`${
+    ending
+      ? sql``
+      : sql`
     -- The run's earliest timer: those it had (less the ones this turn fires) and those this turn starts (a
     -- statement does not see its own inserts).
     waiting AS (
@@ -48,7 +64,8 @@ export function runRowCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
          WHERE g.run_id = ${runId}::uuid AND g.consumed_at IS NULL${
            signalsTaken || rejecting ? sql` AND g.id <> ALL(${settledSignalsArray}::bigint[])` : sql``
          }
-           AND EXISTS (SELECT 1 FROM waiting w WHERE w.kind = 'signal' AND w.name = g.name)) AS due),
+           AND EXISTS (SELECT 1 FROM waiting w WHERE w.kind = 'signal' AND w.name = g.name)) AS due),`
+  }
     -- The one write of the run row: its end, or its next turn (now if anything woke it since the claim).
     run_row AS (
       UPDATE ${n.runs} r
@@ -58,26 +75,16 @@ export function runRowCtes(n: SchemaNames, plan: TurnCommitPlan): SQL {
              error = CASE WHEN ${ending} THEN ${error}::jsonb ELSE r.error END,
              finished_at = CASE WHEN ${ending} THEN (SELECT t FROM clock) ELSE r.finished_at END,
              progress = CASE WHEN ${progress !== null} THEN ${progress}::jsonb ELSE r.progress END,
-             turn_next_run_at = CASE WHEN ${ending} THEN NULL
-                                     WHEN r.wake_count <> ${wakeCount} THEN (SELECT t FROM clock)
-                                     WHEN (SELECT due FROM signal_due) THEN (SELECT t FROM clock)${
-                                       childKeys
-                                         ? sql`
-                                     WHEN EXISTS (SELECT 1 FROM inserted
-                                                   WHERE kind = 'child' AND status IN ('failed', 'completed'))
-                                       THEN (SELECT t FROM clock)`
-                                         : sql``
-                                     }
-                                     ELSE (SELECT due FROM next_timer) END${
-                                       fused
-                                         ? sql`,
+             turn_next_run_at = ${nextTurn}${
+               fused
+                 ? sql`,
              -- A fused step grants its turn here, as claimTurns grants one (see commitFusedTurn).
              turn_token = (SELECT token FROM turn_grant), turn_nonce = (SELECT nonce FROM turn_grant),
              turn_epoch = r.turn_epoch + 1,
              turn_attempt = r.turn_attempt + 1, turn_worker_id = ${fused.workerId},
              started_at = coalesce(r.started_at, (SELECT t FROM clock))`
-                                         : sql``
-                                     }
+                 : sql``
+             }
        WHERE r.id = (SELECT id FROM go)
       RETURNING r.id, r.queue, r.turn_next_run_at <= (SELECT t FROM clock) AS due_now, r.status, r.output, r.error,
                 r.cancel_reason, r.turn_token, r.turn_nonce, r.turn_epoch, r.turn_attempt,

@@ -211,19 +211,14 @@
         FROM dl
        WHERE s.id = dl.id AND s.run_id = $26::uuid AND EXISTS (SELECT 1 FROM go)
       RETURNING s.id, s.seq, s.kind, dl.fires_timer, dl.signal_id, s.fencing_token),
-    fired_events AS (
-      INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $27::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
-             jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
-        FROM marked WHERE fires_timer
-      RETURNING 1),
+
 
 
     -- The run's earliest timer: those it had (less the ones this turn fires) and those this turn starts (a
     -- statement does not see its own inserts).
     waiting AS (
       SELECT s.kind, s.name, s.next_run_at AS due FROM "palisade"."steps" s
-       WHERE s.run_id = $28::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
+       WHERE s.run_id = $27::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
          AND s.retired_at IS NULL
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = s.id AND (dl.fires_timer OR dl.signal_id IS NOT NULL))
       UNION ALL
@@ -235,19 +230,18 @@
     signal_due AS (
       SELECT EXISTS (
         SELECT 1 FROM "palisade"."signals" g
-         WHERE g.run_id = $29::uuid AND g.consumed_at IS NULL
+         WHERE g.run_id = $28::uuid AND g.consumed_at IS NULL
            AND EXISTS (SELECT 1 FROM waiting w WHERE w.kind = 'signal' AND w.name = g.name)) AS due),
     -- The one write of the run row: its end, or its next turn (now if anything woke it since the claim).
     run_row AS (
       UPDATE "palisade"."runs" r
          SET turn_lease_expires_at = NULL,
-             status = coalesce($30::text, r.status),
-             output = CASE WHEN $31 THEN $32::jsonb ELSE r.output END,
-             error = CASE WHEN $33 THEN $34::jsonb ELSE r.error END,
-             finished_at = CASE WHEN $35 THEN (SELECT t FROM clock) ELSE r.finished_at END,
-             progress = CASE WHEN $36 THEN $37::jsonb ELSE r.progress END,
-             turn_next_run_at = CASE WHEN $38 THEN NULL
-                                     WHEN r.wake_count <> $39 THEN (SELECT t FROM clock)
+             status = coalesce($29::text, r.status),
+             output = CASE WHEN $30 THEN $31::jsonb ELSE r.output END,
+             error = CASE WHEN $32 THEN $33::jsonb ELSE r.error END,
+             finished_at = CASE WHEN $34 THEN (SELECT t FROM clock) ELSE r.finished_at END,
+             progress = CASE WHEN $35 THEN $36::jsonb ELSE r.progress END,
+             turn_next_run_at = CASE WHEN r.wake_count <> $37 THEN (SELECT t FROM clock)
                                      WHEN (SELECT due FROM signal_due) THEN (SELECT t FROM clock)
                                      ELSE (SELECT due FROM next_timer) END
        WHERE r.id = (SELECT id FROM go)
@@ -256,69 +250,34 @@
                 r.parent_step_id, r.concurrency_key),
     turn_attempt AS (
       UPDATE "palisade"."attempt_records" SET outcome = 'completed', ended_at = (SELECT t FROM clock)
-       WHERE fencing_token = $40::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
-      RETURNING 1),
-    -- Every live step ends with the run, running ones included (invariant 12: the holder's next write is
-    -- refused as "cancelled" and its signal fires), each from its newest version (locked above).
-    leftover AS (
-      UPDATE "palisade"."steps" s SET status = 'cancelled', finished_at = (SELECT t FROM clock), next_run_at = NULL,
-                              cancel_requested_at = coalesce(s.cancel_requested_at, (SELECT t FROM clock))
-        FROM locked l
-       WHERE $41 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
-         AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = l.id)
-      RETURNING s.run_id, s.id, s.attempt, s.epoch, s.fencing_token, s.nonce, s.worker_id,
-             s.claimed_at, s.reclaimed_from_token, s.granted_until, s.ended_nonce, l.status AS prev_status, s.kind,
-                s.input->>'runId' AS child_run_id, s.input->>'cancellation' AS cancellation),
-    leftover_attempts AS (
-      INSERT INTO "palisade"."attempt_records" (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
-                                 reclaimed_from_token, granted_until, outcome, ended_at, error)
-      SELECT g.run_id, g.id, 'activity', g.attempt, g.epoch, g.fencing_token, g.nonce,
-             g.worker_id, g.claimed_at, g.reclaimed_from_token, g.granted_until, 'cancelled', (SELECT t FROM clock),
-             NULL::jsonb
-        FROM leftover g
-       WHERE g.claimed_at IS NOT NULL AND g.ended_nonce IS DISTINCT FROM g.nonce AND (g.prev_status = 'running')
-      ON CONFLICT (fencing_token) DO NOTHING
-      RETURNING 1),
-    leftover_events AS (
-      INSERT INTO "palisade"."events" (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
-      SELECT $42::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
-             jsonb_build_object('reason', 'the run ended', 'whileRunning', prev_status = 'running'), true,
-             (SELECT t FROM clock)
-        FROM leftover
+       WHERE fencing_token = $38::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
       RETURNING 1),
 
-    run_event AS (
-      INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
-      SELECT id, 'run:' || $43::text,
-             CASE WHEN $44::jsonb IS NOT NULL THEN jsonb_build_object('error', $45::jsonb) END,
-             true, (SELECT t FROM clock)
-        FROM run_row WHERE $46 AND $47::text <> 'completed'
-      RETURNING 1),
     
     -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
     -- next turn is due now, the run's waiters when it ended and a handle.result() waits on it, and, when it goes
     -- on, its watchers (a handle.watch() waits on it now: one NOTIFY item per turn, for watched runs only).
     notified AS (
-    SELECT pg_notify($48,
-             CASE WHEN length(p.all_items) <= $49 THEN p.all_items
+    SELECT pg_notify($39,
+             CASE WHEN length(p.all_items) <= $40 THEN p.all_items
                   ELSE concat_ws(E'\n', 'run:*', p.other_items) END)
       FROM (SELECT string_agg(item, E'\n') AS all_items,
                    string_agg(item, E'\n') FILTER (WHERE item NOT LIKE 'run:%') AS other_items
               FROM (SELECT DISTINCT item FROM (SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
-          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $50) x WHERE "palisade"."run_watched"(id, false)
+          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $41) x WHERE "palisade"."run_watched"(id, false)
           -- A run under a concurrency key that ends gives its place to a pending run of its key (flow-control.ts).
-          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $51 AND concurrency_key IS NOT NULL
-          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $52 AND "palisade"."run_watched"(id, true)) x(item) WHERE item IS NOT NULL) d) p
+          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $42 AND concurrency_key IS NOT NULL
+          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $43 AND "palisade"."run_watched"(id, true)) x(item) WHERE item IS NOT NULL) d) p
      WHERE p.all_items IS NOT NULL)
     SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
            (SELECT conflict FROM gate) AS conflict,
            
            (SELECT count(*) FROM notified) AS notified,
            (SELECT jsonb_build_object('status', status, 'output', output, 'error', error, 'cancel_reason', cancel_reason)
-              FROM run_row WHERE $53) AS ended,
+              FROM run_row WHERE $44) AS ended,
            (SELECT jsonb_agg(jsonb_build_object(
-              'id', e.id::text, 'run_id', $54::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
+              'id', e.id::text, 'run_id', $45::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
               'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
               'nonce', e.nonce::text, 'lease_ms', p.lease_ms, 'start_to_close_timeout_ms', p.start_to_close_timeout_ms,
               'retry_policy', p.retry_policy, 'heartbeat_details', NULL,
@@ -356,29 +315,20 @@
 -- $26 = "00000000-0000-4000-8000-000000000001"
 -- $27 = "00000000-0000-4000-8000-000000000001"
 -- $28 = "00000000-0000-4000-8000-000000000001"
--- $29 = "00000000-0000-4000-8000-000000000001"
--- $30 = null
--- $31 = false
--- $32 = null
--- $33 = false
--- $34 = null
+-- $29 = null
+-- $30 = false
+-- $31 = null
+-- $32 = false
+-- $33 = null
+-- $34 = false
 -- $35 = false
--- $36 = false
--- $37 = null
--- $38 = false
--- $39 = 3
--- $40 = "41"
+-- $36 = null
+-- $37 = 3
+-- $38 = "41"
+-- $39 = "palisade_palisade"
+-- $40 = 7900
 -- $41 = false
--- $42 = "00000000-0000-4000-8000-000000000001"
--- $43 = null
--- $44 = null
--- $45 = null
--- $46 = false
--- $47 = null
--- $48 = "palisade_palisade"
--- $49 = 7900
--- $50 = false
--- $51 = false
--- $52 = false
--- $53 = false
--- $54 = "00000000-0000-4000-8000-000000000001"
+-- $42 = false
+-- $43 = false
+-- $44 = false
+-- $45 = "00000000-0000-4000-8000-000000000001"

@@ -167,56 +167,23 @@
                 lease_expires_at, fencing_scope, started_at,
                 -- Cancelled with the run (a step the code saw cancelled carries its stored error).
                 status = 'cancelled' AND error IS NULL AS ended_with_run),
-
-    scheduled_events AS (
-      INSERT INTO "palisade"."events" (run_id, step_id, type, data, at)
-      SELECT $20::uuid, id,
-             CASE kind WHEN 'timer' THEN 'timer:started' WHEN 'signal' THEN 'signal:waiting'
-                       WHEN 'child' THEN 'child:started' ELSE 'step:scheduled' END,
-             CASE WHEN kind = 'child' THEN jsonb_build_object('name', name, 'seq', seq, 'childRunId', input->>'runId')
-                  -- When it is due: a step granted at once is due now (its next_run_at is when the grant's lease
-                  -- lets it be reclaimed: that is its attempt:claimed event's leaseExpiresAt, not a due time).
-                  ELSE jsonb_build_object('name', name, 'seq', seq,
-                                          'dueAt', CASE WHEN status = 'running' THEN started_at ELSE next_run_at END) END,
-             (SELECT t FROM clock)
-        FROM inserted
-       -- An activity due at once (granted now, or due at its insert) has its step:scheduled read off its row by the
-       -- run_events view; one due later, or inserted ended, stores it.
-       WHERE kind IN ('timer', 'signal') OR (kind = 'child' AND status = 'running')
-          OR (kind = 'activity'
-              AND CASE WHEN status = 'running' THEN started_at ELSE next_run_at END
-                  IS DISTINCT FROM (SELECT t FROM clock))
-      RETURNING 1),
-    cancelled_events AS (
-      INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $21::uuid, id, 'step:cancelled',
-             CASE WHEN ended_with_run THEN jsonb_build_object('reason', 'the run ended', 'whileRunning', false)
-                  ELSE jsonb_build_object('reason', 'the run was cancelled before this step could start') END,
-             true, (SELECT t FROM clock)
-        FROM inserted WHERE status = 'cancelled'
-      RETURNING 1),
     marked AS (
       UPDATE "palisade"."steps" s
          SET delivered_seq = dl.delivered_seq,
-             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $22::uuid THEN 'completed'
+             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $20::uuid THEN 'completed'
                            ELSE s.status END,
-             finished_at = CASE WHEN s.id = $23::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
-                                THEN ('epoch'::timestamptz + (($24::bigint) * interval '1 millisecond'))
+             finished_at = CASE WHEN s.id = $21::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
+                                THEN ('epoch'::timestamptz + (($22::bigint) * interval '1 millisecond'))
                                 ELSE s.finished_at END,
-             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $25::uuid THEN NULL
+             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $23::uuid THEN NULL
                                 ELSE s.next_run_at END,
              -- A signal wait's outcome: the signal it took, or its timeout; a fused step's, its completion's.
              output = CASE WHEN dl.fires_timer AND s.kind = 'signal' THEN '{"timedOut": true}'::jsonb
                            ELSE s.output END
         FROM dl
-       WHERE s.id = dl.id AND s.run_id = $26::uuid AND EXISTS (SELECT 1 FROM go)
+       WHERE s.id = dl.id AND s.run_id = $24::uuid AND EXISTS (SELECT 1 FROM go)
       RETURNING s.id, s.seq, s.kind, dl.fires_timer, dl.signal_id, s.fencing_token),
-    fired_events AS (
-      INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $27::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
-             jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
-        FROM marked WHERE fires_timer
-      RETURNING 1),
+
 
 
     -- Each signal a wait refused (its payload does not fit the wait's schema) is undelivered, with why; the wait
@@ -225,15 +192,15 @@
       UPDATE "palisade"."signals" g
          SET consumed_at = (SELECT t FROM clock),
              undelivered = jsonb_build_object('reason', 'invalid-payload', 'seq', x.seq, 'message', x.message)
-        FROM jsonb_to_recordset($28::jsonb) AS x("signalId" bigint, seq int, message text)
-       WHERE g.id = x."signalId" AND g.run_id = $29::uuid AND g.consumed_at IS NULL AND EXISTS (SELECT 1 FROM go)
+        FROM jsonb_to_recordset($25::jsonb) AS x("signalId" bigint, seq int, message text)
+       WHERE g.id = x."signalId" AND g.run_id = $26::uuid AND g.consumed_at IS NULL AND EXISTS (SELECT 1 FROM go)
       RETURNING g.id, g.name, x.seq, x.message),
     refused_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $30::uuid,
+      SELECT $27::uuid,
              coalesce((SELECT i.id FROM inserted i WHERE i.seq = f.seq),
                       (SELECT s.id FROM "palisade"."steps" s
-                        WHERE s.run_id = $31::uuid AND s.seq = f.seq AND s.retired_at IS NULL)),
+                        WHERE s.run_id = $28::uuid AND s.seq = f.seq AND s.retired_at IS NULL)),
              'signal:rejected',
              jsonb_build_object('seq', f.seq, 'name', f.name, 'signalId', f.id::text, 'message', f.message), false,
              (SELECT t FROM clock)
@@ -243,7 +210,7 @@
     -- statement does not see its own inserts).
     waiting AS (
       SELECT s.kind, s.name, s.next_run_at AS due FROM "palisade"."steps" s
-       WHERE s.run_id = $32::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
+       WHERE s.run_id = $29::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
          AND s.retired_at IS NULL
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = s.id AND (dl.fires_timer OR dl.signal_id IS NOT NULL))
       UNION ALL
@@ -255,19 +222,18 @@
     signal_due AS (
       SELECT EXISTS (
         SELECT 1 FROM "palisade"."signals" g
-         WHERE g.run_id = $33::uuid AND g.consumed_at IS NULL AND g.id <> ALL($34::bigint[])
+         WHERE g.run_id = $30::uuid AND g.consumed_at IS NULL AND g.id <> ALL($31::bigint[])
            AND EXISTS (SELECT 1 FROM waiting w WHERE w.kind = 'signal' AND w.name = g.name)) AS due),
     -- The one write of the run row: its end, or its next turn (now if anything woke it since the claim).
     run_row AS (
       UPDATE "palisade"."runs" r
          SET turn_lease_expires_at = NULL,
-             status = coalesce($35::text, r.status),
-             output = CASE WHEN $36 THEN $37::jsonb ELSE r.output END,
-             error = CASE WHEN $38 THEN $39::jsonb ELSE r.error END,
-             finished_at = CASE WHEN $40 THEN (SELECT t FROM clock) ELSE r.finished_at END,
-             progress = CASE WHEN $41 THEN $42::jsonb ELSE r.progress END,
-             turn_next_run_at = CASE WHEN $43 THEN NULL
-                                     WHEN r.wake_count <> $44 THEN (SELECT t FROM clock)
+             status = coalesce($32::text, r.status),
+             output = CASE WHEN $33 THEN $34::jsonb ELSE r.output END,
+             error = CASE WHEN $35 THEN $36::jsonb ELSE r.error END,
+             finished_at = CASE WHEN $37 THEN (SELECT t FROM clock) ELSE r.finished_at END,
+             progress = CASE WHEN $38 THEN $39::jsonb ELSE r.progress END,
+             turn_next_run_at = CASE WHEN r.wake_count <> $40 THEN (SELECT t FROM clock)
                                      WHEN (SELECT due FROM signal_due) THEN (SELECT t FROM clock)
                                      ELSE (SELECT due FROM next_timer) END
        WHERE r.id = (SELECT id FROM go)
@@ -276,69 +242,34 @@
                 r.parent_step_id, r.concurrency_key),
     turn_attempt AS (
       UPDATE "palisade"."attempt_records" SET outcome = 'completed', ended_at = (SELECT t FROM clock)
-       WHERE fencing_token = $45::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
-      RETURNING 1),
-    -- Every live step ends with the run, running ones included (invariant 12: the holder's next write is
-    -- refused as "cancelled" and its signal fires), each from its newest version (locked above).
-    leftover AS (
-      UPDATE "palisade"."steps" s SET status = 'cancelled', finished_at = (SELECT t FROM clock), next_run_at = NULL,
-                              cancel_requested_at = coalesce(s.cancel_requested_at, (SELECT t FROM clock))
-        FROM locked l
-       WHERE $46 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
-         AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = l.id)
-      RETURNING s.run_id, s.id, s.attempt, s.epoch, s.fencing_token, s.nonce, s.worker_id,
-             s.claimed_at, s.reclaimed_from_token, s.granted_until, s.ended_nonce, l.status AS prev_status, s.kind,
-                s.input->>'runId' AS child_run_id, s.input->>'cancellation' AS cancellation),
-    leftover_attempts AS (
-      INSERT INTO "palisade"."attempt_records" (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
-                                 reclaimed_from_token, granted_until, outcome, ended_at, error)
-      SELECT g.run_id, g.id, 'activity', g.attempt, g.epoch, g.fencing_token, g.nonce,
-             g.worker_id, g.claimed_at, g.reclaimed_from_token, g.granted_until, 'cancelled', (SELECT t FROM clock),
-             NULL::jsonb
-        FROM leftover g
-       WHERE g.claimed_at IS NOT NULL AND g.ended_nonce IS DISTINCT FROM g.nonce AND (g.prev_status = 'running')
-      ON CONFLICT (fencing_token) DO NOTHING
-      RETURNING 1),
-    leftover_events AS (
-      INSERT INTO "palisade"."events" (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
-      SELECT $47::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
-             jsonb_build_object('reason', 'the run ended', 'whileRunning', prev_status = 'running'), true,
-             (SELECT t FROM clock)
-        FROM leftover
+       WHERE fencing_token = $41::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
       RETURNING 1),
 
-    run_event AS (
-      INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
-      SELECT id, 'run:' || $48::text,
-             CASE WHEN $49::jsonb IS NOT NULL THEN jsonb_build_object('error', $50::jsonb) END,
-             true, (SELECT t FROM clock)
-        FROM run_row WHERE $51 AND $52::text <> 'completed'
-      RETURNING 1),
     
     -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
     -- next turn is due now, the run's waiters when it ended and a handle.result() waits on it, and, when it goes
     -- on, its watchers (a handle.watch() waits on it now: one NOTIFY item per turn, for watched runs only).
     notified AS (
-    SELECT pg_notify($53,
-             CASE WHEN length(p.all_items) <= $54 THEN p.all_items
+    SELECT pg_notify($42,
+             CASE WHEN length(p.all_items) <= $43 THEN p.all_items
                   ELSE concat_ws(E'\n', 'run:*', p.other_items) END)
       FROM (SELECT string_agg(item, E'\n') AS all_items,
                    string_agg(item, E'\n') FILTER (WHERE item NOT LIKE 'run:%') AS other_items
               FROM (SELECT DISTINCT item FROM (SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
-          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $55) x WHERE "palisade"."run_watched"(id, false)
+          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $44) x WHERE "palisade"."run_watched"(id, false)
           -- A run under a concurrency key that ends gives its place to a pending run of its key (flow-control.ts).
-          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $56 AND concurrency_key IS NOT NULL
-          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $57 AND "palisade"."run_watched"(id, true)) x(item) WHERE item IS NOT NULL) d) p
+          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $45 AND concurrency_key IS NOT NULL
+          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $46 AND "palisade"."run_watched"(id, true)) x(item) WHERE item IS NOT NULL) d) p
      WHERE p.all_items IS NOT NULL)
     SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
            (SELECT conflict FROM gate) AS conflict,
            
            (SELECT count(*) FROM notified) AS notified,
            (SELECT jsonb_build_object('status', status, 'output', output, 'error', error, 'cancel_reason', cancel_reason)
-              FROM run_row WHERE $58) AS ended,
+              FROM run_row WHERE $47) AS ended,
            (SELECT jsonb_agg(jsonb_build_object(
-              'id', e.id::text, 'run_id', $59::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
+              'id', e.id::text, 'run_id', $48::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
               'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
               'nonce', e.nonce::text, 'lease_ms', p.lease_ms, 'start_to_close_timeout_ms', p.start_to_close_timeout_ms,
               'retry_policy', p.retry_policy, 'heartbeat_details', NULL,
@@ -367,43 +298,32 @@
 -- $17 = "run:00000000-0000-4000-8000-000000000001/seq:"
 -- $18 = 1780000000000
 -- $19 = ""
--- $20 = "00000000-0000-4000-8000-000000000001"
--- $21 = "00000000-0000-4000-8000-000000000001"
--- $22 = null
+-- $20 = null
+-- $21 = null
+-- $22 = 1780000000000
 -- $23 = null
--- $24 = 1780000000000
--- $25 = null
+-- $24 = "00000000-0000-4000-8000-000000000001"
+-- $25 = "[{\"signalId\":\"9\",\"seq\":2,\"message\":\"expected number, received string\"}]"
 -- $26 = "00000000-0000-4000-8000-000000000001"
 -- $27 = "00000000-0000-4000-8000-000000000001"
--- $28 = "[{\"signalId\":\"9\",\"seq\":2,\"message\":\"expected number, received string\"}]"
+-- $28 = "00000000-0000-4000-8000-000000000001"
 -- $29 = "00000000-0000-4000-8000-000000000001"
 -- $30 = "00000000-0000-4000-8000-000000000001"
--- $31 = "00000000-0000-4000-8000-000000000001"
--- $32 = "00000000-0000-4000-8000-000000000001"
--- $33 = "00000000-0000-4000-8000-000000000001"
--- $34 = "{9}"
--- $35 = null
--- $36 = false
--- $37 = null
+-- $31 = "{9}"
+-- $32 = null
+-- $33 = false
+-- $34 = null
+-- $35 = false
+-- $36 = null
+-- $37 = false
 -- $38 = false
 -- $39 = null
--- $40 = false
--- $41 = false
--- $42 = null
--- $43 = false
--- $44 = 3
--- $45 = "41"
+-- $40 = 3
+-- $41 = "41"
+-- $42 = "palisade_palisade"
+-- $43 = 7900
+-- $44 = false
+-- $45 = false
 -- $46 = false
--- $47 = "00000000-0000-4000-8000-000000000001"
--- $48 = null
--- $49 = null
--- $50 = null
--- $51 = false
--- $52 = null
--- $53 = "palisade_palisade"
--- $54 = 7900
--- $55 = false
--- $56 = false
--- $57 = false
--- $58 = false
--- $59 = "00000000-0000-4000-8000-000000000001"
+-- $47 = false
+-- $48 = "00000000-0000-4000-8000-000000000001"

@@ -277,12 +277,7 @@
         FROM dl
        WHERE s.id = dl.id AND s.run_id = $32::uuid AND EXISTS (SELECT 1 FROM go)
       RETURNING s.id, s.seq, s.kind, dl.fires_timer, dl.signal_id, s.fencing_token),
-    fired_events AS (
-      INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $33::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
-             jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
-        FROM marked WHERE fires_timer
-      RETURNING 1),
+
 
 
     -- A run that ends leaves no signal pending: each one no wait took is undelivered, the run's end its reason. A
@@ -291,58 +286,34 @@
     unseen AS (
       UPDATE "palisade"."signals" g
          SET consumed_at = (SELECT t FROM clock),
-             undelivered = jsonb_build_object('reason', 'run-ended', 'status', $34::text)
-       WHERE g.run_id = $35::uuid AND g.consumed_at IS NULL AND EXISTS (SELECT 1 FROM go)
-         AND g.id <> ALL($36::bigint[])
+             undelivered = jsonb_build_object('reason', 'run-ended', 'status', $33::text)
+       WHERE g.run_id = $34::uuid AND g.consumed_at IS NULL AND EXISTS (SELECT 1 FROM go)
+         AND g.id <> ALL($35::bigint[])
       RETURNING g.id, g.name),
     unseen_events AS (
       INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
-      SELECT $37::uuid, 'signal:undelivered',
-             jsonb_build_object('name', name, 'signalId', id::text, 'reason', 'run-ended', 'status', $38::text),
+      SELECT $36::uuid, 'signal:undelivered',
+             jsonb_build_object('name', name, 'signalId', id::text, 'reason', 'run-ended', 'status', $37::text),
              false, (SELECT t FROM clock)
         FROM unseen
       RETURNING 1),
-    -- The run's earliest timer: those it had (less the ones this turn fires) and those this turn starts (a
-    -- statement does not see its own inserts).
-    waiting AS (
-      SELECT s.kind, s.name, s.next_run_at AS due FROM "palisade"."steps" s
-       WHERE s.run_id = $39::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
-         AND s.retired_at IS NULL
-         AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = s.id AND (dl.fires_timer OR dl.signal_id IS NOT NULL))
-      UNION ALL
-      SELECT kind, name, next_run_at FROM inserted WHERE kind IN ('timer', 'signal') AND status = 'scheduled'),
-    -- Timers and signal waits' timeouts, those it had (less the ones this turn ends) and those it starts.
-    next_timer AS (SELECT min(due) AS due FROM waiting),
-    -- A pending signal that a wait of the run now waits for (one the turn did not see: it came after the turn's
-    -- snapshot, or the turn made the wait without reading the run's signals, as a fused step's does).
-    signal_due AS (
-      SELECT EXISTS (
-        SELECT 1 FROM "palisade"."signals" g
-         WHERE g.run_id = $40::uuid AND g.consumed_at IS NULL
-           AND EXISTS (SELECT 1 FROM waiting w WHERE w.kind = 'signal' AND w.name = g.name)) AS due),
     -- The one write of the run row: its end, or its next turn (now if anything woke it since the claim).
     run_row AS (
       UPDATE "palisade"."runs" r
          SET turn_lease_expires_at = NULL,
-             status = coalesce($41::text, r.status),
-             output = CASE WHEN $42 THEN $43::jsonb ELSE r.output END,
-             error = CASE WHEN $44 THEN $45::jsonb ELSE r.error END,
-             finished_at = CASE WHEN $46 THEN (SELECT t FROM clock) ELSE r.finished_at END,
-             progress = CASE WHEN $47 THEN $48::jsonb ELSE r.progress END,
-             turn_next_run_at = CASE WHEN $49 THEN NULL
-                                     WHEN r.wake_count <> $50 THEN (SELECT t FROM clock)
-                                     WHEN (SELECT due FROM signal_due) THEN (SELECT t FROM clock)
-                                     WHEN EXISTS (SELECT 1 FROM inserted
-                                                   WHERE kind = 'child' AND status IN ('failed', 'completed'))
-                                       THEN (SELECT t FROM clock)
-                                     ELSE (SELECT due FROM next_timer) END
+             status = coalesce($38::text, r.status),
+             output = CASE WHEN $39 THEN $40::jsonb ELSE r.output END,
+             error = CASE WHEN $41 THEN $42::jsonb ELSE r.error END,
+             finished_at = CASE WHEN $43 THEN (SELECT t FROM clock) ELSE r.finished_at END,
+             progress = CASE WHEN $44 THEN $45::jsonb ELSE r.progress END,
+             turn_next_run_at = NULL
        WHERE r.id = (SELECT id FROM go)
       RETURNING r.id, r.queue, r.turn_next_run_at <= (SELECT t FROM clock) AS due_now, r.status, r.output, r.error,
                 r.cancel_reason, r.turn_token, r.turn_nonce, r.turn_epoch, r.turn_attempt,
                 r.parent_step_id, r.concurrency_key),
     turn_attempt AS (
       UPDATE "palisade"."attempt_records" SET outcome = 'completed', ended_at = (SELECT t FROM clock)
-       WHERE fencing_token = $51::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
+       WHERE fencing_token = $46::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
       RETURNING 1),
     -- Every live step ends with the run, running ones included (invariant 12: the holder's next write is
     -- refused as "cancelled" and its signal fires), each from its newest version (locked above).
@@ -350,7 +321,7 @@
       UPDATE "palisade"."steps" s SET status = 'cancelled', finished_at = (SELECT t FROM clock), next_run_at = NULL,
                               cancel_requested_at = coalesce(s.cancel_requested_at, (SELECT t FROM clock))
         FROM locked l
-       WHERE $52 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
+       WHERE $47 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = l.id)
       RETURNING s.run_id, s.id, s.attempt, s.epoch, s.fencing_token, s.nonce, s.worker_id,
              s.claimed_at, s.reclaimed_from_token, s.granted_until, s.ended_nonce, l.status AS prev_status, s.kind,
@@ -367,7 +338,7 @@
       RETURNING 1),
     leftover_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
-      SELECT $53::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
+      SELECT $48::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
              jsonb_build_object('reason', 'the run ended', 'whileRunning', prev_status = 'running'), true,
              (SELECT t FROM clock)
         FROM leftover
@@ -377,13 +348,13 @@
     -- with its output, or fails it with a ChildWorkflowFailure carrying its failure, and wakes the parent.
     parent_step AS (
       UPDATE "palisade"."steps" s
-         SET status = CASE WHEN $54::text = 'completed' THEN 'completed' ELSE 'failed' END,
-             output = CASE WHEN $55::text = 'completed' THEN $56::jsonb END,
-             error = CASE WHEN $57::text = 'completed' THEN NULL
+         SET status = CASE WHEN $49::text = 'completed' THEN 'completed' ELSE 'failed' END,
+             output = CASE WHEN $50::text = 'completed' THEN $51::jsonb END,
+             error = CASE WHEN $52::text = 'completed' THEN NULL
                           ELSE jsonb_build_object(
-                                 'type', 'ChildWorkflowFailure', 'nonRetryable', true, 'childRunId', $58::text,
-                                 'message', 'child workflow run ' || $59::text || ' ' || $60::text,
-                                 'cause', $61::jsonb) END,
+                                 'type', 'ChildWorkflowFailure', 'nonRetryable', true, 'childRunId', $53::text,
+                                 'message', 'child workflow run ' || $54::text || ' ' || $55::text,
+                                 'cause', $56::jsonb) END,
              finished_at = (SELECT t FROM clock)
         FROM run_row r
        WHERE s.id = r.parent_step_id AND s.kind = 'child' AND s.status = 'running' AND s.retired_at IS NULL
@@ -391,7 +362,7 @@
     parent_step_event AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
       SELECT run_id, id, 'step:' || status,
-             jsonb_build_object('childRunId', $62::text) || CASE WHEN error IS NOT NULL
+             jsonb_build_object('childRunId', $57::text) || CASE WHEN error IS NOT NULL
                                                                     THEN jsonb_build_object('error', error)
                                                                     ELSE '{}'::jsonb END,
              true, (SELECT t FROM clock)
@@ -422,29 +393,22 @@
              wake_count = p.wake_count + 1
        WHERE p.id = (SELECT run_id FROM parent_step) AND p.status IN ('pending', 'running')
       RETURNING p.queue),
-    run_event AS (
-      INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
-      SELECT id, 'run:' || $63::text,
-             CASE WHEN $64::jsonb IS NOT NULL THEN jsonb_build_object('error', $65::jsonb) END,
-             true, (SELECT t FROM clock)
-        FROM run_row WHERE $66 AND $67::text <> 'completed'
-      RETURNING 1),
     
     -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
     -- next turn is due now, the run's waiters when it ended and a handle.result() waits on it, and, when it goes
     -- on, its watchers (a handle.watch() waits on it now: one NOTIFY item per turn, for watched runs only).
     notified AS (
-    SELECT pg_notify($68,
-             CASE WHEN length(p.all_items) <= $69 THEN p.all_items
+    SELECT pg_notify($58,
+             CASE WHEN length(p.all_items) <= $59 THEN p.all_items
                   ELSE concat_ws(E'\n', 'run:*', p.other_items) END)
       FROM (SELECT string_agg(item, E'\n') AS all_items,
                    string_agg(item, E'\n') FILTER (WHERE item NOT LIKE 'run:%') AS other_items
               FROM (SELECT DISTINCT item FROM (SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
-          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $70) x WHERE "palisade"."run_watched"(id, false)
+          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $60) x WHERE "palisade"."run_watched"(id, false)
           -- A run under a concurrency key that ends gives its place to a pending run of its key (flow-control.ts).
-          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $71 AND concurrency_key IS NOT NULL
-          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $72 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM children UNION ALL SELECT 'turn:' || queue FROM parent_woken UNION ALL SELECT 'turn:' || queue FROM cascaded) x(item) WHERE item IS NOT NULL) d) p
+          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $61 AND concurrency_key IS NOT NULL
+          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $62 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM children UNION ALL SELECT 'turn:' || queue FROM parent_woken UNION ALL SELECT 'turn:' || queue FROM cascaded) x(item) WHERE item IS NOT NULL) d) p
      WHERE p.all_items IS NOT NULL)
     SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
            (SELECT conflict FROM gate) AS conflict,
@@ -452,9 +416,9 @@
            (SELECT count(*) FROM notified) AS notified,
            (SELECT jsonb_agg(id::text) FROM cascaded) AS cascade_children,
            (SELECT jsonb_build_object('status', status, 'output', output, 'error', error, 'cancel_reason', cancel_reason)
-              FROM run_row WHERE $73) AS ended,
+              FROM run_row WHERE $63) AS ended,
            (SELECT jsonb_agg(jsonb_build_object(
-              'id', e.id::text, 'run_id', $74::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
+              'id', e.id::text, 'run_id', $64::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
               'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
               'nonce', e.nonce::text, 'lease_ms', p.lease_ms, 'start_to_close_timeout_ms', p.start_to_close_timeout_ms,
               'retry_policy', p.retry_policy, 'heartbeat_details', NULL,
@@ -496,45 +460,35 @@
 -- $30 = 1780000000000
 -- $31 = null
 -- $32 = "00000000-0000-4000-8000-000000000001"
--- $33 = "00000000-0000-4000-8000-000000000001"
--- $34 = "completed"
--- $35 = "00000000-0000-4000-8000-000000000001"
--- $36 = "{}"
--- $37 = "00000000-0000-4000-8000-000000000001"
+-- $33 = "completed"
+-- $34 = "00000000-0000-4000-8000-000000000001"
+-- $35 = "{}"
+-- $36 = "00000000-0000-4000-8000-000000000001"
+-- $37 = "completed"
 -- $38 = "completed"
--- $39 = "00000000-0000-4000-8000-000000000001"
--- $40 = "00000000-0000-4000-8000-000000000001"
--- $41 = "completed"
--- $42 = true
--- $43 = "{\"orderId\":\"o-1\"}"
--- $44 = true
+-- $39 = true
+-- $40 = "{\"orderId\":\"o-1\"}"
+-- $41 = true
+-- $42 = null
+-- $43 = true
+-- $44 = false
 -- $45 = null
--- $46 = true
--- $47 = false
--- $48 = null
--- $49 = true
--- $50 = 3
--- $51 = "41"
--- $52 = true
+-- $46 = "41"
+-- $47 = true
+-- $48 = "00000000-0000-4000-8000-000000000001"
+-- $49 = "completed"
+-- $50 = "completed"
+-- $51 = "{\"orderId\":\"o-1\"}"
+-- $52 = "completed"
 -- $53 = "00000000-0000-4000-8000-000000000001"
--- $54 = "completed"
+-- $54 = "00000000-0000-4000-8000-000000000001"
 -- $55 = "completed"
--- $56 = "{\"orderId\":\"o-1\"}"
--- $57 = "completed"
--- $58 = "00000000-0000-4000-8000-000000000001"
--- $59 = "00000000-0000-4000-8000-000000000001"
--- $60 = "completed"
--- $61 = null
--- $62 = "00000000-0000-4000-8000-000000000001"
--- $63 = "completed"
--- $64 = null
--- $65 = null
--- $66 = true
--- $67 = "completed"
--- $68 = "palisade_palisade"
--- $69 = 7900
--- $70 = true
--- $71 = true
--- $72 = true
--- $73 = true
--- $74 = "00000000-0000-4000-8000-000000000001"
+-- $56 = null
+-- $57 = "00000000-0000-4000-8000-000000000001"
+-- $58 = "palisade_palisade"
+-- $59 = 7900
+-- $60 = true
+-- $61 = true
+-- $62 = true
+-- $63 = true
+-- $64 = "00000000-0000-4000-8000-000000000001"

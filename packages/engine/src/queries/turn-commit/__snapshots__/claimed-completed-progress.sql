@@ -176,56 +176,23 @@
                 lease_expires_at, fencing_scope, started_at,
                 -- Cancelled with the run (a step the code saw cancelled carries its stored error).
                 status = 'cancelled' AND error IS NULL AS ended_with_run),
-
-    scheduled_events AS (
-      INSERT INTO "palisade"."events" (run_id, step_id, type, data, at)
-      SELECT $22::uuid, id,
-             CASE kind WHEN 'timer' THEN 'timer:started' WHEN 'signal' THEN 'signal:waiting'
-                       WHEN 'child' THEN 'child:started' ELSE 'step:scheduled' END,
-             CASE WHEN kind = 'child' THEN jsonb_build_object('name', name, 'seq', seq, 'childRunId', input->>'runId')
-                  -- When it is due: a step granted at once is due now (its next_run_at is when the grant's lease
-                  -- lets it be reclaimed: that is its attempt:claimed event's leaseExpiresAt, not a due time).
-                  ELSE jsonb_build_object('name', name, 'seq', seq,
-                                          'dueAt', CASE WHEN status = 'running' THEN started_at ELSE next_run_at END) END,
-             (SELECT t FROM clock)
-        FROM inserted
-       -- An activity due at once (granted now, or due at its insert) has its step:scheduled read off its row by the
-       -- run_events view; one due later, or inserted ended, stores it.
-       WHERE kind IN ('timer', 'signal') OR (kind = 'child' AND status = 'running')
-          OR (kind = 'activity'
-              AND CASE WHEN status = 'running' THEN started_at ELSE next_run_at END
-                  IS DISTINCT FROM (SELECT t FROM clock))
-      RETURNING 1),
-    cancelled_events AS (
-      INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $23::uuid, id, 'step:cancelled',
-             CASE WHEN ended_with_run THEN jsonb_build_object('reason', 'the run ended', 'whileRunning', false)
-                  ELSE jsonb_build_object('reason', 'the run was cancelled before this step could start') END,
-             true, (SELECT t FROM clock)
-        FROM inserted WHERE status = 'cancelled'
-      RETURNING 1),
     marked AS (
       UPDATE "palisade"."steps" s
          SET delivered_seq = dl.delivered_seq,
-             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $24::uuid THEN 'completed'
+             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $22::uuid THEN 'completed'
                            ELSE s.status END,
-             finished_at = CASE WHEN s.id = $25::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
-                                THEN ('epoch'::timestamptz + (($26::bigint) * interval '1 millisecond'))
+             finished_at = CASE WHEN s.id = $23::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
+                                THEN ('epoch'::timestamptz + (($24::bigint) * interval '1 millisecond'))
                                 ELSE s.finished_at END,
-             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $27::uuid THEN NULL
+             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $25::uuid THEN NULL
                                 ELSE s.next_run_at END,
              -- A signal wait's outcome: the signal it took, or its timeout; a fused step's, its completion's.
              output = CASE WHEN dl.fires_timer AND s.kind = 'signal' THEN '{"timedOut": true}'::jsonb
                            ELSE s.output END
         FROM dl
-       WHERE s.id = dl.id AND s.run_id = $28::uuid AND EXISTS (SELECT 1 FROM go)
+       WHERE s.id = dl.id AND s.run_id = $26::uuid AND EXISTS (SELECT 1 FROM go)
       RETURNING s.id, s.seq, s.kind, dl.fires_timer, dl.signal_id, s.fencing_token),
-    fired_events AS (
-      INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $29::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
-             jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
-        FROM marked WHERE fires_timer
-      RETURNING 1),
+
 
 
     -- A run that ends leaves no signal pending: each one no wait took is undelivered, the run's end its reason. A
@@ -234,55 +201,34 @@
     unseen AS (
       UPDATE "palisade"."signals" g
          SET consumed_at = (SELECT t FROM clock),
-             undelivered = jsonb_build_object('reason', 'run-ended', 'status', $30::text)
-       WHERE g.run_id = $31::uuid AND g.consumed_at IS NULL AND EXISTS (SELECT 1 FROM go)
-         AND g.id <> ALL($32::bigint[])
+             undelivered = jsonb_build_object('reason', 'run-ended', 'status', $27::text)
+       WHERE g.run_id = $28::uuid AND g.consumed_at IS NULL AND EXISTS (SELECT 1 FROM go)
+         AND g.id <> ALL($29::bigint[])
       RETURNING g.id, g.name),
     unseen_events AS (
       INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
-      SELECT $33::uuid, 'signal:undelivered',
-             jsonb_build_object('name', name, 'signalId', id::text, 'reason', 'run-ended', 'status', $34::text),
+      SELECT $30::uuid, 'signal:undelivered',
+             jsonb_build_object('name', name, 'signalId', id::text, 'reason', 'run-ended', 'status', $31::text),
              false, (SELECT t FROM clock)
         FROM unseen
       RETURNING 1),
-    -- The run's earliest timer: those it had (less the ones this turn fires) and those this turn starts (a
-    -- statement does not see its own inserts).
-    waiting AS (
-      SELECT s.kind, s.name, s.next_run_at AS due FROM "palisade"."steps" s
-       WHERE s.run_id = $35::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
-         AND s.retired_at IS NULL
-         AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = s.id AND (dl.fires_timer OR dl.signal_id IS NOT NULL))
-      UNION ALL
-      SELECT kind, name, next_run_at FROM inserted WHERE kind IN ('timer', 'signal') AND status = 'scheduled'),
-    -- Timers and signal waits' timeouts, those it had (less the ones this turn ends) and those it starts.
-    next_timer AS (SELECT min(due) AS due FROM waiting),
-    -- A pending signal that a wait of the run now waits for (one the turn did not see: it came after the turn's
-    -- snapshot, or the turn made the wait without reading the run's signals, as a fused step's does).
-    signal_due AS (
-      SELECT EXISTS (
-        SELECT 1 FROM "palisade"."signals" g
-         WHERE g.run_id = $36::uuid AND g.consumed_at IS NULL
-           AND EXISTS (SELECT 1 FROM waiting w WHERE w.kind = 'signal' AND w.name = g.name)) AS due),
     -- The one write of the run row: its end, or its next turn (now if anything woke it since the claim).
     run_row AS (
       UPDATE "palisade"."runs" r
          SET turn_lease_expires_at = NULL,
-             status = coalesce($37::text, r.status),
-             output = CASE WHEN $38 THEN $39::jsonb ELSE r.output END,
-             error = CASE WHEN $40 THEN $41::jsonb ELSE r.error END,
-             finished_at = CASE WHEN $42 THEN (SELECT t FROM clock) ELSE r.finished_at END,
-             progress = CASE WHEN $43 THEN $44::jsonb ELSE r.progress END,
-             turn_next_run_at = CASE WHEN $45 THEN NULL
-                                     WHEN r.wake_count <> $46 THEN (SELECT t FROM clock)
-                                     WHEN (SELECT due FROM signal_due) THEN (SELECT t FROM clock)
-                                     ELSE (SELECT due FROM next_timer) END
+             status = coalesce($32::text, r.status),
+             output = CASE WHEN $33 THEN $34::jsonb ELSE r.output END,
+             error = CASE WHEN $35 THEN $36::jsonb ELSE r.error END,
+             finished_at = CASE WHEN $37 THEN (SELECT t FROM clock) ELSE r.finished_at END,
+             progress = CASE WHEN $38 THEN $39::jsonb ELSE r.progress END,
+             turn_next_run_at = NULL
        WHERE r.id = (SELECT id FROM go)
       RETURNING r.id, r.queue, r.turn_next_run_at <= (SELECT t FROM clock) AS due_now, r.status, r.output, r.error,
                 r.cancel_reason, r.turn_token, r.turn_nonce, r.turn_epoch, r.turn_attempt,
                 r.parent_step_id, r.concurrency_key),
     turn_attempt AS (
       UPDATE "palisade"."attempt_records" SET outcome = 'completed', ended_at = (SELECT t FROM clock)
-       WHERE fencing_token = $47::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
+       WHERE fencing_token = $40::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
       RETURNING 1),
     -- Every live step ends with the run, running ones included (invariant 12: the holder's next write is
     -- refused as "cancelled" and its signal fires), each from its newest version (locked above).
@@ -290,7 +236,7 @@
       UPDATE "palisade"."steps" s SET status = 'cancelled', finished_at = (SELECT t FROM clock), next_run_at = NULL,
                               cancel_requested_at = coalesce(s.cancel_requested_at, (SELECT t FROM clock))
         FROM locked l
-       WHERE $48 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
+       WHERE $41 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = l.id)
       RETURNING s.run_id, s.id, s.attempt, s.epoch, s.fencing_token, s.nonce, s.worker_id,
              s.claimed_at, s.reclaimed_from_token, s.granted_until, s.ended_nonce, l.status AS prev_status, s.kind,
@@ -307,7 +253,7 @@
       RETURNING 1),
     leftover_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
-      SELECT $49::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
+      SELECT $42::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
              jsonb_build_object('reason', 'the run ended', 'whileRunning', prev_status = 'running'), true,
              (SELECT t FROM clock)
         FROM leftover
@@ -317,13 +263,13 @@
     -- with its output, or fails it with a ChildWorkflowFailure carrying its failure, and wakes the parent.
     parent_step AS (
       UPDATE "palisade"."steps" s
-         SET status = CASE WHEN $50::text = 'completed' THEN 'completed' ELSE 'failed' END,
-             output = CASE WHEN $51::text = 'completed' THEN $52::jsonb END,
-             error = CASE WHEN $53::text = 'completed' THEN NULL
+         SET status = CASE WHEN $43::text = 'completed' THEN 'completed' ELSE 'failed' END,
+             output = CASE WHEN $44::text = 'completed' THEN $45::jsonb END,
+             error = CASE WHEN $46::text = 'completed' THEN NULL
                           ELSE jsonb_build_object(
-                                 'type', 'ChildWorkflowFailure', 'nonRetryable', true, 'childRunId', $54::text,
-                                 'message', 'child workflow run ' || $55::text || ' ' || $56::text,
-                                 'cause', $57::jsonb) END,
+                                 'type', 'ChildWorkflowFailure', 'nonRetryable', true, 'childRunId', $47::text,
+                                 'message', 'child workflow run ' || $48::text || ' ' || $49::text,
+                                 'cause', $50::jsonb) END,
              finished_at = (SELECT t FROM clock)
         FROM run_row r
        WHERE s.id = r.parent_step_id AND s.kind = 'child' AND s.status = 'running' AND s.retired_at IS NULL
@@ -331,7 +277,7 @@
     parent_step_event AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
       SELECT run_id, id, 'step:' || status,
-             jsonb_build_object('childRunId', $58::text) || CASE WHEN error IS NOT NULL
+             jsonb_build_object('childRunId', $51::text) || CASE WHEN error IS NOT NULL
                                                                     THEN jsonb_build_object('error', error)
                                                                     ELSE '{}'::jsonb END,
              true, (SELECT t FROM clock)
@@ -362,36 +308,29 @@
              wake_count = p.wake_count + 1
        WHERE p.id = (SELECT run_id FROM parent_step) AND p.status IN ('pending', 'running')
       RETURNING p.queue),
-    run_event AS (
-      INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
-      SELECT id, 'run:' || $59::text,
-             CASE WHEN $60::jsonb IS NOT NULL THEN jsonb_build_object('error', $61::jsonb) END,
-             true, (SELECT t FROM clock)
-        FROM run_row WHERE $62 AND $63::text <> 'completed'
-      RETURNING 1),
     -- What the turn set with ctx.setProgress, as an event too (what handle.watch() streams) when it changed:
     -- a turn that replayed the code from its start sets again what earlier turns set. The read of runs here sees
     -- the row as the statement's snapshot has it, before run_row's write.
     progress_event AS (
       INSERT INTO "palisade"."events" (run_id, type, data, at)
-      SELECT id, 'run:progress', jsonb_build_object('value', $64::jsonb), (SELECT t FROM clock) FROM run_row
-       WHERE (SELECT p.progress FROM "palisade"."runs" p WHERE p.id = $65::uuid) IS DISTINCT FROM $66::jsonb
+      SELECT id, 'run:progress', jsonb_build_object('value', $52::jsonb), (SELECT t FROM clock) FROM run_row
+       WHERE (SELECT p.progress FROM "palisade"."runs" p WHERE p.id = $53::uuid) IS DISTINCT FROM $54::jsonb
       RETURNING 1),
     -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
     -- next turn is due now, the run's waiters when it ended and a handle.result() waits on it, and, when it goes
     -- on, its watchers (a handle.watch() waits on it now: one NOTIFY item per turn, for watched runs only).
     notified AS (
-    SELECT pg_notify($67,
-             CASE WHEN length(p.all_items) <= $68 THEN p.all_items
+    SELECT pg_notify($55,
+             CASE WHEN length(p.all_items) <= $56 THEN p.all_items
                   ELSE concat_ws(E'\n', 'run:*', p.other_items) END)
       FROM (SELECT string_agg(item, E'\n') AS all_items,
                    string_agg(item, E'\n') FILTER (WHERE item NOT LIKE 'run:%') AS other_items
               FROM (SELECT DISTINCT item FROM (SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
-          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $69) x WHERE "palisade"."run_watched"(id, false)
+          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $57) x WHERE "palisade"."run_watched"(id, false)
           -- A run under a concurrency key that ends gives its place to a pending run of its key (flow-control.ts).
-          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $70 AND concurrency_key IS NOT NULL
-          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $71 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM parent_woken UNION ALL SELECT 'turn:' || queue FROM cascaded) x(item) WHERE item IS NOT NULL) d) p
+          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $58 AND concurrency_key IS NOT NULL
+          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $59 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM parent_woken UNION ALL SELECT 'turn:' || queue FROM cascaded) x(item) WHERE item IS NOT NULL) d) p
      WHERE p.all_items IS NOT NULL)
     SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
            (SELECT conflict FROM gate) AS conflict,
@@ -399,9 +338,9 @@
            (SELECT count(*) FROM notified) AS notified,
            (SELECT jsonb_agg(id::text) FROM cascaded) AS cascade_children,
            (SELECT jsonb_build_object('status', status, 'output', output, 'error', error, 'cancel_reason', cancel_reason)
-              FROM run_row WHERE $72) AS ended,
+              FROM run_row WHERE $60) AS ended,
            (SELECT jsonb_agg(jsonb_build_object(
-              'id', e.id::text, 'run_id', $73::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
+              'id', e.id::text, 'run_id', $61::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
               'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
               'nonce', e.nonce::text, 'lease_ms', p.lease_ms, 'start_to_close_timeout_ms', p.start_to_close_timeout_ms,
               'retry_policy', p.retry_policy, 'heartbeat_details', NULL,
@@ -432,55 +371,43 @@
 -- $19 = "run:00000000-0000-4000-8000-000000000001/seq:"
 -- $20 = 1780000000000
 -- $21 = ""
--- $22 = "00000000-0000-4000-8000-000000000001"
--- $23 = "00000000-0000-4000-8000-000000000001"
--- $24 = null
+-- $22 = null
+-- $23 = null
+-- $24 = 1780000000000
 -- $25 = null
--- $26 = 1780000000000
--- $27 = null
+-- $26 = "00000000-0000-4000-8000-000000000001"
+-- $27 = "completed"
 -- $28 = "00000000-0000-4000-8000-000000000001"
--- $29 = "00000000-0000-4000-8000-000000000001"
--- $30 = "completed"
--- $31 = "00000000-0000-4000-8000-000000000001"
--- $32 = "{}"
--- $33 = "00000000-0000-4000-8000-000000000001"
--- $34 = "completed"
--- $35 = "00000000-0000-4000-8000-000000000001"
--- $36 = "00000000-0000-4000-8000-000000000001"
--- $37 = "completed"
+-- $29 = "{}"
+-- $30 = "00000000-0000-4000-8000-000000000001"
+-- $31 = "completed"
+-- $32 = "completed"
+-- $33 = true
+-- $34 = "{\"orderId\":\"o-1\"}"
+-- $35 = true
+-- $36 = null
+-- $37 = true
 -- $38 = true
--- $39 = "{\"orderId\":\"o-1\"}"
--- $40 = true
--- $41 = null
--- $42 = true
--- $43 = true
--- $44 = "100"
--- $45 = true
--- $46 = 3
--- $47 = "41"
--- $48 = true
--- $49 = "00000000-0000-4000-8000-000000000001"
--- $50 = "completed"
--- $51 = "completed"
--- $52 = "{\"orderId\":\"o-1\"}"
--- $53 = "completed"
--- $54 = "00000000-0000-4000-8000-000000000001"
--- $55 = "00000000-0000-4000-8000-000000000001"
--- $56 = "completed"
--- $57 = null
--- $58 = "00000000-0000-4000-8000-000000000001"
--- $59 = "completed"
--- $60 = null
--- $61 = null
--- $62 = true
--- $63 = "completed"
--- $64 = "100"
--- $65 = "00000000-0000-4000-8000-000000000001"
--- $66 = "100"
--- $67 = "palisade_palisade"
--- $68 = 7900
--- $69 = true
--- $70 = true
--- $71 = true
--- $72 = true
--- $73 = "00000000-0000-4000-8000-000000000001"
+-- $39 = "100"
+-- $40 = "41"
+-- $41 = true
+-- $42 = "00000000-0000-4000-8000-000000000001"
+-- $43 = "completed"
+-- $44 = "completed"
+-- $45 = "{\"orderId\":\"o-1\"}"
+-- $46 = "completed"
+-- $47 = "00000000-0000-4000-8000-000000000001"
+-- $48 = "00000000-0000-4000-8000-000000000001"
+-- $49 = "completed"
+-- $50 = null
+-- $51 = "00000000-0000-4000-8000-000000000001"
+-- $52 = "100"
+-- $53 = "00000000-0000-4000-8000-000000000001"
+-- $54 = "100"
+-- $55 = "palisade_palisade"
+-- $56 = 7900
+-- $57 = true
+-- $58 = true
+-- $59 = true
+-- $60 = true
+-- $61 = "00000000-0000-4000-8000-000000000001"

@@ -186,43 +186,15 @@
                 lease_expires_at, fencing_scope, started_at,
                 -- Cancelled with the run (a step the code saw cancelled carries its stored error).
                 status = 'cancelled' AND error IS NULL AS ended_with_run),
-
-    scheduled_events AS (
-      INSERT INTO "palisade"."events" (run_id, step_id, type, data, at)
-      SELECT $25::uuid, id,
-             CASE kind WHEN 'timer' THEN 'timer:started' WHEN 'signal' THEN 'signal:waiting'
-                       WHEN 'child' THEN 'child:started' ELSE 'step:scheduled' END,
-             CASE WHEN kind = 'child' THEN jsonb_build_object('name', name, 'seq', seq, 'childRunId', input->>'runId')
-                  -- When it is due: a step granted at once is due now (its next_run_at is when the grant's lease
-                  -- lets it be reclaimed: that is its attempt:claimed event's leaseExpiresAt, not a due time).
-                  ELSE jsonb_build_object('name', name, 'seq', seq,
-                                          'dueAt', CASE WHEN status = 'running' THEN started_at ELSE next_run_at END) END,
-             (SELECT t FROM clock)
-        FROM inserted
-       -- An activity due at once (granted now, or due at its insert) has its step:scheduled read off its row by the
-       -- run_events view; one due later, or inserted ended, stores it.
-       WHERE kind IN ('timer', 'signal') OR (kind = 'child' AND status = 'running')
-          OR (kind = 'activity'
-              AND CASE WHEN status = 'running' THEN started_at ELSE next_run_at END
-                  IS DISTINCT FROM (SELECT t FROM clock))
-      RETURNING 1),
-    cancelled_events AS (
-      INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $26::uuid, id, 'step:cancelled',
-             CASE WHEN ended_with_run THEN jsonb_build_object('reason', 'the run ended', 'whileRunning', false)
-                  ELSE jsonb_build_object('reason', 'the run was cancelled before this step could start') END,
-             true, (SELECT t FROM clock)
-        FROM inserted WHERE status = 'cancelled'
-      RETURNING 1),
     marked AS (
       UPDATE "palisade"."steps" s
          SET delivered_seq = dl.delivered_seq,
-             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $27::uuid THEN 'completed'
+             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $25::uuid THEN 'completed'
                            ELSE s.status END,
-             finished_at = CASE WHEN s.id = $28::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
-                                THEN ('epoch'::timestamptz + (($29::bigint) * interval '1 millisecond'))
+             finished_at = CASE WHEN s.id = $26::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
+                                THEN ('epoch'::timestamptz + (($27::bigint) * interval '1 millisecond'))
                                 ELSE s.finished_at END,
-             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $30::uuid THEN NULL
+             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $28::uuid THEN NULL
                                 ELSE s.next_run_at END,
              -- A signal wait's outcome: the signal it took, or its timeout; a fused step's, its completion's.
              output = CASE WHEN dl.signal_id IS NOT NULL
@@ -231,14 +203,9 @@
                            WHEN dl.fires_timer AND s.kind = 'signal' THEN '{"timedOut": true}'::jsonb
                            ELSE s.output END
         FROM dl
-       WHERE s.id = dl.id AND s.run_id = $31::uuid AND EXISTS (SELECT 1 FROM go)
+       WHERE s.id = dl.id AND s.run_id = $29::uuid AND EXISTS (SELECT 1 FROM go)
       RETURNING s.id, s.seq, s.kind, dl.fires_timer, dl.signal_id, s.fencing_token),
-    fired_events AS (
-      INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $32::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
-             jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
-        FROM marked WHERE fires_timer
-      RETURNING 1),
+
 
     -- Each signal handed to a wait records the step that took it (the wait's own row holds the payload).
     consumed AS (
@@ -247,11 +214,11 @@
               UNION ALL
               SELECT p.signal_id, i.id, i.seq FROM planned p JOIN inserted i ON i.seq = p.seq
                WHERE p.signal_id IS NOT NULL) w
-       WHERE g.id = w.signal_id AND g.run_id = $33::uuid
+       WHERE g.id = w.signal_id AND g.run_id = $30::uuid
       RETURNING g.id, g.name, w.step_id, w.seq),
     received_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $34::uuid, step_id, 'signal:received',
+      SELECT $31::uuid, step_id, 'signal:received',
              jsonb_build_object('seq', seq, 'name', name, 'signalId', id::text), true, (SELECT t FROM clock)
         FROM consumed
       RETURNING 1),
@@ -262,15 +229,15 @@
       UPDATE "palisade"."signals" g
          SET consumed_at = (SELECT t FROM clock),
              undelivered = jsonb_build_object('reason', 'invalid-payload', 'seq', x.seq, 'message', x.message)
-        FROM jsonb_to_recordset($35::jsonb) AS x("signalId" bigint, seq int, message text)
-       WHERE g.id = x."signalId" AND g.run_id = $36::uuid AND g.consumed_at IS NULL AND EXISTS (SELECT 1 FROM go)
+        FROM jsonb_to_recordset($32::jsonb) AS x("signalId" bigint, seq int, message text)
+       WHERE g.id = x."signalId" AND g.run_id = $33::uuid AND g.consumed_at IS NULL AND EXISTS (SELECT 1 FROM go)
       RETURNING g.id, g.name, x.seq, x.message),
     refused_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $37::uuid,
+      SELECT $34::uuid,
              coalesce((SELECT i.id FROM inserted i WHERE i.seq = f.seq),
                       (SELECT s.id FROM "palisade"."steps" s
-                        WHERE s.run_id = $38::uuid AND s.seq = f.seq AND s.retired_at IS NULL)),
+                        WHERE s.run_id = $35::uuid AND s.seq = f.seq AND s.retired_at IS NULL)),
              'signal:rejected',
              jsonb_build_object('seq', f.seq, 'name', f.name, 'signalId', f.id::text, 'message', f.message), false,
              (SELECT t FROM clock)
@@ -282,55 +249,34 @@
     unseen AS (
       UPDATE "palisade"."signals" g
          SET consumed_at = (SELECT t FROM clock),
-             undelivered = jsonb_build_object('reason', 'run-ended', 'status', $39::text)
-       WHERE g.run_id = $40::uuid AND g.consumed_at IS NULL AND EXISTS (SELECT 1 FROM go)
-         AND g.id <> ALL($41::bigint[])
+             undelivered = jsonb_build_object('reason', 'run-ended', 'status', $36::text)
+       WHERE g.run_id = $37::uuid AND g.consumed_at IS NULL AND EXISTS (SELECT 1 FROM go)
+         AND g.id <> ALL($38::bigint[])
       RETURNING g.id, g.name),
     unseen_events AS (
       INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
-      SELECT $42::uuid, 'signal:undelivered',
-             jsonb_build_object('name', name, 'signalId', id::text, 'reason', 'run-ended', 'status', $43::text),
+      SELECT $39::uuid, 'signal:undelivered',
+             jsonb_build_object('name', name, 'signalId', id::text, 'reason', 'run-ended', 'status', $40::text),
              false, (SELECT t FROM clock)
         FROM unseen
       RETURNING 1),
-    -- The run's earliest timer: those it had (less the ones this turn fires) and those this turn starts (a
-    -- statement does not see its own inserts).
-    waiting AS (
-      SELECT s.kind, s.name, s.next_run_at AS due FROM "palisade"."steps" s
-       WHERE s.run_id = $44::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
-         AND s.retired_at IS NULL
-         AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = s.id AND (dl.fires_timer OR dl.signal_id IS NOT NULL))
-      UNION ALL
-      SELECT kind, name, next_run_at FROM inserted WHERE kind IN ('timer', 'signal') AND status = 'scheduled'),
-    -- Timers and signal waits' timeouts, those it had (less the ones this turn ends) and those it starts.
-    next_timer AS (SELECT min(due) AS due FROM waiting),
-    -- A pending signal that a wait of the run now waits for (one the turn did not see: it came after the turn's
-    -- snapshot, or the turn made the wait without reading the run's signals, as a fused step's does).
-    signal_due AS (
-      SELECT EXISTS (
-        SELECT 1 FROM "palisade"."signals" g
-         WHERE g.run_id = $45::uuid AND g.consumed_at IS NULL AND g.id <> ALL($46::bigint[])
-           AND EXISTS (SELECT 1 FROM waiting w WHERE w.kind = 'signal' AND w.name = g.name)) AS due),
     -- The one write of the run row: its end, or its next turn (now if anything woke it since the claim).
     run_row AS (
       UPDATE "palisade"."runs" r
          SET turn_lease_expires_at = NULL,
-             status = coalesce($47::text, r.status),
-             output = CASE WHEN $48 THEN $49::jsonb ELSE r.output END,
-             error = CASE WHEN $50 THEN $51::jsonb ELSE r.error END,
-             finished_at = CASE WHEN $52 THEN (SELECT t FROM clock) ELSE r.finished_at END,
-             progress = CASE WHEN $53 THEN $54::jsonb ELSE r.progress END,
-             turn_next_run_at = CASE WHEN $55 THEN NULL
-                                     WHEN r.wake_count <> $56 THEN (SELECT t FROM clock)
-                                     WHEN (SELECT due FROM signal_due) THEN (SELECT t FROM clock)
-                                     ELSE (SELECT due FROM next_timer) END
+             status = coalesce($41::text, r.status),
+             output = CASE WHEN $42 THEN $43::jsonb ELSE r.output END,
+             error = CASE WHEN $44 THEN $45::jsonb ELSE r.error END,
+             finished_at = CASE WHEN $46 THEN (SELECT t FROM clock) ELSE r.finished_at END,
+             progress = CASE WHEN $47 THEN $48::jsonb ELSE r.progress END,
+             turn_next_run_at = NULL
        WHERE r.id = (SELECT id FROM go)
       RETURNING r.id, r.queue, r.turn_next_run_at <= (SELECT t FROM clock) AS due_now, r.status, r.output, r.error,
                 r.cancel_reason, r.turn_token, r.turn_nonce, r.turn_epoch, r.turn_attempt,
                 r.parent_step_id, r.concurrency_key),
     turn_attempt AS (
       UPDATE "palisade"."attempt_records" SET outcome = 'completed', ended_at = (SELECT t FROM clock)
-       WHERE fencing_token = $57::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
+       WHERE fencing_token = $49::bigint AND outcome IS NULL AND EXISTS (SELECT 1 FROM go)
       RETURNING 1),
     -- Every live step ends with the run, running ones included (invariant 12: the holder's next write is
     -- refused as "cancelled" and its signal fires), each from its newest version (locked above).
@@ -338,7 +284,7 @@
       UPDATE "palisade"."steps" s SET status = 'cancelled', finished_at = (SELECT t FROM clock), next_run_at = NULL,
                               cancel_requested_at = coalesce(s.cancel_requested_at, (SELECT t FROM clock))
         FROM locked l
-       WHERE $58 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
+       WHERE $50 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = l.id)
       RETURNING s.run_id, s.id, s.attempt, s.epoch, s.fencing_token, s.nonce, s.worker_id,
              s.claimed_at, s.reclaimed_from_token, s.granted_until, s.ended_nonce, l.status AS prev_status, s.kind,
@@ -355,7 +301,7 @@
       RETURNING 1),
     leftover_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
-      SELECT $59::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
+      SELECT $51::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
              jsonb_build_object('reason', 'the run ended', 'whileRunning', prev_status = 'running'), true,
              (SELECT t FROM clock)
         FROM leftover
@@ -365,13 +311,13 @@
     -- with its output, or fails it with a ChildWorkflowFailure carrying its failure, and wakes the parent.
     parent_step AS (
       UPDATE "palisade"."steps" s
-         SET status = CASE WHEN $60::text = 'completed' THEN 'completed' ELSE 'failed' END,
-             output = CASE WHEN $61::text = 'completed' THEN $62::jsonb END,
-             error = CASE WHEN $63::text = 'completed' THEN NULL
+         SET status = CASE WHEN $52::text = 'completed' THEN 'completed' ELSE 'failed' END,
+             output = CASE WHEN $53::text = 'completed' THEN $54::jsonb END,
+             error = CASE WHEN $55::text = 'completed' THEN NULL
                           ELSE jsonb_build_object(
-                                 'type', 'ChildWorkflowFailure', 'nonRetryable', true, 'childRunId', $64::text,
-                                 'message', 'child workflow run ' || $65::text || ' ' || $66::text,
-                                 'cause', $67::jsonb) END,
+                                 'type', 'ChildWorkflowFailure', 'nonRetryable', true, 'childRunId', $56::text,
+                                 'message', 'child workflow run ' || $57::text || ' ' || $58::text,
+                                 'cause', $59::jsonb) END,
              finished_at = (SELECT t FROM clock)
         FROM run_row r
        WHERE s.id = r.parent_step_id AND s.kind = 'child' AND s.status = 'running' AND s.retired_at IS NULL
@@ -379,7 +325,7 @@
     parent_step_event AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
       SELECT run_id, id, 'step:' || status,
-             jsonb_build_object('childRunId', $68::text) || CASE WHEN error IS NOT NULL
+             jsonb_build_object('childRunId', $60::text) || CASE WHEN error IS NOT NULL
                                                                     THEN jsonb_build_object('error', error)
                                                                     ELSE '{}'::jsonb END,
              true, (SELECT t FROM clock)
@@ -410,29 +356,22 @@
              wake_count = p.wake_count + 1
        WHERE p.id = (SELECT run_id FROM parent_step) AND p.status IN ('pending', 'running')
       RETURNING p.queue),
-    run_event AS (
-      INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
-      SELECT id, 'run:' || $69::text,
-             CASE WHEN $70::jsonb IS NOT NULL THEN jsonb_build_object('error', $71::jsonb) END,
-             true, (SELECT t FROM clock)
-        FROM run_row WHERE $72 AND $73::text <> 'completed'
-      RETURNING 1),
     
     -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
     -- next turn is due now, the run's waiters when it ended and a handle.result() waits on it, and, when it goes
     -- on, its watchers (a handle.watch() waits on it now: one NOTIFY item per turn, for watched runs only).
     notified AS (
-    SELECT pg_notify($74,
-             CASE WHEN length(p.all_items) <= $75 THEN p.all_items
+    SELECT pg_notify($61,
+             CASE WHEN length(p.all_items) <= $62 THEN p.all_items
                   ELSE concat_ws(E'\n', 'run:*', p.other_items) END)
       FROM (SELECT string_agg(item, E'\n') AS all_items,
                    string_agg(item, E'\n') FILTER (WHERE item NOT LIKE 'run:%') AS other_items
               FROM (SELECT DISTINCT item FROM (SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
-          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $76) x WHERE "palisade"."run_watched"(id, false)
+          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $63) x WHERE "palisade"."run_watched"(id, false)
           -- A run under a concurrency key that ends gives its place to a pending run of its key (flow-control.ts).
-          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $77 AND concurrency_key IS NOT NULL
-          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $78 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM parent_woken UNION ALL SELECT 'turn:' || queue FROM cascaded) x(item) WHERE item IS NOT NULL) d) p
+          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $64 AND concurrency_key IS NOT NULL
+          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $65 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM parent_woken UNION ALL SELECT 'turn:' || queue FROM cascaded) x(item) WHERE item IS NOT NULL) d) p
      WHERE p.all_items IS NOT NULL)
     SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
            (SELECT conflict FROM gate) AS conflict,
@@ -440,9 +379,9 @@
            (SELECT count(*) FROM notified) AS notified,
            (SELECT jsonb_agg(id::text) FROM cascaded) AS cascade_children,
            (SELECT jsonb_build_object('status', status, 'output', output, 'error', error, 'cancel_reason', cancel_reason)
-              FROM run_row WHERE $79) AS ended,
+              FROM run_row WHERE $66) AS ended,
            (SELECT jsonb_agg(jsonb_build_object(
-              'id', e.id::text, 'run_id', $80::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
+              'id', e.id::text, 'run_id', $67::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
               'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
               'nonce', e.nonce::text, 'lease_ms', p.lease_ms, 'start_to_close_timeout_ms', p.start_to_close_timeout_ms,
               'retry_policy', p.retry_policy, 'heartbeat_details', NULL,
@@ -476,59 +415,46 @@
 -- $22 = "run:00000000-0000-4000-8000-000000000001/seq:"
 -- $23 = 1780000000000
 -- $24 = ""
--- $25 = "00000000-0000-4000-8000-000000000001"
--- $26 = "00000000-0000-4000-8000-000000000001"
--- $27 = null
+-- $25 = null
+-- $26 = null
+-- $27 = 1780000000000
 -- $28 = null
--- $29 = 1780000000000
--- $30 = null
+-- $29 = "00000000-0000-4000-8000-000000000001"
+-- $30 = "00000000-0000-4000-8000-000000000001"
 -- $31 = "00000000-0000-4000-8000-000000000001"
--- $32 = "00000000-0000-4000-8000-000000000001"
+-- $32 = "[{\"signalId\":\"9\",\"seq\":2,\"message\":\"expected number, received string\"}]"
 -- $33 = "00000000-0000-4000-8000-000000000001"
 -- $34 = "00000000-0000-4000-8000-000000000001"
--- $35 = "[{\"signalId\":\"9\",\"seq\":2,\"message\":\"expected number, received string\"}]"
--- $36 = "00000000-0000-4000-8000-000000000001"
+-- $35 = "00000000-0000-4000-8000-000000000001"
+-- $36 = "completed"
 -- $37 = "00000000-0000-4000-8000-000000000001"
--- $38 = "00000000-0000-4000-8000-000000000001"
--- $39 = "completed"
--- $40 = "00000000-0000-4000-8000-000000000001"
--- $41 = "{8,9}"
--- $42 = "00000000-0000-4000-8000-000000000001"
--- $43 = "completed"
--- $44 = "00000000-0000-4000-8000-000000000001"
--- $45 = "00000000-0000-4000-8000-000000000001"
--- $46 = "{8,9}"
--- $47 = "completed"
--- $48 = true
--- $49 = "{\"orderId\":\"o-1\"}"
+-- $38 = "{8,9}"
+-- $39 = "00000000-0000-4000-8000-000000000001"
+-- $40 = "completed"
+-- $41 = "completed"
+-- $42 = true
+-- $43 = "{\"orderId\":\"o-1\"}"
+-- $44 = true
+-- $45 = null
+-- $46 = true
+-- $47 = false
+-- $48 = null
+-- $49 = "41"
 -- $50 = true
--- $51 = null
--- $52 = true
--- $53 = false
--- $54 = null
--- $55 = true
--- $56 = 3
--- $57 = "41"
--- $58 = true
--- $59 = "00000000-0000-4000-8000-000000000001"
--- $60 = "completed"
--- $61 = "completed"
--- $62 = "{\"orderId\":\"o-1\"}"
--- $63 = "completed"
--- $64 = "00000000-0000-4000-8000-000000000001"
--- $65 = "00000000-0000-4000-8000-000000000001"
--- $66 = "completed"
--- $67 = null
--- $68 = "00000000-0000-4000-8000-000000000001"
--- $69 = "completed"
--- $70 = null
--- $71 = null
--- $72 = true
--- $73 = "completed"
--- $74 = "palisade_palisade"
--- $75 = 7900
--- $76 = true
--- $77 = true
--- $78 = true
--- $79 = true
--- $80 = "00000000-0000-4000-8000-000000000001"
+-- $51 = "00000000-0000-4000-8000-000000000001"
+-- $52 = "completed"
+-- $53 = "completed"
+-- $54 = "{\"orderId\":\"o-1\"}"
+-- $55 = "completed"
+-- $56 = "00000000-0000-4000-8000-000000000001"
+-- $57 = "00000000-0000-4000-8000-000000000001"
+-- $58 = "completed"
+-- $59 = null
+-- $60 = "00000000-0000-4000-8000-000000000001"
+-- $61 = "palisade_palisade"
+-- $62 = 7900
+-- $63 = true
+-- $64 = true
+-- $65 = true
+-- $66 = true
+-- $67 = "00000000-0000-4000-8000-000000000001"

@@ -176,69 +176,36 @@
                 lease_expires_at, fencing_scope, started_at,
                 -- Cancelled with the run (a step the code saw cancelled carries its stored error).
                 status = 'cancelled' AND error IS NULL AS ended_with_run),
-
-    scheduled_events AS (
-      INSERT INTO "palisade"."events" (run_id, step_id, type, data, at)
-      SELECT $26::uuid, id,
-             CASE kind WHEN 'timer' THEN 'timer:started' WHEN 'signal' THEN 'signal:waiting'
-                       WHEN 'child' THEN 'child:started' ELSE 'step:scheduled' END,
-             CASE WHEN kind = 'child' THEN jsonb_build_object('name', name, 'seq', seq, 'childRunId', input->>'runId')
-                  -- When it is due: a step granted at once is due now (its next_run_at is when the grant's lease
-                  -- lets it be reclaimed: that is its attempt:claimed event's leaseExpiresAt, not a due time).
-                  ELSE jsonb_build_object('name', name, 'seq', seq,
-                                          'dueAt', CASE WHEN status = 'running' THEN started_at ELSE next_run_at END) END,
-             (SELECT t FROM clock)
-        FROM inserted
-       -- An activity due at once (granted now, or due at its insert) has its step:scheduled read off its row by the
-       -- run_events view; one due later, or inserted ended, stores it.
-       WHERE kind IN ('timer', 'signal') OR (kind = 'child' AND status = 'running')
-          OR (kind = 'activity'
-              AND CASE WHEN status = 'running' THEN started_at ELSE next_run_at END
-                  IS DISTINCT FROM (SELECT t FROM clock))
-      RETURNING 1),
-    cancelled_events AS (
-      INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $27::uuid, id, 'step:cancelled',
-             CASE WHEN ended_with_run THEN jsonb_build_object('reason', 'the run ended', 'whileRunning', false)
-                  ELSE jsonb_build_object('reason', 'the run was cancelled before this step could start') END,
-             true, (SELECT t FROM clock)
-        FROM inserted WHERE status = 'cancelled'
-      RETURNING 1),
     marked AS (
       UPDATE "palisade"."steps" s
          SET delivered_seq = dl.delivered_seq,
-             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $28::uuid THEN 'completed'
+             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $26::uuid THEN 'completed'
                            ELSE s.status END,
-             finished_at = CASE WHEN s.id = $29::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
-                                THEN ('epoch'::timestamptz + (($30::bigint) * interval '1 millisecond'))
+             finished_at = CASE WHEN s.id = $27::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
+                                THEN ('epoch'::timestamptz + (($28::bigint) * interval '1 millisecond'))
                                 ELSE s.finished_at END,
-             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $31::uuid THEN NULL
+             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $29::uuid THEN NULL
                                 ELSE s.next_run_at END,
              -- A signal wait's outcome: the signal it took, or its timeout; a fused step's, its completion's.
-             output = CASE WHEN s.id = $32::uuid
-                             THEN $33::jsonb
+             output = CASE WHEN s.id = $30::uuid
+                             THEN $31::jsonb
                            WHEN dl.fires_timer AND s.kind = 'signal' THEN '{"timedOut": true}'::jsonb
                            ELSE s.output END,
              -- The rest of a fused step's completion (the fence checked it holds the step), as completeSteps
              -- writes it.
-             error = CASE WHEN s.id = $34::uuid THEN NULL ELSE s.error END,
-             ended_nonce = CASE WHEN s.id = $35::uuid THEN s.nonce ELSE s.ended_nonce END
+             error = CASE WHEN s.id = $32::uuid THEN NULL ELSE s.error END,
+             ended_nonce = CASE WHEN s.id = $33::uuid THEN s.nonce ELSE s.ended_nonce END
         FROM dl
-       WHERE s.id = dl.id AND s.run_id = $36::uuid AND EXISTS (SELECT 1 FROM go)
+       WHERE s.id = dl.id AND s.run_id = $34::uuid AND EXISTS (SELECT 1 FROM go)
       RETURNING s.id, s.seq, s.kind, dl.fires_timer, dl.signal_id, s.fencing_token),
-    fired_events AS (
-      INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $37::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
-             jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
-        FROM marked WHERE fires_timer
-      RETURNING 1),
+
 
 
     -- The run's earliest timer: those it had (less the ones this turn fires) and those this turn starts (a
     -- statement does not see its own inserts).
     waiting AS (
       SELECT s.kind, s.name, s.next_run_at AS due FROM "palisade"."steps" s
-       WHERE s.run_id = $38::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
+       WHERE s.run_id = $35::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
          AND s.retired_at IS NULL
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = s.id AND (dl.fires_timer OR dl.signal_id IS NOT NULL))
       UNION ALL
@@ -250,25 +217,24 @@
     signal_due AS (
       SELECT EXISTS (
         SELECT 1 FROM "palisade"."signals" g
-         WHERE g.run_id = $39::uuid AND g.consumed_at IS NULL
+         WHERE g.run_id = $36::uuid AND g.consumed_at IS NULL
            AND EXISTS (SELECT 1 FROM waiting w WHERE w.kind = 'signal' AND w.name = g.name)) AS due),
     -- The one write of the run row: its end, or its next turn (now if anything woke it since the claim).
     run_row AS (
       UPDATE "palisade"."runs" r
          SET turn_lease_expires_at = NULL,
-             status = coalesce($40::text, 'running'),
-             output = CASE WHEN $41 THEN $42::jsonb ELSE r.output END,
-             error = CASE WHEN $43 THEN $44::jsonb ELSE r.error END,
-             finished_at = CASE WHEN $45 THEN (SELECT t FROM clock) ELSE r.finished_at END,
-             progress = CASE WHEN $46 THEN $47::jsonb ELSE r.progress END,
-             turn_next_run_at = CASE WHEN $48 THEN NULL
-                                     WHEN r.wake_count <> $49 THEN (SELECT t FROM clock)
+             status = coalesce($37::text, 'running'),
+             output = CASE WHEN $38 THEN $39::jsonb ELSE r.output END,
+             error = CASE WHEN $40 THEN $41::jsonb ELSE r.error END,
+             finished_at = CASE WHEN $42 THEN (SELECT t FROM clock) ELSE r.finished_at END,
+             progress = CASE WHEN $43 THEN $44::jsonb ELSE r.progress END,
+             turn_next_run_at = CASE WHEN r.wake_count <> $45 THEN (SELECT t FROM clock)
                                      WHEN (SELECT due FROM signal_due) THEN (SELECT t FROM clock)
                                      ELSE (SELECT due FROM next_timer) END,
              -- A fused step grants its turn here, as claimTurns grants one (see commitFusedTurn).
              turn_token = (SELECT token FROM turn_grant), turn_nonce = (SELECT nonce FROM turn_grant),
              turn_epoch = r.turn_epoch + 1,
-             turn_attempt = r.turn_attempt + 1, turn_worker_id = $50,
+             turn_attempt = r.turn_attempt + 1, turn_worker_id = $46,
              started_at = coalesce(r.started_at, (SELECT t FROM clock))
        WHERE r.id = (SELECT id FROM go)
       RETURNING r.id, r.queue, r.turn_next_run_at <= (SELECT t FROM clock) AS due_now, r.status, r.output, r.error,
@@ -277,62 +243,27 @@
     turn_attempt AS (
       INSERT INTO "palisade"."attempt_records" (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at, outcome,
                                  ended_at)
-      SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, $51, (SELECT t FROM clock),
+      SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, $47, (SELECT t FROM clock),
              'completed', (SELECT t FROM clock)
         FROM run_row
       RETURNING 1),
-    -- Every live step ends with the run, running ones included (invariant 12: the holder's next write is
-    -- refused as "cancelled" and its signal fires), each from its newest version (locked above).
-    leftover AS (
-      UPDATE "palisade"."steps" s SET status = 'cancelled', finished_at = (SELECT t FROM clock), next_run_at = NULL,
-                              cancel_requested_at = coalesce(s.cancel_requested_at, (SELECT t FROM clock))
-        FROM locked l
-       WHERE $52 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
-         AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = l.id)
-      RETURNING s.run_id, s.id, s.attempt, s.epoch, s.fencing_token, s.nonce, s.worker_id,
-             s.claimed_at, s.reclaimed_from_token, s.granted_until, s.ended_nonce, l.status AS prev_status, s.kind,
-                s.input->>'runId' AS child_run_id, s.input->>'cancellation' AS cancellation),
-    leftover_attempts AS (
-      INSERT INTO "palisade"."attempt_records" (run_id, step_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at,
-                                 reclaimed_from_token, granted_until, outcome, ended_at, error)
-      SELECT g.run_id, g.id, 'activity', g.attempt, g.epoch, g.fencing_token, g.nonce,
-             g.worker_id, g.claimed_at, g.reclaimed_from_token, g.granted_until, 'cancelled', (SELECT t FROM clock),
-             NULL::jsonb
-        FROM leftover g
-       WHERE g.claimed_at IS NOT NULL AND g.ended_nonce IS DISTINCT FROM g.nonce AND (g.prev_status = 'running')
-      ON CONFLICT (fencing_token) DO NOTHING
-      RETURNING 1),
-    leftover_events AS (
-      INSERT INTO "palisade"."events" (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
-      SELECT $53::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
-             jsonb_build_object('reason', 'the run ended', 'whileRunning', prev_status = 'running'), true,
-             (SELECT t FROM clock)
-        FROM leftover
-      RETURNING 1),
 
-    run_event AS (
-      INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
-      SELECT id, 'run:' || $54::text,
-             CASE WHEN $55::jsonb IS NOT NULL THEN jsonb_build_object('error', $56::jsonb) END,
-             true, (SELECT t FROM clock)
-        FROM run_row WHERE $57 AND $58::text <> 'completed'
-      RETURNING 1),
     
     -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
     -- next turn is due now, the run's waiters when it ended and a handle.result() waits on it, and, when it goes
     -- on, its watchers (a handle.watch() waits on it now: one NOTIFY item per turn, for watched runs only).
     notified AS (
-    SELECT pg_notify($59,
-             CASE WHEN length(p.all_items) <= $60 THEN p.all_items
+    SELECT pg_notify($48,
+             CASE WHEN length(p.all_items) <= $49 THEN p.all_items
                   ELSE concat_ws(E'\n', 'run:*', p.other_items) END)
       FROM (SELECT string_agg(item, E'\n') AS all_items,
                    string_agg(item, E'\n') FILTER (WHERE item NOT LIKE 'run:%') AS other_items
               FROM (SELECT DISTINCT item FROM (SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
-          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $61) x WHERE "palisade"."run_watched"(id, false)
+          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $50) x WHERE "palisade"."run_watched"(id, false)
           -- A run under a concurrency key that ends gives its place to a pending run of its key (flow-control.ts).
-          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $62 AND concurrency_key IS NOT NULL
-          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $63 AND "palisade"."run_watched"(id, true)) x(item) WHERE item IS NOT NULL) d) p
+          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $51 AND concurrency_key IS NOT NULL
+          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $52 AND "palisade"."run_watched"(id, true)) x(item) WHERE item IS NOT NULL) d) p
      WHERE p.all_items IS NOT NULL)
     SELECT EXISTS (SELECT 1 FROM go) AS fenced,
            (SELECT conflict FROM gate) AS conflict,
@@ -340,9 +271,9 @@
               FROM run_row) AS turn,
            (SELECT count(*) FROM notified) AS notified,
            (SELECT jsonb_build_object('status', status, 'output', output, 'error', error, 'cancel_reason', cancel_reason)
-              FROM run_row WHERE $64) AS ended,
+              FROM run_row WHERE $53) AS ended,
            (SELECT jsonb_agg(jsonb_build_object(
-              'id', e.id::text, 'run_id', $65::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
+              'id', e.id::text, 'run_id', $54::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
               'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
               'nonce', e.nonce::text, 'lease_ms', p.lease_ms, 'start_to_close_timeout_ms', p.start_to_close_timeout_ms,
               'retry_policy', p.retry_policy, 'heartbeat_details', NULL,
@@ -377,43 +308,32 @@
 -- $23 = "run:00000000-0000-4000-8000-000000000001/seq:"
 -- $24 = 1780000000000
 -- $25 = ""
--- $26 = "00000000-0000-4000-8000-000000000001"
--- $27 = "00000000-0000-4000-8000-000000000001"
--- $28 = "00000000-0000-4000-8000-00000000000a"
+-- $26 = "00000000-0000-4000-8000-00000000000a"
+-- $27 = "00000000-0000-4000-8000-00000000000a"
+-- $28 = 1780000000000
 -- $29 = "00000000-0000-4000-8000-00000000000a"
--- $30 = 1780000000000
--- $31 = "00000000-0000-4000-8000-00000000000a"
+-- $30 = "00000000-0000-4000-8000-00000000000a"
+-- $31 = "{\"charged\":true}"
 -- $32 = "00000000-0000-4000-8000-00000000000a"
--- $33 = "{\"charged\":true}"
--- $34 = "00000000-0000-4000-8000-00000000000a"
--- $35 = "00000000-0000-4000-8000-00000000000a"
+-- $33 = "00000000-0000-4000-8000-00000000000a"
+-- $34 = "00000000-0000-4000-8000-000000000001"
+-- $35 = "00000000-0000-4000-8000-000000000001"
 -- $36 = "00000000-0000-4000-8000-000000000001"
--- $37 = "00000000-0000-4000-8000-000000000001"
--- $38 = "00000000-0000-4000-8000-000000000001"
--- $39 = "00000000-0000-4000-8000-000000000001"
--- $40 = null
--- $41 = false
--- $42 = null
+-- $37 = null
+-- $38 = false
+-- $39 = null
+-- $40 = false
+-- $41 = null
+-- $42 = false
 -- $43 = false
 -- $44 = null
--- $45 = false
--- $46 = false
--- $47 = null
--- $48 = false
--- $49 = 3
--- $50 = "worker-1"
--- $51 = "worker-1"
+-- $45 = 3
+-- $46 = "worker-1"
+-- $47 = "worker-1"
+-- $48 = "palisade_palisade"
+-- $49 = 7900
+-- $50 = false
+-- $51 = false
 -- $52 = false
--- $53 = "00000000-0000-4000-8000-000000000001"
--- $54 = null
--- $55 = null
--- $56 = null
--- $57 = false
--- $58 = null
--- $59 = "palisade_palisade"
--- $60 = 7900
--- $61 = false
--- $62 = false
--- $63 = false
--- $64 = false
--- $65 = "00000000-0000-4000-8000-000000000001"
+-- $53 = false
+-- $54 = "00000000-0000-4000-8000-000000000001"

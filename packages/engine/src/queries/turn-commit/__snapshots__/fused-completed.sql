@@ -185,62 +185,29 @@
                 lease_expires_at, fencing_scope, started_at,
                 -- Cancelled with the run (a step the code saw cancelled carries its stored error).
                 status = 'cancelled' AND error IS NULL AS ended_with_run),
-
-    scheduled_events AS (
-      INSERT INTO "palisade"."events" (run_id, step_id, type, data, at)
-      SELECT $28::uuid, id,
-             CASE kind WHEN 'timer' THEN 'timer:started' WHEN 'signal' THEN 'signal:waiting'
-                       WHEN 'child' THEN 'child:started' ELSE 'step:scheduled' END,
-             CASE WHEN kind = 'child' THEN jsonb_build_object('name', name, 'seq', seq, 'childRunId', input->>'runId')
-                  -- When it is due: a step granted at once is due now (its next_run_at is when the grant's lease
-                  -- lets it be reclaimed: that is its attempt:claimed event's leaseExpiresAt, not a due time).
-                  ELSE jsonb_build_object('name', name, 'seq', seq,
-                                          'dueAt', CASE WHEN status = 'running' THEN started_at ELSE next_run_at END) END,
-             (SELECT t FROM clock)
-        FROM inserted
-       -- An activity due at once (granted now, or due at its insert) has its step:scheduled read off its row by the
-       -- run_events view; one due later, or inserted ended, stores it.
-       WHERE kind IN ('timer', 'signal') OR (kind = 'child' AND status = 'running')
-          OR (kind = 'activity'
-              AND CASE WHEN status = 'running' THEN started_at ELSE next_run_at END
-                  IS DISTINCT FROM (SELECT t FROM clock))
-      RETURNING 1),
-    cancelled_events AS (
-      INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $29::uuid, id, 'step:cancelled',
-             CASE WHEN ended_with_run THEN jsonb_build_object('reason', 'the run ended', 'whileRunning', false)
-                  ELSE jsonb_build_object('reason', 'the run was cancelled before this step could start') END,
-             true, (SELECT t FROM clock)
-        FROM inserted WHERE status = 'cancelled'
-      RETURNING 1),
     marked AS (
       UPDATE "palisade"."steps" s
          SET delivered_seq = dl.delivered_seq,
-             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $30::uuid THEN 'completed'
+             status = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $28::uuid THEN 'completed'
                            ELSE s.status END,
-             finished_at = CASE WHEN s.id = $31::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
-                                THEN ('epoch'::timestamptz + (($32::bigint) * interval '1 millisecond'))
+             finished_at = CASE WHEN s.id = $29::uuid OR dl.fires_timer OR dl.signal_id IS NOT NULL
+                                THEN ('epoch'::timestamptz + (($30::bigint) * interval '1 millisecond'))
                                 ELSE s.finished_at END,
-             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $33::uuid THEN NULL
+             next_run_at = CASE WHEN dl.fires_timer OR dl.signal_id IS NOT NULL OR s.id = $31::uuid THEN NULL
                                 ELSE s.next_run_at END,
              -- A signal wait's outcome: the signal it took, or its timeout; a fused step's, its completion's.
-             output = CASE WHEN s.id = $34::uuid
-                             THEN $35::jsonb
+             output = CASE WHEN s.id = $32::uuid
+                             THEN $33::jsonb
                            WHEN dl.fires_timer AND s.kind = 'signal' THEN '{"timedOut": true}'::jsonb
                            ELSE s.output END,
              -- The rest of a fused step's completion (the fence checked it holds the step), as completeSteps
              -- writes it.
-             error = CASE WHEN s.id = $36::uuid THEN NULL ELSE s.error END,
-             ended_nonce = CASE WHEN s.id = $37::uuid THEN s.nonce ELSE s.ended_nonce END
+             error = CASE WHEN s.id = $34::uuid THEN NULL ELSE s.error END,
+             ended_nonce = CASE WHEN s.id = $35::uuid THEN s.nonce ELSE s.ended_nonce END
         FROM dl
-       WHERE s.id = dl.id AND s.run_id = $38::uuid AND EXISTS (SELECT 1 FROM go)
+       WHERE s.id = dl.id AND s.run_id = $36::uuid AND EXISTS (SELECT 1 FROM go)
       RETURNING s.id, s.seq, s.kind, dl.fires_timer, dl.signal_id, s.fencing_token),
-    fired_events AS (
-      INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
-      SELECT $39::uuid, id, CASE WHEN kind = 'signal' THEN 'signal:timed-out' ELSE 'timer:fired' END,
-             jsonb_build_object('seq', seq), true, (SELECT t FROM clock)
-        FROM marked WHERE fires_timer
-      RETURNING 1),
+
 
 
     -- A run that ends leaves no signal pending: each one no wait took is undelivered, the run's end its reason. A
@@ -249,52 +216,31 @@
     unseen AS (
       UPDATE "palisade"."signals" g
          SET consumed_at = (SELECT t FROM clock),
-             undelivered = jsonb_build_object('reason', 'run-ended', 'status', $40::text)
-       WHERE g.run_id = $41::uuid AND g.consumed_at IS NULL AND EXISTS (SELECT 1 FROM go)
-         AND g.id <> ALL($42::bigint[])
+             undelivered = jsonb_build_object('reason', 'run-ended', 'status', $37::text)
+       WHERE g.run_id = $38::uuid AND g.consumed_at IS NULL AND EXISTS (SELECT 1 FROM go)
+         AND g.id <> ALL($39::bigint[])
       RETURNING g.id, g.name),
     unseen_events AS (
       INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
-      SELECT $43::uuid, 'signal:undelivered',
-             jsonb_build_object('name', name, 'signalId', id::text, 'reason', 'run-ended', 'status', $44::text),
+      SELECT $40::uuid, 'signal:undelivered',
+             jsonb_build_object('name', name, 'signalId', id::text, 'reason', 'run-ended', 'status', $41::text),
              false, (SELECT t FROM clock)
         FROM unseen
       RETURNING 1),
-    -- The run's earliest timer: those it had (less the ones this turn fires) and those this turn starts (a
-    -- statement does not see its own inserts).
-    waiting AS (
-      SELECT s.kind, s.name, s.next_run_at AS due FROM "palisade"."steps" s
-       WHERE s.run_id = $45::uuid AND s.kind IN ('timer', 'signal') AND s.status = 'scheduled'
-         AND s.retired_at IS NULL
-         AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = s.id AND (dl.fires_timer OR dl.signal_id IS NOT NULL))
-      UNION ALL
-      SELECT kind, name, next_run_at FROM inserted WHERE kind IN ('timer', 'signal') AND status = 'scheduled'),
-    -- Timers and signal waits' timeouts, those it had (less the ones this turn ends) and those it starts.
-    next_timer AS (SELECT min(due) AS due FROM waiting),
-    -- A pending signal that a wait of the run now waits for (one the turn did not see: it came after the turn's
-    -- snapshot, or the turn made the wait without reading the run's signals, as a fused step's does).
-    signal_due AS (
-      SELECT EXISTS (
-        SELECT 1 FROM "palisade"."signals" g
-         WHERE g.run_id = $46::uuid AND g.consumed_at IS NULL
-           AND EXISTS (SELECT 1 FROM waiting w WHERE w.kind = 'signal' AND w.name = g.name)) AS due),
     -- The one write of the run row: its end, or its next turn (now if anything woke it since the claim).
     run_row AS (
       UPDATE "palisade"."runs" r
          SET turn_lease_expires_at = NULL,
-             status = coalesce($47::text, 'running'),
-             output = CASE WHEN $48 THEN $49::jsonb ELSE r.output END,
-             error = CASE WHEN $50 THEN $51::jsonb ELSE r.error END,
-             finished_at = CASE WHEN $52 THEN (SELECT t FROM clock) ELSE r.finished_at END,
-             progress = CASE WHEN $53 THEN $54::jsonb ELSE r.progress END,
-             turn_next_run_at = CASE WHEN $55 THEN NULL
-                                     WHEN r.wake_count <> $56 THEN (SELECT t FROM clock)
-                                     WHEN (SELECT due FROM signal_due) THEN (SELECT t FROM clock)
-                                     ELSE (SELECT due FROM next_timer) END,
+             status = coalesce($42::text, 'running'),
+             output = CASE WHEN $43 THEN $44::jsonb ELSE r.output END,
+             error = CASE WHEN $45 THEN $46::jsonb ELSE r.error END,
+             finished_at = CASE WHEN $47 THEN (SELECT t FROM clock) ELSE r.finished_at END,
+             progress = CASE WHEN $48 THEN $49::jsonb ELSE r.progress END,
+             turn_next_run_at = NULL,
              -- A fused step grants its turn here, as claimTurns grants one (see commitFusedTurn).
              turn_token = (SELECT token FROM turn_grant), turn_nonce = (SELECT nonce FROM turn_grant),
              turn_epoch = r.turn_epoch + 1,
-             turn_attempt = r.turn_attempt + 1, turn_worker_id = $57,
+             turn_attempt = r.turn_attempt + 1, turn_worker_id = $50,
              started_at = coalesce(r.started_at, (SELECT t FROM clock))
        WHERE r.id = (SELECT id FROM go)
       RETURNING r.id, r.queue, r.turn_next_run_at <= (SELECT t FROM clock) AS due_now, r.status, r.output, r.error,
@@ -303,7 +249,7 @@
     turn_attempt AS (
       INSERT INTO "palisade"."attempt_records" (run_id, kind, attempt, epoch, fencing_token, nonce, worker_id, claimed_at, outcome,
                                  ended_at)
-      SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, $58, (SELECT t FROM clock),
+      SELECT id, 'turn', turn_attempt, turn_epoch, turn_token, turn_nonce, $51, (SELECT t FROM clock),
              'completed', (SELECT t FROM clock)
         FROM run_row
       RETURNING 1),
@@ -313,7 +259,7 @@
       UPDATE "palisade"."steps" s SET status = 'cancelled', finished_at = (SELECT t FROM clock), next_run_at = NULL,
                               cancel_requested_at = coalesce(s.cancel_requested_at, (SELECT t FROM clock))
         FROM locked l
-       WHERE $59 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
+       WHERE $52 AND s.id = l.id AND l.status IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM go)
          AND NOT EXISTS (SELECT 1 FROM dl WHERE dl.id = l.id)
       RETURNING s.run_id, s.id, s.attempt, s.epoch, s.fencing_token, s.nonce, s.worker_id,
              s.claimed_at, s.reclaimed_from_token, s.granted_until, s.ended_nonce, l.status AS prev_status, s.kind,
@@ -330,7 +276,7 @@
       RETURNING 1),
     leftover_events AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, attempt, epoch, fencing_token, data, terminal, at)
-      SELECT $60::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
+      SELECT $53::uuid, id, 'step:cancelled', attempt, epoch, fencing_token,
              jsonb_build_object('reason', 'the run ended', 'whileRunning', prev_status = 'running'), true,
              (SELECT t FROM clock)
         FROM leftover
@@ -340,13 +286,13 @@
     -- with its output, or fails it with a ChildWorkflowFailure carrying its failure, and wakes the parent.
     parent_step AS (
       UPDATE "palisade"."steps" s
-         SET status = CASE WHEN $61::text = 'completed' THEN 'completed' ELSE 'failed' END,
-             output = CASE WHEN $62::text = 'completed' THEN $63::jsonb END,
-             error = CASE WHEN $64::text = 'completed' THEN NULL
+         SET status = CASE WHEN $54::text = 'completed' THEN 'completed' ELSE 'failed' END,
+             output = CASE WHEN $55::text = 'completed' THEN $56::jsonb END,
+             error = CASE WHEN $57::text = 'completed' THEN NULL
                           ELSE jsonb_build_object(
-                                 'type', 'ChildWorkflowFailure', 'nonRetryable', true, 'childRunId', $65::text,
-                                 'message', 'child workflow run ' || $66::text || ' ' || $67::text,
-                                 'cause', $68::jsonb) END,
+                                 'type', 'ChildWorkflowFailure', 'nonRetryable', true, 'childRunId', $58::text,
+                                 'message', 'child workflow run ' || $59::text || ' ' || $60::text,
+                                 'cause', $61::jsonb) END,
              finished_at = (SELECT t FROM clock)
         FROM run_row r
        WHERE s.id = r.parent_step_id AND s.kind = 'child' AND s.status = 'running' AND s.retired_at IS NULL
@@ -354,7 +300,7 @@
     parent_step_event AS (
       INSERT INTO "palisade"."events" (run_id, step_id, type, data, terminal, at)
       SELECT run_id, id, 'step:' || status,
-             jsonb_build_object('childRunId', $69::text) || CASE WHEN error IS NOT NULL
+             jsonb_build_object('childRunId', $62::text) || CASE WHEN error IS NOT NULL
                                                                     THEN jsonb_build_object('error', error)
                                                                     ELSE '{}'::jsonb END,
              true, (SELECT t FROM clock)
@@ -385,36 +331,29 @@
              wake_count = p.wake_count + 1
        WHERE p.id = (SELECT run_id FROM parent_step) AND p.status IN ('pending', 'running')
       RETURNING p.queue),
-    run_event AS (
-      INSERT INTO "palisade"."events" (run_id, type, data, terminal, at)
-      SELECT id, 'run:' || $70::text,
-             CASE WHEN $71::jsonb IS NOT NULL THEN jsonb_build_object('error', $72::jsonb) END,
-             true, (SELECT t FROM clock)
-        FROM run_row WHERE $73 AND $74::text <> 'completed'
-      RETURNING 1),
     -- What the turn set with ctx.setProgress, as an event too (what handle.watch() streams) when it changed:
     -- a turn that replayed the code from its start sets again what earlier turns set. The read of runs here sees
     -- the row as the statement's snapshot has it, before run_row's write.
     progress_event AS (
       INSERT INTO "palisade"."events" (run_id, type, data, at)
-      SELECT id, 'run:progress', jsonb_build_object('value', $75::jsonb), (SELECT t FROM clock) FROM run_row
-       WHERE (SELECT p.progress FROM "palisade"."runs" p WHERE p.id = $76::uuid) IS DISTINCT FROM $77::jsonb
+      SELECT id, 'run:progress', jsonb_build_object('value', $63::jsonb), (SELECT t FROM clock) FROM run_row
+       WHERE (SELECT p.progress FROM "palisade"."runs" p WHERE p.id = $64::uuid) IS DISTINCT FROM $65::jsonb
       RETURNING 1),
     -- Wake-ups, sent at COMMIT in one NOTIFY: workers of the new activities' queues, the run's queue when its
     -- next turn is due now, the run's waiters when it ended and a handle.result() waits on it, and, when it goes
     -- on, its watchers (a handle.watch() waits on it now: one NOTIFY item per turn, for watched runs only).
     notified AS (
-    SELECT pg_notify($78,
-             CASE WHEN length(p.all_items) <= $79 THEN p.all_items
+    SELECT pg_notify($66,
+             CASE WHEN length(p.all_items) <= $67 THEN p.all_items
                   ELSE concat_ws(E'\n', 'run:*', p.other_items) END)
       FROM (SELECT string_agg(item, E'\n') AS all_items,
                    string_agg(item, E'\n') FILTER (WHERE item NOT LIKE 'run:%') AS other_items
               FROM (SELECT DISTINCT item FROM (SELECT 'step:' || queue FROM inserted WHERE kind = 'activity' AND status = 'scheduled'
           UNION ALL SELECT 'turn:' || queue FROM run_row WHERE due_now
-          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $80) x WHERE "palisade"."run_watched"(id, false)
+          UNION ALL SELECT 'run:' || id::text FROM (SELECT * FROM run_row WHERE $68) x WHERE "palisade"."run_watched"(id, false)
           -- A run under a concurrency key that ends gives its place to a pending run of its key (flow-control.ts).
-          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $81 AND concurrency_key IS NOT NULL
-          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $82 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM parent_woken UNION ALL SELECT 'turn:' || queue FROM cascaded) x(item) WHERE item IS NOT NULL) d) p
+          UNION ALL SELECT 'turn:' || queue FROM run_row WHERE $69 AND concurrency_key IS NOT NULL
+          UNION ALL SELECT 'watch:' || id::text FROM run_row WHERE NOT $70 AND "palisade"."run_watched"(id, true) UNION ALL SELECT 'turn:' || queue FROM parent_woken UNION ALL SELECT 'turn:' || queue FROM cascaded) x(item) WHERE item IS NOT NULL) d) p
      WHERE p.all_items IS NOT NULL)
     SELECT EXISTS (SELECT 1 FROM go) AS fenced,
            (SELECT conflict FROM gate) AS conflict,
@@ -423,9 +362,9 @@
            (SELECT count(*) FROM notified) AS notified,
            (SELECT jsonb_agg(id::text) FROM cascaded) AS cascade_children,
            (SELECT jsonb_build_object('status', status, 'output', output, 'error', error, 'cancel_reason', cancel_reason)
-              FROM run_row WHERE $83) AS ended,
+              FROM run_row WHERE $71) AS ended,
            (SELECT jsonb_agg(jsonb_build_object(
-              'id', e.id::text, 'run_id', $84::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
+              'id', e.id::text, 'run_id', $72::text, 'seq', e.seq, 'name', e.name, 'queue', e.queue,
               'input', e.input, 'attempt', e.attempt, 'epoch', e.epoch, 'token', e.fencing_token::text,
               'nonce', e.nonce::text, 'lease_ms', p.lease_ms, 'start_to_close_timeout_ms', p.start_to_close_timeout_ms,
               'retry_policy', p.retry_policy, 'heartbeat_details', NULL,
@@ -462,60 +401,48 @@
 -- $25 = "run:00000000-0000-4000-8000-000000000001/seq:"
 -- $26 = 1780000000000
 -- $27 = ""
--- $28 = "00000000-0000-4000-8000-000000000001"
--- $29 = "00000000-0000-4000-8000-000000000001"
--- $30 = "00000000-0000-4000-8000-00000000000a"
+-- $28 = "00000000-0000-4000-8000-00000000000a"
+-- $29 = "00000000-0000-4000-8000-00000000000a"
+-- $30 = 1780000000000
 -- $31 = "00000000-0000-4000-8000-00000000000a"
--- $32 = 1780000000000
--- $33 = "00000000-0000-4000-8000-00000000000a"
+-- $32 = "00000000-0000-4000-8000-00000000000a"
+-- $33 = "{\"charged\":true}"
 -- $34 = "00000000-0000-4000-8000-00000000000a"
--- $35 = "{\"charged\":true}"
--- $36 = "00000000-0000-4000-8000-00000000000a"
--- $37 = "00000000-0000-4000-8000-00000000000a"
+-- $35 = "00000000-0000-4000-8000-00000000000a"
+-- $36 = "00000000-0000-4000-8000-000000000001"
+-- $37 = "completed"
 -- $38 = "00000000-0000-4000-8000-000000000001"
--- $39 = "00000000-0000-4000-8000-000000000001"
--- $40 = "completed"
--- $41 = "00000000-0000-4000-8000-000000000001"
--- $42 = "{}"
--- $43 = "00000000-0000-4000-8000-000000000001"
--- $44 = "completed"
--- $45 = "00000000-0000-4000-8000-000000000001"
--- $46 = "00000000-0000-4000-8000-000000000001"
--- $47 = "completed"
+-- $39 = "{}"
+-- $40 = "00000000-0000-4000-8000-000000000001"
+-- $41 = "completed"
+-- $42 = "completed"
+-- $43 = true
+-- $44 = "{\"orderId\":\"o-1\"}"
+-- $45 = true
+-- $46 = null
+-- $47 = true
 -- $48 = true
--- $49 = "{\"orderId\":\"o-1\"}"
--- $50 = true
--- $51 = null
+-- $49 = "\"done\""
+-- $50 = "worker-1"
+-- $51 = "worker-1"
 -- $52 = true
--- $53 = true
--- $54 = "\"done\""
--- $55 = true
--- $56 = 3
--- $57 = "worker-1"
--- $58 = "worker-1"
--- $59 = true
--- $60 = "00000000-0000-4000-8000-000000000001"
--- $61 = "completed"
--- $62 = "completed"
--- $63 = "{\"orderId\":\"o-1\"}"
--- $64 = "completed"
--- $65 = "00000000-0000-4000-8000-000000000001"
--- $66 = "00000000-0000-4000-8000-000000000001"
--- $67 = "completed"
--- $68 = null
--- $69 = "00000000-0000-4000-8000-000000000001"
--- $70 = "completed"
--- $71 = null
--- $72 = null
--- $73 = true
--- $74 = "completed"
--- $75 = "\"done\""
--- $76 = "00000000-0000-4000-8000-000000000001"
--- $77 = "\"done\""
--- $78 = "palisade_palisade"
--- $79 = 7900
--- $80 = true
--- $81 = true
--- $82 = true
--- $83 = true
--- $84 = "00000000-0000-4000-8000-000000000001"
+-- $53 = "00000000-0000-4000-8000-000000000001"
+-- $54 = "completed"
+-- $55 = "completed"
+-- $56 = "{\"orderId\":\"o-1\"}"
+-- $57 = "completed"
+-- $58 = "00000000-0000-4000-8000-000000000001"
+-- $59 = "00000000-0000-4000-8000-000000000001"
+-- $60 = "completed"
+-- $61 = null
+-- $62 = "00000000-0000-4000-8000-000000000001"
+-- $63 = "\"done\""
+-- $64 = "00000000-0000-4000-8000-000000000001"
+-- $65 = "\"done\""
+-- $66 = "palisade_palisade"
+-- $67 = 7900
+-- $68 = true
+-- $69 = true
+-- $70 = true
+-- $71 = true
+-- $72 = "00000000-0000-4000-8000-000000000001"
