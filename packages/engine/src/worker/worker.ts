@@ -416,9 +416,12 @@ export class Worker {
     this.events.emit('worker:stopping', { workerId: this.workerId });
     this.host.logger.info({ workerId: this.workerId }, 'worker:stopping');
     this.wakeSignal.notify();
+    // The turn loop stops taking turns now, not once the claim loop has ended: a completion statement in flight
+    // may claim an eager turn for this worker meanwhile, and a stopping worker hands that back unstarted.
+    const turnsStopped = this.turns?.stop();
     await this.loop;
     this.startPrefetched();
-    await this.turns?.stop();
+    await turnsStopped;
     await this.background?.stop();
     const graceMs = stop.graceMs ?? this.options.shutdownGraceMs;
     if (this.executions.size > 0) {
