@@ -38,14 +38,10 @@ export function renderSql(query: SQL): RenderedSql {
     return { sql: text, params };
   } catch (error) {
     if (error !== UNSUPPORTED) throw error;
-    return drizzleRender(query);
+    // drizzle's rendering (only chunks the engine never writes get here), without its `typings`.
+    const { sql: text, params: values } = dialect.sqlToQuery(query);
+    return { sql: text, params: values };
   }
-}
-
-/** drizzle's rendering of `query` (only chunks the engine never writes get here). */
-function drizzleRender(query: SQL): RenderedSql {
-  const { sql: text, params } = dialect.sqlToQuery(query);
-  return { sql: text, params };
 }
 
 function renderChunks(chunks: readonly unknown[], params: unknown[]): string {

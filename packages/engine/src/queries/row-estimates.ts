@@ -30,5 +30,5 @@ export function scanLimit(limit: number): SQL {
  * table's first ANALYZE. With the size class as a LIMIT the estimate is at most that.
  */
 export function jsonRowsLimit(count: number): SQL {
-  return sql` LIMIT ${sql.raw(String(sizeClass(count)))}`;
+  return sql` LIMIT ${scanLimit(count)}`;
 }
